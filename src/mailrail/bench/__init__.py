@@ -1,0 +1,1 @@
+"""Benchmarks: each module provides ``add_arguments(parser)`` and ``run(args)`` for the CLI."""

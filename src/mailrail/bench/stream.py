@@ -1,0 +1,170 @@
+"""``mailrail bench stream``: message rate between rank pairs, MailRail vs a raw mpi4py loop.
+
+Ranks pair up (0->1, 2->3, ...); each sender streams ``--messages`` messages of
+each size to its partner.  In the same run, a raw mpi4py loop with persistent
+requests (``Startall``/``Waitall`` over a window) moves the same messages:
+the ceiling MailRail is measured against (and a batched ``Startall`` loop, MPI's own
+loop in C, for reference).  Run with ``mpiexec -n 2`` (or any
+even count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from .common import add_rail_arguments, format_table, rail_options, write_json
+
+DEFAULT_SIZES = (8, 64, 4096, 65536)
+RAW_WINDOW = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+                        help="payload sizes in bytes, comma-separated (default: %(default)s)")
+    parser.add_argument("--messages", type=int, default=20000, help="messages per size and sender")
+    parser.add_argument("--max-recvs-compare", default="64,4096",
+                        help="two MAILRAIL_MAX_RECVS values compared at 4096 B ('' to skip)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_rail_arguments(parser, skip=("datagram_size", "max_recvs"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    from ..rail import MailRail
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size < 2 or size % 2:
+        if rank == 0:
+            print(f"bench stream needs an even number of ranks >= 2, got {size}")
+        return 2
+    peer = rank + 1 if rank % 2 == 0 else rank - 1
+    sender = rank % 2 == 0
+    options = rail_options(args)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    n = args.messages
+    results = []
+    for nbytes in sizes:
+        with MailRail(comm, datagram_size=nbytes, **options) as rail:
+            mailrail_rate = _mailrail_rate(comm, rail, peer, sender, nbytes, n)
+        raw_rate = _raw_rate(comm, peer, sender, nbytes, n, batched=False)
+        batched_rate = _raw_rate(comm, peer, sender, nbytes, n, batched=True)
+        results.append({"size": nbytes, "mailrail_msgs_per_s": mailrail_rate, "raw_msgs_per_s": raw_rate,
+                        "ratio": mailrail_rate / raw_rate, "raw_batched_msgs_per_s": batched_rate,
+                        "ratio_batched": mailrail_rate / batched_rate,
+                        "mailrail_bytes_per_s": mailrail_rate * nbytes})
+    max_recvs = []
+    if args.max_recvs_compare:
+        for posted in (int(v) for v in args.max_recvs_compare.split(",")):
+            slot_options = dict(options, recv_pool_slots=max(posted, int(options.get("recv_pool_slots", 0))))
+            with MailRail(comm, datagram_size=4096, max_recvs=posted, **slot_options) as rail:
+                rate = _mailrail_rate(comm, rail, peer, sender, 4096, n)
+            max_recvs.append({"max_recvs": posted, "size": 4096, "mailrail_msgs_per_s": rate})
+    if rank == 0:
+        document = {"benchmark": "stream", "mpi": MPI.Get_library_version().strip().splitlines()[0],
+                    "ranks": size, "messages": n, "flow_control": _mode(options),
+                    "results": results, "max_recvs": max_recvs, "config": options}
+        write_json(args.json, document)
+        print(format_table(["size B", "MailRail msg/s", "raw msg/s", "ratio", "raw batched msg/s",
+                            "ratio", "MailRail MB/s"],
+                           [(r["size"], r["mailrail_msgs_per_s"], r["raw_msgs_per_s"], r["ratio"],
+                             r["raw_batched_msgs_per_s"], r["ratio_batched"], r["mailrail_bytes_per_s"] / 1e6)
+                            for r in results]))
+        print("raw: plain mpi4py, one persistent request restarted per message; raw batched: "
+              f"Startall/Waitall over {RAW_WINDOW} requests")
+        if len(max_recvs) == 2:
+            a, b = max_recvs
+            print(f"MAX_RECVS={b['max_recvs']} vs {a['max_recvs']} at 4096 B: "
+                  f"{b['mailrail_msgs_per_s'] / a['mailrail_msgs_per_s']:.2f}x the message rate")
+    return 0
+
+
+def _mode(options: dict) -> str:
+    from ..config import Config
+    return Config.from_env(**options).flow_control
+
+
+def _mailrail_rate(comm, rail, peer: int, sender: bool, nbytes: int, n: int) -> float:
+    """Messages per second for one pair, from the first send to the last receive."""
+    comm.Barrier()
+    start = time.perf_counter()
+    if sender:
+        sent = 0
+        while sent < n:
+            buf = rail.reserve_send_buffer()
+            if buf is None:
+                message = rail.receive()
+                if message is not None:
+                    rail.release_receive_buffer(message)
+                continue
+            if nbytes >= 8:
+                buf[:8] = _stamp(sent)
+            rail.send(peer, buf, nbytes)
+            sent += 1
+        while rail.pending_sends():
+            message = rail.receive()
+            if message is not None:
+                rail.release_receive_buffer(message)
+        elapsed = 0.0
+    else:
+        received = 0
+        while received < n:
+            message = rail.receive()
+            if message is not None:
+                received += 1
+                rail.release_receive_buffer(message)
+        elapsed = time.perf_counter() - start
+    return n / comm.allreduce(elapsed, op=_max())
+
+
+def _raw_rate(comm, peer: int, sender: bool, nbytes: int, n: int, *, batched: bool) -> float:
+    """The same stream in plain mpi4py over a ring of RAW_WINDOW persistent requests.
+
+    Per message (``batched=False``): wait for the oldest request of the ring, restart it
+    (the least Python a message can cost).  Batched: ``Startall``/``Waitall`` the whole
+    ring at once (MPI's loop in C: the ceiling).
+    """
+    from mpi4py import MPI
+
+    raw = comm.Dup()
+    window = min(RAW_WINDOW, n)
+    buffers = np.zeros((window, max(nbytes, 1)), dtype=np.uint8)
+    if sender:
+        requests = [raw.Send_init([buffers[i], nbytes, MPI.BYTE], peer, 0) for i in range(window)]
+    else:
+        requests = [raw.Recv_init([buffers[i], nbytes, MPI.BYTE], peer, 0) for i in range(window)]
+    raw.Barrier()
+    start = time.perf_counter()
+    if batched:
+        done = 0
+        while done < n:
+            batch = requests[:min(window, n - done)]
+            MPI.Prequest.Startall(batch)
+            MPI.Request.Waitall(batch)
+            done += len(batch)
+    else:
+        MPI.Prequest.Startall(requests)
+        for i in range(window, n):
+            request = requests[i % window]
+            while not request.Test():
+                pass
+            request.Start()
+        MPI.Request.Waitall(requests)
+    elapsed = time.perf_counter() - start if not sender else 0.0
+    for request in requests:
+        request.Free()
+    raw.Free()
+    return n / comm.allreduce(elapsed, op=_max())
+
+
+def _stamp(sequence: int) -> np.ndarray:
+    return np.frombuffer(sequence.to_bytes(8, "little"), dtype=np.uint8)
+
+
+def _max():
+    from mpi4py import MPI
+    return MPI.MAX

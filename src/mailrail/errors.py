@@ -1,0 +1,49 @@
+"""Exception and warning types raised by MailRail.
+
+Every error names the offending value in its message, so a failing job says
+what was wrong, not merely that something was.
+"""
+
+
+class MailRailError(Exception):
+    """Base class of every error MailRail raises."""
+
+
+class ConfigError(MailRailError, ValueError):
+    """A configuration value (keyword argument or environment variable) is invalid."""
+
+
+class InvalidDestinationError(MailRailError, ValueError):
+    """A destination rank is outside ``0 .. size-1`` of the communicator."""
+
+
+class MessageSizeError(MailRailError, ValueError):
+    """A payload size is negative or larger than the datagram size."""
+
+
+class BufferOwnershipError(MailRailError):
+    """A send buffer was not reserved from this rail, or was already sent."""
+
+
+class ReleaseError(MailRailError):
+    """A message was released twice, or does not belong to this rail."""
+
+
+class FinalizedError(MailRailError):
+    """The rail was used after ``finalize()``."""
+
+
+class CreditStallError(MailRailError):
+    """Deferred messages made no progress for ``MAILRAIL_STALL_TIMEOUT`` seconds."""
+
+
+class ProtocolError(MailRailError):
+    """A peer broke the credit protocol (e.g. sent without a credit): a MailRail bug."""
+
+
+class UndeliveredWarning(UserWarning):
+    """``finalize()`` found messages that were never delivered or never released."""
+
+
+class UndeliveredError(MailRailError):
+    """``finalize(strict=True)`` found messages that were never delivered or never released."""

@@ -1,0 +1,114 @@
+"""Node-based credits: the ranks of a node share one credit pool per destination rank."""
+
+from __future__ import annotations
+
+from array import array
+from typing import Callable, Protocol
+
+from ..errors import ProtocolError
+from .base import FlowControl
+
+
+class SharedCounters(Protocol):
+    """Integer counters every rank of a node updates atomically (one per destination rank)."""
+
+    def try_take(self, index: int) -> bool:
+        """Decrement counter *index* if it is positive; True if a credit was taken."""
+
+    def add(self, index: int, amount: int) -> None:
+        """Atomically add *amount* to counter *index*."""
+
+    def load(self, index: int) -> int:
+        """The current value of counter *index*."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of shared memory the counters occupy (for the whole node)."""
+
+
+class LocalCounters:
+    """:class:`SharedCounters` for a single process (unit tests, one-rank nodes)."""
+
+    def __init__(self, length: int, initial: int) -> None:
+        self.values = array("q", [initial]) * length
+
+    def try_take(self, index: int) -> bool:
+        if self.values[index] > 0:
+            self.values[index] -= 1
+            return True
+        return False
+
+    def add(self, index: int, amount: int) -> None:
+        self.values[index] += amount
+
+    def load(self, index: int) -> int:
+        return self.values[index]
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.itemsize * len(self.values)
+
+
+class NodeCredits(FlowControl):
+    """A node holds ``credits_per_pair`` credits for each receiver rank, shared by its ranks.
+
+    Sender side: a rank takes a credit for *dest* from the node's shared pool
+    atomically; credits any neighbour frees are usable at once by every local
+    rank, with no message.  Receiver side: consumed credits are counted per
+    *sending node* and returned (count in the tag) to the rank whose release
+    crossed the threshold, which adds them to its node's pool.  Private state is
+    O(nodes) per rank; the shared pool is O(ranks) per node.
+    """
+
+    name = "node"
+    credits_change_silently = True
+
+    def __init__(self, nodes: int, node_of: Callable[[int], int], pool: SharedCounters,
+                 credits_per_pair: int, return_threshold: int) -> None:
+        self.nodes = nodes
+        self.node_of = node_of
+        self.pool = pool
+        self.credits_per_pair = credits_per_pair
+        self.return_threshold = return_threshold
+        self.owed = array("q", [0]) * nodes  # released, not yet returned, per sending node
+        self.unreturned = array("q", [0]) * nodes  # arrived, not yet returned, per sending node
+
+    def try_acquire(self, dest: int) -> bool:
+        return self.pool.try_take(dest)
+
+    def available(self, dest: int) -> int:
+        return self.pool.load(dest)
+
+    def on_arrival(self, source: int, tag: int) -> bool:
+        node = self.node_of(source)
+        unreturned = self.unreturned
+        unreturned[node] += 1
+        self.unreturned_total += 1
+        if self.unreturned_total > self.unreturned_high_water:
+            self.unreturned_high_water = self.unreturned_total
+        if unreturned[node] > self.credits_per_pair:
+            raise ProtocolError(
+                f"node {node} (via rank {source}) has {unreturned[node]} unreturned messages here "
+                f"but only {self.credits_per_pair} credits per node: a send without credit")
+        return False
+
+    def on_release(self, source: int) -> tuple[int, int] | None:
+        node = self.node_of(source)
+        owed = self.owed
+        owed[node] += 1
+        count = owed[node]
+        if count >= self.return_threshold:
+            owed[node] = 0
+            self.unreturned[node] -= count
+            self.unreturned_total -= count
+            return source, count
+        return None
+
+    def on_credit_return(self, source: int, count: int) -> None:
+        self.pool.add(source, count)
+
+    def credit_state_bytes(self) -> int:
+        return sum(a.itemsize * len(a) for a in (self.owed, self.unreturned))
+
+    def shared_state_bytes(self) -> int:
+        return self.pool.nbytes

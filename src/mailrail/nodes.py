@@ -1,0 +1,126 @@
+"""Which ranks share a node, and the node's shared credit pool (MPI side).
+
+Virtual nodes (``ranks_per_node=k``) group consecutive ranks in nodes of *k*
+so node-based flow control runs for real on one machine; otherwise nodes are
+the real shared-memory domains (``COMM_TYPE_SHARED``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from mpi4py import MPI
+
+from .errors import ConfigError
+
+_INT64 = 8
+
+
+class NodeTopology:
+    """The node communicator of this rank, the node count and the rank-to-node map."""
+
+    def __init__(self, comm: MPI.Comm, ranks_per_node: int | None) -> None:
+        rank, size = comm.Get_rank(), comm.Get_size()
+        if ranks_per_node is not None:
+            self.virtual = True
+            self.comm = comm.Split(rank // ranks_per_node, rank)
+            self.nodes = -(-size // ranks_per_node)
+            self.node_of: Callable[[int], int] = lambda r, k=ranks_per_node: r // k
+            self.node = rank // ranks_per_node
+            self._map = None
+        else:
+            self.virtual = False
+            self.comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+            # Node index = position of the node's lowest world rank among all leaders.
+            leader = self.comm.bcast(rank, root=0)
+            leaders = comm.allgather(leader)
+            index = {r: i for i, r in enumerate(sorted(set(leaders)))}
+            self.nodes = len(index)
+            self.node = index[leader]
+            self._map = [index[r] for r in leaders]
+            self.node_of = self._map.__getitem__
+        self.local_rank = self.comm.Get_rank()
+        self.local_size = self.comm.Get_size()
+
+    @property
+    def map_bytes(self) -> int:
+        """Bytes this rank spends on the rank-to-node map (zero for virtual nodes)."""
+        return 0 if self._map is None else 4 * len(self._map)
+
+    def free(self) -> None:
+        self.comm.Free()
+
+
+class SharedWindowCounters:
+    """int64 counters in an MPI-3 shared window on the node communicator.
+
+    ``atomics="cpu"`` updates them with lock-free CPU atomics through the tiny
+    compiled helper :mod:`mailrail._atomics`; ``"mpi"`` uses MPI
+    ``Fetch_and_op`` under a passive-target epoch (portable, no compiler
+    needed, slower); ``"auto"`` takes ``cpu`` when the helper was built.
+    """
+
+    def __init__(self, node_comm: MPI.Comm, length: int, initial: int, atomics: str = "auto") -> None:
+        self.length = length
+        self.nbytes = length * _INT64
+        local_rank = node_comm.Get_rank()
+        self.win = MPI.Win.Allocate_shared(self.nbytes if local_rank == 0 else 0, _INT64, comm=node_comm)
+        memory, _ = self.win.Shared_query(0)
+        self._address = memory.address
+        self._values = memoryview(memory).cast("B").cast("q")
+        self.atomics = resolve_atomics(atomics)
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        if local_rank == 0:
+            for i in range(length):
+                self._values[i] = initial
+        self.win.Sync()
+        node_comm.Barrier()
+        self.win.Sync()
+        if self.atomics == "cpu":
+            helper = importlib.import_module("mailrail._atomics")
+            address, take, fetch_add, load = self._address, helper.try_take, helper.fetch_add, helper.load
+            self.try_take = lambda i: take(address, i)
+            self.add = lambda i, n: fetch_add(address, i, n)
+            self.load = lambda i: load(address, i)
+        else:
+            self._origin = memoryview(bytearray(_INT64)).cast("q")
+            self._result = memoryview(bytearray(_INT64)).cast("q")
+
+    # MPI RMA path (replaced per instance by the CPU helper when atomics == "cpu").
+    def _fetch_add(self, index: int, amount: int) -> int:
+        self._origin[0] = amount
+        self.win.Fetch_and_op(self._origin, self._result, 0, index, MPI.SUM)
+        self.win.Flush(0)
+        return self._result[0]
+
+    def try_take(self, index: int) -> bool:
+        if self._fetch_add(index, -1) > 0:
+            return True
+        self._fetch_add(index, 1)  # overdrawn: give it back (transiently negative, never overrun)
+        return False
+
+    def add(self, index: int, amount: int) -> None:
+        self._fetch_add(index, amount)
+
+    def load(self, index: int) -> int:
+        return self._fetch_add(index, 0)
+
+    def free(self) -> None:
+        self.win.Unlock_all()
+        self._values.release()
+        self.win.Free()
+
+
+def resolve_atomics(mode: str) -> str:
+    """``auto`` -> ``cpu`` if the compiled helper imports, else ``mpi``."""
+    if mode == "mpi":
+        return mode
+    try:
+        importlib.import_module("mailrail._atomics")
+    except ImportError:
+        if mode == "cpu":
+            raise ConfigError("MAILRAIL_ATOMICS=cpu but the compiled helper mailrail._atomics is not "
+                              "built (no C compiler at install time?): use MAILRAIL_ATOMICS=mpi") from None
+        return "mpi"
+    return "cpu"

@@ -1,0 +1,59 @@
+"""Preallocated buffer pools: one slab per pool, handed out as fixed-size slots.
+
+No MPI here.  A pool owns a single numpy slab allocated once; each slot is a
+view created once at start-up, so handing a slot out costs a list pop and no
+allocation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class SlotPool:
+    """``slots`` buffers of ``slot_size`` bytes carved from one contiguous slab."""
+
+    __slots__ = ("slot_size", "slots", "slab", "views", "_free", "_slot_by_id", "_base")
+
+    def __init__(self, slots: int, slot_size: int) -> None:
+        if slots < 1 or slot_size < 1:
+            raise ValueError(f"a pool needs slots >= 1 and slot_size >= 1, got {slots} x {slot_size}")
+        self.slots = slots
+        self.slot_size = slot_size
+        self.slab = np.zeros(slots * slot_size, dtype=np.uint8)
+        self._base = self.slab.__array_interface__["data"][0]
+        self.views = [self.slab[i * slot_size:(i + 1) * slot_size] for i in range(slots)]
+        self._slot_by_id = {id(v): i for i, v in enumerate(self.views)}
+        # A stack, lowest slot on top: reuse keeps the hot slots in cache.
+        self._free = list(range(slots - 1, -1, -1))
+
+    @property
+    def free_count(self) -> int:
+        return len(self._free)
+
+    def take(self) -> int | None:
+        """A free slot index, or None when every slot is in use."""
+        free = self._free
+        return free.pop() if free else None
+
+    def give(self, slot: int) -> None:
+        self._free.append(slot)
+
+    def slot_of(self, buf: object) -> int | None:
+        """The slot whose buffer is *buf* (the view handed out, or any view starting at a slot).
+
+        Returns None when *buf* is not a slot of this pool.
+        """
+        slot = self._slot_by_id.get(id(buf))
+        if slot is not None and self.views[slot] is buf:
+            return slot
+        if not isinstance(buf, np.ndarray):
+            return None
+        offset = buf.__array_interface__["data"][0] - self._base
+        if offset < 0 or offset % self.slot_size or offset >= self.slots * self.slot_size:
+            return None
+        return offset // self.slot_size
+
+    @property
+    def nbytes(self) -> int:
+        return self.slab.nbytes

@@ -1,0 +1,209 @@
+"""One rank's MailRail protocol state, without I/O (the h11 way).
+
+:class:`Endpoint` decides *what* happens: which send slot is free, whether a
+message may leave now or waits for credit, what tag it carries, which credits
+to return and to whom.  The MPI transport (:mod:`mailrail.rail`) only moves
+bytes and reports events back.  Everything here is plain Python, so it is
+unit-tested deterministically without ``mpiexec``.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from .deferred import DeferredSends
+from .errors import (BufferOwnershipError, CreditStallError, InvalidDestinationError,
+                     MessageSizeError)
+from .flow.base import FlowControl
+from .pool import SlotPool
+
+# Send-slot states.
+FREE, HELD, QUEUED, IN_FLIGHT = 0, 1, 2, 3
+_STATE_NAMES = {FREE: "free", HELD: "reserved", QUEUED: "deferred", IN_FLIGHT: "in flight"}
+
+#: Queued destinations visited per drain when credits change silently (node mode).
+NODE_DRAIN_WINDOW = 32
+
+
+class Endpoint:
+    """Send-pool ownership, deferred sends, credit bookkeeping and counters of one rank."""
+
+    def __init__(self, rank: int, size: int, send_pool: SlotPool, flow: FlowControl, *,
+                 stall_timeout: float = 0.0) -> None:
+        self.rank = rank
+        self.size = size
+        self.send_pool = send_pool
+        self.datagram_size = send_pool.slot_size
+        self.flow = flow
+        self.send_state = bytearray(send_pool.slots)
+        self.deferred = DeferredSends(
+            poll_window=NODE_DRAIN_WINDOW if flow.credits_change_silently else None)
+        self.stall_timeout = stall_timeout
+        self._last_progress: float | None = None
+        # Counters (see stats()).
+        self.messages_sent = 0
+        self.bytes_sent = 0
+        self.messages_received = 0
+        self.bytes_received = 0
+        self.messages_released = 0
+        self.credit_messages_sent = 0
+        self.credit_messages_received = 0
+        self.credits_returned = 0
+        self.reserve_failures = 0
+
+    # -- sender side -------------------------------------------------------
+
+    def reserve(self) -> int | None:
+        slot = self.send_pool.take()
+        if slot is None:
+            self.reserve_failures += 1
+            return None
+        self.send_state[slot] = HELD
+        return slot
+
+    def submit(self, dest: int, buf: object, nbytes: int) -> tuple[int, int, int | None]:
+        """Take ownership of *buf* for *dest*.
+
+        Returns ``(dest, nbytes, slot)`` normalized, with *slot* None when the send was deferred.
+        """
+        if type(dest) is not int or not 0 <= dest < self.size:
+            dest = self._checked_rank(dest)
+        if type(nbytes) is not int or not 0 <= nbytes <= self.datagram_size:
+            nbytes = self._checked_size(nbytes)
+        slot = self.send_pool.slot_of(buf)
+        if slot is None:
+            raise BufferOwnershipError(
+                f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "
+                f"MailRail's send pool: use reserve_send_buffer()")
+        state = self.send_state[slot]
+        if state != HELD:
+            raise BufferOwnershipError(
+                f"send buffer slot {slot} is {_STATE_NAMES[state]}, not reserved: a buffer is sent "
+                f"once per reserve_send_buffer()")
+        if not self.deferred.has_queue(dest) and self.flow.try_acquire(dest):
+            self.send_state[slot] = IN_FLIGHT
+            return dest, nbytes, slot
+        self.send_state[slot] = QUEUED
+        if not self.deferred.total:
+            self._last_progress = None  # the stall clock starts now
+        self.deferred.push(dest, slot, nbytes)
+        return dest, nbytes, None
+
+    def _checked_rank(self, dest: object) -> int:
+        """Slow path of :meth:`submit`: accept numpy integers, reject the rest by value."""
+        try:
+            rank = operator.index(dest)
+        except TypeError:
+            rank = None
+        if isinstance(dest, bool) or rank is None:
+            raise InvalidDestinationError(f"destination {dest!r} is not an integer rank "
+                                          f"(valid ranks are 0..{self.size - 1})")
+        if not 0 <= rank < self.size:
+            raise InvalidDestinationError(
+                f"destination {dest!r} is out of range: valid ranks are 0..{self.size - 1}")
+        return rank
+
+    def _checked_size(self, nbytes: object) -> int:
+        try:
+            size = operator.index(nbytes)
+        except TypeError:
+            size = None
+        if isinstance(nbytes, bool) or size is None:
+            raise MessageSizeError(f"nbytes={nbytes!r} is not an integer byte count")
+        if not 0 <= size <= self.datagram_size:
+            raise MessageSizeError(
+                f"nbytes={nbytes!r} is out of range: a message holds 0..{self.datagram_size} bytes "
+                f"(the datagram size)")
+        return size
+
+    def drain(self) -> list[tuple[int, int, int]]:
+        """Deferred sends that now have credit: at most one per destination, oldest first."""
+        deferred = self.deferred
+        if not deferred.total:
+            return []
+        flow = self.flow
+        ready = []
+        for dest in deferred.candidates():
+            if flow.try_acquire(dest):
+                slot, nbytes = deferred.pop(dest)
+                self.send_state[slot] = IN_FLIGHT
+                ready.append((dest, slot, nbytes))
+                if not flow.credits_change_silently and flow.available(dest):
+                    deferred.mark_ready(dest)
+        if ready:
+            self._last_progress = None
+        return ready
+
+    def transmitting(self, dest: int, nbytes: int) -> int:
+        """A payload leaves now for *dest*: count it and return its tag (piggybacked credits)."""
+        self.messages_sent += 1
+        self.bytes_sent += nbytes
+        return self.flow.take_piggyback(dest)
+
+    def send_completed(self, slot: int) -> None:
+        self.send_state[slot] = FREE
+        self.send_pool.give(slot)
+
+    # -- receiver side -----------------------------------------------------
+
+    def arrived(self, source: int, tag: int, nbytes: int) -> None:
+        self.messages_received += 1
+        self.bytes_received += nbytes
+        if self.flow.on_arrival(source, tag):
+            self.deferred.mark_ready(source)
+
+    def released(self, source: int) -> tuple[int, int] | None:
+        """The application gave back a slot from *source*: a credit return ``(rank, count)`` to send, if due."""
+        self.messages_released += 1
+        credit_return = self.flow.on_release(source)
+        if credit_return is not None:
+            self.credit_messages_sent += 1
+            self.credits_returned += credit_return[1]
+        return credit_return
+
+    def credits_arrived(self, source: int, count: int) -> None:
+        self.credit_messages_received += 1
+        self.flow.on_credit_return(source, count)
+        self.deferred.mark_ready(source)
+
+    # -- diagnostics -------------------------------------------------------
+
+    def check_stall(self, now: float) -> None:
+        """Raise :class:`CreditStallError` if deferred sends made no progress for ``stall_timeout`` s."""
+        if not self.stall_timeout or not self.deferred.total:
+            return
+        if self._last_progress is None:
+            self._last_progress = now
+        elif now - self._last_progress > self.stall_timeout:
+            raise CreditStallError(self.stall_report(now - self._last_progress))
+
+    def stall_report(self, waited: float) -> str:
+        lines = [f"rank {self.rank}: {self.deferred.total} deferred message(s) made no progress for "
+                 f"{waited:.1f} s ({self.flow.name} flow control, {self.flow.credits_per_pair} credits "
+                 f"per pair, return threshold {self.flow.return_threshold})"]
+        for dest in sorted(self.deferred.destinations())[:16]:
+            lines.append(f"  destination {dest}: {self.deferred.queued_for(dest)} queued, "
+                         f"{self.flow.available(dest)} credit(s) available")
+        lines.append(f"  this rank received {self.messages_received} message(s), released "
+                     f"{self.messages_released}, got {self.credit_messages_received} credit message(s)")
+        return "\n".join(lines)
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "messages_sent": self.messages_sent,
+            "bytes_sent": self.bytes_sent,
+            "messages_received": self.messages_received,
+            "bytes_received": self.bytes_received,
+            "messages_released": self.messages_released,
+            "credit_messages_sent": self.credit_messages_sent,
+            "credit_messages_received": self.credit_messages_received,
+            "credits_returned": self.credits_returned,
+            "credits_piggybacked": getattr(self.flow, "piggybacked", 0),
+            "deferred_sends": self.deferred.deferred_count,
+            "deferred_now": self.deferred.total,
+            "deferred_high_water": self.deferred.high_water,
+            "reserve_failures": self.reserve_failures,
+            "credit_window_high_water": self.flow.unreturned_high_water,
+            "credit_state_bytes": self.flow.credit_state_bytes(),
+            "shared_credit_bytes": self.flow.shared_state_bytes(),
+        }

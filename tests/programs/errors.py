@@ -1,0 +1,96 @@
+"""Every misuse MailRail must reject, run on 2 ranks; rank 0 reports ``RESULT {case: [type, message]}``."""
+
+import json
+import sys
+import warnings
+
+import numpy as np
+from mpi4py import MPI
+
+import mailrail
+from mailrail import MailRail
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+cases: dict[str, list] = {}
+
+
+def expect(case: str, call) -> None:
+    try:
+        call()
+    except Exception as error:  # recorded, asserted by the test
+        cases[case] = [type(error).__name__, str(error)]
+    else:
+        cases[case] = ["no error", ""]
+
+
+def wait_for_message(rail: MailRail):
+    while True:
+        message = rail.receive()
+        if message is not None:
+            return message
+
+
+expect("config_keyword", lambda: MailRail(comm, datagram_size=0))
+expect("config_mode", lambda: MailRail(comm, flow_control="bogus"))
+expect("config_unknown", lambda: MailRail(comm, datagram_sz=5))
+expect("rank_mode_too_few_slots", lambda: MailRail(comm, flow_control="rank", recv_pool_slots=1))
+
+rail = MailRail(comm, datagram_size=64, send_pool_slots=4, recv_pool_slots=4)
+held_buffers = [rail.reserve_send_buffer() for _ in range(4)]
+cases["pool_exhausted"] = [repr(rail.reserve_send_buffer()), rail.stats()["reserve_failures"]]
+for spare in held_buffers[1:]:  # sent to ourselves and consumed, so the pool refills
+    rail.send(rank, spare, 0)
+    rail.release_receive_buffer(wait_for_message(rail))
+buf = held_buffers[0]
+expect("dest_too_large", lambda: rail.send(2, buf, 1))
+expect("dest_negative", lambda: rail.send(-1, buf, 1))
+expect("dest_not_int", lambda: rail.send("1", buf, 1))
+expect("nbytes_negative", lambda: rail.send(1, buf, -1))
+expect("nbytes_too_large", lambda: rail.send(1, buf, 65))
+expect("foreign_buffer", lambda: rail.send(1, np.zeros(64, np.uint8), 1))
+rail.send(np.int64(1 - rank), buf, 8)  # numpy integers are fine
+expect("buffer_sent_twice", lambda: rail.send(1 - rank, buf, 8))
+message = wait_for_message(rail)
+cases["message_readonly"] = [str(message.data.flags.writeable), repr(message)]
+rail.release_receive_buffer(message)
+expect("release_twice", lambda: rail.release_receive_buffer(message))
+expect("release_foreign", lambda: rail.release_receive_buffer("not a message"))
+
+other = MailRail(comm, datagram_size=64)
+other_buf = other.reserve_send_buffer()
+other.send(1 - rank, other_buf, 3)
+other_message = wait_for_message(other)
+expect("release_other_rails_message", lambda: rail.release_receive_buffer(other_message))
+other.release_receive_buffer(other_message)
+other.barrier()
+other.finalize(strict=True)
+
+# Unreleased and never-received messages are reported by finalize, not dropped silently.
+buf = rail.reserve_send_buffer()
+rail.send(1 - rank, buf, 5)
+held = wait_for_message(rail)  # never released
+buf = rail.reserve_send_buffer()
+rail.send(1 - rank, buf, 6)  # never received by the application
+comm.Barrier()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    report = rail.finalize()
+cases["finalize_report"] = [report, [str(w.message) for w in caught if w.category is mailrail.UndeliveredWarning]]
+
+expect("reserve_after_finalize", rail.reserve_send_buffer)
+expect("send_after_finalize", lambda: rail.send(0, buf, 1))
+expect("receive_after_finalize", rail.receive)
+expect("release_after_finalize", lambda: rail.release_receive_buffer(held))
+expect("barrier_after_finalize", rail.barrier)
+expect("finalize_twice", rail.finalize)
+
+strict = MailRail(comm, datagram_size=64)
+buf = strict.reserve_send_buffer()
+strict.send(1 - rank, buf, 1)
+comm.Barrier()
+expect("finalize_strict", lambda: strict.finalize(strict=True))
+
+if rank == 0:
+    print("RESULT " + json.dumps(cases), flush=True)
+sys.stdout.flush()

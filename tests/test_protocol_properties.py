@@ -1,0 +1,285 @@
+"""Property test: a simulated cluster of Endpoints under random interleavings of events.
+
+N ranks (2..6) run the sans-I/O :class:`~mailrail.protocol.Endpoint` with rank- or
+node-based credits.  An in-memory network keeps one FIFO list of payloads and one
+of credit messages per (source, destination) pair, like MPI's non-overtaking rule.
+Hypothesis picks the interleaving: application sends, payload deliveries,
+application releases (in any order), credit deliveries and drains.  After every
+step the credit invariants are checked; at the end everything is drained and
+every message must have been delivered exactly once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mailrail.flow import NodeCredits, RankCredits, credit_budget
+from mailrail.flow.node import LocalCounters
+from mailrail.pool import SlotPool
+from mailrail.protocol import Endpoint
+
+SLOT_SIZE = 8  # a payload is its 8-byte sequence number
+
+
+@dataclass(frozen=True)
+class Setup:
+    ranks: int
+    mode: str  # "rank" or "node"
+    ranks_per_node: int
+    recv_slots: int
+    credit_threshold: int
+    piggyback: bool
+    send_slots: int
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.ranks // self.ranks_per_node)
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+
+class Cluster:
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        n = self.n = setup.ranks
+        senders = n if setup.mode == "rank" else setup.nodes
+        budget = credit_budget(setup.mode, recv_slots=setup.recv_slots, ranks=n, nodes=setup.nodes,
+                               credit_threshold=setup.credit_threshold)
+        self.per_pair = budget.credits_per_pair
+        assert self.per_pair * senders <= setup.recv_slots
+        self.node_pools = [LocalCounters(n, self.per_pair) for _ in range(setup.nodes)]
+        self.eps: list[Endpoint] = []
+        for rank in range(n):
+            if setup.mode == "rank":
+                flow = RankCredits(n, budget.credits_per_pair, budget.return_threshold,
+                                   piggyback=setup.piggyback)
+            else:
+                flow = NodeCredits(setup.nodes, setup.node_of, self.node_pools[setup.node_of(rank)],
+                                   budget.credits_per_pair, budget.return_threshold)
+            self.eps.append(Endpoint(rank, n, SlotPool(setup.send_slots, SLOT_SIZE), flow))
+        pairs = [(s, d) for s in range(n) for d in range(n)]
+        self.payloads: dict[tuple[int, int], deque] = {p: deque() for p in pairs}  # (seq, tag, slot)
+        self.credit_msgs: dict[tuple[int, int], deque] = {p: deque() for p in pairs}  # count
+        self.held: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # per receiver: (src, seq)
+        self.next_seq = [0] * n
+        self.submitted: dict[tuple[int, int], list[int]] = {p: [] for p in pairs}
+        self.transmitted: dict[tuple[int, int], list[int]] = {p: [] for p in pairs}
+        self.delivered_order: dict[tuple[int, int], list[int]] = {p: [] for p in pairs}
+        self.delivered: Counter = Counter()
+        self.arrived = Counter()  # (src, dst) -> payloads arrived at dst from src
+        self.returned = Counter()  # (receiver, sender) -> credits the receiver sent back (messages + tags)
+
+    # -- events ---------------------------------------------------------------------
+
+    def app_send(self, src: int, dst: int) -> None:
+        ep = self.eps[src]
+        slot = ep.reserve()
+        if slot is None:
+            return  # send pool exhausted: the application would retry later
+        seq = self.next_seq[src]
+        self.next_seq[src] += 1
+        buf = ep.send_pool.views[slot]
+        buf[:] = memoryview(seq.to_bytes(SLOT_SIZE, "little"))
+        self.submitted[src, dst].append(seq)
+        dest, nbytes, sent = ep.submit(dst, buf, SLOT_SIZE)
+        assert (dest, nbytes) == (dst, SLOT_SIZE)
+        if sent is not None:
+            assert sent == slot
+            self._transmit(src, dst, slot, nbytes)
+
+    def _transmit(self, src: int, dst: int, slot: int, nbytes: int) -> None:
+        ep = self.eps[src]
+        seq = int.from_bytes(bytes(ep.send_pool.views[slot][:nbytes]), "little")
+        sent = self.transmitted[src, dst]
+        sent.append(seq)
+        assert sent == self.submitted[src, dst][:len(sent)], \
+            f"FIFO broken at transmission {src}->{dst}: sent {sent}, submitted {self.submitted[src, dst]}"
+        tag = ep.transmitting(dst, nbytes)
+        assert tag >= 0
+        self.returned[src, dst] += tag
+        self.payloads[src, dst].append((seq, tag, slot))
+
+    def drain(self, rank: int) -> bool:
+        batch = self.eps[rank].drain()
+        assert len({dest for dest, _, _ in batch}) == len(batch), "drain sent two to one destination"
+        for dest, slot, nbytes in batch:
+            self._transmit(rank, dest, slot, nbytes)
+        return bool(batch)
+
+    def deliver_payload(self, src: int, dst: int) -> None:
+        seq, tag, slot = self.payloads[src, dst].popleft()
+        self.eps[dst].arrived(src, tag, SLOT_SIZE)  # raises ProtocolError on a send without credit
+        self.eps[src].send_completed(slot)
+        self.arrived[src, dst] += 1
+        self.delivered[src, dst, seq] += 1
+        order = self.delivered_order[src, dst]
+        order.append(seq)
+        assert order == self.submitted[src, dst][:len(order)], f"FIFO broken on delivery {src}->{dst}"
+        self.held[dst].append((src, seq))
+        assert len(self.held[dst]) <= self.setup.recv_slots, f"rank {dst} overran its receive slots"
+
+    def release(self, rank: int, index: int) -> None:
+        src, _ = self.held[rank].pop(index)
+        credit_return = self.eps[rank].released(src)
+        if credit_return is not None:
+            target, count = credit_return
+            assert target == src or (self.setup.mode == "node"
+                                     and self.setup.node_of(target) == self.setup.node_of(src))
+            assert 1 <= count <= self.per_pair
+            self.returned[rank, target] += count
+            self.credit_msgs[rank, target].append(count)
+
+    def deliver_credit(self, src: int, dst: int) -> None:
+        count = self.credit_msgs[src, dst].popleft()
+        self.eps[dst].credits_arrived(src, count)
+
+    # -- invariants -----------------------------------------------------------------
+
+    def senders(self):
+        """Sending units: each rank (rank mode) or each node (node mode), as lists of ranks."""
+        if self.setup.mode == "rank":
+            return [[r] for r in range(self.n)]
+        return [[r for r in range(self.n) if self.setup.node_of(r) == node] for node in range(self.setup.nodes)]
+
+    def sender_credits(self, unit: int, ranks: list[int], dst: int) -> int:
+        if self.setup.mode == "rank":
+            return self.eps[ranks[0]].flow.send_credits[dst]
+        return self.node_pools[unit].load(dst)
+
+    def check_invariants(self) -> None:
+        n = self.n
+        for ep in self.eps:
+            flow = ep.flow
+            assert min(flow.owed) >= 0 and min(flow.unreturned) >= 0
+            if self.setup.mode == "rank":
+                assert min(flow.send_credits) >= 0, "negative send credits"
+        for pool in self.node_pools:
+            assert min(pool.values) >= 0, "negative shared credits"
+        for dst in range(n):
+            granted = 0
+            for unit, ranks in enumerate(self.senders()):
+                credits = self.sender_credits(unit, ranks, dst)
+                in_flight = sum(len(self.payloads[s, dst]) for s in ranks)
+                # Arrived at dst but not yet given back (by credit message or tag).
+                unreturned = sum(self.arrived[s, dst] - self.returned[dst, s] for s in ranks)
+                returning = sum(sum(self.credit_msgs[dst, s]) + sum(t for _, t, _ in self.payloads[dst, s])
+                                for s in ranks)
+                assert unreturned == self.eps[dst].flow.unreturned[unit]
+                assert unreturned <= self.per_pair, \
+                    f"{unreturned} unreturned messages at {dst} from sender unit {ranks} > {self.per_pair}"
+                assert in_flight <= self.per_pair, f"{in_flight} in flight from {ranks} to {dst} without credit"
+                total = credits + in_flight + unreturned + returning
+                assert total == self.per_pair, \
+                    f"credits for receiver {dst} from {ranks} not conserved: {total} != {self.per_pair}"
+                granted += total
+            assert granted <= self.setup.recv_slots
+
+    # -- end ------------------------------------------------------------------------
+
+    def quiesce(self) -> None:
+        for _ in range(10_000):
+            progress = False
+            for rank in range(self.n):
+                progress |= self.drain(rank)
+            for pair, queue in self.payloads.items():
+                while queue:
+                    self.deliver_payload(*pair)
+                    progress = True
+            for rank in range(self.n):
+                while self.held[rank]:
+                    self.release(rank, 0)
+                    progress = True
+            for pair, queue in self.credit_msgs.items():
+                while queue:
+                    self.deliver_credit(*pair)
+                    progress = True
+            self.check_invariants()
+            if not progress:
+                return
+        raise AssertionError("the cluster did not quiesce")
+
+
+EVENTS = st.sampled_from(["send", "send", "send", "deliver", "deliver", "release", "release", "credit", "drain"])
+
+
+@st.composite
+def setups(draw) -> Setup:
+    ranks = draw(st.integers(2, 6))
+    mode = draw(st.sampled_from(["rank", "node"]))
+    ranks_per_node = draw(st.integers(1, ranks)) if mode == "node" else 1
+    senders = ranks if mode == "rank" else -(-ranks // ranks_per_node)
+    window = draw(st.integers(1, 5))  # credits per pair; small windows make sends wait
+    return Setup(
+        ranks=ranks,
+        mode=mode,
+        ranks_per_node=ranks_per_node,
+        recv_slots=senders * window + draw(st.integers(0, senders - 1)),
+        credit_threshold=draw(st.integers(1, 3)),
+        piggyback=draw(st.booleans()),
+        send_slots=draw(st.integers(1, 8)),
+    )
+
+
+def step(cluster: Cluster, kind: str, a: int, b: int) -> None:
+    n = cluster.n
+    if kind == "send":
+        # Half the sends go to rank 0: incast, the case credits exist for.
+        cluster.app_send(a % n, b % n if b < 128 else 0)
+    elif kind == "deliver":
+        busy = [pair for pair, q in cluster.payloads.items() if q]
+        if busy:
+            cluster.deliver_payload(*busy[a % len(busy)])
+    elif kind == "release":
+        holders = [r for r in range(n) if cluster.held[r]]
+        if holders:
+            rank = holders[a % len(holders)]
+            cluster.release(rank, b % len(cluster.held[rank]))
+    elif kind == "credit":
+        busy = [pair for pair, q in cluster.credit_msgs.items() if q]
+        if busy:
+            cluster.deliver_credit(*busy[a % len(busy)])
+    else:
+        cluster.drain(a % n)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=setups(),
+       events=st.lists(st.tuples(EVENTS, st.integers(0, 255), st.integers(0, 255)), max_size=150))
+def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once(setup, events):
+    cluster = Cluster(setup)
+    cluster.check_invariants()
+    for kind, a, b in events:
+        step(cluster, kind, a, b)
+        cluster.check_invariants()
+
+    cluster.quiesce()
+
+    sent = Counter((s, d, seq) for (s, d), seqs in cluster.submitted.items() for seq in seqs)
+    assert cluster.delivered == sent, "a message was lost or duplicated"
+    assert all(count == 1 for count in cluster.delivered.values())
+    for pair in cluster.submitted:
+        assert cluster.delivered_order[pair] == cluster.submitted[pair], f"FIFO broken for {pair}"
+    for ep in cluster.eps:
+        assert ep.deferred.total == 0
+        assert ep.send_pool.free_count == setup.send_slots, "a send slot leaked"
+        assert ep.messages_sent == ep.counters()["messages_sent"] == sum(
+            len(seqs) for (s, _), seqs in cluster.submitted.items() if s == ep.rank)
+        assert ep.messages_received == ep.messages_released
+
+
+def test_the_simulation_detects_a_send_without_credit():
+    """Guard against a vacuous harness: bypassing the credit check must trip the invariants."""
+    cluster = Cluster(Setup(ranks=2, mode="rank", ranks_per_node=1, recv_slots=2, credit_threshold=1,
+                            piggyback=False, send_slots=4))
+    assert cluster.per_pair == 1
+    cluster.app_send(0, 1)
+    cluster.eps[0].flow.send_credits[1] += 1  # forge a credit
+    cluster.app_send(0, 1)
+    with pytest.raises(AssertionError, match="without credit|not conserved"):
+        cluster.check_invariants()

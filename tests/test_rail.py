@@ -1,0 +1,93 @@
+"""The MPI transport under a real mpiexec: exactly-once delivery and every error."""
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+TINY_POOLS = {"MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "2"}
+
+
+def assert_clean_finish(result: dict) -> None:
+    assert result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
+    stats = result["stats"]
+    assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
+    assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
+
+
+@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.smoke), 8, 16])
+def test_uniform_traffic_is_delivered_exactly_once(mpirun, ranks):
+    result = mpirun(ranks, "traffic.py", "--pattern", "uniform", "--max-messages", "200", "--seed", str(ranks))
+    assert_clean_finish(result)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("pattern", ["uniform", "incast"])
+def test_tiny_pools_force_backpressure_without_loss(mpirun, pattern):
+    result = mpirun(4, "traffic.py", "--pattern", pattern, "--max-messages", "150", env=TINY_POOLS)
+    assert_clean_finish(result)
+
+
+def test_many_to_one_incast_at_16_ranks(mpirun):
+    result = mpirun(16, "traffic.py", "--pattern", "incast", "--max-messages", "150")
+    assert_clean_finish(result)
+    victim = result["victims"][0]
+    assert result["stats"][victim]["messages_received"] >= 15 * 75
+
+
+def test_fewer_posted_receives_than_slots(mpirun):
+    result = mpirun(4, "traffic.py", "--max-messages", "150",
+                    env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3"})
+    assert_clean_finish(result)
+
+
+@pytest.fixture(scope="module")
+def errors(mpirun):
+    return mpirun(2, "errors.py")
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("case, error, words", [
+    ("config_keyword", "ConfigError", ["MAILRAIL_DATAGRAM_SIZE", "0"]),
+    ("config_mode", "ConfigError", ["MAILRAIL_FLOW_CONTROL", "'bogus'"]),
+    ("config_unknown", "ConfigError", ["datagram_sz"]),
+    ("rank_mode_too_few_slots", "ConfigError", ["0 credits", "MAILRAIL_RECV_POOL_SLOTS=1", "node"]),
+    ("dest_too_large", "InvalidDestinationError", ["destination 2", "0..1"]),
+    ("dest_negative", "InvalidDestinationError", ["destination -1"]),
+    ("dest_not_int", "InvalidDestinationError", ["'1'", "not an integer"]),
+    ("nbytes_negative", "MessageSizeError", ["nbytes=-1", "0..64"]),
+    ("nbytes_too_large", "MessageSizeError", ["nbytes=65", "0..64"]),
+    ("foreign_buffer", "BufferOwnershipError", ["not reserved"]),
+    ("buffer_sent_twice", "BufferOwnershipError", ["in flight", "once per reserve_send_buffer"]),
+    ("release_twice", "ReleaseError", ["already released"]),
+    ("release_foreign", "ReleaseError", ["'not a message'", "not a message received from this MailRail"]),
+    ("release_other_rails_message", "ReleaseError", ["not a message received from this MailRail"]),
+    ("reserve_after_finalize", "FinalizedError", ["reserve_send_buffer", "after finalize"]),
+    ("send_after_finalize", "FinalizedError", ["send(dest=0)", "after finalize"]),
+    ("receive_after_finalize", "FinalizedError", ["receive()"]),
+    ("release_after_finalize", "FinalizedError", ["release_receive_buffer()"]),
+    ("barrier_after_finalize", "FinalizedError", ["barrier()"]),
+    ("finalize_twice", "FinalizedError", ["twice"]),
+    ("finalize_strict", "UndeliveredError", ["1 arrived message(s) never returned by receive()"]),
+])
+def test_misuse_raises_a_precise_error(errors, case, error, words):
+    raised, message = errors[case]
+    assert raised == error, (case, raised, message)
+    for word in words:
+        assert word in message, (case, word, message)
+
+
+def test_full_send_pool_returns_none_not_an_error(errors):
+    outcome, failures = errors["pool_exhausted"]
+    assert outcome == "None" and failures == 1
+
+
+def test_received_data_is_a_read_only_view(errors):
+    assert errors["message_readonly"][0] == "False"
+
+
+def test_finalize_reports_what_was_never_delivered(errors):
+    report, warnings = errors["finalize_report"]
+    assert report == {"deferred": 0, "unreleased": 1, "unreceived": 1}
+    assert len(warnings) == 1
+    assert "1 received message(s) never released" in warnings[0]
+    assert "1 arrived message(s) never returned by receive()" in warnings[0]
