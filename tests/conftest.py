@@ -40,7 +40,8 @@ class MpiRun:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("MAILRAIL_")}
         clean.setdefault("MAILRAIL_STALL_TIMEOUT", "30")  # starvation fails loudly, not as a hang
         clean.update(env or {})
-        argv = mpiexec_argv(ranks, [sys.executable, str(PROGRAMS / program), *args])
+        # python -m mpi4py: an uncaught exception on one rank aborts the job instead of hanging it.
+        argv = mpiexec_argv(ranks, [sys.executable, "-m", "mpi4py", str(PROGRAMS / program), *args])
         try:
             return run_bounded(argv, timeout=timeout, env=mpi_environment(clean), capture=True)
         except subprocess.TimeoutExpired as expired:

@@ -250,7 +250,8 @@ def step(cluster: Cluster, kind: str, a: int, b: int) -> None:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups(),
-       events=st.lists(st.tuples(EVENTS, st.integers(0, 255), st.integers(0, 255)), max_size=150))
+       events=st.lists(st.tuples(EVENTS, st.integers(0, 255), st.integers(0, 255)),
+                           min_size=60, max_size=250))
 def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once(setup, events):
     cluster = Cluster(setup)
     cluster.check_invariants()

@@ -126,7 +126,11 @@ def _bool(variable: str, raw: Any, keyword: str | None) -> bool:
 
 
 def _path(variable: str, raw: Any, keyword: str | None) -> str:
-    return os.fspath(raw)
+    try:
+        path = os.fspath(raw)
+    except TypeError:
+        raise ConfigError(f"{_where(variable, keyword)} must be a directory path, got {raw!r}") from None
+    return path.decode() if isinstance(path, bytes) else path
 
 
 KNOBS: dict[str, Callable[..., Any]] = {

@@ -109,7 +109,8 @@ class Endpoint:
         except TypeError:
             size = None
         if isinstance(nbytes, bool) or size is None:
-            raise MessageSizeError(f"nbytes={nbytes!r} is not an integer byte count")
+            raise MessageSizeError(f"nbytes={nbytes!r} is not an integer byte count "
+                                   f"(a message holds 0..{self.datagram_size} bytes)")
         if not 0 <= size <= self.datagram_size:
             raise MessageSizeError(
                 f"nbytes={nbytes!r} is out of range: a message holds 0..{self.datagram_size} bytes "
@@ -175,7 +176,8 @@ class Endpoint:
         if self._last_progress is None:
             self._last_progress = now
         elif now - self._last_progress > self.stall_timeout:
-            raise CreditStallError(self.stall_report(now - self._last_progress))
+            waited, self._last_progress = now - self._last_progress, now  # catchable: the clock restarts
+            raise CreditStallError(self.stall_report(waited))
 
     def stall_report(self, waited: float) -> str:
         lines = [f"rank {self.rank}: {self.deferred.total} deferred message(s) made no progress for "

@@ -11,7 +11,7 @@ variables.  Rank 0 prints one line ``RESULT <json>``; any failure raises.
 
 import argparse
 import json
-import sys
+import time
 import zlib
 
 import numpy as np
@@ -33,6 +33,9 @@ def main() -> None:
     parser.add_argument("--max-messages", type=int, default=300)
     parser.add_argument("--victims", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hold-seconds", type=float, default=0.0,
+                        help="hold received messages until nothing new arrived for this long, "
+                             "then release them all (fills the credit window)")
     args = parser.parse_args()
 
     comm = MPI.COMM_WORLD
@@ -60,12 +63,24 @@ def main() -> None:
     seen: set[tuple[int, int]] = set()
     received = 0
 
+    held = []
+    last_arrival = time.monotonic()
+
     def take() -> bool:
+        nonlocal last_arrival
         message = rail.receive()
         if message is None:
+            if held and time.monotonic() - last_arrival >= args.hold_seconds:
+                for old in held:
+                    rail.release_receive_buffer(old)
+                held.clear()
             return False
+        last_arrival = time.monotonic()
         check(message)
-        rail.release_receive_buffer(message)
+        if args.hold_seconds:
+            held.append(message)
+        else:
+            rail.release_receive_buffer(message)
         return True
 
     def check(message) -> None:
@@ -90,6 +105,12 @@ def main() -> None:
         buf[:nbytes] = payload(rank, seq, int(nbytes))
         rail.send(int(dest), buf, int(nbytes))
         take()
+    if args.hold_seconds:  # hold-and-release until everything expected is here
+        while received < expected_messages:
+            take()
+        for message in held:
+            rail.release_receive_buffer(message)
+        held.clear()
     rail.barrier(handler=check)  # quiescence: every rank keeps progressing until all is delivered
     assert received == expected_messages, (received, expected_messages)
     assert rail.stats()["deferred_now"] == 0
@@ -106,11 +127,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
+    main()
