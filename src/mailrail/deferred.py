@@ -21,7 +21,9 @@ class DeferredSends:
     """Queued ``(slot, nbytes)`` sends keyed by destination rank."""
 
     def __init__(self, *, poll_window: int | None = None) -> None:
-        self._queues: dict[int, deque] = {}
+        #: dest -> FIFO of (slot, nbytes); a destination is a key only while it has a queue.
+        #: Read it, never write it (membership tests on the hot path).
+        self.queues: dict[int, deque] = {}
         self._ready: dict[int, None] = {}  # insertion-ordered set
         self._rotation: deque[int] = deque()  # polling mode: destinations, emptied ones dropped lazily
         self._in_rotation: set[int] = set()
@@ -34,16 +36,16 @@ class DeferredSends:
         return self.total
 
     def has_queue(self, dest: int) -> bool:
-        return dest in self._queues
+        return dest in self.queues
 
     def queued_for(self, dest: int) -> int:
-        queue = self._queues.get(dest)
+        queue = self.queues.get(dest)
         return len(queue) if queue else 0
 
     def push(self, dest: int, slot: int, nbytes: int) -> None:
-        queue = self._queues.get(dest)
+        queue = self.queues.get(dest)
         if queue is None:
-            queue = self._queues[dest] = deque()
+            queue = self.queues[dest] = deque()
             if self._poll_window is not None and dest not in self._in_rotation:
                 self._in_rotation.add(dest)
                 self._rotation.append(dest)
@@ -55,7 +57,7 @@ class DeferredSends:
 
     def mark_ready(self, dest: int) -> None:
         """*dest* gained credit: visit it at the next drain if it has a queue."""
-        if dest in self._queues:
+        if dest in self.queues:
             self._ready[dest] = None
 
     def candidates(self) -> Iterator[int]:
@@ -68,7 +70,7 @@ class DeferredSends:
             ready, self._ready = self._ready, {}
             yield from ready
             return
-        rotation, queues = self._rotation, self._queues
+        rotation, queues = self._rotation, self.queues
         for _ in range(min(self._poll_window, len(rotation))):
             dest = rotation.popleft()
             if dest not in queues:  # emptied since it was queued: drop it now, O(1)
@@ -78,21 +80,21 @@ class DeferredSends:
             yield dest
 
     def pop(self, dest: int) -> tuple[int, int]:
-        queue = self._queues[dest]
+        queue = self.queues[dest]
         item = queue.popleft()
         self.total -= 1
         if not queue:
-            del self._queues[dest]
+            del self.queues[dest]
             self._ready.pop(dest, None)
         return item
 
     def destinations(self) -> list[int]:
-        return list(self._queues)
+        return list(self.queues)
 
     def clear(self) -> list[tuple[int, int, int]]:
         """Drop everything; return ``(dest, slot, nbytes)`` of each dropped send."""
-        dropped = [(dest, slot, n) for dest, q in self._queues.items() for slot, n in q]
-        self._queues.clear()
+        dropped = [(dest, slot, n) for dest, q in self.queues.items() for slot, n in q]
+        self.queues.clear()
         self._ready.clear()
         self._rotation.clear()
         self._in_rotation.clear()

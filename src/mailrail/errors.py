@@ -47,3 +47,11 @@ class UndeliveredWarning(UserWarning):
 
 class UndeliveredError(MailRailError):
     """``finalize(strict=True)`` found messages that were never delivered or never released."""
+
+
+class TraceFormatError(MailRailError, ValueError):
+    """A communication trace is corrupt, incomplete, or does not fit the job.
+
+    The message names the file and the byte offset (binary) or line (JSON lines)
+    of the offending record, and what was found there.
+    """

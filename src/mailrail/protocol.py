@@ -39,6 +39,11 @@ class Endpoint:
         self.deferred = DeferredSends(
             poll_window=NODE_DRAIN_WINDOW if flow.credits_change_silently else None)
         self.stall_timeout = stall_timeout
+        # Hot-path shortcuts (looked up once, used per message).
+        self._queued = self.deferred.queues
+        self._try_acquire = flow.try_acquire
+        self._slot_by_id = send_pool.slot_by_id
+        self._views = send_pool.views
         self._last_progress: float | None = None
         # Counters (see stats()).
         self.messages_sent = 0
@@ -70,7 +75,9 @@ class Endpoint:
             dest = self._checked_rank(dest)
         if type(nbytes) is not int or not 0 <= nbytes <= self.datagram_size:
             nbytes = self._checked_size(nbytes)
-        slot = self.send_pool.slot_of(buf)
+        slot = self._slot_by_id.get(id(buf))
+        if slot is None or self._views[slot] is not buf:  # not the view handed out: look harder
+            slot = self.send_pool.slot_of(buf)
         if slot is None:
             raise BufferOwnershipError(
                 f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "
@@ -80,7 +87,7 @@ class Endpoint:
             raise BufferOwnershipError(
                 f"send buffer slot {slot} is {_STATE_NAMES[state]}, not reserved: a buffer is sent "
                 f"once per reserve_send_buffer()")
-        if not self.deferred.has_queue(dest) and self.flow.try_acquire(dest):
+        if dest not in self._queued and self._try_acquire(dest):
             self.send_state[slot] = IN_FLIGHT
             return dest, nbytes, slot
         self.send_state[slot] = QUEUED

@@ -101,9 +101,7 @@ def _mailrail_rate(comm, rail, peer: int, sender: bool, nbytes: int, n: int) -> 
                 if message is not None:
                     rail.release_receive_buffer(message)
                 continue
-            if nbytes >= 8:
-                buf[:8] = _stamp(sent)
-            rail.send(peer, buf, nbytes)
+            rail.send(peer, buf, nbytes)  # payload bytes left as they are: the raw loop writes none either
             sent += 1
         while rail.pending_sends():
             message = rail.receive()
@@ -159,10 +157,6 @@ def _raw_rate(comm, peer: int, sender: bool, nbytes: int, n: int, *, batched: bo
         request.Free()
     raw.Free()
     return n / comm.allreduce(elapsed, op=_max())
-
-
-def _stamp(sequence: int) -> np.ndarray:
-    return np.frombuffer(sequence.to_bytes(8, "little"), dtype=np.uint8)
 
 
 def _max():
