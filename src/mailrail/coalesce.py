@@ -1,0 +1,186 @@
+"""Record coalescing: many small fixed-size records packed per destination into datagrams.
+
+Applications send 8-byte histogram keys or 40-byte edges by the million; one
+MailRail message each would spend all the time in per-message Python.  A
+:class:`Coalescer` takes a numpy array of records and their destinations,
+partitions them by destination with one stable radix sort, and copies whole
+slices into send buffers: no Python loop per record.  Full datagrams leave at
+once; the remainder waits in a per-destination staging row until
+:meth:`Coalescer.flush`.  Arriving datagrams are handed back to the
+application as record arrays (zero-copy views, valid during the handler).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .errors import MailRailError, MessageSizeError
+from .rail import MailRail, Message
+
+
+class Coalescer:
+    """Packs records of one numpy *dtype* per destination into datagrams of *rail*.
+
+    *handler* receives, for each arriving datagram, ``(source, records)`` where
+    *records* is a read-only array of *dtype* viewing the receive buffer; copy
+    what must outlive the call.  The handler may send more records.
+    """
+
+    def __init__(self, rail: MailRail, dtype: np.dtype | type | str,
+                 handler: Callable[[int, np.ndarray], object]) -> None:
+        self.rail = rail
+        self.dtype = np.dtype(dtype)
+        self.handler = handler
+        self.record_size = self.dtype.itemsize
+        self.per_datagram = rail.datagram_size // self.record_size
+        if self.per_datagram == 0:
+            raise MessageSizeError(f"a {self.record_size}-byte record does not fit in a "
+                                   f"{rail.datagram_size}-byte datagram")
+        # Staging rows for partial datagrams, one per destination, allocated on first use:
+        # holding a send buffer per destination instead could pin the whole send pool.
+        self._staged: dict[int, np.ndarray] = {}
+        self._staged_count: dict[int, int] = {}
+        self.records_sent = 0
+        self.records_received = 0
+        self.datagrams_sent = 0
+        self._rank_dtype = np.uint16 if rail.size <= 1 << 16 else np.uint32  # radix-sortable
+        # A handler may send while send() is still packing (it runs from poll()): such
+        # nested sends wait here and go out right after, so staging rows stay consistent.
+        self._sending = False
+        self._nested: list[tuple[np.ndarray, np.ndarray]] = []
+        self._flush_each_send = False  # inside barrier(): nothing may stay staged
+        self._flush_requested = False
+
+    # -- sending -----------------------------------------------------------
+
+    def send(self, dests: np.ndarray, records: np.ndarray) -> None:
+        """Queue ``records[i]`` for rank ``dests[i]``; full datagrams leave at once."""
+        records = np.asarray(records)
+        if records.dtype != self.dtype:
+            raise TypeError(f"records have dtype {records.dtype}, this coalescer packs {self.dtype}")
+        dests = np.asarray(dests)
+        if dests.shape != records.shape[:1]:
+            raise ValueError(f"{len(dests)} destinations for {len(records)} records")
+        if len(dests) == 0:
+            return
+        if self._sending:
+            self._nested.append((dests.copy(), records.copy()))
+            return
+        self._pump(lambda: self._partition_and_send(dests, records))
+
+    def _pump(self, action: Callable[[], None]) -> None:
+        """Run *action*, then every send and flush that handlers asked for meanwhile."""
+        self._sending = True
+        try:
+            action()
+            while self._nested or self._flush_requested or (self._flush_each_send and self._anything_staged()):
+                while self._nested:
+                    self._partition_and_send(*self._nested.pop(0))
+                if self._flush_requested or self._flush_each_send:
+                    self._flush_requested = False
+                    self._flush_staged()
+        finally:
+            self._sending = False
+
+    def _anything_staged(self) -> bool:
+        return any(self._staged_count.values())
+
+    def _partition_and_send(self, dests: np.ndarray, records: np.ndarray) -> None:
+        low, high = int(dests.min()), int(dests.max())
+        if low < 0 or high >= self.rail.size:
+            bad = low if low < 0 else high
+            raise MailRailError(f"destination {bad} is out of range: valid ranks are 0..{self.rail.size - 1}")
+        ranks = dests.astype(self._rank_dtype, copy=False)
+        order = np.argsort(ranks, kind="stable")  # radix sort for 16-bit keys: O(n)
+        sorted_records = records[order]
+        counts = np.bincount(ranks, minlength=self.rail.size)
+        start = 0
+        for dest in np.flatnonzero(counts).tolist():
+            end = start + int(counts[dest])
+            self._send_to(dest, sorted_records[start:end])
+            start = end
+        self.records_sent += len(records)
+
+    def _send_to(self, dest: int, records: np.ndarray) -> None:
+        per = self.per_datagram
+        staged = self._staged_count.get(dest, 0)
+        if staged:  # top up the partial datagram first, keeping the records in order
+            take = min(per - staged, len(records))
+            self._staged[dest][staged:staged + take] = records[:take]
+            staged += take
+            records = records[take:]
+            if staged < per:
+                self._staged_count[dest] = staged
+                return
+            self._transmit(dest, self._staged[dest])
+            staged = 0
+        full = len(records) - len(records) % per
+        for offset in range(0, full, per):
+            self._transmit(dest, records[offset:offset + per])
+        rest = len(records) - full
+        if rest:
+            row = self._staged.get(dest)
+            if row is None:
+                row = self._staged[dest] = np.empty(per, dtype=self.dtype)
+            row[:rest] = records[full:]
+        self._staged_count[dest] = rest
+
+    def _transmit(self, dest: int, records: np.ndarray) -> None:
+        rail = self.rail
+        buf = rail.reserve_send_buffer()
+        while buf is None:  # backpressure: deliver what arrives until a buffer frees up
+            self.poll()
+            buf = rail.reserve_send_buffer()
+        nbytes = records.nbytes
+        buf[:nbytes] = records.view(np.uint8).reshape(-1)
+        rail.send(dest, buf, nbytes)
+        self.datagrams_sent += 1
+        self.poll()  # receive aggressively: one arrival per datagram sent
+
+    def flush(self) -> None:
+        """Send every partial datagram."""
+        if self._sending:  # called from a handler: the running send() flushes when it is done
+            self._flush_requested = True
+            return
+        self._pump(self._flush_staged)
+
+    def _flush_staged(self) -> None:
+        for dest, count in list(self._staged_count.items()):
+            if count:
+                self._staged_count[dest] = 0
+                self._transmit(dest, self._staged[dest][:count])
+
+    # -- receiving ---------------------------------------------------------
+
+    def poll(self) -> bool:
+        """Receive at most one datagram and hand its records to the handler."""
+        message = self.rail.receive()
+        if message is None:
+            return False
+        self.deliver(message)
+        self.rail.release_receive_buffer(message)
+        return True
+
+    def deliver(self, message: Message) -> None:
+        """Hand the records of *message* to the handler (for barrier handlers and custom loops)."""
+        if message.nbytes % self.record_size:
+            raise MailRailError(f"a {message.nbytes}-byte datagram from rank {message.source} is not a "
+                                f"whole number of {self.record_size}-byte records")
+        records = message.data.view(self.dtype)
+        self.records_received += len(records)
+        self.handler(message.source, records)
+
+    def barrier(self) -> None:
+        """Flush, then wait for global quiescence while delivering arrivals (collective).
+
+        Records the handler sends meanwhile leave at once (no staging), so the
+        barrier's message counts see them.
+        """
+        self.flush()
+        self._flush_each_send = True
+        try:
+            self.rail.barrier(handler=self.deliver)
+        finally:
+            self._flush_each_send = False
