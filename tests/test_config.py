@@ -188,12 +188,15 @@ def test_invalid_keyword_value_raises_config_error_naming_variable_and_value(key
 
 
 def test_non_path_trace_keyword_raises_config_error_naming_variable_and_value():
-    # KNOWN BUG (src/mailrail/config.py, _path): os.fspath(12345) raises a bare
-    # TypeError instead of a ConfigError naming MAILRAIL_TRACE and the value.
+    # Regression: _path used to let os.fspath's bare TypeError escape.
     with pytest.raises(ConfigError) as info:
         Config.from_env({}, trace=12345)
     assert "MAILRAIL_TRACE" in str(info.value)
     assert "12345" in str(info.value)
+
+
+def test_bytes_trace_path_is_decoded_to_str():
+    assert Config.from_env({}, trace=b"trace-dir").trace == "trace-dir"
 
 
 def test_config_error_is_a_value_error():

@@ -270,6 +270,17 @@ def test_node_mode_fifo_with_credits_refilled_silently_by_a_neighbour():
     assert ep.drain() == [(2, newer, 8)]
 
 
+def test_sends_leave_at_once_again_after_the_deferred_queues_are_cleared():
+    # finalize() clears the queues; the endpoint must not think a queue still exists.
+    ep = rank_endpoint(per_pair=1)
+    send(ep, 1)
+    send(ep, 1)
+    assert ep.deferred.clear() != []
+    ep.credits_arrived(1, 1)
+    _, now = send(ep, 1)
+    assert now
+
+
 def test_unconstrained_mode_never_defers():
     ep = endpoint(slots=100)
     assert all(send(ep, 1)[1] for _ in range(100))

@@ -95,6 +95,8 @@ def _int(minimum: int) -> Callable[..., int]:
 
 def _float(minimum: float) -> Callable[..., float]:
     def parse(variable: str, raw: Any, keyword: str | None) -> float:
+        if isinstance(raw, bool):
+            raise ConfigError(f"{_where(variable, keyword)} must be a number, got {raw!r}")
         try:
             value = float(raw)
         except (TypeError, ValueError):

@@ -13,7 +13,7 @@ import operator
 
 from .deferred import DeferredSends
 from .errors import (BufferOwnershipError, CreditStallError, InvalidDestinationError,
-                     MessageSizeError)
+                     MessageSizeError, ProtocolError)
 from .flow.base import FlowControl
 from .pool import SlotPool
 
@@ -149,6 +149,8 @@ class Endpoint:
         return self.flow.take_piggyback(dest)
 
     def send_completed(self, slot: int) -> None:
+        if self.send_state[slot] != IN_FLIGHT:  # a slot freed twice would be handed out twice
+            raise ProtocolError(f"send slot {slot} completed while {_STATE_NAMES[self.send_state[slot]]}")
         self.send_state[slot] = FREE
         self.send_pool.give(slot)
 

@@ -24,7 +24,21 @@ def test_table_blocks_cover_the_keys_once():
     owners = tables[0].owners(keys)
     for rank, table in enumerate(tables):
         table.add(0, keys[owners == rank])
-        assert (table.counts == 1).all()
+        table.add(1, keys[owners == rank][:5])
+        table.settle()
+        assert table.counts.sum() == len(table.counts) + 5
+        assert (table.counts[:5] == 2).all() and (table.counts[5:] == 1).all()
+
+
+def test_table_counts_more_keys_than_its_buffer_holds():
+    table = Table(4, 1, 0)
+    table.PENDING_KEYS = 8
+    table._pending = table._pending[:8]
+    for _ in range(5):
+        table.add(0, np.arange(16, dtype=np.uint64))
+    table.add(0, np.arange(16, dtype=np.uint64).repeat(3))  # larger than the whole buffer
+    table.settle()
+    assert (table.counts == 8).all()
 
 
 @pytest.mark.mpi

@@ -63,7 +63,7 @@ class RankCredits(FlowControl):
                 f"rank {source} has {unreturned[source]} unreturned messages here but only "
                 f"{self.credits_per_pair} credits per pair: a send without credit")
         if tag:
-            self.send_credits[source] += tag
+            self.on_credit_return(source, tag)  # piggybacked credits obey the same bound
             return True
         return False
 

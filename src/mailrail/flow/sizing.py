@@ -34,6 +34,8 @@ def credit_budget(mode: str, *, recv_slots: int, ranks: int, nodes: int,
                 f"MAILRAIL_RECV_POOL_SLOTS to at least {senders}")
     else:
         per_pair = credits_per_pair
+        if per_pair < 1:
+            raise ConfigError(f"MAILRAIL_CREDITS_PER_PAIR must be >= 1, got {per_pair}")
         if per_pair * senders > recv_slots:
             raise ConfigError(
                 f"MAILRAIL_CREDITS_PER_PAIR={per_pair} x {senders} {unit}s = {per_pair * senders} credits "
