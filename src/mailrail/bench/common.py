@@ -7,7 +7,6 @@ import json
 import os
 from typing import Any, Iterable, Sequence
 
-from ..config import KNOBS
 
 _FLAG_HELP = {
     "datagram_size": "bytes per message slot (MAILRAIL_DATAGRAM_SIZE)",
@@ -34,8 +33,12 @@ def add_rail_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str] =
 
 
 def rail_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The MailRail keyword arguments the user set on the command line (validated by Config)."""
-    return {k: getattr(args, k) for k in KNOBS if getattr(args, k, None) is not None}
+    """The MailRail keyword arguments the user set on the command line (validated by Config).
+
+    Only the flags :func:`add_rail_arguments` defines count: a command's own argument that
+    happens to share a knob's name (say ``trace``) is not a MailRail option.
+    """
+    return {k: getattr(args, k) for k in _FLAG_HELP if getattr(args, k, None) is not None}
 
 
 def rail_flags(options: dict[str, Any]) -> list[str]:
