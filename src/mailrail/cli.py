@@ -10,30 +10,48 @@ import sys
 COMMANDS = {
     ("run",): ("mailrail.launch", "run a mailrail command under mpiexec on this machine (mailrail run -n 4 bench stream)"),
     ("bench", "stream"): ("mailrail.bench.stream", "message rate and bandwidth vs raw mpi4py (mpiexec -n 2+)"),
+    ("bench", "histogram"): ("mailrail.bench.histogram", "distributed histogram: inserts/s, per-mode overhead, alltoallv peer"),
     ("bench", "atomics"): ("mailrail.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
+    ("bench", "adversarial"): ("mailrail.bench.adversarial",
+                               "adversarial incast: every rank floods a few victims (mpiexec -n 2+)"),
+    ("compare",): ("mailrail.bench.compare",
+                   "the main job: adversarial incast under none, rank and node flow control, side by side"),
+    ("sweep",): ("mailrail.bench.sweep", "weak scaling and victim sweep of the three modes (JSON + plots)"),
+    ("replay",): ("mailrail.trace.replay", "replay a recorded trace over MailRail, verify delivery "
+                                           "(mailrail run -n RANKS replay TRACE_DIR)"),
+    ("trace", "stats"): ("mailrail.trace.stats", "a trace's ranks, phases, messages, byte matrix and heatmap"),
+    ("trace", "generate"): ("mailrail.trace.generate", "write a synthetic binary trace: uniform, zipf or rmat"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mailrail", description=__doc__)
-    groups = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    nested: dict[str, argparse._SubParsersAction] = {}
-    for path, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        if len(path) == 1:
-            sub = groups.add_parser(path[0], help=help_text, description=help_text)
-        else:
-            if path[0] not in nested:
-                group = groups.add_parser(path[0], help=f"{path[0]} commands")
-                nested[path[0]] = group.add_subparsers(dest="subcommand", required=True, metavar="NAME")
-            sub = nested[path[0]].add_parser(path[1], help=help_text, description=help_text)
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """A parser for the command *argv* names, importing only that command's module.
+
+    Every command's parser is built on demand, so a broken or slow module never
+    takes the other commands down, and ``mailrail compare`` does not load MPI.
+    """
+    for path in sorted(COMMANDS, key=len, reverse=True):
+        if tuple(argv[:len(path)]) == path:
+            module_name, help_text = COMMANDS[path]
+            parser = argparse.ArgumentParser(prog="mailrail " + " ".join(path), description=help_text)
+            module = importlib.import_module(module_name)
+            module.add_arguments(parser)
+            parser.set_defaults(run=module.run, consumed=len(path))
+            return parser
+    parser = argparse.ArgumentParser(
+        prog="mailrail", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n" + "\n".join(f"  {' '.join(path):<18} {text}" for path, (_, text) in COMMANDS.items()))
+    parser.add_argument("command", nargs="+", help="one of the commands below")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
+    if parser.get_default("run") is None:
+        args = parser.parse_args(argv)  # --help, or not a command: say which exist
+        parser.error(f"unknown command {' '.join(args.command)!r}")
+    args = parser.parse_args(argv[parser.get_default("consumed"):])
     return int(args.run(args) or 0)
 
 

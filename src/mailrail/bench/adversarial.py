@@ -1,0 +1,338 @@
+"""``mailrail bench adversarial``: the adversarial incast benchmark (run under mpiexec).
+
+``--victims V`` ranks, chosen at random from ``--seed``, receive everything:
+every rank sends its messages to the victims (never to itself), spread evenly
+over them and shuffled into its own random order, with no compute between
+sends.  Ranks receive aggressively: before the first send, while waiting for a
+send buffer and after every send.  A trial ends exactly: each victim knows
+how many messages it must receive, each sender waits until its sends completed
+locally, and only that part is timed; then a quiescence barrier (which keeps
+every rank progressing: in node mode credit returns may be addressed to any
+rank of the sending node) and an MPI barrier separate the trials.
+
+Goodput is the bits received by all victims divided by the trial's runtime
+(the slowest rank's).  One MailRail serves every trial, so later trials reuse
+warm pools.  Rank 0 prints a summary and, with ``--json``, writes the document
+described in the README ("Adversarial benchmark").
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from .common import add_rail_arguments, format_table, peak_rss_bytes, rail_options, write_json
+from .metrics import MetricsRecorder, current_rss_bytes
+
+DEFAULT_MESSAGES = 1000
+
+#: rail.stats() counters copied into each rank's entry of ``ranks_detail``.
+DETAIL_COUNTERS = (
+    "messages_sent", "bytes_sent", "messages_received", "bytes_received",
+    "credit_messages_sent", "credit_messages_received", "credits_returned", "credits_piggybacked",
+    "deferred_sends", "deferred_high_water", "reserve_failures", "credit_window_high_water",
+    "held_high_water", "credit_state_bytes", "shared_credit_bytes", "recv_pool_bytes", "send_pool_bytes",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--victims", type=int, default=1,
+                        help="ranks that receive all traffic, chosen at random from --seed (default: %(default)s)")
+    amount = parser.add_mutually_exclusive_group()
+    amount.add_argument("--messages", type=int, default=None,
+                        help=f"messages per sending rank (default: {DEFAULT_MESSAGES})")
+    amount.add_argument("--bytes-per-rank", type=int, default=None,
+                        help="payload bytes per sending rank, in datagram-size messages (instead of --messages)")
+    parser.add_argument("--trials", type=int, default=3, help="timed trials (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON (rank 0)")
+    parser.add_argument("--metrics", metavar="DIR", help="write sub-second metrics, one JSON-lines file per rank")
+    parser.add_argument("--metrics-interval", type=float, default=0.1,
+                        help="seconds between metrics samples (default: %(default)s)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="rank 0 prints only its progress lines, not the summary table")
+    add_rail_arguments(parser)
+
+
+@dataclasses.dataclass
+class Plan:
+    """What one rank sends and receives in every trial (the same in each)."""
+
+    victims: list[int]
+    dests: list[int]        # destination of each message, in send order
+    sizes: list[int]        # payload bytes of each message
+    expected_messages: int  # messages this rank receives (victims only)
+    expected_bytes: int
+
+
+def incast_ratio(ranks: int, victims: int) -> float:
+    """Sending ranks per victim: a lone victim has nobody to send to, with two or more everyone sends."""
+    senders = ranks - 1 if victims == 1 else ranks
+    return senders / victims
+
+
+def choose_victims(size: int, victims: int, seed: int) -> list[int]:
+    return sorted(int(v) for v in np.random.default_rng(seed).choice(size, victims, replace=False))
+
+
+def message_sizes(datagram_size: int, messages: int | None, bytes_per_rank: int | None) -> list[int]:
+    """Full datagrams; with *bytes_per_rank*, a last shorter message carries the remainder."""
+    if bytes_per_rank is None:
+        return [datagram_size] * (DEFAULT_MESSAGES if messages is None else messages)
+    full, rest = divmod(bytes_per_rank, datagram_size)
+    return [datagram_size] * full + ([rest] if rest else [])
+
+
+def make_plan(comm, victims: list[int], sizes: list[int], seed: int) -> Plan:
+    """This rank's send order (its own random permutation) and what it must receive (collective)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    targets = [v for v in victims if v != rank]
+    if not targets:
+        sizes = []
+    # Spread evenly over the victims, then shuffle: every rank hits every victim in its own order.
+    dests = np.resize(np.array(targets, dtype=np.int64), len(sizes))
+    np.random.default_rng([seed, rank]).shuffle(dests)
+    to_each = np.stack([np.bincount(dests, minlength=size),
+                        np.bincount(dests, weights=np.array(sizes, dtype=np.float64), minlength=size)],
+                       axis=1).astype(np.int64)
+    from_each = comm.alltoall(to_each.tolist())
+    return Plan(victims, dests.tolist(), list(sizes),
+                expected_messages=sum(m for m, _ in from_each), expected_bytes=sum(b for _, b in from_each))
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """One rank's share of one trial."""
+
+    elapsed_s: float
+    messages_sent: int
+    bytes_sent: int
+    messages_received: int
+    bytes_received: int
+    stragglers: int  # messages that arrived after the rank's timed part (should be none)
+
+
+def run_trial(comm, rail, plan: Plan, recorder: MetricsRecorder | None, trial: int) -> TrialResult:
+    """Send the plan, receive what this rank expects, time it; then quiesce (untimed)."""
+    receive, release = rail.receive, rail.release_receive_buffer
+    reserve, send = rail.reserve_send_buffer, rail.send
+    received = received_bytes = 0
+
+    def drain() -> None:
+        """Receive everything that has arrived (one empty receive() at least: it drives progress)."""
+        nonlocal received, received_bytes
+        while True:
+            if recorder is not None:
+                recorder.receiving()
+            message = receive()
+            if message is None:
+                return
+            received += 1
+            received_bytes += message.nbytes
+            if recorder is not None:
+                recorder.received(message.nbytes)
+            release(message)
+
+    comm.Barrier()
+    start = time.perf_counter()
+    if recorder is not None:
+        recorder.start_trial(trial, start, len(plan.dests), plan.expected_messages)
+    drain()  # before the first send
+    for dest, nbytes in zip(plan.dests, plan.sizes):
+        buf = reserve()
+        while buf is None:  # backpressure: keep receiving until a send buffer frees up
+            drain()
+            buf = reserve()
+        if recorder is not None:
+            recorder.sent(nbytes)
+        send(dest, buf, nbytes)
+        drain()  # after every send
+    # Exact termination: victims know their count; senders wait until their sends left.
+    while received < plan.expected_messages or rail.pending_sends():
+        drain()
+    elapsed = time.perf_counter() - start
+    if recorder is not None:
+        recorder.finish_trial()
+    stragglers = 0
+
+    def count_straggler(message) -> None:
+        nonlocal stragglers
+        stragglers += 1
+
+    # Untimed: every rank keeps progressing until every message of the trial is delivered.
+    rail.barrier(handler=count_straggler)
+    return TrialResult(elapsed, len(plan.dests), sum(plan.sizes), received, received_bytes, stragglers)
+
+
+def summarize_trial(results: list[TrialResult], senders: int, victims: int) -> dict[str, Any]:
+    """The trial record of the JSON document, from every rank's share (rank 0)."""
+    runtime = max(r.elapsed_s for r in results)
+    received = sum(r.bytes_received for r in results)
+    return {
+        "runtime_s": runtime,
+        "goodput_bps": 8 * received / runtime if runtime > 0 else 0.0,
+        "bytes_received": received,
+        "messages_received": sum(r.messages_received for r in results),
+        "bytes_sent": sum(r.bytes_sent for r in results),
+        "messages_sent": sum(r.messages_sent for r in results),
+        "incast_ratio": senders / victims,
+        "stragglers": sum(r.stragglers for r in results),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    from ..nodes import NodeTopology
+    from ..rail import MailRail
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    problem = _check_arguments(args, size)
+    if problem:
+        if rank == 0:
+            print(f"bench adversarial: {problem}", flush=True)
+        return 2
+    options = rail_options(args)
+    rail = MailRail(comm, **options)
+    config = rail.config
+    topology = NodeTopology(comm, config.ranks_per_node)
+    nodes = topology.nodes
+    topology.free()
+    victims = choose_victims(size, args.victims, args.seed)
+    sizes = message_sizes(config.datagram_size, args.messages, args.bytes_per_rank)
+    plan = make_plan(comm, victims, sizes, args.seed)
+    senders = comm.allreduce(1 if plan.dests else 0)
+    rss_start = current_rss_bytes()  # pools allocated, nothing received yet: growth from here is the traffic's
+    recorder = None
+    if args.metrics:
+        recorder = MetricsRecorder(rank, args.metrics_interval)
+        recorder.truncate(args.metrics)
+    if rank == 0:
+        print(f"adversarial incast, flow control {config.flow_control}: {size} ranks on {nodes} node(s), "
+              f"{len(victims)} victim(s) {_ranks_text(victims)}, {senders} senders "
+              f"(incast {senders / len(victims):g}:1), {len(sizes)} x {config.datagram_size} B "
+              f"per sending rank, {args.trials} trial(s)", flush=True)
+
+    trials = []
+    for trial in range(args.trials):
+        result = run_trial(comm, rail, plan, recorder, trial)
+        if recorder is not None:
+            recorder.write(args.metrics)  # off the clock
+        results = comm.gather(result, root=0)
+        if rank == 0:
+            record = summarize_trial(results, senders, len(victims))
+            trials.append(record)
+            print(f"  trial {trial + 1}/{args.trials}: {record['runtime_s']:.3f} s, "
+                  f"goodput {record['goodput_bps'] / 1e6:,.1f} Mb/s", flush=True)
+
+    stats = rail.stats()
+    undelivered = rail.finalize()
+    peak_rss = peak_rss_bytes()
+    detail = {"rank": rank, "victim": rank in victims, "peak_rss_bytes": peak_rss, "rss_start_bytes": rss_start,
+              "rss_growth_bytes": max(0, peak_rss - rss_start),
+              "credit_messages": stats["credit_messages_sent"] + stats["credit_messages_received"],
+              **{k: stats[k] for k in DETAIL_COUNTERS}, "undelivered": undelivered}
+    details = comm.gather(detail, root=0)
+    if rank != 0:
+        return 0
+    document = {
+        "benchmark": "adversarial",
+        "flow_control": config.flow_control,
+        "ranks": size,
+        "nodes": nodes,
+        "victims": len(victims),
+        "victim_ranks": victims,
+        "senders": senders,
+        "incast_ratio": senders / len(victims),
+        "datagram_size": config.datagram_size,
+        "messages_per_rank": len(sizes),
+        "bytes_per_rank": sum(sizes),
+        "seed": args.seed,
+        "trials": trials,
+        "ranks_detail": details,
+        "summary": summarize_run(trials, details),
+        "metrics_dir": args.metrics,
+        "metrics_interval_s": args.metrics_interval if args.metrics else None,
+        "mpi": MPI.Get_library_version().strip().splitlines()[0],
+        "config": config.as_dict(),
+    }
+    write_json(args.json, document)
+    if not args.quiet:
+        print(summary_text(document), flush=True)
+    return 0 if document["summary"]["accounting_ok"] else 1
+
+
+def summarize_run(trials: list[dict], details: list[dict]) -> dict[str, Any]:
+    victims = [d for d in details if d["victim"]]
+    senders = [d for d in details if not d["victim"]]
+    runtimes = [t["runtime_s"] for t in trials]
+    goodputs = [t["goodput_bps"] for t in trials]
+    return {
+        "runtime_s_mean": float(np.mean(runtimes)),
+        "runtime_s_min": min(runtimes),
+        "goodput_bps_mean": float(np.mean(goodputs)),
+        "goodput_bps_max": max(goodputs),
+        "peak_victim_rss_bytes": max((d["peak_rss_bytes"] for d in victims), default=0),
+        "peak_sender_rss_bytes": max((d["peak_rss_bytes"] for d in senders), default=0),
+        # Peak minus the RSS before the first trial: what the traffic itself cost (MPI's buffers included).
+        "victim_rss_growth_bytes": max((d["rss_growth_bytes"] for d in victims), default=0),
+        "sender_rss_growth_bytes": max((d["rss_growth_bytes"] for d in senders), default=0),
+        "credit_messages": sum(d["credit_messages_sent"] for d in details),
+        "deferred_high_water": max(d["deferred_high_water"] for d in details),
+        # Exactly what was sent to the victims arrived, in every trial, and nothing else.
+        "accounting_ok": all(t["bytes_received"] == t["bytes_sent"] and t["messages_received"] == t["messages_sent"]
+                             and t["stragglers"] == 0 for t in trials),
+    }
+
+
+def summary_text(document: dict) -> str:
+    summary = document["summary"]
+    rows = [(i + 1, t["runtime_s"], t["goodput_bps"] / 1e6, t["messages_received"], t["bytes_received"] / 1e6)
+            for i, t in enumerate(document["trials"])]
+    lines = [format_table(["trial", "runtime s", "goodput Mb/s", "messages", "MB received"], rows),
+             f"peak RSS: victim {summary['peak_victim_rss_bytes'] / 2**20:.1f} MiB "
+             f"(+{summary['victim_rss_growth_bytes'] / 2**20:.1f} during the trials), sender "
+             f"{summary['peak_sender_rss_bytes'] / 2**20:.1f} MiB "
+             f"(+{summary['sender_rss_growth_bytes'] / 2**20:.1f}); credit messages {summary['credit_messages']:,}; "
+             f"deferred high water {summary['deferred_high_water']:,}"]
+    if not summary["accounting_ok"]:
+        lines.append("ACCOUNTING MISMATCH: the victims did not receive exactly what was sent to them")
+    return "\n".join(lines)
+
+
+def _check_arguments(args: argparse.Namespace, size: int) -> str | None:
+    if size < 2:
+        return "needs at least 2 ranks"
+    if not 1 <= args.victims <= size:
+        return f"--victims must be 1..{size} (the ranks), got {args.victims}"
+    if args.trials < 1:
+        return f"--trials must be >= 1, got {args.trials}"
+    if args.messages is not None and args.messages < 0:
+        return f"--messages must be >= 0, got {args.messages}"
+    if args.bytes_per_rank is not None and args.bytes_per_rank < 0:
+        return f"--bytes-per-rank must be >= 0, got {args.bytes_per_rank}"
+    if args.metrics_interval <= 0:
+        return f"--metrics-interval must be > 0, got {args.metrics_interval}"
+    return None
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8]))
+    return f"[{shown}{', ...' if len(ranks) > 8 else ''}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mailrail.bench.adversarial``: what ``compare`` and ``sweep`` launch under mpiexec."""
+    parser = argparse.ArgumentParser(prog="mailrail bench adversarial", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

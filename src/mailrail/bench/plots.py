@@ -1,0 +1,230 @@
+"""Figures of ``mailrail compare`` and ``mailrail sweep`` (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .metrics import trial_samples
+
+MODE_COLORS = {"none": "tab:red", "rank": "tab:blue", "node": "tab:green"}
+MODE_LABELS = {"none": "none (unconstrained)", "rank": "rank credits", "node": "node credits"}
+_MIB = 2 ** 20
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (imported on demand: the benchmarks do not need it)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+# -- metrics time series -------------------------------------------------------
+
+def summed_series(samples: Mapping[int, list[dict]], ranks: Sequence[int], field: str,
+                  grid: np.ndarray) -> np.ndarray:
+    """Sum over *ranks* of a cumulative *field*, linear between a rank's samples (from 0 at t=0)."""
+    total = np.zeros_like(grid)
+    for rank in ranks:
+        rows = samples.get(rank, [])
+        if rows:
+            times = [0.0] + [r["elapsed_s"] for r in rows]
+            values = [0.0] + [float(r[field]) for r in rows]
+            total += np.interp(grid, times, values)  # holds the final count after the last sample
+    return total
+
+
+def binned_max(samples: Mapping[int, list[dict]], ranks: Sequence[int], field: str,
+               width: float) -> tuple[np.ndarray, np.ndarray]:
+    """Max over *ranks* of a per-interval *field* (a gap), in time bins of *width* seconds."""
+    times, values = [], []
+    for rank in ranks:
+        for row in samples.get(rank, []):
+            times.append(row["elapsed_s"])
+            values.append(row[field])
+    if not times:
+        return np.zeros(0), np.zeros(0)
+    times = np.array(times)
+    bins = np.floor(times / width).astype(int)
+    peak = np.zeros(bins.max() + 1)
+    np.maximum.at(peak, bins, np.array(values))
+    # Each bin is drawn at its end, the last one at the last sample (a short trial ends mid-bin).
+    return np.minimum((np.arange(len(peak)) + 1) * width, times.max()), peak
+
+
+# -- compare ---------------------------------------------------------------------
+
+def plot_compare(results: Mapping[str, dict[str, Any]], metrics_dirs: Mapping[str, str], path: str,
+                 title: str) -> str:
+    """Goodput, memory and credit messages per mode, and the metrics of each mode's last trial."""
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    fig.suptitle(title, fontsize=12)
+    modes = list(results)
+    _bars_goodput(axes[0, 0], results)
+    _bars_memory(axes[0, 1], results)
+    _bars_credit_messages(axes[0, 2], results)
+    series_axes = axes[1]
+    series_axes[0].set_title("victims: messages received (% of expected)")
+    series_axes[1].set_title("senders: messages sent (% of planned)")
+    series_axes[2].set_title("longest pause between receive() calls\n(victims, per sample interval)")
+    plotted = False
+    for mode in modes:
+        result = results[mode]
+        directory = metrics_dirs.get(mode)
+        if result.get("status") != "ok" or not directory or not os.path.isdir(directory):
+            continue
+        trial = len(result["trials"]) - 1
+        samples = trial_samples(directory, trial)
+        victims = result["victim_ranks"]
+        senders = [d["rank"] for d in result["ranks_detail"] if d["messages_sent"] > 0]
+        end = max(r[-1]["elapsed_s"] for r in samples.values())
+        grid = np.linspace(0.0, end, 400)
+        color, label = MODE_COLORS.get(mode), MODE_LABELS.get(mode, mode)
+        expected = result["trials"][trial]["messages_sent"]
+        received = summed_series(samples, victims, "messages_received", grid)
+        sent = summed_series(samples, senders, "messages_sent", grid)
+        series_axes[0].plot(grid, 100 * received / max(expected, 1), color=color, label=label)
+        series_axes[1].plot(grid, 100 * sent / max(expected, 1), color=color, label=label)
+        interval = result.get("metrics_interval_s") or 0.1
+        times, gaps = binned_max(samples, victims, "max_recv_gap_s", interval)
+        series_axes[2].plot(times, 1e3 * gaps, color=color, label=label, marker=".", linewidth=1)
+        plotted = True
+    for axis in series_axes:
+        axis.set_xlabel("seconds into the trial (last trial of each mode)")
+        axis.grid(alpha=0.3)
+        if plotted:
+            axis.legend(fontsize=8)
+        else:
+            axis.text(0.5, 0.5, "no metrics", ha="center", va="center", transform=axis.transAxes)
+    series_axes[0].set_ylabel("%")
+    series_axes[1].set_ylabel("%")
+    series_axes[2].set_ylabel("ms")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _failed_label(axis, x: float, result: dict) -> None:
+    text = "timed out" if result.get("status") == "timeout" else "failed"
+    axis.text(x, 0.02, text, ha="center", va="bottom", rotation=90, color="black",
+              transform=axis.get_xaxis_transform())
+
+
+def _bars_goodput(axis, results: Mapping[str, dict]) -> None:
+    axis.set_title("goodput (bar: mean of trials, dots: each trial)")
+    for x, (mode, result) in enumerate(results.items()):
+        color = MODE_COLORS.get(mode)
+        if result.get("status") != "ok":
+            _failed_label(axis, x, result)
+            continue
+        goodputs = [t["goodput_bps"] / 1e6 for t in result["trials"]]
+        axis.bar(x, np.mean(goodputs), color=color, alpha=0.7)
+        axis.plot([x] * len(goodputs), goodputs, "o", color="black", markersize=4)
+    _mode_axis(axis, results)
+    axis.set_ylabel("Mb/s")
+
+
+def _bars_memory(axis, results: Mapping[str, dict]) -> None:
+    axis.set_title("memory growth during the trials")
+    width = 0.38
+    labeled = False
+    for x, (mode, result) in enumerate(results.items()):
+        if result.get("status") != "ok":
+            _failed_label(axis, x, result)
+            continue
+        summary = result["summary"]
+        color = MODE_COLORS.get(mode)
+        victim = summary["victim_rss_growth_bytes"] / _MIB
+        axis.bar(x - width / 2, victim, width, color=color, alpha=0.9, label=None if labeled else "victim")
+        axis.bar(x + width / 2, summary["sender_rss_growth_bytes"] / _MIB, width, color=color, alpha=0.4,
+                 hatch="//", label=None if labeled else "sender (max)")
+        axis.annotate(f"peak {summary['peak_victim_rss_bytes'] / _MIB:.0f} MiB", (x - width / 2, victim),
+                      xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+        labeled = True
+    _mode_axis(axis, results)
+    axis.set_ylabel("MiB (peak RSS minus RSS before the trials)")
+    if labeled:
+        axis.set_ylim(0, axis.get_ylim()[1] * 1.3)  # headroom for the labels and the legend
+        axis.legend(fontsize=8, loc="upper right")
+
+
+def _bars_credit_messages(axis, results: Mapping[str, dict]) -> None:
+    axis.set_title("credit-return messages (all ranks, all trials)")
+    for x, (mode, result) in enumerate(results.items()):
+        if result.get("status") != "ok":
+            _failed_label(axis, x, result)
+            continue
+        count = result["summary"]["credit_messages"]
+        axis.bar(x, count, color=MODE_COLORS.get(mode), alpha=0.7)
+        axis.text(x, count, f"{count:,}", ha="center", va="bottom", fontsize=9)
+    _mode_axis(axis, results)
+    axis.set_ylabel("messages")
+
+
+def _mode_axis(axis, results: Mapping[str, dict]) -> None:
+    axis.set_xticks(range(len(results)))
+    axis.set_xticklabels([MODE_LABELS.get(m, m) for m in results], fontsize=9)
+    axis.set_xlim(-0.6, len(results) - 0.4)
+    axis.grid(axis="y", alpha=0.3)
+
+
+# -- sweep -----------------------------------------------------------------------
+
+def plot_sweep(studies: Mapping[str, list[dict[str, Any]]], path: str, title: str) -> str:
+    """Runtime and goodput vs incast ratio, one line per mode and one row per study.
+
+    Runs that timed out are drawn as crosses at their time limit (runtime) or
+    at the bottom (goodput): they are results too.
+    """
+    plt = pyplot()
+    fig, axes = plt.subplots(len(studies), 2, figsize=(13, 4.5 * len(studies)), squeeze=False)
+    fig.suptitle(title, fontsize=12)
+    for row, (study, points) in enumerate(studies.items()):
+        runtime_axis, goodput_axis = axes[row]
+        modes = list(dict.fromkeys(p["mode"] for p in points))
+        for mode in modes:
+            color, label = MODE_COLORS.get(mode), MODE_LABELS.get(mode, mode)
+            ok = sorted((p for p in points if p["mode"] == mode and p["status"] == "ok"),
+                        key=lambda p: p["incast_ratio"])
+            bad = [p for p in points if p["mode"] == mode and p["status"] != "ok"]
+            runtime_axis.plot([p["incast_ratio"] for p in ok], [p["runtime_s"] for p in ok], "o-",
+                              color=color, label=label)
+            goodput_axis.plot([p["incast_ratio"] for p in ok], [p["goodput_bps"] / 1e6 for p in ok], "o-",
+                              color=color, label=label)
+            if bad:
+                runtime_axis.plot([p["incast_ratio"] for p in bad], [p.get("time_limit_s", 0) for p in bad], "x",
+                                  color=color, markersize=12, mew=2, label=f"{label}: timed out / failed")
+                goodput_axis.plot([p["incast_ratio"] for p in bad], [0] * len(bad), "x", color=color,
+                                  markersize=12, mew=2, clip_on=False)
+        ratios = sorted({p["incast_ratio"] for p in points})
+        for axis, ylabel in ((runtime_axis, "runtime per trial (s)"), (goodput_axis, "goodput (Mb/s)")):
+            axis.set_xscale("log", base=2)
+            axis.set_xticks(ratios, [f"{r:g}:1" for r in ratios])
+            axis.minorticks_off()
+            axis.set_xlabel("incast ratio (sending ranks per victim)")
+            axis.set_ylabel(ylabel)
+            axis.grid(alpha=0.3, which="both")
+            axis.legend(fontsize=8)
+        runtime_axis.set_title(f"{study}: runtime")
+        goodput_axis.set_title(f"{study}: goodput")
+        goodput_axis.set_ylim(bottom=0)
+        _label_points(runtime_axis, points)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _label_points(axis, points: list[dict]) -> None:
+    """Annotate each x position with its ranks/victims once (what the incast ratio stands for)."""
+    seen = {}
+    for p in points:
+        seen.setdefault(p["incast_ratio"], f"{p['ranks']}r/{p['victims']}v")
+    for ratio, text in seen.items():
+        axis.annotate(text, (ratio, 0), xycoords=("data", "axes fraction"), xytext=(0, 3),
+                      textcoords="offset points", ha="center", fontsize=7, color="gray")

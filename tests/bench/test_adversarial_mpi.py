@@ -1,0 +1,125 @@
+"""``bench adversarial`` under a real mpiexec: exact accounting in every mode, JSON schema, metrics files."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mailrail.bench.jobs import run_adversarial
+from mailrail.bench.metrics import FIELDS, read_metrics
+
+pytestmark = pytest.mark.mpi
+
+RANKS = 6
+TRIALS = 2
+#: Scarce on purpose: one credit per rank pair (rank mode), two per node pair (node mode: 3 nodes
+#: of 2 ranks), and 4 send buffers, so credits run out and sends wait.
+SCARCE = ["--recv-pool-slots", "6", "--send-pool-slots", "4", "--ranks-per-node", "2"]
+TIMEOUT = float(os.environ.get("MAILRAIL_TEST_TIMEOUT", "120"))
+
+TOP_LEVEL = {"benchmark", "flow_control", "ranks", "nodes", "victims", "datagram_size", "messages_per_rank",
+             "trials", "ranks_detail", "config"}
+TRIAL_FIELDS = {"runtime_s", "goodput_bps", "bytes_received", "messages_received", "incast_ratio"}
+DETAIL_FIELDS = {"rank", "peak_rss_bytes", "credit_messages", "deferred_high_water", "credit_messages_sent",
+                 "credit_messages_received", "reserve_failures", "credit_state_bytes", "rss_growth_bytes"}
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """The run sees only the flags given: no MAILRAIL_* from the caller; starvation fails loudly."""
+    for name in [n for n in os.environ if n.startswith("MAILRAIL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MAILRAIL_STALL_TIMEOUT", "30")
+
+
+def adversarial(tmp_path, mode: str, victims: int, *amount: str) -> tuple[dict, str]:
+    metrics = str(tmp_path / "metrics")
+    document = run_adversarial(
+        RANKS, ["--flow-control", mode, "--victims", str(victims), "--trials", str(TRIALS), "--seed", "5",
+                "--datagram-size", "1024", "--metrics", metrics, "--metrics-interval", "0.01", *SCARCE, *amount],
+        str(tmp_path / "result.json"), time_limit=TIMEOUT)
+    assert document["status"] == "ok", document
+    return document, metrics
+
+
+@pytest.mark.parametrize("mode", ["none", "rank", "node"])
+@pytest.mark.parametrize("victims, amount, per_sender_bytes", [
+    (1, ("--messages", "150"), 150 * 1024),
+    (3, ("--bytes-per-rank", "100000"), 100000),  # 97 full messages and one of 672 bytes
+    (RANKS, ("--messages", "60"), 60 * 1024),     # every rank is a victim: no incast, all to all
+], ids=["1-victim", "3-victims", "all-victims"])
+def test_victims_receive_exactly_what_was_sent_to_them(tmp_path, clean_env, mode, victims, amount,
+                                                       per_sender_bytes):
+    document, metrics = adversarial(tmp_path, mode, victims, *amount)
+    senders = RANKS - 1 if victims == 1 else RANKS
+
+    assert document["flow_control"] == mode and document["ranks"] == RANKS and document["nodes"] == 3
+    assert document["victims"] == victims and len(document["victim_ranks"]) == victims
+    assert len(document["trials"]) == TRIALS
+    for trial in document["trials"]:
+        assert trial["bytes_received"] == trial["bytes_sent"] == senders * per_sender_bytes
+        assert trial["messages_received"] == trial["messages_sent"] == senders * document["messages_per_rank"]
+        assert trial["stragglers"] == 0
+        assert trial["incast_ratio"] == senders / victims
+        assert trial["runtime_s"] > 0 and trial["goodput_bps"] > 0
+    assert document["summary"]["accounting_ok"]
+
+    # The transport's own counters agree, over all trials, and nothing was left undelivered.
+    detail = document["ranks_detail"]
+    assert [d["rank"] for d in detail] == list(range(RANKS))
+    assert sum(d["bytes_sent"] for d in detail) == sum(d["bytes_received"] for d in detail) \
+        == TRIALS * senders * per_sender_bytes
+    for d in detail:
+        assert d["undelivered"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
+        assert d["victim"] == (d["rank"] in document["victim_ranks"])
+        if not d["victim"]:
+            assert d["messages_received"] == 0
+    if mode == "none":
+        assert document["summary"]["credit_messages"] == 0
+    else:
+        assert document["summary"]["credit_messages"] > 0
+        # Credits bound what can arrive at a rank unreturned by its receive slots.
+        assert max(d["credit_window_high_water"] for d in detail) <= 6
+
+    assert_metrics_match_totals(document, metrics)
+
+
+def assert_metrics_match_totals(document: dict, metrics: str) -> None:
+    """Every rank's file parses; each trial's last sample holds the rank's totals for that trial."""
+    for d in document["ranks_detail"]:
+        samples = read_metrics(metrics, d["rank"])
+        assert samples and all(set(s) == set(FIELDS) for s in samples)
+        for trial in range(TRIALS):
+            rows = [s for s in samples if s["trial"] == trial]
+            assert rows, (d["rank"], trial)
+            assert [s["elapsed_s"] for s in rows] == sorted(s["elapsed_s"] for s in rows)
+            final = rows[-1]
+            # The plan is the same in every trial, so each trial is 1/TRIALS of the run's totals.
+            assert final["messages_sent"] * TRIALS == d["messages_sent"]
+            assert final["bytes_sent"] * TRIALS == d["bytes_sent"]
+            assert final["messages_received"] * TRIALS == d["messages_received"]
+            assert final["bytes_received"] * TRIALS == d["bytes_received"]
+            assert final["send_pct"] == final["recv_pct"] == 100.0
+    for trial, totals in enumerate(document["trials"]):
+        finals = [[s for s in read_metrics(metrics, d["rank"]) if s["trial"] == trial][-1]
+                  for d in document["ranks_detail"]]
+        assert sum(f["bytes_received"] for f in finals) == totals["bytes_received"]
+        assert sum(f["messages_received"] for f in finals) == totals["messages_received"]
+
+
+@pytest.mark.smoke
+def test_json_document_has_the_documented_fields(tmp_path, clean_env):
+    document, _ = adversarial(tmp_path, "node", 2, "--messages", "40")
+    assert TOP_LEVEL <= set(document)
+    assert document["benchmark"] == "adversarial"
+    assert all(TRIAL_FIELDS <= set(t) for t in document["trials"])
+    assert all(DETAIL_FIELDS <= set(d) for d in document["ranks_detail"])
+    assert document["config"]["flow_control"] == "node" and document["config"]["recv_pool_slots"] == 6
+    assert document["messages_per_rank"] == 40 and document["datagram_size"] == 1024
+
+
+def test_bad_arguments_exit_with_a_message(tmp_path, clean_env):
+    result = run_adversarial(2, ["--victims", "3"], str(tmp_path / "bad.json"), time_limit=TIMEOUT)
+    assert result["status"] == "failed" and result["returncode"] == 2
+    assert "--victims must be 1..2" in result["output_tail"]

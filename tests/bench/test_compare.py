@@ -1,0 +1,72 @@
+"""``mailrail compare`` end to end on a small configuration: the table, compare.json, compare.png."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from mailrail.cli import main
+
+pytestmark = pytest.mark.mpi
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SMALL = ["--ranks", "4", "--nodes", "2", "--messages", "200", "--trials", "2", "--datagram-size", "1024"]
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in [n for n in os.environ if n.startswith("MAILRAIL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MAILRAIL_STALL_TIMEOUT", "30")
+
+
+def read_outputs(out) -> tuple[dict, bytes]:
+    with open(out / "compare.json") as source:
+        document = json.load(source)
+    return document, (out / "compare.png").read_bytes()
+
+
+def test_compare_runs_the_three_modes_side_by_side(tmp_path, clean_env, capfd):
+    out = tmp_path / "results"
+    assert main(["compare", *SMALL, "--out", str(out)]) == 0
+    printed = capfd.readouterr().out
+    document, png = read_outputs(out)
+
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+    assert document["benchmark"] == "compare"
+    load = document["workload"]
+    assert (load["ranks"], load["nodes"], load["ranks_per_node"], load["victims"]) == (4, 2, 2, 1)
+    assert load["recv_pool_slots"] == 64  # the scarce default budget, the same for every mode
+    assert list(document["modes"]) == ["none", "rank", "node"]
+    for mode, result in document["modes"].items():
+        assert result["status"] == "ok"
+        assert result["benchmark"] == "adversarial" and result["flow_control"] == mode
+        assert result["config"]["recv_pool_slots"] == 64 and result["datagram_size"] == 1024
+        assert result["nodes"] == 2
+        assert result["summary"]["accounting_ok"]
+        assert all(t["bytes_received"] == 3 * 200 * 1024 for t in result["trials"])
+        assert os.listdir(out / "metrics" / mode)  # the time series behind the figure
+    rows = {row["mode"]: row for row in document["table"]}
+    assert rows["none"]["speedup vs none"] == "1.00x"
+    assert rows["none"]["credit msgs"] == 0 and rows["rank"]["credit msgs"] > 0
+    # Progress while it ran, then the side-by-side table.
+    assert "[1/3] flow control none" in printed and "[3/3] node: ok" in printed
+    assert "trial 2/2" in printed
+    table = printed[printed.index("speedup vs none"):]
+    assert all(mode in table for mode in ("none", "rank", "node"))
+
+
+def test_a_mode_past_the_time_limit_is_reported_not_hidden(tmp_path, clean_env, capfd):
+    out = tmp_path / "results"
+    # 0.5 s cannot even start mpiexec with 4 Python ranks: every mode times out.
+    assert main(["compare", *SMALL, "--modes", "none,node", "--time-limit", "0.5", "--out", str(out)]) == 1
+    printed = capfd.readouterr().out
+    document, png = read_outputs(out)
+    assert png.startswith(PNG_MAGIC)
+    for mode in ("none", "node"):
+        assert document["modes"][mode]["status"] == "timeout"
+        assert document["modes"][mode]["time_limit_s"] == 0.5
+    assert [row["status"] for row in document["table"]] == ["timed out (> 0.5 s)"] * 2
+    assert printed.count("timed out (> 0.5 s)") >= 4  # progress lines and table rows

@@ -1,0 +1,66 @@
+"""``mailrail sweep`` end to end on a tiny configuration, and its handling of runs past the time limit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import pytest
+
+from mailrail.bench import sweep
+from mailrail.bench.plots import plot_sweep
+from mailrail.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def sweep_args(**overrides) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    sweep.add_arguments(parser)
+    args = parser.parse_args([])
+    for name, value in overrides.items():
+        setattr(args, name, value)
+    return args
+
+
+def test_study_points_double_ranks_and_victims():
+    args = sweep_args(min_ranks=2, max_ranks=16, weak_victims=2)
+    assert sweep.study_points("weak", args) == [(2, 2), (4, 2), (8, 2), (16, 2)]
+    assert sweep.study_points("victims", sweep_args(victim_ranks=12)) == [(12, 1), (12, 2), (12, 4), (12, 8), (12, 12)]
+    assert sweep.study_points("victims", sweep_args(max_ranks=8)) == [(8, 1), (8, 2), (8, 4), (8, 8)]
+
+
+def test_a_run_past_the_time_limit_stays_in_the_results_and_the_plot(tmp_path):
+    timed_out = {"status": "timeout", "time_limit_s": 30.0, "wall_s": 30.0, "ranks": 8}
+    finished = {"status": "ok", "wall_s": 3.0, "summary": {"runtime_s_mean": 1.5, "goodput_bps_mean": 2e8}}
+    points = [sweep.sweep_point("weak", 8, 1, "none", timed_out, 30.0),
+              sweep.sweep_point("weak", 8, 1, "node", finished, 30.0)]
+    assert points[0]["status"] == "timeout" and "runtime_s" not in points[0]
+    assert points[0]["incast_ratio"] == 7 and points[1]["goodput_bps"] == 2e8
+    path = plot_sweep({"weak scaling": points}, str(tmp_path / "sweep.png"), "test")
+    assert open(path, "rb").read().startswith(PNG_MAGIC)
+
+
+@pytest.mark.mpi
+def test_sweep_runs_end_to_end(tmp_path, monkeypatch, capfd):
+    for name in [n for n in os.environ if n.startswith("MAILRAIL_")]:
+        monkeypatch.delenv(name)
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--min-ranks", "2", "--max-ranks", "4", "--victim-ranks", "2", "--modes", "none,node",
+                 "--messages", "100", "--trials", "1", "--datagram-size", "512", "--out", str(out)])
+    assert code == 0, capfd.readouterr().out
+    with open(out / "sweep.json") as source:
+        document = json.load(source)
+    assert (out / "sweep.png").read_bytes().startswith(PNG_MAGIC)
+    assert document["benchmark"] == "sweep"
+    weak, victims = document["studies"]["weak"], document["studies"]["victims"]
+    assert [(p["ranks"], p["victims"], p["mode"]) for p in weak] == [
+        (2, 1, "none"), (2, 1, "node"), (4, 1, "none"), (4, 1, "node")]
+    assert [(p["ranks"], p["victims"]) for p in victims] == [(2, 1), (2, 1), (2, 2), (2, 2)]
+    for point in weak + victims:
+        assert point["status"] == "ok"
+        assert point["result"]["summary"]["accounting_ok"]
+        assert point["runtime_s"] > 0 and point["goodput_bps"] > 0
+    assert [p["incast_ratio"] for p in weak] == [1, 1, 3, 3]
+    assert "weak scaling" in capfd.readouterr().out
