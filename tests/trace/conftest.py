@@ -11,27 +11,22 @@ import pytest
 
 from mailrail.launch import run_mailrail
 
-#: Real traces written by YGM, beside the repository (see ../shared/traces/README.md).
-SHARED_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-BINARY_TRACE = SHARED_TRACES / "ygm-histogram-binary-2ranks"
-JSON_TRACE = SHARED_TRACES / "ygm-histogram-json-2ranks"
+#: Real traces written by YGM: the project's copy of ../shared/traces (ygm-traces/README.md
+#: describes the formats), so the tests never depend on what lies beside the repository.
+YGM_TRACES = Path(__file__).resolve().parent / "ygm-traces"
+BINARY_TRACE = YGM_TRACES / "ygm-histogram-binary-2ranks"
+JSON_TRACE = YGM_TRACES / "ygm-histogram-json-2ranks"
 REPLAY_TIMEOUT = float(os.environ.get("MAILRAIL_TEST_TIMEOUT", "120"))
-
-
-def _shared(path: Path) -> Path:
-    if not path.is_dir():
-        pytest.skip(f"the shared YGM traces are not at {path}")
-    return path
 
 
 @pytest.fixture(scope="session")
 def binary_trace() -> Path:
-    return _shared(BINARY_TRACE)
+    return BINARY_TRACE
 
 
 @pytest.fixture(scope="session")
 def json_trace() -> Path:
-    return _shared(JSON_TRACE)
+    return JSON_TRACE
 
 
 class Mailrail:

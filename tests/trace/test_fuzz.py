@@ -14,19 +14,17 @@ from hypothesis import strategies as st
 from mailrail.errors import TraceFormatError
 from mailrail.trace import MessageBlock, read_binary, read_jsonl
 
-# Same place as conftest.SHARED_TRACES (conftest is not importable under --import-mode=importlib).
-SHARED_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-BINARY_TRACE = SHARED_TRACES / "ygm-histogram-binary-2ranks"
-JSON_TRACE = SHARED_TRACES / "ygm-histogram-json-2ranks"
-needs_shared = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason=f"no shared YGM traces at {SHARED_TRACES}")
+# Same place as conftest.YGM_TRACES (conftest is not importable under --import-mode=importlib).
+YGM_TRACES = Path(__file__).resolve().parent / "ygm-traces"
+BINARY_TRACE = YGM_TRACES / "ygm-histogram-binary-2ranks"
+JSON_TRACE = YGM_TRACES / "ygm-histogram-json-2ranks"
 # Examples per run stay few (the suite's time budget); MAILRAIL_FUZZ_EXAMPLES=5000 for a long session.
 FUZZ = settings(max_examples=int(os.environ.get("MAILRAIL_FUZZ_EXAMPLES", "100")), deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
-REAL_BINARY = (BINARY_TRACE / "trace_0.bin").read_bytes() if BINARY_TRACE.is_dir() else b""
+REAL_BINARY = (BINARY_TRACE / "trace_0.bin").read_bytes()
 # A real JSON trace's head: the barriers, sends, receives and mpi records of the busy phase.
 REAL_JSON = b"".join((JSON_TRACE / "trace_0.txt").read_bytes().splitlines(keepends=True)[:12]
-                     + (JSON_TRACE / "trace_0.txt").read_bytes().splitlines(keepends=True)[1008:1016]) \
-    if JSON_TRACE.is_dir() else b""
+                     + (JSON_TRACE / "trace_0.txt").read_bytes().splitlines(keepends=True)[1008:1016])
 
 
 def decode(read, path, ranks, **options) -> None:
@@ -78,7 +76,6 @@ def test_random_records(tmp_path, data):
     decode(read_binary, path, 2)
 
 
-@needs_shared
 @FUZZ
 @given(data=mutated(REAL_BINARY), chunk=st.sampled_from([53, 4096, 1 << 20]))
 def test_mutated_real_binary_trace(tmp_path, data, chunk):
@@ -87,7 +84,6 @@ def test_mutated_real_binary_trace(tmp_path, data, chunk):
     decode(read_binary, path, 2, chunk_bytes=chunk)
 
 
-@needs_shared
 @FUZZ
 @given(data=mutated(gzip.compress(REAL_BINARY, mtime=0)))
 def test_mutated_gzip_binary_trace(tmp_path, data):
@@ -96,7 +92,6 @@ def test_mutated_gzip_binary_trace(tmp_path, data):
     decode(read_binary, path, 2)
 
 
-@needs_shared
 @FUZZ
 @given(data=mutated(REAL_JSON))
 def test_mutated_real_json_trace(tmp_path, data):
