@@ -20,6 +20,10 @@ from .errors import MailRailError, MessageSizeError
 from .rail import MailRail, Message
 
 
+#: Most arrivals handled after each datagram sent.
+POLLS_PER_SEND = 4
+
+
 class Coalescer:
     """Packs records of one numpy *dtype* per destination into datagrams of *rail*.
 
@@ -137,7 +141,10 @@ class Coalescer:
         buf[:nbytes] = records.view(np.uint8).reshape(-1)
         rail.send(dest, buf, nbytes)
         self.datagrams_sent += 1
-        self.poll()  # receive aggressively: one arrival per datagram sent
+        # Receive aggressively: whatever arrived (a few at most), so peers' credits come back soon.
+        for _ in range(POLLS_PER_SEND):
+            if not self.poll():
+                break
 
     def flush(self) -> None:
         """Send every partial datagram."""

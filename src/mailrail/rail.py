@@ -174,6 +174,7 @@ class MailRail:
         endpoint = self._endpoint
         dest, nbytes, slot = endpoint.submit(dest, buf, nbytes)
         self._submitted += 1
+        self._idle_calls = 0  # a rank that sends is busy, not idle
         if self._trace is not None:
             self._trace.message(dest, nbytes)
         if endpoint.deferred.total:

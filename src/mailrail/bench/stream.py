@@ -11,6 +11,7 @@ even count).
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import numpy as np
@@ -27,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=20000, help="messages per size and sender")
     parser.add_argument("--max-recvs-compare", default="64,4096",
                         help="two MAILRAIL_MAX_RECVS values compared at 4096 B ('' to skip)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each measurement, interleaved; the median is reported (default %(default)s)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     add_rail_arguments(parser, skip=("datagram_size", "max_recvs"))
 
@@ -48,25 +51,31 @@ def run(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     n = args.messages
     results = []
+    repeats = range(args.repeats)
     for nbytes in sizes:
         with MailRail(comm, datagram_size=nbytes, **options) as rail:
-            mailrail_rate = _mailrail_rate(comm, rail, peer, sender, nbytes, n)
-        raw_rate = _raw_rate(comm, peer, sender, nbytes, n, batched=False)
-        batched_rate = _raw_rate(comm, peer, sender, nbytes, n, batched=True)
+            runs = [(_mailrail_rate(comm, rail, peer, sender, nbytes, n),
+                     _raw_rate(comm, peer, sender, nbytes, n, batched=False),
+                     _raw_rate(comm, peer, sender, nbytes, n, batched=True)) for _ in repeats]
+        mailrail_rate, raw_rate, batched_rate = (statistics.median(column) for column in zip(*runs))
         results.append({"size": nbytes, "mailrail_msgs_per_s": mailrail_rate, "raw_msgs_per_s": raw_rate,
                         "ratio": mailrail_rate / raw_rate, "raw_batched_msgs_per_s": batched_rate,
                         "ratio_batched": mailrail_rate / batched_rate,
                         "mailrail_bytes_per_s": mailrail_rate * nbytes})
     max_recvs = []
     if args.max_recvs_compare:
-        for posted in (int(v) for v in args.max_recvs_compare.split(",")):
-            slot_options = dict(options, recv_pool_slots=max(posted, int(options.get("recv_pool_slots", 0))))
-            with MailRail(comm, datagram_size=4096, max_recvs=posted, **slot_options) as rail:
-                rate = _mailrail_rate(comm, rail, peer, sender, 4096, n)
-            max_recvs.append({"max_recvs": posted, "size": 4096, "mailrail_msgs_per_s": rate})
+        posted_counts = [int(v) for v in args.max_recvs_compare.split(",")]
+        rates: dict[int, list[float]] = {posted: [] for posted in posted_counts}
+        for _ in repeats:  # interleaved, so drift of the machine hits both alike
+            for posted in posted_counts:
+                slot_options = dict(options, recv_pool_slots=max(posted, int(options.get("recv_pool_slots", 0))))
+                with MailRail(comm, datagram_size=4096, max_recvs=posted, **slot_options) as rail:
+                    rates[posted].append(_mailrail_rate(comm, rail, peer, sender, 4096, n))
+        max_recvs = [{"max_recvs": posted, "size": 4096, "mailrail_msgs_per_s": statistics.median(rates[posted]),
+                      "runs": rates[posted]} for posted in posted_counts]
     if rank == 0:
         document = {"benchmark": "stream", "mpi": MPI.Get_library_version().strip().splitlines()[0],
-                    "ranks": size, "messages": n, "flow_control": _mode(options),
+                    "ranks": size, "messages": n, "repeats": args.repeats, "flow_control": _mode(options),
                     "results": results, "max_recvs": max_recvs, "config": options}
         write_json(args.json, document)
         print(format_table(["size B", "MailRail msg/s", "raw msg/s", "ratio", "raw batched msg/s",
