@@ -296,9 +296,10 @@ class MailRail:
                 self._last_send[slot] = (dest, nbytes, request)
             request.Start()
         else:
-            if last[2] is not None:
-                last[2].Free()
-            self._last_send[slot] = (dest, nbytes, None)
+            if tag == 0:  # a new stream for this slot; a piggybacking send leaves the cache alone
+                if last[2] is not None:
+                    last[2].Free()
+                self._last_send[slot] = (dest, nbytes, None)
             request = self._data.Isend([self._send_views[slot], nbytes, MPI.BYTE], dest, tag)
         self._inflight.append((request, slot))
 
