@@ -29,6 +29,7 @@ class NodeTopology:
             self.node_of: Callable[[int], int] = lambda r, k=ranks_per_node: r // k
             self.node = rank // ranks_per_node
             self._map = None
+            self._map_window = None
         else:
             self.virtual = False
             self.comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
@@ -38,17 +39,34 @@ class NodeTopology:
             index = {r: i for i, r in enumerate(sorted(set(leaders)))}
             self.nodes = len(index)
             self.node = index[leader]
-            self._map = [index[r] for r in leaders]
+            # The rank-to-node map is kept once per node, in shared memory: O(ranks) per node,
+            # not per rank (the allgathered list above is dropped after start-up).
+            local_rank = self.comm.Get_rank()
+            self._map_window = MPI.Win.Allocate_shared(4 * size if local_rank == 0 else 0, 4, comm=self.comm)
+            memory, _ = self._map_window.Shared_query(0)
+            self._map = memoryview(memory).cast("B").cast("i")
+            self._map_window.Lock_all(MPI.MODE_NOCHECK)  # Sync needs a passive-target epoch
+            if local_rank == 0:
+                for r, node_leader in enumerate(leaders):
+                    self._map[r] = index[node_leader]
+            self._map_window.Sync()
+            self.comm.Barrier()
+            self._map_window.Sync()
+            self._map_window.Unlock_all()  # read-only from now on
             self.node_of = self._map.__getitem__
         self.local_rank = self.comm.Get_rank()
         self.local_size = self.comm.Get_size()
 
     @property
-    def map_bytes(self) -> int:
-        """Bytes this rank spends on the rank-to-node map (zero for virtual nodes)."""
-        return 0 if self._map is None else 4 * len(self._map)
+    def shared_map_bytes(self) -> int:
+        """Bytes of the node-shared rank-to-node map (zero for virtual nodes: computed)."""
+        return 0 if self._map is None else self._map.nbytes
 
     def free(self) -> None:
+        if self._map_window is not None:
+            self.node_of = None
+            self._map.release()
+            self._map_window.Free()
         self.comm.Free()
 
 

@@ -365,7 +365,7 @@ class MailRail:
         stats["recv_pool_bytes"] = self._recv_pool.nbytes
         stats["send_pool_bytes"] = self._send_pool.nbytes
         if self._topology is not None:
-            stats["credit_state_bytes"] += self._topology.map_bytes
+            stats["shared_credit_bytes"] += self._topology.shared_map_bytes
             stats["nodes"] = self._topology.nodes
             stats["atomics"] = self._shared.atomics
         return stats

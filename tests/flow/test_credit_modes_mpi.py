@@ -92,3 +92,27 @@ def test_credit_starvation_raises_a_diagnostic_not_a_hang(mpirun):
     assert error is not None
     assert "made no progress" in error and "destination 0: 2 queued, 0 credit(s) available" in error
     assert result["received_by_0"] == 3  # and nothing was lost once rank 0 came back
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("pattern", ["incast", "uniform"])
+def test_node_mode_on_the_real_shared_memory_node(mpirun, pattern):
+    """Without MAILRAIL_RANKS_PER_NODE the node is COMM_TYPE_SHARED: here, all ranks in one node,
+    whose rank-to-node map lives once in shared memory."""
+    result = mpirun(8, "traffic.py", "--pattern", pattern, "--max-messages", "200",
+                    env=env("node", recv_pool_slots=16, send_pool_slots=4))
+    assert_exactly_once(result)
+    stats = result["stats"]
+    assert {s["nodes"] for s in stats} == {1}
+    assert {s["credits_per_pair"] for s in stats} == {16}
+    assert {s["credit_state_bytes"] for s in stats} == {2 * 1 * 8}  # O(nodes) private state
+    assert {s["shared_credit_bytes"] for s in stats} == {8 * 8 + 8 * 4}  # pool + map, once per node
+
+
+def test_node_mode_with_portable_mpi_atomics(mpirun):
+    """The no-compiler path: MPI Fetch_and_op on the shared window instead of CPU atomics."""
+    result = mpirun(8, "traffic.py", "--pattern", "incast", "--max-messages", "150",
+                    env=env("node", recv_pool_slots=16, send_pool_slots=4, ranks_per_node=4, atomics="mpi"))
+    assert_exactly_once(result)
+    assert {s["atomics"] for s in result["stats"]} == {"mpi"}
+    assert sum(s["deferred_sends"] for s in result["stats"]) > 0
