@@ -10,6 +10,7 @@ rank mode would be split per sender.
 """
 
 import json
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -28,14 +29,14 @@ unreleased_from = np.zeros(comm.Get_size(), dtype=int)
 held = []
 
 
-def victim_poll(idle_limit: int = 3000) -> None:
-    idle = 0
-    while idle < idle_limit:
+def victim_poll(quiet_seconds: float = 0.02) -> None:
+    """Hold arrivals until none came for *quiet_seconds*, then release them all."""
+    last = time.monotonic()
+    while time.monotonic() - last < quiet_seconds:
         message = rail.receive()
         if message is None:
-            idle += 1
             continue
-        idle = 0
+        last = time.monotonic()
         held.append(message)
         unreleased_from[message.source] += 1
         peak_from[message.source] = max(peak_from[message.source], unreleased_from[message.source])
