@@ -16,12 +16,17 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import MailRailError, MessageSizeError
+from .errors import InvalidDestinationError, MailRailError, MessageSizeError
 from .rail import MailRail, Message
 
 
 #: Most arrivals handled after each datagram sent.
 POLLS_PER_SEND = 4
+
+
+def rank_sort_dtype(ranks: int) -> type:
+    """The narrowest unsigned type for rank numbers: numpy's stable sort is a radix sort for it."""
+    return np.uint16 if ranks <= 1 << 16 else np.uint32
 
 
 class Coalescer:
@@ -49,7 +54,7 @@ class Coalescer:
         self.records_sent = 0
         self.records_received = 0
         self.datagrams_sent = 0
-        self._rank_dtype = np.uint16 if rail.size <= 1 << 16 else np.uint32  # radix-sortable
+        self._rank_dtype = rank_sort_dtype(rail.size)
         # A handler may send while send() is still packing (it runs from poll()): such
         # nested sends wait here and go out right after, so staging rows stay consistent.
         self._sending = False
@@ -95,7 +100,8 @@ class Coalescer:
         low, high = int(dests.min()), int(dests.max())
         if low < 0 or high >= self.rail.size:
             bad = low if low < 0 else high
-            raise MailRailError(f"destination {bad} is out of range: valid ranks are 0..{self.rail.size - 1}")
+            raise InvalidDestinationError(
+                f"destination {bad} is out of range: valid ranks are 0..{self.rail.size - 1}")
         ranks = dests.astype(self._rank_dtype, copy=False)
         order = np.argsort(ranks, kind="stable")  # radix sort for 16-bit keys: O(n)
         sorted_records = records[order]
@@ -138,7 +144,7 @@ class Coalescer:
             self.poll()
             buf = rail.reserve_send_buffer()
         nbytes = records.nbytes
-        buf[:nbytes] = records.view(np.uint8).reshape(-1)
+        buf[:nbytes] = records.view(np.uint8)
         rail.send(dest, buf, nbytes)
         self.datagrams_sent += 1
         # Receive aggressively: whatever arrived (a few at most), so peers' credits come back soon.

@@ -42,8 +42,6 @@ class Endpoint:
         # Hot-path shortcuts (looked up once, used per message).
         self._queued = self.deferred.queues
         self._try_acquire = flow.try_acquire
-        self._slot_by_id = send_pool.slot_by_id
-        self._views = send_pool.views
         self._last_progress: float | None = None
         # Counters (see stats()).
         self.messages_sent = 0
@@ -75,9 +73,7 @@ class Endpoint:
             dest = self._checked_rank(dest)
         if type(nbytes) is not int or not 0 <= nbytes <= self.datagram_size:
             nbytes = self._checked_size(nbytes)
-        slot = self._slot_by_id.get(id(buf))
-        if slot is None or self._views[slot] is not buf:  # not the view handed out: look harder
-            slot = self.send_pool.slot_of(buf)
+        slot = self.send_pool.slot_of(buf)
         if slot is None:
             raise BufferOwnershipError(
                 f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "

@@ -186,13 +186,15 @@ def _alltoallv_baseline(comm, keys, owners, table: Table, expected, global_inser
     """Bulk-synchronous peer: partition by owner, Alltoallv the keys, bincount locally."""
     from mpi4py import MPI
 
+    from ..coalesce import rank_sort_dtype
+
     size = comm.Get_size()
     results = []
     for trial in range(trials + 1):
         table.clear()
         comm.Barrier()
         start = time.perf_counter()
-        order = np.argsort(owners.astype(np.uint16 if size <= 1 << 16 else np.uint32), kind="stable")
+        order = np.argsort(owners.astype(rank_sort_dtype(size)), kind="stable")
         send = keys[order]
         send_counts = np.bincount(owners.astype(np.intp), minlength=size)
         recv_counts = np.empty(size, dtype=send_counts.dtype)
