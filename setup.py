@@ -1,4 +1,8 @@
-"""Builds the optional CPU-atomics helper; MailRail falls back to MPI atomics without it."""
+"""Builds the optional compiled helpers; MailRail falls back to Python (and MPI atomics) without them.
+
+mailrail._atomics: CPU atomics for node credit pools.  mailrail._engine: unconstrained mode's
+message path.  Neither needs MPI headers (see mailrail.fastpath).
+"""
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -9,16 +13,17 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as error:  # no compiler: the portable MPI path still works
-            print(f"warning: mailrail._atomics not built ({error}); node credits will use MPI atomics")
+            print(f"warning: compiled helpers not built ({error}); MailRail uses its Python fallbacks")
 
     def build_extension(self, ext):
         try:
             super().build_extension(ext)
         except Exception as error:
-            print(f"warning: {ext.name} not built ({error}); node credits will use MPI atomics")
+            print(f"warning: {ext.name} not built ({error}); MailRail uses its Python fallback")
 
 
 setup(
-    ext_modules=[Extension("mailrail._atomics", ["src/mailrail/_atomics.c"], optional=True)],
+    ext_modules=[Extension("mailrail._atomics", ["src/mailrail/_atomics.c"], optional=True),
+                 Extension("mailrail._engine", ["src/mailrail/_engine.c"], optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -24,6 +24,7 @@ def test_defaults_with_an_empty_environment():
     assert config.stall_timeout == 0.0
     assert config.idle_sleep_us == 50.0
     assert config.atomics == "auto"
+    assert config.engine == "auto"
     assert config.trace is None
 
 
@@ -51,6 +52,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "MAILRAIL_STALL_TIMEOUT": "2.5",
         "MAILRAIL_IDLE_SLEEP_US": "0",
         "MAILRAIL_ATOMICS": "cpu",
+        "MAILRAIL_ENGINE": "python",
         "MAILRAIL_TRACE": "/tmp/trace-dir",
     }
     assert set(environ) == {env_name(k) for k in KNOBS}, "test must cover every knob"
@@ -68,6 +70,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "stall_timeout": 2.5,
         "idle_sleep_us": 0.0,
         "atomics": "cpu",
+        "engine": "python",
         "trace": "/tmp/trace-dir",
     }
     assert config.posted_receives == 32
@@ -144,6 +147,7 @@ INVALID_ENV = [
     ("MAILRAIL_STALL_TIMEOUT", "soon"),
     ("MAILRAIL_IDLE_SLEEP_US", "-0.5"),
     ("MAILRAIL_ATOMICS", "gpu"),
+    ("MAILRAIL_ENGINE", "turbo"),
 ]
 
 
@@ -174,6 +178,7 @@ INVALID_KEYWORDS = [
     ("stall_timeout", float("inf")),
     ("idle_sleep_us", "slow"),
     ("atomics", "quantum"),
+    ("engine", "jit"),
 ]
 
 
@@ -258,6 +263,11 @@ def test_flow_control_error_lists_the_valid_choices():
 @pytest.mark.parametrize("mode", ["auto", "cpu", "mpi"])
 def test_atomics_accepts_each_documented_mode(mode):
     assert Config.from_env({"MAILRAIL_ATOMICS": mode}).atomics == mode
+
+
+@pytest.mark.parametrize("mode", ["auto", "compiled", "python"])
+def test_engine_accepts_each_documented_mode(mode):
+    assert Config.from_env({"MAILRAIL_ENGINE": mode}).engine == mode
 
 
 def test_config_is_immutable():

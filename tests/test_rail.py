@@ -5,11 +5,14 @@ import pytest
 pytestmark = pytest.mark.mpi
 
 TINY_POOLS = {"MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "2"}
+#: Both message paths of unconstrained mode; "compiled" fails (not falls back) if it is not built.
+ENGINES = ["compiled", "python"]
 
 
-def assert_clean_finish(result: dict) -> None:
+def assert_clean_finish(result: dict, engine: str = "compiled") -> None:
     assert result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
     stats = result["stats"]
+    assert {s["engine"] for s in stats} == {engine}
     assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
     assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
 
@@ -21,10 +24,19 @@ def test_uniform_traffic_is_delivered_exactly_once(mpirun, ranks):
 
 
 @pytest.mark.smoke
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("pattern", ["uniform", "incast"])
-def test_tiny_pools_force_backpressure_without_loss(mpirun, pattern):
-    result = mpirun(4, "traffic.py", "--pattern", pattern, "--max-messages", "150", env=TINY_POOLS)
-    assert_clean_finish(result)
+def test_tiny_pools_force_backpressure_without_loss(mpirun, pattern, engine):
+    result = mpirun(4, "traffic.py", "--pattern", pattern, "--max-messages", "150",
+                    env=dict(TINY_POOLS, MAILRAIL_ENGINE=engine))
+    assert_clean_finish(result, engine)
+
+
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_python_path_delivers_exactly_once(mpirun, ranks):
+    result = mpirun(ranks, "traffic.py", "--pattern", "uniform", "--max-messages", "200", "--seed", str(ranks),
+                    env={"MAILRAIL_ENGINE": "python"})
+    assert_clean_finish(result, "python")
 
 
 def test_many_to_one_incast_at_16_ranks(mpirun):
@@ -34,15 +46,18 @@ def test_many_to_one_incast_at_16_ranks(mpirun):
     assert result["stats"][victim]["messages_received"] >= 15 * 75
 
 
-def test_fewer_posted_receives_than_slots(mpirun):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fewer_posted_receives_than_slots(mpirun, engine):
     result = mpirun(4, "traffic.py", "--max-messages", "150",
-                    env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3"})
-    assert_clean_finish(result)
+                    env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3", "MAILRAIL_ENGINE": engine})
+    assert_clean_finish(result, engine)
 
 
-@pytest.fixture(scope="module")
-def errors(mpirun):
-    return mpirun(2, "errors.py")
+@pytest.fixture(scope="module", params=ENGINES)
+def errors(mpirun, request):
+    result = mpirun(2, "errors.py", env={"MAILRAIL_ENGINE": request.param})
+    assert result["engine"] == request.param
+    return result
 
 
 @pytest.mark.smoke

@@ -16,6 +16,7 @@ from .errors import ConfigError
 
 FLOW_CONTROL_MODES = ("none", "rank", "node")
 ATOMICS_MODES = ("auto", "cpu", "mpi")
+ENGINE_MODES = ("auto", "compiled", "python")
 _TRUE = {"1", "on", "true", "yes"}
 _FALSE = {"0", "off", "false", "no"}
 
@@ -34,6 +35,9 @@ class Config:
     stall_timeout: float = 0.0  # seconds; 0 disables stall detection
     idle_sleep_us: float = 50.0  # sleep after IDLE_SPINS empty progress calls; 0 only yields
     atomics: str = "auto"
+    # Unconstrained, untraced mode's message path: "auto" compiled when built, "compiled" an error
+    # when it is not, "python" never.  Credit modes and tracing always take the Python path.
+    engine: str = "auto"
     trace: str | None = None  # directory to record a binary trace of this rank's sends
 
     @property
@@ -148,5 +152,6 @@ KNOBS: dict[str, Callable[..., Any]] = {
     "stall_timeout": _float(0.0),
     "idle_sleep_us": _float(0.0),
     "atomics": _choice(ATOMICS_MODES),
+    "engine": _choice(ENGINE_MODES),
     "trace": _path,
 }

@@ -13,7 +13,7 @@ import numpy as np
 class SlotPool:
     """``slots`` buffers of ``slot_size`` bytes carved from one contiguous slab."""
 
-    __slots__ = ("slot_size", "slots", "slab", "views", "_free", "_slot_by_id", "_base")
+    __slots__ = ("slot_size", "slots", "slab", "views", "_free", "slot_by_id", "_base")
 
     def __init__(self, slots: int, slot_size: int) -> None:
         if slots < 1 or slot_size < 1:
@@ -23,7 +23,8 @@ class SlotPool:
         self.slab = np.zeros(slots * slot_size, dtype=np.uint8)
         self._base = self.slab.__array_interface__["data"][0]
         self.views = [self.slab[i * slot_size:(i + 1) * slot_size] for i in range(slots)]
-        self._slot_by_id = {id(v): i for i, v in enumerate(self.views)}
+        #: ``id(view) -> slot`` of the handed-out views (the compiled engine looks slots up here too).
+        self.slot_by_id = {id(v): i for i, v in enumerate(self.views)}
         # A stack, lowest slot on top: reuse keeps the hot slots in cache.
         self._free = list(range(slots - 1, -1, -1))
 
@@ -44,7 +45,7 @@ class SlotPool:
 
         Returns None when *buf* is not a slot of this pool.
         """
-        slot = self._slot_by_id.get(id(buf))
+        slot = self.slot_by_id.get(id(buf))
         if slot is not None and self.views[slot] is buf:
             return slot
         if not isinstance(buf, np.ndarray):

@@ -70,9 +70,9 @@ class Endpoint:
         Returns ``(dest, nbytes, slot)`` normalized, with *slot* None when the send was deferred.
         """
         if type(dest) is not int or not 0 <= dest < self.size:
-            dest = self._checked_rank(dest)
+            dest = self.checked_rank(dest)
         if type(nbytes) is not int or not 0 <= nbytes <= self.datagram_size:
-            nbytes = self._checked_size(nbytes)
+            nbytes = self.checked_size(nbytes)
         slot = self.send_pool.slot_of(buf)
         if slot is None:
             raise BufferOwnershipError(
@@ -92,8 +92,8 @@ class Endpoint:
         self.deferred.push(dest, slot, nbytes)
         return dest, nbytes, None
 
-    def _checked_rank(self, dest: object) -> int:
-        """Slow path of :meth:`submit`: accept numpy integers, reject the rest by value."""
+    def checked_rank(self, dest: object) -> int:
+        """A destination rank as int: numpy integers accepted, the rest rejected by value (slow path)."""
         try:
             rank = operator.index(dest)
         except TypeError:
@@ -106,7 +106,8 @@ class Endpoint:
                 f"destination {dest!r} is out of range: valid ranks are 0..{self.size - 1}")
         return rank
 
-    def _checked_size(self, nbytes: object) -> int:
+    def checked_size(self, nbytes: object) -> int:
+        """A payload size as int: numpy integers accepted, the rest rejected by value (slow path)."""
         try:
             size = operator.index(nbytes)
         except TypeError:

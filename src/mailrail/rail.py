@@ -19,8 +19,10 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
+from . import fastpath
 from .config import Config
-from .errors import FinalizedError, MailRailError, ReleaseError, UndeliveredError, UndeliveredWarning
+from .errors import (BufferOwnershipError, ConfigError, FinalizedError, MailRailError, ReleaseError,
+                     UndeliveredError, UndeliveredWarning)
 from .flow import NodeCredits, RankCredits, Unconstrained, credit_budget
 from .flow.base import FlowControl
 from .nodes import NodeTopology, SharedWindowCounters
@@ -42,7 +44,7 @@ CREDIT_RECEIVES = 8
 IDLE_SPINS = 64
 
 
-class Message:
+class PyMessage:
     """An arrived message: ``data`` is a read-only view of ``nbytes`` bytes in the receive pool.
 
     Valid until :meth:`MailRail.release_receive_buffer`; copy what must outlive it.
@@ -50,7 +52,7 @@ class Message:
 
     __slots__ = ("source", "nbytes", "data", "_slot", "_owner")
 
-    def __init__(self, source: int, nbytes: int, data: np.ndarray, slot: int, owner: "MailRail") -> None:
+    def __init__(self, source: int, nbytes: int, data: np.ndarray, slot: int, owner: object) -> None:
         self.source = source
         self.nbytes = nbytes
         self.data = data
@@ -60,6 +62,10 @@ class Message:
     def __repr__(self) -> str:
         state = "released" if self._slot < 0 else f"slot {self._slot}"
         return f"Message(source={self.source}, nbytes={self.nbytes}, {state})"
+
+
+#: One message type for both paths: the compiled one when it is built (same fields, same repr).
+Message = fastpath.message_type() or PyMessage
 
 
 class MailRail:
@@ -101,19 +107,30 @@ class MailRail:
         self._uses_credits = config.flow_control != "none"
         self._credit_inflight: deque[MPI.Request] = deque()
 
-        # Receive pool: one persistent wildcard receive per slot, posted in ring order.
         self._recv_pool = SlotPool(config.recv_pool_slots, config.datagram_size)
         self._recv_views = [v[:] for v in self._recv_pool.views]
         for view in self._recv_views:
             view.flags.writeable = False
-        self._recv_requests = [self._data.Recv_init(view, MPI.ANY_SOURCE, MPI.ANY_TAG)
-                               for view in self._recv_pool.views]
-        self._posted: deque[int] = deque()
         self._posted_receives = config.posted_receives
-        for slot in range(self._posted_receives):
+        self._engine = self._make_engine()
+        if self._engine is not None:
+            # The four per-message calls go straight to compiled code: no interpreter frame per message.
+            engine = self._engine
+            self.reserve_send_buffer = engine.reserve_send_buffer
+            self.send = engine.send
+            self.receive = engine.receive
+            self.release_receive_buffer = engine.release_receive_buffer
+            self.pending_sends = engine.pending_sends
+            self._recv_requests: list[MPI.Prequest] = []
+        else:
+            # Receive pool: one persistent wildcard receive per slot, posted in ring order.
+            self._recv_requests = [self._data.Recv_init(view, MPI.ANY_SOURCE, MPI.ANY_TAG)
+                                   for view in self._recv_pool.views]
+        self._posted: deque[int] = deque()
+        for slot in range(min(self._posted_receives, len(self._recv_requests))):
             self._post(slot)
         # Slots beyond MAILRAIL_MAX_RECVS wait here, unposted, until a posted one is taken.
-        self._unposted = list(range(config.recv_pool_slots - 1, self._posted_receives - 1, -1))
+        self._unposted = list(range(len(self._recv_requests) - 1, self._posted_receives - 1, -1))
         self._held = 0  # messages handed to the application, not yet released
         self.held_high_water = 0
         self._status = MPI.Status()
@@ -130,6 +147,28 @@ class MailRail:
         if config.trace:
             from .tracing import TraceWriter
             self._trace = TraceWriter.for_rank(config.trace, self.rank)
+
+    def _make_engine(self):
+        """The compiled message path (unconstrained mode, no trace), or None for the Python one."""
+        config = self.config
+        if config.engine == "python" or config.flow_control != "none" or config.trace:
+            return None
+        reason = fastpath.unavailable_reason()
+        if reason is not None:
+            if config.engine == "compiled":
+                raise ConfigError(f"MAILRAIL_ENGINE=compiled, but {reason}")
+            return None
+        endpoint, send_pool, recv_pool = self._endpoint, self._send_pool, self._recv_pool
+        return fastpath.make_engine(
+            self._data, slot_size=config.datagram_size, size=self.size,
+            send_views=list(send_pool.views), send_base=send_pool.slab.ctypes.data,
+            slot_by_id=send_pool.slot_by_id, slot_of=send_pool.slot_of,
+            recv_views=list(self._recv_views), recv_base=recv_pool.slab.ctypes.data,
+            posted_receives=config.posted_receives,
+            check_rank=endpoint.checked_rank, check_size=endpoint.checked_size,
+            errors=(FinalizedError, BufferOwnershipError, ReleaseError, MPI.Exception),
+            tuning={"send_test_window": SEND_TEST_WINDOW, "head_patience": SEND_HEAD_PATIENCE,
+                    "idle_spins": IDLE_SPINS, "idle_sleep_ns": int(config.idle_sleep_us * 1000)})
 
     def _make_flow_control(self, comm: MPI.Comm) -> FlowControl:
         config = self.config
@@ -252,13 +291,13 @@ class MailRail:
         if self._finalized:
             raise FinalizedError("barrier() called after finalize()")
         if self._trace is not None:
-            self._trace.barrier_begin(self._submitted, self._endpoint.messages_released)
+            self._trace.barrier_begin(*self._sent_and_released())
         detector = TerminationDetector()
         handled = 0
         local = np.zeros(2, dtype=np.int64)
         total = np.zeros(2, dtype=np.int64)
         while True:
-            local[0], local[1] = self._submitted, self._endpoint.messages_released
+            local[0], local[1] = self._sent_and_released()
             request = self._control.Iallreduce(local, total, MPI.SUM)
             while not request.Test():
                 message = self.receive()
@@ -275,8 +314,15 @@ class MailRail:
             if detector.round_finished(int(total[0]), int(total[1])):
                 break
         if self._trace is not None:
-            self._trace.barrier_end(self._submitted, self._endpoint.messages_released)
+            self._trace.barrier_end(*self._sent_and_released())
         return handled
+
+    def _sent_and_released(self) -> tuple[int, int]:
+        """Messages this rank handed to send() (deferred ones included), and messages it released."""
+        if self._engine is not None:
+            counters = self._engine.counters()
+            return counters["messages_sent"], counters["messages_released"]
+        return self._submitted, self._endpoint.messages_released
 
     # -- progress internals ------------------------------------------------
 
@@ -308,6 +354,9 @@ class MailRail:
             self._transmit(dest, slot, nbytes)
 
     def _reclaim_sends(self) -> None:
+        if self._engine is not None:
+            self._engine.reclaim_sends()
+            return
         inflight = self._inflight
         budget = SEND_TEST_WINDOW
         while inflight and budget:
@@ -359,6 +408,13 @@ class MailRail:
     def stats(self) -> dict[str, Any]:
         """Counters of this rank (see README, "Counters")."""
         stats = self._endpoint.counters()
+        if self._engine is not None:
+            counters = self._engine.counters()
+            stats.update((key, counters[key]) for key in (
+                "messages_sent", "bytes_sent", "messages_received", "bytes_received", "messages_released",
+                "reserve_failures"))
+            self.held_high_water = counters["held_high_water"]
+        stats["engine"] = "python" if self._engine is None else "compiled"
         stats["flow_control"] = self.flow.name
         stats["credits_per_pair"] = self.flow.credits_per_pair
         stats["held_high_water"] = self.held_high_water
@@ -383,15 +439,17 @@ class MailRail:
         if self._finalized:
             raise FinalizedError("finalize() called twice")
         self._finalized = True
-        endpoint = self._endpoint
+        endpoint, engine = self._endpoint, self._engine
         dropped_deferred = len(endpoint.deferred.clear())
-        unreleased = self._held
+        unreleased = self._held if engine is None else engine.held
+        if engine is not None:
+            engine.finalized = True  # the application's calls raise from now on
         unreceived = 0
         # 1: everyone stops sending; 2: every rank's sends completed.  Meanwhile keep
         # receives moving so rendezvous sends complete, and count what arrives.
         for phase in (1, 2):
             if phase == 2:
-                while self._inflight:
+                while self._inflight or (engine is not None and engine.reclaim_sends()):
                     self._reclaim_sends()
                     unreceived += self._discard_arrivals()
             barrier = self._data.Ibarrier()
@@ -400,10 +458,14 @@ class MailRail:
                 unreceived += self._discard_arrivals()
                 time.sleep(1e-4)
         unreceived += self._discard_arrivals()
+        if engine is not None:
+            unreceived += engine.cancel_receives()
         unreceived += self._cancel_and_count(self._data, [self._recv_requests[s] for s in self._posted])
         self._cancel_and_count(self._credit, list(self._credit_requests))
         while self._credit_inflight:
             self._credit_inflight.popleft().Wait()
+        if engine is not None:
+            engine.free()
         for request in self._recv_requests:
             request.Free()
         for _, _, request in self._last_send:
@@ -431,7 +493,7 @@ class MailRail:
         return report
 
     def _discard_arrivals(self) -> int:
-        count = 0
+        count = 0 if self._engine is None else self._engine.discard_arrivals()
         posted, status = self._posted, self._status
         while posted and self._recv_requests[posted[0]].Test(status):
             slot = posted.popleft()

@@ -37,6 +37,7 @@ expect("config_unknown", lambda: MailRail(comm, datagram_sz=5))
 expect("rank_mode_too_few_slots", lambda: MailRail(comm, flow_control="rank", recv_pool_slots=1))
 
 rail = MailRail(comm, datagram_size=64, send_pool_slots=4, recv_pool_slots=4)
+cases["engine"] = rail.stats()["engine"]
 held_buffers = [rail.reserve_send_buffer() for _ in range(4)]
 cases["pool_exhausted"] = [repr(rail.reserve_send_buffer()), rail.stats()["reserve_failures"]]
 for spare in held_buffers[1:]:  # sent to ourselves and consumed, so the pool refills

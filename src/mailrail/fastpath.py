@@ -1,0 +1,101 @@
+"""The compiled message path of unconstrained mode, and the MPI facts it runs on.
+
+:mod:`mailrail._engine` implements the four per-message calls of
+``flow_control="none"`` in C, with the same protocol as the Python transport in
+:mod:`mailrail.rail`: four interpreter calls per message cost about 2.5 us,
+several times what MPI itself needs to move a 4 KiB message between two ranks.
+
+The engine is compiled without MPI headers and does not care which MPI is
+underneath: it calls the functions of the MPI library that mpi4py loaded,
+resolved here at run time (``dlsym`` through mpi4py's own extension module,
+which links that library), and it is told that library's layout facts
+(``MPI_Status`` size and field offset, handle values).  Handles travel as
+``intptr_t``: MPICH's ``int`` handles and Open MPI's pointer handles both fit.
+Anything that cannot be resolved or checked here leaves MailRail on the Python
+path, with :func:`unavailable_reason` saying why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+from typing import Any
+
+from mpi4py import MPI
+
+#: The MPI functions the engine calls.
+MPI_FUNCTIONS = ("MPI_Test", "MPI_Start", "MPI_Get_count", "MPI_Isend", "MPI_Send_init", "MPI_Recv_init",
+                 "MPI_Request_free", "MPI_Cancel", "MPI_Wait", "MPI_Test_cancelled")
+
+
+@functools.lru_cache(maxsize=None)
+def _resolve() -> tuple[Any, dict[str, int], dict[str, int]] | str:
+    """``(module, functions, layout)``, or the reason the compiled path cannot run."""
+    try:
+        module = importlib.import_module("mailrail._engine")
+    except ImportError as error:
+        return f"the compiled helper mailrail._engine is not built ({error})"
+    try:
+        # dlsym on mpi4py's extension searches it and the libraries it links: mpi4py's MPI.
+        library = ctypes.CDLL(MPI.__file__)
+        functions = {name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in MPI_FUNCTIONS}
+    except (OSError, AttributeError) as error:
+        return f"the MPI functions of mpi4py's library cannot be resolved ({error})"
+    layout = _status_layout(library)
+    if isinstance(layout, str):
+        return layout
+    return module, functions, layout
+
+
+def _status_layout(library: ctypes.CDLL) -> dict[str, int] | str:
+    """Where this MPI keeps ``MPI_SOURCE`` in ``MPI_Status``, found by probing a status mpi4py filled."""
+    status = MPI.Status()
+    status_size = MPI._sizeof(MPI.Status)
+    marker = 0x5A5A5
+    status.Set_source(marker)
+    status.Set_tag(0x3C3C3)
+    status.Set_elements(MPI.BYTE, 4321)
+    raw = ctypes.string_at(MPI._addressof(status), status_size)
+    offsets = [offset for offset in range(0, status_size - 3, 4)
+               if int.from_bytes(raw[offset:offset + 4], "little", signed=True) == marker]
+    if len(offsets) != 1:
+        return f"MPI_Status layout not recognized ({status_size} bytes: {raw.hex()})"
+    # Check the handle convention on a real call: MPI_Get_count(status, MPI_BYTE) must read 4321.
+    get_count = library.MPI_Get_count
+    get_count.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_int))
+    count = ctypes.c_int(-1)
+    code = get_count(MPI._addressof(status), handle(MPI.BYTE), ctypes.byref(count))
+    if code != 0 or count.value != 4321:
+        return f"MPI_Get_count through ctypes returned {count.value} (code {code}), expected 4321"
+    return {"status_size": status_size, "request_size": MPI._sizeof(MPI.Request), "source_offset": offsets[0],
+            "byte": handle(MPI.BYTE), "any_source": MPI.ANY_SOURCE, "any_tag": MPI.ANY_TAG}
+
+
+def handle(obj: Any) -> int:
+    """*obj*'s MPI handle as a signed machine word (mpi4py reports MPICH's int handles as unsigned)."""
+    return ctypes.c_ssize_t(MPI._handleof(obj)).value
+
+
+def unavailable_reason() -> str | None:
+    """None when the compiled path can run here, else why not."""
+    resolved = _resolve()
+    return resolved if isinstance(resolved, str) else None
+
+
+def message_type() -> type | None:
+    """The compiled :class:`Message` type, shared by both paths when it is built."""
+    try:
+        return importlib.import_module("mailrail._engine").Message
+    except ImportError:
+        return None
+
+
+def make_engine(comm: MPI.Comm, **arguments: Any) -> Any:
+    """A ``mailrail._engine.Engine`` moving payloads on *comm* (see :class:`~mailrail.rail.MailRail`)."""
+    resolved = _resolve()
+    if isinstance(resolved, str):
+        raise RuntimeError(resolved)
+    module, functions, layout = resolved
+    layout = dict(layout, comm=handle(comm), slot_size=arguments.pop("slot_size"))
+    return module.Engine(functions=functions, layout=layout, **arguments)
