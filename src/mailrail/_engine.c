@@ -1,10 +1,15 @@
-/* mailrail._engine: the unconstrained-mode message path, compiled.
+/* mailrail._engine: MailRail's message path, compiled.
  *
- * The same protocol as the Python transport in rail.py (flow_control="none"):
+ * The same transport as the Python one in rail.py:
  * a ring of persistent wildcard receives polled at its head, a send pool whose
  * slots keep a persistent request per repeated (destination, size), in-flight
  * sends reclaimed a few at a time from the oldest.  Four Python calls per
  * message cost ~2.5 us in the interpreter; here they cost a fraction of that.
+ *
+ * Flow control stays in Python (mailrail.protocol, the sans-I/O core): in the
+ * credit modes the engine asks it per message through a few hooks (admit a
+ * send or defer it, account an arrival, account a release) and lets it poll
+ * credit messages and drain deferred sends every few progress calls.
  *
  * No MPI header is needed: the MPI functions are the ones of the library
  * mpi4py loaded, resolved at run time by mailrail.fastpath (ctypes) and passed
@@ -36,7 +41,7 @@ typedef int (*test_cancelled_fn)(const void *status, int *flag);
 #define REQUEST_BYTES 16
 #define STATUS_BYTES 256
 
-enum { FREE = 0, HELD = 1, IN_FLIGHT = 3 };
+enum { FREE = 0, HELD = 1, QUEUED = 2, IN_FLIGHT = 3 };
 static const char *STATE_NAMES[] = {"free", "reserved", "deferred", "in flight"};
 
 typedef struct {
@@ -132,11 +137,14 @@ typedef struct {
     wait_fn wait;
     test_cancelled_fn test_cancelled;
     intptr_t comm, byte;
-    int any_source, any_tag, source_offset;
+    int any_source, any_tag, source_offset, tag_offset;
     unsigned char status[STATUS_BYTES];
     /* Python objects */
     PyObject *send_views, *recv_views, *slot_by_id, *check_rank, *check_size, *slot_of;
     PyObject *finalized_error, *ownership_error, *release_error, *mpi_error;
+    /* flow-control hooks (credit modes; NULL when unconstrained) */
+    PyObject *admit, *arrived, *released, *progress;
+    int deferred, progress_calls, progress_interval;
     PyObject **recv_cache;  /* per receive slot: a view of cached_nbytes bytes, or NULL */
     Py_ssize_t *cached_nbytes;
     char *send_base, *recv_base;
@@ -282,10 +290,14 @@ static int send_slot_of(Engine *self, PyObject *buf) {
     return (int)value;
 }
 
-static int transmit(Engine *self, int dest, int slot, int nbytes) {
+static int transmit(Engine *self, int dest, int slot, int nbytes, int tag) {
     SendSlot *s = &self->send_slot[slot];
     char *buf = self->send_base + (Py_ssize_t)slot * self->slot_size;
-    if (s->dest == dest && s->nbytes == nbytes) {
+    if (tag != 0) { /* piggybacked credits: a one-off send that leaves the slot's cache alone */
+        MPI_CALL(self, "MPI_Isend", self->isend(buf, nbytes, self->byte, dest, tag, self->comm,
+                                                s->once_request.request));
+        s->inflight_persistent = 0;
+    } else if (s->dest == dest && s->nbytes == nbytes) {
         /* The second time a slot repeats (destination, size): persistent from then on. */
         if (!s->persistent) {
             MPI_CALL(self, "MPI_Send_init", self->send_init(buf, nbytes, self->byte, dest, 0, self->comm,
@@ -330,12 +342,57 @@ static PyObject *Engine_send(Engine *self, PyObject *const *args, Py_ssize_t nar
                      slot, STATE_NAMES[self->send_state[slot]]);
         return NULL;
     }
-    self->send_state[slot] = IN_FLIGHT;
     self->messages_sent++;
     self->bytes_sent += nbytes;
     self->idle_calls = 0; /* a rank that sends is busy, not idle */
-    if (transmit(self, (int)dest, slot, (int)nbytes) < 0) return NULL;
+    long tag = 0;
+    if (self->admit != NULL) { /* flow control: leave now with this tag, or wait for credit (-1) */
+        PyObject *decision = PyObject_CallFunction(self->admit, "lil", dest, slot, nbytes);
+        if (decision == NULL) return NULL;
+        tag = PyLong_AsLong(decision);
+        Py_DECREF(decision);
+        if (tag == -1 && PyErr_Occurred()) return NULL;
+        if (tag < 0) {
+            self->send_state[slot] = QUEUED;
+            self->deferred++;
+            Py_RETURN_NONE;
+        }
+    }
+    self->send_state[slot] = IN_FLIGHT;
+    if (transmit(self, (int)dest, slot, (int)nbytes, (int)tag) < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+/* Credit modes: let Python poll credit messages and hand back deferred sends that may leave,
+ * as (dest, slot, nbytes, tag) tuples. */
+static int make_progress(Engine *self) {
+    PyObject *ready = PyObject_CallNoArgs(self->progress);
+    if (ready == NULL) return -1;
+    if (!PyList_Check(ready)) {
+        Py_DECREF(ready);
+        PyErr_SetString(PyExc_TypeError, "the progress hook must return a list");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ready); i++) {
+        int dest, slot, nbytes, tag;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(ready, i), "iiii", &dest, &slot, &nbytes, &tag)) {
+            Py_DECREF(ready);
+            return -1;
+        }
+        if (slot < 0 || slot >= self->send_slots || self->send_state[slot] != QUEUED) {
+            Py_DECREF(ready);
+            PyErr_Format(PyExc_RuntimeError, "the progress hook released send slot %d, which is not deferred", slot);
+            return -1;
+        }
+        self->send_state[slot] = IN_FLIGHT;
+        self->deferred--;
+        if (transmit(self, dest, slot, nbytes, tag) < 0) {
+            Py_DECREF(ready);
+            return -1;
+        }
+    }
+    Py_DECREF(ready);
+    return 0;
 }
 
 static PyObject *payload_view(Engine *self, int slot, Py_ssize_t nbytes) {
@@ -357,6 +414,10 @@ static PyObject *payload_view(Engine *self, int slot, Py_ssize_t nbytes) {
 static PyObject *Engine_receive(Engine *self, PyObject *unused) {
     if (self->finalized) return finalized(self, "receive()");
     if (self->inflight_count && reclaim_sends(self) < 0) return NULL;
+    if (self->progress != NULL && (self->deferred || ++self->progress_calls >= self->progress_interval)) {
+        self->progress_calls = 0;
+        if (make_progress(self) < 0) return NULL;
+    }
     if (self->posted_count) {
         int slot = self->posted[self->posted_head], flag, count;
         int code = self->test(self->recv_request[slot].request, &flag, self->status);
@@ -375,6 +436,12 @@ static PyObject *Engine_receive(Engine *self, PyObject *unused) {
             }
             self->messages_received++;
             self->bytes_received += count;
+            if (self->arrived != NULL) {
+                int tag = *(int *)(self->status + self->tag_offset);
+                PyObject *done = PyObject_CallFunction(self->arrived, "iii", source, tag, count);
+                if (done == NULL) return NULL;
+                Py_DECREF(done);
+            }
             if (++self->held > self->held_high_water) self->held_high_water = self->held;
             if (self->unposted_count && post_receive(self, self->unposted[--self->unposted_count]) < 0)
                 return NULL;
@@ -419,11 +486,16 @@ static PyObject *Engine_release_receive_buffer(Engine *self, PyObject *arg) {
     } else {
         self->unposted[self->unposted_count++] = slot;
     }
+    if (self->released != NULL) { /* may return credits */
+        PyObject *done = PyObject_CallFunction(self->released, "i", message->source);
+        if (done == NULL) return NULL;
+        Py_DECREF(done);
+    }
     Py_RETURN_NONE;
 }
 
 static PyObject *Engine_pending_sends(Engine *self, PyObject *unused) {
-    return PyLong_FromLong(self->inflight_count);
+    return PyLong_FromLong(self->inflight_count + self->deferred);
 }
 
 static PyObject *Engine_reclaim_sends(Engine *self, PyObject *unused) {
@@ -519,15 +591,15 @@ static void *address(PyObject *addresses, const char *name) {
 static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     static char *keywords[] = {"functions", "layout", "send_views", "send_base", "slot_by_id", "slot_of",
                                "recv_views", "recv_base", "posted_receives", "size", "check_rank",
-                               "check_size", "errors", "tuning", NULL};
+                               "check_size", "errors", "tuning", "hooks", NULL};
     PyObject *functions, *layout, *send_views, *send_base, *slot_by_id, *slot_of, *recv_views, *recv_base,
-        *check_rank, *check_size, *errors, *tuning;
+        *check_rank, *check_size, *errors, *tuning, *hooks = Py_None;
     int posted_receives, size;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO!OO!OiiOOO!O!", keywords, &PyDict_Type, &functions,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO!OO!OiiOOO!O!|O", keywords, &PyDict_Type, &functions,
                                      &PyDict_Type, &layout, &PyList_Type, &send_views, &send_base,
                                      &PyDict_Type, &slot_by_id, &slot_of, &PyList_Type, &recv_views,
                                      &recv_base, &posted_receives, &size, &check_rank, &check_size,
-                                     &PyTuple_Type, &errors, &PyDict_Type, &tuning))
+                                     &PyTuple_Type, &errors, &PyDict_Type, &tuning, &hooks))
         return -1;
     if (self->send_views != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Engine is initialized once");
@@ -556,13 +628,14 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     LAYOUT("status_size", value); status_size = (long)value;
     LAYOUT("request_size", value); request_size = (long)value;
     LAYOUT("source_offset", value); self->source_offset = (int)value;
+    LAYOUT("tag_offset", value); self->tag_offset = (int)value;
     LAYOUT("comm", value); self->comm = (intptr_t)value;
     LAYOUT("byte", value); self->byte = (intptr_t)value;
     LAYOUT("any_source", value); self->any_source = (int)value;
     LAYOUT("any_tag", value); self->any_tag = (int)value;
     LAYOUT("slot_size", value); slot_size = (long)value;
     if (status_size > STATUS_BYTES || request_size > REQUEST_BYTES || self->source_offset < 0 ||
-        self->source_offset + 4 > status_size || slot_size < 1 || slot_size > INT32_MAX) {
+        self->source_offset + 4 > status_size || self->tag_offset < 0 || self->tag_offset + 4 > status_size || slot_size < 1 || slot_size > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "unsupported MPI layout (status %ld B, request %ld B, slot %ld B)",
                      status_size, request_size, slot_size);
         return -1;
@@ -580,6 +653,17 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     TUNING("head_patience", self->head_patience);
     TUNING("idle_spins", self->idle_spins);
     TUNING("idle_sleep_ns", self->idle_sleep_ns);
+    TUNING("progress_interval", self->progress_interval);
+    if (hooks != Py_None) { /* credit modes: (admit, arrived, released, progress) */
+        if (!PyTuple_Check(hooks) || PyTuple_GET_SIZE(hooks) != 4) {
+            PyErr_SetString(PyExc_ValueError, "hooks: (admit, arrived, released, progress) or None");
+            return -1;
+        }
+        self->admit = Py_NewRef(PyTuple_GET_ITEM(hooks, 0));
+        self->arrived = Py_NewRef(PyTuple_GET_ITEM(hooks, 1));
+        self->released = Py_NewRef(PyTuple_GET_ITEM(hooks, 2));
+        self->progress = Py_NewRef(PyTuple_GET_ITEM(hooks, 3));
+    }
     if (PyTuple_GET_SIZE(errors) != 4) {
         PyErr_SetString(PyExc_ValueError, "errors: (finalized, ownership, release, mpi)");
         return -1;
@@ -651,6 +735,10 @@ static void Engine_dealloc(Engine *self) {
     Py_XDECREF(self->ownership_error);
     Py_XDECREF(self->release_error);
     Py_XDECREF(self->mpi_error);
+    Py_XDECREF(self->admit);
+    Py_XDECREF(self->arrived);
+    Py_XDECREF(self->released);
+    Py_XDECREF(self->progress);
     if (self->recv_cache != NULL)
         for (int slot = 0; slot < self->recv_slots; slot++) Py_XDECREF(self->recv_cache[slot]);
     PyMem_Free(self->recv_cache);
@@ -701,7 +789,7 @@ static PyTypeObject EngineType = {
     .tp_name = "mailrail._engine.Engine",
     .tp_basicsize = sizeof(Engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The unconstrained-mode message path of one MailRail (see mailrail.fastpath).",
+    .tp_doc = "The message path of one MailRail (see mailrail.fastpath).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Engine_init,
     .tp_dealloc = (destructor)Engine_dealloc,
@@ -710,7 +798,7 @@ static PyTypeObject EngineType = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "mailrail._engine",
-                                    "MailRail's compiled unconstrained-mode message path.", -1, NULL};
+                                    "MailRail's compiled message path.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__engine(void) {
     if (PyType_Ready(&MessageType) < 0 || PyType_Ready(&EngineType) < 0) return NULL;

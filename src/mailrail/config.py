@@ -35,8 +35,8 @@ class Config:
     stall_timeout: float = 0.0  # seconds; 0 disables stall detection
     idle_sleep_us: float = 50.0  # sleep after IDLE_SPINS empty progress calls; 0 only yields
     atomics: str = "auto"
-    # Unconstrained, untraced mode's message path: "auto" compiled when built, "compiled" an error
-    # when it is not, "python" never.  Credit modes and tracing always take the Python path.
+    # The message path: "auto" compiled when built, "compiled" an error when it is not, "python"
+    # never.  MAILRAIL_TRACE always takes the Python path (it records each send).
     engine: str = "auto"
     trace: str | None = None  # directory to record a binary trace of this rank's sends
 

@@ -1,9 +1,10 @@
-"""The compiled message path of unconstrained mode, and the MPI facts it runs on.
+"""The compiled message path, and the MPI facts it runs on.
 
-:mod:`mailrail._engine` implements the four per-message calls of
-``flow_control="none"`` in C, with the same protocol as the Python transport in
-:mod:`mailrail.rail`: four interpreter calls per message cost about 2.5 us,
-several times what MPI itself needs to move a 4 KiB message between two ranks.
+:mod:`mailrail._engine` implements the four per-message calls in C, with the
+same transport as the Python one in :mod:`mailrail.rail`: four interpreter calls
+per message cost about 2.5 us, several times what MPI itself needs to move a
+4 KiB message between two ranks.  Flow control stays in Python
+(:mod:`mailrail.protocol`); the engine calls it through hooks in the credit modes.
 
 The engine is compiled without MPI headers and does not care which MPI is
 underneath: it calls the functions of the MPI library that mpi4py loaded,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import sys
 from typing import Any
 
 from mpi4py import MPI
@@ -49,17 +51,18 @@ def _resolve() -> tuple[Any, dict[str, int], dict[str, int]] | str:
 
 
 def _status_layout(library: ctypes.CDLL) -> dict[str, int] | str:
-    """Where this MPI keeps ``MPI_SOURCE`` in ``MPI_Status``, found by probing a status mpi4py filled."""
+    """Where this MPI keeps ``MPI_SOURCE`` and ``MPI_TAG`` in ``MPI_Status``, found by probing a status
+    mpi4py filled."""
     status = MPI.Status()
     status_size = MPI._sizeof(MPI.Status)
-    marker = 0x5A5A5
-    status.Set_source(marker)
-    status.Set_tag(0x3C3C3)
+    source_marker, tag_marker = 0x5A5A5, 0x3C3C3
+    status.Set_source(source_marker)
+    status.Set_tag(tag_marker)
     status.Set_elements(MPI.BYTE, 4321)
     raw = ctypes.string_at(MPI._addressof(status), status_size)
-    offsets = [offset for offset in range(0, status_size - 3, 4)
-               if int.from_bytes(raw[offset:offset + 4], "little", signed=True) == marker]
-    if len(offsets) != 1:
+    fields = [int.from_bytes(raw[offset:offset + 4], sys.byteorder, signed=True)
+              for offset in range(0, status_size - 3, 4)]
+    if fields.count(source_marker) != 1 or fields.count(tag_marker) != 1:
         return f"MPI_Status layout not recognized ({status_size} bytes: {raw.hex()})"
     # Check the handle convention on a real call: MPI_Get_count(status, MPI_BYTE) must read 4321.
     get_count = library.MPI_Get_count
@@ -68,7 +71,8 @@ def _status_layout(library: ctypes.CDLL) -> dict[str, int] | str:
     code = get_count(MPI._addressof(status), handle(MPI.BYTE), ctypes.byref(count))
     if code != 0 or count.value != 4321:
         return f"MPI_Get_count through ctypes returned {count.value} (code {code}), expected 4321"
-    return {"status_size": status_size, "request_size": MPI._sizeof(MPI.Request), "source_offset": offsets[0],
+    return {"status_size": status_size, "request_size": MPI._sizeof(MPI.Request), "source_offset": 4 * fields.index(source_marker),
+            "tag_offset": 4 * fields.index(tag_marker),
             "byte": handle(MPI.BYTE), "any_source": MPI.ANY_SOURCE, "any_tag": MPI.ANY_TAG}
 
 

@@ -83,14 +83,18 @@ class Endpoint:
             raise BufferOwnershipError(
                 f"send buffer slot {slot} is {_STATE_NAMES[state]}, not reserved: a buffer is sent "
                 f"once per reserve_send_buffer()")
+        return dest, nbytes, (slot if self.admit(dest, slot, nbytes) else None)
+
+    def admit(self, dest: int, slot: int, nbytes: int) -> bool:
+        """Flow control's decision on a checked send: True if it leaves now, False if it was deferred."""
         if dest not in self._queued and self._try_acquire(dest):
             self.send_state[slot] = IN_FLIGHT
-            return dest, nbytes, slot
+            return True
         self.send_state[slot] = QUEUED
         if not self.deferred.total:
             self._last_progress = None  # the stall clock starts now
         self.deferred.push(dest, slot, nbytes)
-        return dest, nbytes, None
+        return False
 
     def checked_rank(self, dest: object) -> int:
         """A destination rank as int: numpy integers accepted, the rest rejected by value (slow path)."""

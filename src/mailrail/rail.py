@@ -149,9 +149,9 @@ class MailRail:
             self._trace = TraceWriter.for_rank(config.trace, self.rank)
 
     def _make_engine(self):
-        """The compiled message path (unconstrained mode, no trace), or None for the Python one."""
+        """The compiled message path, or None for the Python one (asked for, not built, or tracing)."""
         config = self.config
-        if config.engine == "python" or config.flow_control != "none" or config.trace:
+        if config.engine == "python" or config.trace:
             return None
         reason = fastpath.unavailable_reason()
         if reason is not None:
@@ -168,7 +168,34 @@ class MailRail:
             check_rank=endpoint.checked_rank, check_size=endpoint.checked_size,
             errors=(FinalizedError, BufferOwnershipError, ReleaseError, MPI.Exception),
             tuning={"send_test_window": SEND_TEST_WINDOW, "head_patience": SEND_HEAD_PATIENCE,
-                    "idle_spins": IDLE_SPINS, "idle_sleep_ns": int(config.idle_sleep_us * 1000)})
+                    "idle_spins": IDLE_SPINS, "idle_sleep_ns": int(config.idle_sleep_us * 1000),
+                    "progress_interval": CREDIT_POLL_INTERVAL},
+            hooks=(self._engine_admit, endpoint.arrived, self._engine_released, self._engine_progress)
+            if self._uses_credits else None)
+
+    # Flow-control hooks of the compiled path (credit modes): the same Endpoint calls the Python
+    # path makes, at the same points.
+
+    def _engine_admit(self, dest: int, slot: int, nbytes: int) -> int:
+        """The tag to send with now, or -1: deferred until credit arrives."""
+        endpoint = self._endpoint
+        return endpoint.transmitting(dest, nbytes) if endpoint.admit(dest, slot, nbytes) else -1
+
+    def _engine_released(self, source: int) -> None:
+        credit_return = self._endpoint.released(source)
+        if credit_return is not None:
+            self._return_credits(*credit_return)
+
+    def _engine_progress(self) -> list[tuple[int, int, int, int]]:
+        """Apply arrived credit messages; return the deferred sends that may leave now, with tags."""
+        self._poll_credits()
+        endpoint = self._endpoint
+        if not endpoint.deferred.total:
+            return []
+        ready = [(dest, slot, nbytes, endpoint.transmitting(dest, nbytes)) for dest, slot, nbytes in endpoint.drain()]
+        if endpoint.stall_timeout:
+            endpoint.check_stall(time.monotonic())
+        return ready
 
     def _make_flow_control(self, comm: MPI.Comm) -> FlowControl:
         config = self.config

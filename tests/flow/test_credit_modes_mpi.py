@@ -11,9 +11,10 @@ def env(mode: str, **knobs) -> dict[str, str]:
     return variables
 
 
-def assert_exactly_once(result: dict) -> None:
+def assert_exactly_once(result: dict, engine: str = "compiled") -> None:
     assert result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
     stats = result["stats"]
+    assert {s["engine"] for s in stats} == {engine}
     assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
     assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
     assert all(s["deferred_now"] == 0 for s in stats)
@@ -36,20 +37,23 @@ def test_incast_with_one_credit_per_pair(mpirun, mode, ranks):
 
 
 @pytest.mark.smoke
+@pytest.mark.parametrize("engine", ["compiled", "python"])
 @pytest.mark.parametrize("piggyback", ["on", "off"])
-def test_rank_mode_uniform_traffic_with_and_without_piggybacking(mpirun, piggyback):
+def test_rank_mode_uniform_traffic_with_and_without_piggybacking(mpirun, piggyback, engine):
     result = mpirun(8, "traffic.py", "--pattern", "uniform", "--max-messages", "300",
-                    env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4))
-    assert_exactly_once(result)
+                    env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4, engine=engine))
+    assert_exactly_once(result, engine)
     piggybacked = sum(s["credits_piggybacked"] for s in result["stats"])
     assert (piggybacked > 0) == (piggyback == "on")
 
 
-@pytest.mark.parametrize("ranks_per_node", [2, 4, pytest.param(8, marks=pytest.mark.smoke)])
-def test_node_mode_with_virtual_nodes(mpirun, ranks_per_node):
+@pytest.mark.parametrize("ranks_per_node, engine", [
+    (2, "compiled"), (4, "compiled"), (4, "python"), pytest.param(8, "compiled", marks=pytest.mark.smoke)])
+def test_node_mode_with_virtual_nodes(mpirun, ranks_per_node, engine):
     result = mpirun(16, "traffic.py", "--pattern", "uniform", "--max-messages", "150",
-                    env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4))
-    assert_exactly_once(result)
+                    env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4,
+                            engine=engine))
+    assert_exactly_once(result, engine)
     stats = result["stats"]
     assert {s["nodes"] for s in stats} == {16 // ranks_per_node}
     assert {s["credits_per_pair"] for s in stats} == {16 // (16 // ranks_per_node)}
