@@ -96,6 +96,10 @@ def test_full_send_pool_returns_none_not_an_error(errors):
     assert outcome == "None" and failures == 1
 
 
+def test_a_finalized_rail_is_collected(errors):
+    assert errors["finalized_rail_collected"] is True
+
+
 def test_received_data_is_a_read_only_view(errors):
     assert errors["message_readonly"][0] == "False"
 

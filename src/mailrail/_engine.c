@@ -568,6 +568,11 @@ static PyObject *Engine_free(Engine *self, PyObject *unused) {
     self->receives_made = 0;
     self->posted_count = 0;
     self->finalized = 1;
+    /* The hooks are bound methods of the MailRail that holds this engine: break the cycle. */
+    Py_CLEAR(self->admit);
+    Py_CLEAR(self->arrived);
+    Py_CLEAR(self->released);
+    Py_CLEAR(self->progress);
     Py_RETURN_NONE;
 }
 

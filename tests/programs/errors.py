@@ -1,8 +1,10 @@
 """Every misuse MailRail must reject, run on 2 ranks; rank 0 reports ``RESULT {case: [type, message]}``."""
 
+import gc
 import json
 import sys
 import warnings
+import weakref
 
 import numpy as np
 from mpi4py import MPI
@@ -91,6 +93,14 @@ buf = strict.reserve_send_buffer()
 strict.send(1 - rank, buf, 1)
 comm.Barrier()
 expect("finalize_strict", lambda: strict.finalize(strict=True))
+
+# A finalized rail is garbage like any object (the compiled path drops its hooks into the rail).
+credit_rail = MailRail(comm, flow_control="rank", datagram_size=64, recv_pool_slots=8)
+credit_rail.finalize()
+collected = weakref.ref(credit_rail)
+del credit_rail
+gc.collect()
+cases["finalized_rail_collected"] = collected() is None
 
 if rank == 0:
     print("RESULT " + json.dumps(cases), flush=True)
