@@ -1,5 +1,7 @@
 """The mailrail command: every registered command builds its parser; errors name the command."""
 
+import os
+
 import pytest
 
 from mailrail.cli import COMMANDS, build_parser, main
@@ -27,3 +29,17 @@ def test_unknown_command_is_named(capsys):
         main(["bench", "nonesuch"])
     assert exit_.value.code == 2
     assert "unknown command 'bench nonesuch'" in capsys.readouterr().err
+
+
+def test_each_bounded_job_gets_a_fresh_tmpdir_removed_afterwards(tmp_path):
+    """A killed launcher's session directory can never meet a later job (pids are reused)."""
+    import sys
+
+    from mailrail.launch import run_bounded
+
+    code = "import os, tempfile; print(tempfile.gettempdir()); print(os.path.isdir(tempfile.gettempdir()))"
+    first, second = (run_bounded([sys.executable, "-c", code], timeout=60, env=os.environ, capture=True)
+                     for _ in range(2))
+    (first_dir, first_exists), (second_dir, _) = first.stdout.split(), second.stdout.split()
+    assert first_exists == "True" and "mailrail-job-" in first_dir
+    assert first_dir != second_dir and not os.path.exists(first_dir)

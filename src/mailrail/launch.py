@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Mapping, Sequence
 
 #: Defaults for running many ranks on a small machine (only set when unset).
@@ -65,21 +66,29 @@ def run_mailrail(ranks: int, args: Sequence[str], *, timeout: float, env: Mappin
 
 def run_bounded(argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
                 capture: bool = False) -> subprocess.CompletedProcess:
-    """Run *argv* in its own process group; on timeout kill the whole group (all ranks)."""
-    process = subprocess.Popen(argv, env=dict(env), start_new_session=True, text=True,
-                               stdout=subprocess.PIPE if capture else None,
-                               stderr=subprocess.PIPE if capture else None)
+    """Run *argv* in its own process group; on timeout kill the whole group (all ranks).
+
+    Each job gets a fresh ``TMPDIR``, removed afterwards: a killed launcher leaves its session
+    directory (``ompi.<pid>``) behind, and a later launcher that reuses the pid fails at start-up on it.
+    """
+    session = tempfile.mkdtemp(prefix="mailrail-job-")
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        stdout, stderr = process.communicate()
-        raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr) from None
-    except BaseException:  # Ctrl-C or a failing caller: never leave ranks behind
-        os.killpg(process.pid, 9)
-        process.wait()
-        raise
-    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+        process = subprocess.Popen(argv, env=dict(env, TMPDIR=session), start_new_session=True, text=True,
+                                   stdout=subprocess.PIPE if capture else None,
+                                   stderr=subprocess.PIPE if capture else None)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            stdout, stderr = process.communicate()
+            raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr) from None
+        except BaseException:  # Ctrl-C or a failing caller: never leave ranks behind
+            os.killpg(process.pid, 9)
+            process.wait()
+            raise
+        return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
 
 
 def add_arguments(parser) -> None:
