@@ -1,7 +1,7 @@
 """Builds the optional compiled helpers; MailRail falls back to Python (and MPI atomics) without them.
 
-mailrail._atomics: CPU atomics for node credit pools.  mailrail._engine: unconstrained mode's
-message path.  Neither needs MPI headers (see mailrail.fastpath).
+mailrail._atomics: CPU atomics for node credit pools.  mailrail._engine: the per-message path.
+Neither needs MPI headers (see mailrail.fastpath).
 """
 
 from setuptools import Extension, setup

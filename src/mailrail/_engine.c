@@ -178,14 +178,14 @@ static int mpi_failed(Engine *self, int code) {
     return -1;
 }
 
-#define MPI_CALL(self, name, call)                   \
+#define MPI_CALL(self, call)                         \
     do {                                             \
         int code_ = (call);                          \
         if (code_ != 0) return mpi_failed(self, code_); \
     } while (0)
 
 static int post_receive(Engine *self, int slot) {
-    MPI_CALL(self, "MPI_Start", self->start(self->recv_request[slot].request));
+    MPI_CALL(self, self->start(self->recv_request[slot].request));
     self->posted[(self->posted_head + self->posted_count) % self->recv_slots] = slot;
     self->posted_count++;
     return 0;
@@ -197,7 +197,7 @@ static int reclaim_sends(Engine *self) {
         int slot = self->inflight[self->inflight_head];
         SendSlot *s = &self->send_slot[slot];
         void *request = s->inflight_persistent ? s->persistent_request.request : s->once_request.request;
-        MPI_CALL(self, "MPI_Test", self->test(request, &flag, self->status));
+        MPI_CALL(self, self->test(request, &flag, self->status));
         if (!flag) {
             if (++self->head_waits >= self->head_patience) { /* rotate: a slow send must not pin the pool */
                 self->head_waits = 0;
@@ -294,26 +294,26 @@ static int transmit(Engine *self, int dest, int slot, int nbytes, int tag) {
     SendSlot *s = &self->send_slot[slot];
     char *buf = self->send_base + (Py_ssize_t)slot * self->slot_size;
     if (tag != 0) { /* piggybacked credits: a one-off send that leaves the slot's cache alone */
-        MPI_CALL(self, "MPI_Isend", self->isend(buf, nbytes, self->byte, dest, tag, self->comm,
+        MPI_CALL(self, self->isend(buf, nbytes, self->byte, dest, tag, self->comm,
                                                 s->once_request.request));
         s->inflight_persistent = 0;
     } else if (s->dest == dest && s->nbytes == nbytes) {
         /* The second time a slot repeats (destination, size): persistent from then on. */
         if (!s->persistent) {
-            MPI_CALL(self, "MPI_Send_init", self->send_init(buf, nbytes, self->byte, dest, 0, self->comm,
+            MPI_CALL(self, self->send_init(buf, nbytes, self->byte, dest, 0, self->comm,
                                                             s->persistent_request.request));
             s->persistent = 1;
         }
-        MPI_CALL(self, "MPI_Start", self->start(s->persistent_request.request));
+        MPI_CALL(self, self->start(s->persistent_request.request));
         s->inflight_persistent = 1;
     } else {
         if (s->persistent) {
-            MPI_CALL(self, "MPI_Request_free", self->request_free(s->persistent_request.request));
+            MPI_CALL(self, self->request_free(s->persistent_request.request));
             s->persistent = 0;
         }
         s->dest = dest;
         s->nbytes = nbytes;
-        MPI_CALL(self, "MPI_Isend", self->isend(buf, nbytes, self->byte, dest, 0, self->comm,
+        MPI_CALL(self, self->isend(buf, nbytes, self->byte, dest, 0, self->comm,
                                                 s->once_request.request));
         s->inflight_persistent = 0;
     }
@@ -567,6 +567,7 @@ static PyObject *Engine_free(Engine *self, PyObject *unused) {
     }
     self->receives_made = 0;
     self->posted_count = 0;
+    self->deferred = 0; /* finalize() dropped them (and reported how many) */
     self->finalized = 1;
     /* The hooks are bound methods of the MailRail that holds this engine: break the cycle. */
     Py_CLEAR(self->admit);
@@ -715,8 +716,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     }
     self->free_count = self->send_slots;
     for (int slot = 0; slot < self->recv_slots; slot++) {
-        MPI_CALL(self, "MPI_Recv_init",
-                 self->recv_init(self->recv_base + (Py_ssize_t)slot * self->slot_size, self->slot_size,
+        MPI_CALL(self, self->recv_init(self->recv_base + (Py_ssize_t)slot * self->slot_size, self->slot_size,
                                  self->byte, self->any_source, self->any_tag, self->comm,
                                  self->recv_request[slot].request));
         self->receives_made = slot + 1;

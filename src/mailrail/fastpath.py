@@ -71,8 +71,8 @@ def _status_layout(library: ctypes.CDLL) -> dict[str, int] | str:
     code = get_count(MPI._addressof(status), handle(MPI.BYTE), ctypes.byref(count))
     if code != 0 or count.value != 4321:
         return f"MPI_Get_count through ctypes returned {count.value} (code {code}), expected 4321"
-    return {"status_size": status_size, "request_size": MPI._sizeof(MPI.Request), "source_offset": 4 * fields.index(source_marker),
-            "tag_offset": 4 * fields.index(tag_marker),
+    return {"status_size": status_size, "request_size": MPI._sizeof(MPI.Request),
+            "source_offset": 4 * fields.index(source_marker), "tag_offset": 4 * fields.index(tag_marker),
             "byte": handle(MPI.BYTE), "any_source": MPI.ANY_SOURCE, "any_tag": MPI.ANY_TAG}
 
 

@@ -112,6 +112,10 @@ class MailRail:
         for view in self._recv_views:
             view.flags.writeable = False
         self._posted_receives = config.posted_receives
+        # The Python path's receive ring (the compiled path keeps its own).
+        self._recv_requests: list[MPI.Prequest] = []
+        self._posted: deque[int] = deque()
+        self._unposted: list[int] = []
         self._engine = self._make_engine()
         if self._engine is not None:
             # The four per-message calls go straight to compiled code: no interpreter frame per message.
@@ -121,16 +125,14 @@ class MailRail:
             self.receive = engine.receive
             self.release_receive_buffer = engine.release_receive_buffer
             self.pending_sends = engine.pending_sends
-            self._recv_requests: list[MPI.Prequest] = []
         else:
             # Receive pool: one persistent wildcard receive per slot, posted in ring order.
             self._recv_requests = [self._data.Recv_init(view, MPI.ANY_SOURCE, MPI.ANY_TAG)
                                    for view in self._recv_pool.views]
-        self._posted: deque[int] = deque()
-        for slot in range(min(self._posted_receives, len(self._recv_requests))):
-            self._post(slot)
-        # Slots beyond MAILRAIL_MAX_RECVS wait here, unposted, until a posted one is taken.
-        self._unposted = list(range(len(self._recv_requests) - 1, self._posted_receives - 1, -1))
+            for slot in range(self._posted_receives):
+                self._post(slot)
+            # Slots beyond MAILRAIL_MAX_RECVS wait here, unposted, until a posted one is taken.
+            self._unposted = list(range(config.recv_pool_slots - 1, self._posted_receives - 1, -1))
         self._held = 0  # messages handed to the application, not yet released
         self.held_high_water = 0
         self._status = MPI.Status()
@@ -380,10 +382,10 @@ class MailRail:
         for dest, slot, nbytes in self._endpoint.drain():
             self._transmit(dest, slot, nbytes)
 
-    def _reclaim_sends(self) -> None:
+    def _reclaim_sends(self) -> int:
+        """Reclaim completed sends, a few from the oldest; return how many are still in flight."""
         if self._engine is not None:
-            self._engine.reclaim_sends()
-            return
+            return self._engine.reclaim_sends()
         inflight = self._inflight
         budget = SEND_TEST_WINDOW
         while inflight and budget:
@@ -393,11 +395,12 @@ class MailRail:
                 if self._head_waits >= SEND_HEAD_PATIENCE:
                     self._head_waits = 0
                     inflight.rotate(-1)
-                return
+                break
             inflight.popleft()
             self._head_waits = 0
             self._endpoint.send_completed(slot)
             budget -= 1
+        return len(inflight)
 
     def _return_credits(self, target: int, count: int) -> None:
         tag_ub = self.tag_ub
@@ -435,16 +438,16 @@ class MailRail:
     def stats(self) -> dict[str, Any]:
         """Counters of this rank (see README, "Counters")."""
         stats = self._endpoint.counters()
-        if self._engine is not None:
+        stats["held_high_water"] = self.held_high_water
+        stats["engine"] = "python"
+        if self._engine is not None:  # the compiled path counts messages and pool use itself
             counters = self._engine.counters()
             stats.update((key, counters[key]) for key in (
                 "messages_sent", "bytes_sent", "messages_received", "bytes_received", "messages_released",
-                "reserve_failures"))
-            self.held_high_water = counters["held_high_water"]
-        stats["engine"] = "python" if self._engine is None else "compiled"
+                "reserve_failures", "held_high_water"))
+            stats["engine"] = "compiled"
         stats["flow_control"] = self.flow.name
         stats["credits_per_pair"] = self.flow.credits_per_pair
-        stats["held_high_water"] = self.held_high_water
         stats["recv_pool_bytes"] = self._recv_pool.nbytes
         stats["send_pool_bytes"] = self._send_pool.nbytes
         if self._topology is not None:
@@ -476,8 +479,7 @@ class MailRail:
         # receives moving so rendezvous sends complete, and count what arrives.
         for phase in (1, 2):
             if phase == 2:
-                while self._inflight or (engine is not None and engine.reclaim_sends()):
-                    self._reclaim_sends()
+                while self._reclaim_sends():
                     unreceived += self._discard_arrivals()
             barrier = self._data.Ibarrier()
             while not barrier.Test():
