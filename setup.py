@@ -1,6 +1,7 @@
 """Builds the optional compiled helpers; MailRail falls back to Python (and MPI atomics) without them.
 
-mailrail._atomics: CPU atomics for node credit pools.  mailrail._engine: the per-message path.
+mailrail._atomics: CPU atomics for node credit pools.  mailrail._engine: the per-message path and its
+credit ledger.
 Neither needs MPI headers (see mailrail.fastpath).
 """
 
@@ -24,6 +25,7 @@ class OptionalBuildExt(build_ext):
 
 setup(
     ext_modules=[Extension("mailrail._atomics", ["src/mailrail/_atomics.c"], optional=True),
-                 Extension("mailrail._engine", ["src/mailrail/_engine.c"], optional=True)],
+                 Extension("mailrail._engine", ["src/mailrail/_engine.c", "src/mailrail/_ledger.c"],
+                           depends=["src/mailrail/_ledger.h"], optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

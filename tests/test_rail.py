@@ -66,6 +66,7 @@ def errors(mpirun, request):
     ("config_mode", "ConfigError", ["MAILRAIL_FLOW_CONTROL", "'bogus'"]),
     ("config_unknown", "ConfigError", ["datagram_sz"]),
     ("rank_mode_too_few_slots", "ConfigError", ["0 credits", "MAILRAIL_RECV_POOL_SLOTS=1", "node"]),
+    ("compiled_node_mode_with_mpi_atomics", "ConfigError", ["MAILRAIL_ENGINE=compiled", "MAILRAIL_ATOMICS=mpi"]),
     ("dest_too_large", "InvalidDestinationError", ["destination 2", "0..1"]),
     ("dest_negative", "InvalidDestinationError", ["destination -1"]),
     ("dest_not_int", "InvalidDestinationError", ["'1'", "not an integer"]),

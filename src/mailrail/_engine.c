@@ -6,10 +6,11 @@
  * sends reclaimed a few at a time from the oldest.  Four Python calls per
  * message cost ~2.5 us in the interpreter; here they cost a fraction of that.
  *
- * Flow control stays in Python (mailrail.protocol, the sans-I/O core): in the
- * credit modes the engine asks it per message through a few hooks (admit a
- * send or defer it, account an arrival, account a release) and lets it poll
- * credit messages and drain deferred sends every few progress calls.
+ * In the credit modes a compiled ledger (_ledger.c, the decisions of the
+ * sans-I/O mailrail.flow classes) accounts every send, arrival and release, and
+ * the engine polls and returns credit messages itself.  Python's Endpoint is
+ * called only for what waits for credit: it queues a send that has none, and
+ * drains the queues once credit comes back.
  *
  * No MPI header is needed: the MPI functions are the ones of the library
  * mpi4py loaded, resolved at run time by mailrail.fastpath (ctypes) and passed
@@ -26,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "_ledger.h"
+
 typedef int (*test_fn)(void *request, int *flag, void *status);
 typedef int (*start_fn)(void *request);
 typedef int (*get_count_fn)(const void *status, intptr_t datatype, int *count);
@@ -40,6 +43,8 @@ typedef int (*test_cancelled_fn)(const void *status, int *flag);
 /* Room for any MPI_Request handle and any MPI_Status (checked at construction). */
 #define REQUEST_BYTES 16
 #define STATUS_BYTES 256
+/* Posted zero-byte receives for credit messages (as rail.CREDIT_RECEIVES). */
+#define CREDIT_RECEIVES 8
 
 enum { FREE = 0, HELD = 1, QUEUED = 2, IN_FLIGHT = 3 };
 static const char *STATE_NAMES[] = {"free", "reserved", "deferred", "in flight"};
@@ -142,9 +147,17 @@ typedef struct {
     /* Python objects */
     PyObject *send_views, *recv_views, *slot_by_id, *check_rank, *check_size, *slot_of;
     PyObject *finalized_error, *ownership_error, *release_error, *mpi_error;
-    /* flow-control hooks (credit modes; NULL when unconstrained) */
-    PyObject *admit, *arrived, *released, *progress;
+    /* credit modes (ledger NULL when unconstrained): the ledger decides per message; Python's
+     * Endpoint queues what has no credit (admit), and drains the queues (mark_ready, drain) */
+    Ledger *ledger;
+    PyObject *admit, *mark_ready, *drain;
     int deferred, progress_calls, progress_interval;
+    intptr_t credit_comm;
+    long long tag_ub;
+    Request credit_recv[CREDIT_RECEIVES];
+    int credit_head, credit_receives_made;
+    Request *credit_send; /* ring of zero-byte credit returns in flight, grown on demand */
+    int credit_send_head, credit_send_count, credit_send_capacity;
     PyObject **recv_cache;  /* per receive slot: a view of cached_nbytes bytes, or NULL */
     Py_ssize_t *cached_nbytes;
     char *send_base, *recv_base;
@@ -165,8 +178,10 @@ typedef struct {
     int finalized, receives_made;
     /* counters */
     long long messages_sent, bytes_sent, messages_received, bytes_received, messages_released,
-        reserve_failures;
+        reserve_failures, credit_messages_sent, credit_messages_received, credits_returned;
 } Engine;
+
+static char credit_buffer[1]; /* credit messages carry no payload (the count is the tag) */
 
 /* Raise mpi4py's MPI.Exception for an MPI error code (its text names the error). */
 static int mpi_failed(Engine *self, int code) {
@@ -322,6 +337,16 @@ static int transmit(Engine *self, int dest, int slot, int nbytes, int tag) {
     return 0;
 }
 
+/* Credit modes, short of credit or with sends already waiting: the Endpoint decides, in FIFO order
+ * per destination.  Sets *tag to the tag to leave with now, or -1: queued until credit arrives. */
+static int call_admit(Engine *self, long dest, int slot, long nbytes, long *tag) {
+    PyObject *decision = PyObject_CallFunction(self->admit, "lil", dest, slot, nbytes);
+    if (decision == NULL) return -1;
+    *tag = PyLong_AsLong(decision);
+    Py_DECREF(decision);
+    return (*tag == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
 static PyObject *Engine_send(Engine *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_Format(PyExc_TypeError, "send() takes dest, buf, nbytes (%zd arguments given)", nargs);
@@ -346,16 +371,16 @@ static PyObject *Engine_send(Engine *self, PyObject *const *args, Py_ssize_t nar
     self->bytes_sent += nbytes;
     self->idle_calls = 0; /* a rank that sends is busy, not idle */
     long tag = 0;
-    if (self->admit != NULL) { /* flow control: leave now with this tag, or wait for credit (-1) */
-        PyObject *decision = PyObject_CallFunction(self->admit, "lil", dest, slot, nbytes);
-        if (decision == NULL) return NULL;
-        tag = PyLong_AsLong(decision);
-        Py_DECREF(decision);
-        if (tag == -1 && PyErr_Occurred()) return NULL;
-        if (tag < 0) {
-            self->send_state[slot] = QUEUED;
-            self->deferred++;
-            Py_RETURN_NONE;
+    if (self->ledger != NULL) {
+        if (!self->deferred && ledger_try_acquire(self->ledger, (int)dest)) {
+            tag = (long)ledger_take_piggyback(self->ledger, (int)dest);
+        } else {
+            if (call_admit(self, dest, slot, nbytes, &tag) < 0) return NULL;
+            if (tag < 0) {
+                self->send_state[slot] = QUEUED;
+                self->deferred++;
+                Py_RETURN_NONE;
+            }
         }
     }
     self->send_state[slot] = IN_FLIGHT;
@@ -363,14 +388,21 @@ static PyObject *Engine_send(Engine *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
-/* Credit modes: let Python poll credit messages and hand back deferred sends that may leave,
- * as (dest, slot, nbytes, tag) tuples. */
-static int make_progress(Engine *self) {
-    PyObject *ready = PyObject_CallNoArgs(self->progress);
+/* Credit came back for source: its queued sends are worth a look at the next drain. */
+static int call_mark_ready(Engine *self, int source) {
+    PyObject *done = PyObject_CallFunction(self->mark_ready, "i", source);
+    if (done == NULL) return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+/* Ask the Endpoint for queued sends that have credit now, as (dest, slot, nbytes, tag) tuples. */
+static int drain_deferred(Engine *self) {
+    PyObject *ready = PyObject_CallNoArgs(self->drain);
     if (ready == NULL) return -1;
     if (!PyList_Check(ready)) {
         Py_DECREF(ready);
-        PyErr_SetString(PyExc_TypeError, "the progress hook must return a list");
+        PyErr_SetString(PyExc_TypeError, "the drain hook must return a list");
         return -1;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ready); i++) {
@@ -381,7 +413,7 @@ static int make_progress(Engine *self) {
         }
         if (slot < 0 || slot >= self->send_slots || self->send_state[slot] != QUEUED) {
             Py_DECREF(ready);
-            PyErr_Format(PyExc_RuntimeError, "the progress hook released send slot %d, which is not deferred", slot);
+            PyErr_Format(PyExc_RuntimeError, "the drain hook released send slot %d, which is not deferred", slot);
             return -1;
         }
         self->send_state[slot] = IN_FLIGHT;
@@ -392,6 +424,64 @@ static int make_progress(Engine *self) {
         }
     }
     Py_DECREF(ready);
+    return 0;
+}
+
+/* Apply every credit message that arrived, oldest posted receive first. */
+static int poll_credits(Engine *self) {
+    int flag;
+    for (;;) {
+        void *request = self->credit_recv[self->credit_head].request;
+        MPI_CALL(self, self->test(request, &flag, self->status));
+        if (!flag) return 0;
+        int source = *(int *)(self->status + self->source_offset);
+        int count = *(int *)(self->status + self->tag_offset);
+        MPI_CALL(self, self->start(request));
+        self->credit_head = (self->credit_head + 1) % CREDIT_RECEIVES;
+        self->credit_messages_received++;
+        if (ledger_on_credit_return(self->ledger, source, count) < 0) return -1;
+        /* Node credits change silently (any local rank may refill them): drains poll instead. */
+        if (self->deferred && !self->ledger->node_mode && call_mark_ready(self, source) < 0) return -1;
+    }
+}
+
+static int grow_credit_sends(Engine *self) {
+    int capacity = self->credit_send_capacity ? 2 * self->credit_send_capacity : 16;
+    Request *ring = PyMem_Calloc(capacity, sizeof(Request));
+    if (ring == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < self->credit_send_count; i++)
+        ring[i] = self->credit_send[(self->credit_send_head + i) % self->credit_send_capacity];
+    PyMem_Free(self->credit_send);
+    self->credit_send = ring;
+    self->credit_send_head = 0;
+    self->credit_send_capacity = capacity;
+    return 0;
+}
+
+/* Send count credits back to target: zero-byte messages, the count in the tag (in pieces above tag_ub). */
+static int return_credits(Engine *self, int target, long long count) {
+    self->credit_messages_sent++;
+    self->credits_returned += count;
+    while (count > 0) {
+        long long part = count < self->tag_ub ? count : self->tag_ub;
+        if (self->credit_send_count == self->credit_send_capacity && grow_credit_sends(self) < 0) return -1;
+        Request *request = &self->credit_send[(self->credit_send_head + self->credit_send_count) %
+                                              self->credit_send_capacity];
+        MPI_CALL(self, self->isend(credit_buffer, 0, self->byte, target, (int)part, self->credit_comm,
+                                   request->request));
+        self->credit_send_count++;
+        count -= part;
+    }
+    int flag;
+    while (self->credit_send_count) { /* forget completed returns, oldest first */
+        MPI_CALL(self, self->test(self->credit_send[self->credit_send_head].request, &flag, self->status));
+        if (!flag) break;
+        self->credit_send_head = (self->credit_send_head + 1) % self->credit_send_capacity;
+        self->credit_send_count--;
+    }
     return 0;
 }
 
@@ -414,9 +504,11 @@ static PyObject *payload_view(Engine *self, int slot, Py_ssize_t nbytes) {
 static PyObject *Engine_receive(Engine *self, PyObject *unused) {
     if (self->finalized) return finalized(self, "receive()");
     if (self->inflight_count && reclaim_sends(self) < 0) return NULL;
-    if (self->progress != NULL && (self->deferred || ++self->progress_calls >= self->progress_interval)) {
+    /* Credit messages are polled every few calls (every MPI test drives progress and contends for
+     * the shared-memory queues), and on every call while sends wait for credit. */
+    if (self->ledger != NULL && (self->deferred || ++self->progress_calls >= self->progress_interval)) {
         self->progress_calls = 0;
-        if (make_progress(self) < 0) return NULL;
+        if (poll_credits(self) < 0 || (self->deferred && drain_deferred(self) < 0)) return NULL;
     }
     if (self->posted_count) {
         int slot = self->posted[self->posted_head], flag, count;
@@ -436,11 +528,9 @@ static PyObject *Engine_receive(Engine *self, PyObject *unused) {
             }
             self->messages_received++;
             self->bytes_received += count;
-            if (self->arrived != NULL) {
-                int tag = *(int *)(self->status + self->tag_offset);
-                PyObject *done = PyObject_CallFunction(self->arrived, "iii", source, tag, count);
-                if (done == NULL) return NULL;
-                Py_DECREF(done);
+            if (self->ledger != NULL) {
+                int brought = ledger_on_arrival(self->ledger, source, *(int *)(self->status + self->tag_offset));
+                if (brought < 0 || (brought && self->deferred && call_mark_ready(self, source) < 0)) return NULL;
             }
             if (++self->held > self->held_high_water) self->held_high_water = self->held;
             if (self->unposted_count && post_receive(self, self->unposted[--self->unposted_count]) < 0)
@@ -486,10 +576,9 @@ static PyObject *Engine_release_receive_buffer(Engine *self, PyObject *arg) {
     } else {
         self->unposted[self->unposted_count++] = slot;
     }
-    if (self->released != NULL) { /* may return credits */
-        PyObject *done = PyObject_CallFunction(self->released, "i", message->source);
-        if (done == NULL) return NULL;
-        Py_DECREF(done);
+    if (self->ledger != NULL) {
+        long long count = ledger_on_release(self->ledger, message->source);
+        if (count && return_credits(self, message->source, count) < 0) return NULL;
     }
     Py_RETURN_NONE;
 }
@@ -519,6 +608,17 @@ static PyObject *Engine_discard_arrivals(Engine *self, PyObject *unused) {
         if (post_receive(self, slot) < 0) return NULL;
         count++;
     }
+    while (self->credit_receives_made) { /* credit messages too: drop them, re-post */
+        void *request = self->credit_recv[self->credit_head].request;
+        int code = self->test(request, &flag, self->status);
+        if (code == 0 && flag) code = self->start(request);
+        if (code != 0) {
+            mpi_failed(self, code);
+            return NULL;
+        }
+        if (!flag) break;
+        self->credit_head = (self->credit_head + 1) % CREDIT_RECEIVES;
+    }
     return PyLong_FromLong(count);
 }
 
@@ -538,6 +638,15 @@ static PyObject *Engine_cancel_receives(Engine *self, PyObject *unused) {
             return NULL;
         }
         if (!cancelled && *(int *)(self->status + self->source_offset) != self->any_source) matched++;
+    }
+    for (int i = 0; i < self->credit_receives_made; i++) { /* credit receives: nothing to count */
+        void *request = self->credit_recv[i].request;
+        int code = self->cancel(request);
+        if (code == 0) code = self->wait(request, self->status);
+        if (code != 0) {
+            mpi_failed(self, code);
+            return NULL;
+        }
     }
     return PyLong_FromLong(matched);
 }
@@ -567,22 +676,38 @@ static PyObject *Engine_free(Engine *self, PyObject *unused) {
     }
     self->receives_made = 0;
     self->posted_count = 0;
+    for (; self->credit_receives_made; self->credit_receives_made--) {
+        int code = self->request_free(self->credit_recv[self->credit_receives_made - 1].request);
+        if (code != 0) {
+            mpi_failed(self, code);
+            return NULL;
+        }
+    }
+    for (; self->credit_send_count; self->credit_send_count--) { /* zero-byte sends: they complete */
+        int code = self->wait(self->credit_send[self->credit_send_head].request, self->status);
+        if (code != 0) {
+            mpi_failed(self, code);
+            return NULL;
+        }
+        self->credit_send_head = (self->credit_send_head + 1) % self->credit_send_capacity;
+    }
     self->deferred = 0; /* finalize() dropped them (and reported how many) */
     self->finalized = 1;
     /* The hooks are bound methods of the MailRail that holds this engine: break the cycle. */
     Py_CLEAR(self->admit);
-    Py_CLEAR(self->arrived);
-    Py_CLEAR(self->released);
-    Py_CLEAR(self->progress);
+    Py_CLEAR(self->mark_ready);
+    Py_CLEAR(self->drain);
     Py_RETURN_NONE;
 }
 
 static PyObject *Engine_counters(Engine *self, PyObject *unused) {
-    return Py_BuildValue("{sLsLsLsLsLsLsnsnsi}", "messages_sent", self->messages_sent, "bytes_sent",
+    return Py_BuildValue("{sLsLsLsLsLsLsnsnsisLsLsL}", "messages_sent", self->messages_sent, "bytes_sent",
                          self->bytes_sent, "messages_received", self->messages_received, "bytes_received",
                          self->bytes_received, "messages_released", self->messages_released,
                          "reserve_failures", self->reserve_failures, "held", self->held, "held_high_water",
-                         self->held_high_water, "in_flight", self->inflight_count);
+                         self->held_high_water, "in_flight", self->inflight_count, "credit_messages_sent",
+                         self->credit_messages_sent, "credit_messages_received", self->credit_messages_received,
+                         "credits_returned", self->credits_returned);
 }
 
 static void *address(PyObject *addresses, const char *name) {
@@ -597,15 +722,15 @@ static void *address(PyObject *addresses, const char *name) {
 static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     static char *keywords[] = {"functions", "layout", "send_views", "send_base", "slot_by_id", "slot_of",
                                "recv_views", "recv_base", "posted_receives", "size", "check_rank",
-                               "check_size", "errors", "tuning", "hooks", NULL};
+                               "check_size", "errors", "tuning", "credits", NULL};
     PyObject *functions, *layout, *send_views, *send_base, *slot_by_id, *slot_of, *recv_views, *recv_base,
-        *check_rank, *check_size, *errors, *tuning, *hooks = Py_None;
+        *check_rank, *check_size, *errors, *tuning, *credits = Py_None;
     int posted_receives, size;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO!OO!OiiOOO!O!|O", keywords, &PyDict_Type, &functions,
                                      &PyDict_Type, &layout, &PyList_Type, &send_views, &send_base,
                                      &PyDict_Type, &slot_by_id, &slot_of, &PyList_Type, &recv_views,
                                      &recv_base, &posted_receives, &size, &check_rank, &check_size,
-                                     &PyTuple_Type, &errors, &PyDict_Type, &tuning, &hooks))
+                                     &PyTuple_Type, &errors, &PyDict_Type, &tuning, &credits))
         return -1;
     if (self->send_views != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Engine is initialized once");
@@ -660,15 +785,29 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     TUNING("idle_spins", self->idle_spins);
     TUNING("idle_sleep_ns", self->idle_sleep_ns);
     TUNING("progress_interval", self->progress_interval);
-    if (hooks != Py_None) { /* credit modes: (admit, arrived, released, progress) */
-        if (!PyTuple_Check(hooks) || PyTuple_GET_SIZE(hooks) != 4) {
-            PyErr_SetString(PyExc_ValueError, "hooks: (admit, arrived, released, progress) or None");
+    if (credits != Py_None) { /* credit modes: {ledger, comm, tag_ub, admit, mark_ready, drain} */
+        PyObject *ledger, *comm, *tag_ub, *admit, *mark_ready, *drain;
+        if (!PyDict_Check(credits) || !(ledger = PyDict_GetItemString(credits, "ledger")) ||
+            !PyObject_TypeCheck(ledger, &LedgerType) || !(comm = PyDict_GetItemString(credits, "comm")) ||
+            !(tag_ub = PyDict_GetItemString(credits, "tag_ub")) ||
+            !(admit = PyDict_GetItemString(credits, "admit")) ||
+            !(mark_ready = PyDict_GetItemString(credits, "mark_ready")) ||
+            !(drain = PyDict_GetItemString(credits, "drain"))) {
+            PyErr_SetString(PyExc_ValueError,
+                            "credits: None or {ledger: CreditLedger, comm, tag_ub, admit, mark_ready, drain}");
             return -1;
         }
-        self->admit = Py_NewRef(PyTuple_GET_ITEM(hooks, 0));
-        self->arrived = Py_NewRef(PyTuple_GET_ITEM(hooks, 1));
-        self->released = Py_NewRef(PyTuple_GET_ITEM(hooks, 2));
-        self->progress = Py_NewRef(PyTuple_GET_ITEM(hooks, 3));
+        self->credit_comm = (intptr_t)PyLong_AsSsize_t(comm);
+        self->tag_ub = PyLong_AsLongLong(tag_ub);
+        if (PyErr_Occurred()) return -1;
+        if (self->tag_ub < 1 || self->tag_ub > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "tag_ub %lld out of range", self->tag_ub);
+            return -1;
+        }
+        self->ledger = (Ledger *)Py_NewRef(ledger);
+        self->admit = Py_NewRef(admit);
+        self->mark_ready = Py_NewRef(mark_ready);
+        self->drain = Py_NewRef(drain);
     }
     if (PyTuple_GET_SIZE(errors) != 4) {
         PyErr_SetString(PyExc_ValueError, "errors: (finalized, ownership, release, mpi)");
@@ -723,6 +862,14 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     }
     for (int slot = 0; slot < posted_receives; slot++)
         if (post_receive(self, slot) < 0) return -1;
+    if (self->ledger != NULL)
+        for (int i = 0; i < CREDIT_RECEIVES; i++) {
+            void *request = self->credit_recv[i].request;
+            MPI_CALL(self, self->recv_init(credit_buffer, 0, self->byte, self->any_source, self->any_tag,
+                                           self->credit_comm, request));
+            self->credit_receives_made = i + 1;
+            MPI_CALL(self, self->start(request));
+        }
     /* Slots beyond the posted limit wait, unposted, until a posted one is taken. */
     for (int slot = self->recv_slots - 1; slot >= posted_receives; slot--)
         self->unposted[self->unposted_count++] = slot;
@@ -740,10 +887,11 @@ static void Engine_dealloc(Engine *self) {
     Py_XDECREF(self->ownership_error);
     Py_XDECREF(self->release_error);
     Py_XDECREF(self->mpi_error);
+    Py_XDECREF((PyObject *)self->ledger);
     Py_XDECREF(self->admit);
-    Py_XDECREF(self->arrived);
-    Py_XDECREF(self->released);
-    Py_XDECREF(self->progress);
+    Py_XDECREF(self->mark_ready);
+    Py_XDECREF(self->drain);
+    PyMem_Free(self->credit_send);
     if (self->recv_cache != NULL)
         for (int slot = 0; slot < self->recv_slots; slot++) Py_XDECREF(self->recv_cache[slot]);
     PyMem_Free(self->recv_cache);
@@ -806,11 +954,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "mailrail._engine",
                                     "MailRail's compiled message path.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__engine(void) {
-    if (PyType_Ready(&MessageType) < 0 || PyType_Ready(&EngineType) < 0) return NULL;
+    if (PyType_Ready(&MessageType) < 0 || PyType_Ready(&EngineType) < 0 || PyType_Ready(&LedgerType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Message", (PyObject *)&MessageType) < 0 ||
-        PyModule_AddObjectRef(m, "Engine", (PyObject *)&EngineType) < 0) {
+        PyModule_AddObjectRef(m, "Engine", (PyObject *)&EngineType) < 0 ||
+        PyModule_AddObjectRef(m, "CreditLedger", (PyObject *)&LedgerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

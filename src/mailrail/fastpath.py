@@ -3,8 +3,10 @@
 :mod:`mailrail._engine` implements the four per-message calls in C, with the
 same transport as the Python one in :mod:`mailrail.rail`: four interpreter calls
 per message cost about 2.5 us, several times what MPI itself needs to move a
-4 KiB message between two ranks.  Flow control stays in Python
-(:mod:`mailrail.protocol`); the engine calls it through hooks in the credit modes.
+4 KiB message between two ranks.  In the credit modes a compiled
+``CreditLedger`` (:func:`credit_ledger`) accounts each message with the decisions
+of :mod:`mailrail.flow`'s reference classes; the engine calls the Python
+:class:`~mailrail.protocol.Endpoint` only for sends that must wait for credit.
 
 The engine is compiled without MPI headers and does not care which MPI is
 underneath: it calls the functions of the MPI library that mpi4py loaded,
@@ -103,3 +105,18 @@ def make_engine(comm: MPI.Comm, **arguments: Any) -> Any:
     module, functions, layout = resolved
     layout = dict(layout, comm=handle(comm), slot_size=arguments.pop("slot_size"))
     return module.Engine(functions=functions, layout=layout, **arguments)
+
+
+def credit_ledger(mode: str, ranks: int, credits_per_pair: int, return_threshold: int, **placement: Any) -> Any:
+    """A compiled ``CreditLedger`` for *mode* ``"rank"`` or ``"node"``.
+
+    It has the interface of :class:`~mailrail.flow.base.FlowControl` and makes the decisions of
+    :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits` (the
+    reference, tested against it event by event).  *placement*: ``piggyback``, ``max_tag`` (rank);
+    ``nodes``, ``ranks_per_node`` or ``node_map`` (address of an int32 rank-to-node map), ``pool``
+    (address of the node's int64 credit counters) and ``owner`` (what keeps that memory alive) (node).
+    """
+    from .errors import ProtocolError
+
+    module = importlib.import_module("mailrail._engine")
+    return module.CreditLedger(mode, ranks, credits_per_pair, return_threshold, ProtocolError, **placement)

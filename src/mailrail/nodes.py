@@ -30,6 +30,7 @@ class NodeTopology:
             self.node = rank // ranks_per_node
             self._map = None
             self._map_window = None
+            self.map_address: int | None = None
         else:
             self.virtual = False
             self.comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
@@ -44,6 +45,7 @@ class NodeTopology:
             local_rank = self.comm.Get_rank()
             self._map_window = MPI.Win.Allocate_shared(4 * size if local_rank == 0 else 0, 4, comm=self.comm)
             memory, _ = self._map_window.Shared_query(0)
+            self.map_address = memory.address  # for the compiled credit ledger
             self._map = memoryview(memory).cast("B").cast("i")
             self._map_window.Lock_all(MPI.MODE_NOCHECK)  # Sync needs a passive-target epoch
             if local_rank == 0:
@@ -85,7 +87,7 @@ class SharedWindowCounters:
         local_rank = node_comm.Get_rank()
         self.win = MPI.Win.Allocate_shared(self.nbytes if local_rank == 0 else 0, _INT64, comm=node_comm)
         memory, _ = self.win.Shared_query(0)
-        self._address = memory.address
+        self.address = memory.address  # the int64 counters, for CPU atomics
         self._values = memoryview(memory).cast("B").cast("q")
         self.atomics = resolve_atomics(atomics)
         self.win.Lock_all(MPI.MODE_NOCHECK)
@@ -97,7 +99,7 @@ class SharedWindowCounters:
         self.win.Sync()
         if self.atomics == "cpu":
             helper = importlib.import_module("mailrail._atomics")
-            address, take, fetch_add, load = self._address, helper.try_take, helper.fetch_add, helper.load
+            address, take, fetch_add, load = self.address, helper.try_take, helper.fetch_add, helper.load
             self.try_take = lambda i: take(address, i)
             self.add = lambda i, n: fetch_add(address, i, n)
             self.load = lambda i: load(address, i)

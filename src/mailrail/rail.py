@@ -25,7 +25,7 @@ from .errors import (BufferOwnershipError, ConfigError, FinalizedError, MailRail
                      UndeliveredError, UndeliveredWarning)
 from .flow import NodeCredits, RankCredits, Unconstrained, credit_budget
 from .flow.base import FlowControl
-from .nodes import NodeTopology, SharedWindowCounters
+from .nodes import NodeTopology, SharedWindowCounters, resolve_atomics
 from .pool import SlotPool
 from .protocol import Endpoint
 from .quiescence import TerminationDetector
@@ -78,6 +78,7 @@ class MailRail:
 
     def __init__(self, comm: MPI.Comm | None = None, **options: Any) -> None:
         self.config = config = Config.from_env(**options)
+        compiled = self._compiled_path_unavailable() is None
         comm = MPI.COMM_WORLD if comm is None else comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
@@ -94,7 +95,7 @@ class MailRail:
         self.tag_ub = int(comm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB))
         self._topology: NodeTopology | None = None
         self._shared: SharedWindowCounters | None = None
-        self.flow = self._make_flow_control(comm)
+        self.flow = self._make_flow_control(comm, compiled)
 
         self._send_pool = SlotPool(config.send_pool_slots, config.datagram_size)
         self._endpoint = Endpoint(self.rank, self.size, self._send_pool, self.flow,
@@ -116,7 +117,7 @@ class MailRail:
         self._recv_requests: list[MPI.Prequest] = []
         self._posted: deque[int] = deque()
         self._unposted: list[int] = []
-        self._engine = self._make_engine()
+        self._engine = self._make_engine() if compiled else None
         if self._engine is not None:
             # The four per-message calls go straight to compiled code: no interpreter frame per message.
             engine = self._engine
@@ -137,12 +138,14 @@ class MailRail:
         self.held_high_water = 0
         self._status = MPI.Status()
 
-        self._credit_buffers = [np.empty(0, np.uint8) for _ in range(CREDIT_RECEIVES)]
-        self._credit_requests = deque(self._credit.Recv_init(b, MPI.ANY_SOURCE, MPI.ANY_TAG)
-                                      for b in self._credit_buffers)
-        for request in self._credit_requests:
-            request.Start()
+        # Credit messages: zero-byte wildcard receives in ring order (the engine keeps its own).
         self._empty = np.empty(0, np.uint8)
+        self._credit_requests: deque[MPI.Prequest] = deque()
+        if self._engine is None and self._uses_credits:
+            self._credit_requests.extend(self._credit.Recv_init(self._empty, MPI.ANY_SOURCE, MPI.ANY_TAG)
+                                         for _ in range(CREDIT_RECEIVES))
+            for request in self._credit_requests:
+                request.Start()
         self._idle_calls = 0
         self._idle_sleep = config.idle_sleep_us * 1e-6
         self._trace = None
@@ -150,16 +153,23 @@ class MailRail:
             from .tracing import TraceWriter
             self._trace = TraceWriter.for_rank(config.trace, self.rank)
 
-    def _make_engine(self):
-        """The compiled message path, or None for the Python one (asked for, not built, or tracing)."""
+    def _compiled_path_unavailable(self) -> str | None:
+        """None when the compiled message path runs; else why this rail takes the Python path."""
         config = self.config
-        if config.engine == "python" or config.trace:
-            return None
+        if config.engine == "python":
+            return "MAILRAIL_ENGINE=python"
+        if config.trace:
+            return "MAILRAIL_TRACE records every send on the Python path"
         reason = fastpath.unavailable_reason()
-        if reason is not None:
-            if config.engine == "compiled":
-                raise ConfigError(f"MAILRAIL_ENGINE=compiled, but {reason}")
-            return None
+        if reason is None and config.flow_control == "node" and resolve_atomics(config.atomics) != "cpu":
+            reason = "node credits updated through MPI atomics (MAILRAIL_ATOMICS=mpi) run on the Python path"
+        if reason is not None and config.engine == "compiled":
+            raise ConfigError(f"MAILRAIL_ENGINE=compiled, but {reason}")
+        return reason
+
+    def _make_engine(self):
+        """The compiled message path: the four per-message calls, and in credit modes the ledger's accounting."""
+        config = self.config
         endpoint, send_pool, recv_pool = self._endpoint, self._send_pool, self._recv_pool
         return fastpath.make_engine(
             self._data, slot_size=config.datagram_size, size=self.size,
@@ -172,34 +182,27 @@ class MailRail:
             tuning={"send_test_window": SEND_TEST_WINDOW, "head_patience": SEND_HEAD_PATIENCE,
                     "idle_spins": IDLE_SPINS, "idle_sleep_ns": int(config.idle_sleep_us * 1000),
                     "progress_interval": CREDIT_POLL_INTERVAL},
-            hooks=(self._engine_admit, endpoint.arrived, self._engine_released, self._engine_progress)
-            if self._uses_credits else None)
+            credits={"ledger": self.flow, "comm": fastpath.handle(self._credit), "tag_ub": self.tag_ub,
+                     "admit": self._engine_admit, "mark_ready": endpoint.deferred.mark_ready,
+                     "drain": self._engine_drain} if self._uses_credits else None)
 
-    # Flow-control hooks of the compiled path (credit modes): the same Endpoint calls the Python
-    # path makes, at the same points.
+    # The compiled path's calls into the Endpoint (credit modes), only for sends that wait for credit.
 
     def _engine_admit(self, dest: int, slot: int, nbytes: int) -> int:
         """The tag to send with now, or -1: deferred until credit arrives."""
         endpoint = self._endpoint
         return endpoint.transmitting(dest, nbytes) if endpoint.admit(dest, slot, nbytes) else -1
 
-    def _engine_released(self, source: int) -> None:
-        credit_return = self._endpoint.released(source)
-        if credit_return is not None:
-            self._return_credits(*credit_return)
-
-    def _engine_progress(self) -> list[tuple[int, int, int, int]]:
-        """Apply arrived credit messages; return the deferred sends that may leave now, with tags."""
-        self._poll_credits()
+    def _engine_drain(self) -> list[tuple[int, int, int, int]]:
+        """The deferred sends that may leave now, with their tags."""
         endpoint = self._endpoint
-        if not endpoint.deferred.total:
-            return []
         ready = [(dest, slot, nbytes, endpoint.transmitting(dest, nbytes)) for dest, slot, nbytes in endpoint.drain()]
         if endpoint.stall_timeout:
             endpoint.check_stall(time.monotonic())
         return ready
 
-    def _make_flow_control(self, comm: MPI.Comm) -> FlowControl:
+    def _make_flow_control(self, comm: MPI.Comm, compiled: bool) -> FlowControl:
+        """The flow-control strategy; on the compiled path the ledger that makes the same decisions in C."""
         config = self.config
         if config.flow_control == "none":
             return Unconstrained()
@@ -207,6 +210,9 @@ class MailRail:
             budget = credit_budget("rank", recv_slots=config.recv_pool_slots, ranks=self.size, nodes=0,
                                    credit_threshold=config.credit_threshold,
                                    credits_per_pair=config.credits_per_pair)
+            if compiled:
+                return fastpath.credit_ledger("rank", self.size, budget.credits_per_pair, budget.return_threshold,
+                                              piggyback=config.piggyback, max_tag=self.tag_ub)
             return RankCredits(self.size, budget.credits_per_pair, budget.return_threshold,
                                piggyback=config.piggyback, max_tag=self.tag_ub)
         self._topology = topology = NodeTopology(comm, config.ranks_per_node)
@@ -214,6 +220,11 @@ class MailRail:
                                nodes=topology.nodes, credit_threshold=config.credit_threshold,
                                credits_per_pair=config.credits_per_pair)
         self._shared = SharedWindowCounters(topology.comm, self.size, budget.credits_per_pair, config.atomics)
+        if compiled:
+            return fastpath.credit_ledger(
+                "node", self.size, budget.credits_per_pair, budget.return_threshold, nodes=topology.nodes,
+                ranks_per_node=config.ranks_per_node or 0, node_map=topology.map_address,
+                pool=self._shared.address, owner=(self._shared, topology))
         return NodeCredits(topology.nodes, topology.node_of, self._shared,
                            budget.credits_per_pair, budget.return_threshold)
 
@@ -444,7 +455,8 @@ class MailRail:
             counters = self._engine.counters()
             stats.update((key, counters[key]) for key in (
                 "messages_sent", "bytes_sent", "messages_received", "bytes_received", "messages_released",
-                "reserve_failures", "held_high_water"))
+                "reserve_failures", "held_high_water", "credit_messages_sent", "credit_messages_received",
+                "credits_returned"))
             stats["engine"] = "compiled"
         stats["flow_control"] = self.flow.name
         stats["credits_per_pair"] = self.flow.credits_per_pair
@@ -495,6 +507,8 @@ class MailRail:
             self._credit_inflight.popleft().Wait()
         if engine is not None:
             engine.free()
+            if self._shared is not None:
+                self.flow.detach()  # the ledger points into the node memory freed below
         for request in self._recv_requests:
             request.Free()
         for _, _, request in self._last_send:
@@ -529,7 +543,7 @@ class MailRail:
             self._post(slot)
             count += 1
         requests = self._credit_requests
-        while requests[0].Test():
+        while requests and requests[0].Test():
             requests[0].Start()
             requests.rotate(-1)
         return count

@@ -37,6 +37,8 @@ expect("config_keyword", lambda: MailRail(comm, datagram_size=0))
 expect("config_mode", lambda: MailRail(comm, flow_control="bogus"))
 expect("config_unknown", lambda: MailRail(comm, datagram_sz=5))
 expect("rank_mode_too_few_slots", lambda: MailRail(comm, flow_control="rank", recv_pool_slots=1))
+expect("compiled_node_mode_with_mpi_atomics",
+       lambda: MailRail(comm, flow_control="node", atomics="mpi", engine="compiled"))
 
 rail = MailRail(comm, datagram_size=64, send_pool_slots=4, recv_pool_slots=4)
 cases["engine"] = rail.stats()["engine"]
