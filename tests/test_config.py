@@ -22,7 +22,7 @@ def test_defaults_with_an_empty_environment():
     assert config.ranks_per_node is None
     assert config.credits_per_pair is None
     assert config.stall_timeout == 0.0
-    assert config.idle_sleep_us == 50.0
+    assert config.idle_sleep_us == 0.0
     assert config.atomics == "auto"
     assert config.engine == "auto"
     assert config.trace is None
@@ -50,7 +50,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "MAILRAIL_RANKS_PER_NODE": "8",
         "MAILRAIL_CREDITS_PER_PAIR": "3",
         "MAILRAIL_STALL_TIMEOUT": "2.5",
-        "MAILRAIL_IDLE_SLEEP_US": "0",
+        "MAILRAIL_IDLE_SLEEP_US": "25",
         "MAILRAIL_ATOMICS": "cpu",
         "MAILRAIL_ENGINE": "python",
         "MAILRAIL_TRACE": "/tmp/trace-dir",
@@ -68,7 +68,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "ranks_per_node": 8,
         "credits_per_pair": 3,
         "stall_timeout": 2.5,
-        "idle_sleep_us": 0.0,
+        "idle_sleep_us": 25.0,
         "atomics": "cpu",
         "engine": "python",
         "trace": "/tmp/trace-dir",

@@ -33,7 +33,7 @@ class Config:
     ranks_per_node: int | None = None  # None: real shared-memory nodes
     credits_per_pair: int | None = None  # None: derived from recv_pool_slots
     stall_timeout: float = 0.0  # seconds; 0 disables stall detection
-    idle_sleep_us: float = 50.0  # sleep after IDLE_SPINS empty progress calls; 0 only yields
+    idle_sleep_us: float = 0.0  # after IDLE_SPINS empty progress calls: 0 yields the core, > 0 sleeps
     atomics: str = "auto"
     # The message path: "auto" compiled when built, "compiled" an error when it is not, "python"
     # never.  MAILRAIL_TRACE always takes the Python path (it records each send).

@@ -24,8 +24,13 @@ OVERSUBSCRIBED_ENV = {
     # A 4 KiB payload plus header exceeds Open MPI's default 4 KiB shared-memory eager
     # limit; every pending rendezvous send then costs ~40 KB.
     "OMPI_MCA_btl_sm_eager_limit": "8192",
-    # Idle Open MPI ranks spin hot; yield when oversubscribed.
-    "OMPI_MCA_mpi_yield_when_idle": "1",
+    # MailRail never blocks inside MPI: it polls, and a rank that finds nothing for a few
+    # polls yields the core itself (rail.IDLE_SPINS, MAILRAIL_IDLE_SLEEP_US).  Open MPI, once
+    # it sees more ranks than cores, also yields inside every MPI test that finds nothing:
+    # 1-2 context switches per message, which cost the histogram a quarter of its throughput
+    # on 4 ranks over 2 cores and the incast benchmark half.  Declaring enough slots stops it.
+    "PRTE_MCA_prte_set_default_slots": "1024",
+    "OMPI_MCA_mpi_yield_when_idle": "0",
     # The wheel's UCX one-sided component complains on machines without UCX devices;
     # shared windows use the shared-memory component anyway.
     "OMPI_MCA_osc": "^ucx",
