@@ -43,8 +43,6 @@ typedef int (*test_cancelled_fn)(const void *status, int *flag);
 /* Room for any MPI_Request handle and any MPI_Status (checked at construction). */
 #define REQUEST_BYTES 16
 #define STATUS_BYTES 256
-/* Posted zero-byte receives for credit messages (as rail.CREDIT_RECEIVES). */
-#define CREDIT_RECEIVES 8
 
 enum { FREE = 0, HELD = 1, QUEUED = 2, IN_FLIGHT = 3 };
 static const char *STATE_NAMES[] = {"free", "reserved", "deferred", "in flight"};
@@ -154,8 +152,8 @@ typedef struct {
     int deferred, progress_calls, progress_interval;
     intptr_t credit_comm;
     long long tag_ub;
-    Request credit_recv[CREDIT_RECEIVES];
-    int credit_head, credit_receives_made;
+    Request *credit_recv; /* ring of posted zero-byte receives for credit messages */
+    int credit_receives, credit_head, credit_receives_made;
     Request *credit_send; /* ring of zero-byte credit returns in flight, grown on demand */
     int credit_send_head, credit_send_count, credit_send_capacity;
     PyObject **recv_cache;  /* per receive slot: a view of cached_nbytes bytes, or NULL */
@@ -427,22 +425,30 @@ static int drain_deferred(Engine *self) {
     return 0;
 }
 
+/* The oldest posted credit receive, if its message arrived: 1 with its source and count (the receive
+ * is re-posted), 0 if none arrived, -1 on an MPI error. */
+static int next_credit_message(Engine *self, int *source, int *count) {
+    int flag;
+    void *request = self->credit_recv[self->credit_head].request;
+    MPI_CALL(self, self->test(request, &flag, self->status));
+    if (!flag) return 0;
+    *source = *(int *)(self->status + self->source_offset);
+    *count = *(int *)(self->status + self->tag_offset);
+    MPI_CALL(self, self->start(request));
+    self->credit_head = (self->credit_head + 1) % self->credit_receives;
+    return 1;
+}
+
 /* Apply every credit message that arrived, oldest posted receive first. */
 static int poll_credits(Engine *self) {
-    int flag;
-    for (;;) {
-        void *request = self->credit_recv[self->credit_head].request;
-        MPI_CALL(self, self->test(request, &flag, self->status));
-        if (!flag) return 0;
-        int source = *(int *)(self->status + self->source_offset);
-        int count = *(int *)(self->status + self->tag_offset);
-        MPI_CALL(self, self->start(request));
-        self->credit_head = (self->credit_head + 1) % CREDIT_RECEIVES;
+    int source, count, arrived;
+    while ((arrived = next_credit_message(self, &source, &count)) > 0) {
         self->credit_messages_received++;
         if (ledger_on_credit_return(self->ledger, source, count) < 0) return -1;
         /* Node credits change silently (any local rank may refill them): drains poll instead. */
         if (self->deferred && !self->ledger->node_mode && call_mark_ready(self, source) < 0) return -1;
     }
+    return arrived;
 }
 
 static int grow_credit_sends(Engine *self) {
@@ -608,16 +614,10 @@ static PyObject *Engine_discard_arrivals(Engine *self, PyObject *unused) {
         if (post_receive(self, slot) < 0) return NULL;
         count++;
     }
-    while (self->credit_receives_made) { /* credit messages too: drop them, re-post */
-        void *request = self->credit_recv[self->credit_head].request;
-        int code = self->test(request, &flag, self->status);
-        if (code == 0 && flag) code = self->start(request);
-        if (code != 0) {
-            mpi_failed(self, code);
-            return NULL;
-        }
-        if (!flag) break;
-        self->credit_head = (self->credit_head + 1) % CREDIT_RECEIVES;
+    if (self->credit_receives_made) { /* credit messages too: drop them */
+        int source, credits, arrived;
+        while ((arrived = next_credit_message(self, &source, &credits)) > 0) continue;
+        if (arrived < 0) return NULL;
     }
     return PyLong_FromLong(count);
 }
@@ -785,6 +785,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     TUNING("idle_spins", self->idle_spins);
     TUNING("idle_sleep_ns", self->idle_sleep_ns);
     TUNING("progress_interval", self->progress_interval);
+    TUNING("credit_receives", self->credit_receives);
     if (credits != Py_None) { /* credit modes: {ledger, comm, tag_ub, admit, mark_ready, drain} */
         PyObject *ledger, *comm, *tag_ub, *admit, *mark_ready, *drain;
         if (!PyDict_Check(credits) || !(ledger = PyDict_GetItemString(credits, "ledger")) ||
@@ -862,14 +863,24 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
     }
     for (int slot = 0; slot < posted_receives; slot++)
         if (post_receive(self, slot) < 0) return -1;
-    if (self->ledger != NULL)
-        for (int i = 0; i < CREDIT_RECEIVES; i++) {
-            void *request = self->credit_recv[i].request;
-            MPI_CALL(self, self->recv_init(credit_buffer, 0, self->byte, self->any_source, self->any_tag,
-                                           self->credit_comm, request));
-            self->credit_receives_made = i + 1;
-            MPI_CALL(self, self->start(request));
+    if (self->ledger != NULL) {
+        if (self->credit_receives < 1) {
+            PyErr_SetString(PyExc_ValueError, "credit modes need credit_receives >= 1");
+            return -1;
         }
+        self->credit_recv = PyMem_Calloc(self->credit_receives, sizeof(Request));
+        if (self->credit_recv == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (int i = 0; self->ledger != NULL && i < self->credit_receives; i++) {
+        void *request = self->credit_recv[i].request;
+        MPI_CALL(self, self->recv_init(credit_buffer, 0, self->byte, self->any_source, self->any_tag,
+                                       self->credit_comm, request));
+        self->credit_receives_made = i + 1;
+        MPI_CALL(self, self->start(request));
+    }
     /* Slots beyond the posted limit wait, unposted, until a posted one is taken. */
     for (int slot = self->recv_slots - 1; slot >= posted_receives; slot--)
         self->unposted[self->unposted_count++] = slot;
@@ -892,6 +903,7 @@ static void Engine_dealloc(Engine *self) {
     Py_XDECREF(self->mark_ready);
     Py_XDECREF(self->drain);
     PyMem_Free(self->credit_send);
+    PyMem_Free(self->credit_recv);
     if (self->recv_cache != NULL)
         for (int slot = 0; slot < self->recv_slots; slot++) Py_XDECREF(self->recv_cache[slot]);
     PyMem_Free(self->recv_cache);

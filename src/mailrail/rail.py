@@ -183,7 +183,7 @@ class MailRail:
             errors=(FinalizedError, BufferOwnershipError, ReleaseError, MPI.Exception),
             tuning={"send_test_window": SEND_TEST_WINDOW, "head_patience": SEND_HEAD_PATIENCE,
                     "idle_spins": IDLE_SPINS, "idle_sleep_ns": int(config.idle_sleep_us * 1000),
-                    "progress_interval": CREDIT_POLL_INTERVAL},
+                    "progress_interval": CREDIT_POLL_INTERVAL, "credit_receives": CREDIT_RECEIVES},
             credits={"ledger": self.flow, "comm": fastpath.handle(self._credit), "tag_ub": self.tag_ub,
                      "admit": self._engine_admit, "mark_ready": endpoint.deferred.mark_ready,
                      "drain": self._engine_drain} if self._uses_credits else None)
