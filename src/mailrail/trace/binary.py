@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from .events import Event, MessageBlock, PhaseEnd
-from .files import is_gzip, open_binary, read_chunk
+from .files import open_binary, open_file, read_chunk
 
 YGM_ASYNC, MPI_SEND, MPI_RECV, BARRIER_BEGIN, BARRIER_END = range(5)
 RECORD_NAMES = ("ygm_async", "mpi_send", "mpi_recv", "barrier_begin", "barrier_end")
@@ -162,21 +162,16 @@ class BinaryTraceWriter:
     """
 
     def __init__(self, path: str, *, append: bool = False, buffer_bytes: int = CHUNK_BYTES) -> None:
-        import gzip
-
         self.path = str(path)
-        mode = "ab" if append else "wb"
-        self._file = gzip.open(self.path, mode) if is_gzip(self.path) else open(self.path, mode)
+        self._file = open_file(self.path, "ab" if append else "wb")
         self._buffer = bytearray()
         self._limit = buffer_bytes
         self._next_id = 1
-        self.messages_written = 0
 
     def message(self, dest: int, size: int) -> None:
         """One ygm_async record: an application message of *size* bytes to rank *dest*."""
         self._buffer += MESSAGE_STRUCT.pack(YGM_ASYNC, self._next_id, dest, size)
         self._next_id += 1
-        self.messages_written += 1
         if len(self._buffer) >= self._limit:
             self.flush()
 
@@ -189,7 +184,6 @@ class BinaryTraceWriter:
         records["peer"] = dests
         records["size"] = sizes
         self._next_id += count
-        self.messages_written += count
         self._buffer += records.tobytes()
         if len(self._buffer) >= self._limit:
             self.flush()

@@ -17,10 +17,15 @@ def is_gzip(path: str) -> bool:
     return str(path).endswith(".gz")
 
 
+def open_file(path: str, mode: str = "rb") -> BinaryIO:
+    """*path* opened in binary *mode*, through gzip when it ends in ``.gz``."""
+    return gzip.open(path, mode) if is_gzip(path) else open(path, mode)
+
+
 @contextmanager
 def open_binary(path: str) -> Iterator[BinaryIO]:
     """The decompressed bytes of *path*, read as a stream (never loaded whole)."""
-    with (gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")) as stream:
+    with open_file(path) as stream:
         yield stream
 
 

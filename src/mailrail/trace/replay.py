@@ -217,7 +217,7 @@ class Plan:
 
 
 def _plan(args: argparse.Namespace, rank: int, size: int) -> Plan:
-    from ..config import Config
+    from ..config import Config, env_name
 
     trace = TraceDir.open(args.trace_dir)
     trace.require_ranks(size)
@@ -225,7 +225,7 @@ def _plan(args: argparse.Namespace, rank: int, size: int) -> Plan:
         raise TraceFormatError(f"{args.trace_dir}: --pacing needs recorded timestamps, which only JSON-lines "
                                f"traces (trace_<rank>.txt) have; this trace is {trace.format}")
     options = rail_options(args)
-    if args.datagram_size is None and not os.environ.get("MAILRAIL_DATAGRAM_SIZE", "").strip():
+    if args.datagram_size is None and not os.environ.get(env_name("datagram_size"), "").strip():
         options["datagram_size"] = DEFAULT_DATAGRAM_SIZE
     config = Config.from_env(**options)  # a bad knob fails here, on every rank alike
     if config.trace and os.path.realpath(config.trace) == os.path.realpath(args.trace_dir):

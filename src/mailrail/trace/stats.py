@@ -98,11 +98,11 @@ def matrix_summary(matrix: np.ndarray, top: int = 5) -> dict[str, Any]:
 
 def heatmap(stats: TraceStats, path: str) -> None:
     """PNG of the byte matrix: sender rows, receiver columns, log colour scale, zero pairs blank."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm, Normalize
+
+    from ..bench.plots import pyplot
+
+    plt = pyplot()
 
     matrix = np.ma.masked_equal(stats.byte_matrix, 0)
     figure, axes = plt.subplots(figsize=(6.4, 5.4), dpi=110)
