@@ -16,12 +16,12 @@ import os
 import time
 from typing import Any
 
+from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
 from ..errors import ConfigError
-from .common import add_rail_arguments, format_table, rail_flags, rail_options, write_json
-from .jobs import DEFAULT_TIME_LIMIT, run_adversarial, status_text
+from .common import add_rail_arguments, format_table, rail_options, write_json
+from .jobs import DEFAULT_TIME_LIMIT, add_workload_arguments, adversarial_args, run_adversarial, status_text
 
-MODES = ("none", "rank", "node")
 DEFAULT_RANKS = 16
 DEFAULT_NODES = 4
 DEFAULT_MESSAGES = 6000
@@ -36,12 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="virtual nodes the ranks are split into (default: %(default)s; "
                              "--ranks-per-node overrides)")
     parser.add_argument("--victims", type=int, default=1, help="victim ranks (default: %(default)s)")
-    amount = parser.add_mutually_exclusive_group()
-    amount.add_argument("--messages", type=int, default=None,
-                        help=f"messages per sending rank (default: {DEFAULT_MESSAGES})")
-    amount.add_argument("--bytes-per-rank", type=int, default=None, help="payload bytes per sending rank instead")
-    parser.add_argument("--trials", type=int, default=4, help="timed trials per mode (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
+    add_workload_arguments(parser, messages=DEFAULT_MESSAGES, trials=4, per="mode")
     parser.add_argument("--modes", default=",".join(MODES), help="modes to run, comma-separated (default: %(default)s)")
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
                         help="seconds each mode may run, start-up included (default: %(default)s)")
@@ -81,13 +76,10 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
 
 def benchmark_args(load: dict[str, Any], mode: str, metrics_dir: str) -> list[str]:
     """The ``bench adversarial`` command line of one mode."""
-    args = ["--victims", str(load["victims"]), "--trials", str(load["trials"]), "--seed", str(load["seed"]),
-            "--metrics", metrics_dir, "--metrics-interval", str(load["metrics_interval_s"]), "--quiet"]
-    if load["bytes_per_rank"] is not None:
-        args += ["--bytes-per-rank", str(load["bytes_per_rank"])]
-    else:
-        args += ["--messages", str(load["messages_per_rank"])]
-    return args + rail_flags(dict(load["rail_options"], flow_control=mode))
+    return adversarial_args(victims=load["victims"], trials=load["trials"], seed=load["seed"],
+                            messages=load["messages_per_rank"], bytes_per_rank=load["bytes_per_rank"],
+                            knobs=dict(load["rail_options"], flow_control=mode),
+                            extra=("--metrics", metrics_dir, "--metrics-interval", str(load["metrics_interval_s"])))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     options = rail_options(args)
-    modes = list(dict.fromkeys(args.modes.split(","))) if args.modes else [Config.from_env(**options).flow_control]
+    config = Config.from_env(**options)
+    modes = list(dict.fromkeys(args.modes.split(","))) if args.modes else [config.flow_control]
     keys = make_keys(np.random.default_rng([args.seed, rank]), args.inserts, args.log2_table, args.rmat)
     table = Table(args.log2_table, size, rank)
     owners = table.owners(keys)
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         document = {"benchmark": "histogram", "flow_control": modes[0], "ranks": size,
                     "log2_table": args.log2_table, "inserts_per_rank": args.inserts,
                     "distribution": "rmat" if args.rmat else "uniform",
-                    "datagram_size": Config.from_env(**options).datagram_size,
+                    "datagram_size": config.datagram_size,
                     "trials": first["trials"], "modes": results, "baseline": baseline,
                     "config": dict(options, modes=modes, seed=args.seed)}
         write_json(args.json, document)

@@ -7,17 +7,37 @@ or ``"failed"`` that the caller reports, next to the runs that worked.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..launch import mpi_environment, mpiexec_argv, run_bounded
+from .common import rail_flags
 
 #: Seconds each run may take, mpiexec start-up included, unless the caller says otherwise.
 DEFAULT_TIME_LIMIT = 120.0
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, trials: int, per: str) -> None:
+    """The workload a driver passes on to each adversarial run: its amount, trials and seed."""
+    amount = parser.add_mutually_exclusive_group()
+    amount.add_argument("--messages", type=int, default=None, help=f"messages per sending rank (default: {messages})")
+    amount.add_argument("--bytes-per-rank", type=int, default=None, help="payload bytes per sending rank instead")
+    parser.add_argument("--trials", type=int, default=trials, help=f"timed trials per {per} (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
+
+
+def adversarial_args(*, victims: int, trials: int, seed: int, messages: int | None, bytes_per_rank: int | None,
+                     knobs: Mapping[str, Any], extra: Sequence[str] = ()) -> list[str]:
+    """The ``bench adversarial`` command line of one run (*bytes_per_rank*, when given, wins over *messages*)."""
+    amount = (["--bytes-per-rank", str(bytes_per_rank)] if bytes_per_rank is not None
+              else ["--messages", str(messages)])
+    return ["--victims", str(victims), "--trials", str(trials), "--seed", str(seed), "--quiet", *extra,
+            *amount, *rail_flags(knobs)]
 
 
 def adversarial_argv(ranks: int, args: Sequence[str]) -> list[str]:

@@ -18,9 +18,9 @@ import time
 from typing import Any
 
 from .adversarial import incast_ratio
-from .common import add_rail_arguments, format_table, rail_flags, rail_options, write_json
+from .common import add_rail_arguments, format_table, rail_options, write_json
 from .compare import DEFAULT_RECV_POOL_SLOTS, MODES
-from .jobs import run_adversarial, status_text
+from .jobs import add_workload_arguments, adversarial_args, run_adversarial, status_text
 
 STUDIES = ("weak", "victims")
 STUDY_TITLES = {"weak": "weak scaling", "victims": "victim sweep"}
@@ -39,12 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weak scaling: victims at every size (default: %(default)s)")
     parser.add_argument("--victim-ranks", type=int, default=None,
                         help="victim sweep: ranks (default: --max-ranks); victims go 1, 2, 4, ... up to all of them")
-    amount = parser.add_mutually_exclusive_group()
-    amount.add_argument("--messages", type=int, default=None,
-                        help=f"messages per sending rank (default: {DEFAULT_MESSAGES})")
-    amount.add_argument("--bytes-per-rank", type=int, default=None, help="payload bytes per sending rank instead")
-    parser.add_argument("--trials", type=int, default=2, help="timed trials per run (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
+    add_workload_arguments(parser, messages=DEFAULT_MESSAGES, trials=2, per="run")
     parser.add_argument("--modes", default=",".join(MODES), help="modes, comma-separated (default: %(default)s)")
     parser.add_argument("--time-limit", type=float, default=60.0,
                         help="seconds each run may take, start-up included (default: %(default)s)")
@@ -125,10 +120,8 @@ def benchmark_args(args: argparse.Namespace, options: dict[str, Any], ranks: int
     knobs = dict(options, flow_control=mode)
     # Virtual nodes of 4 ranks by default; a job smaller than that is one node.
     knobs["ranks_per_node"] = min(int(options.get("ranks_per_node") or DEFAULT_RANKS_PER_NODE), ranks)
-    amount = (["--bytes-per-rank", str(args.bytes_per_rank)] if args.bytes_per_rank is not None
-              else ["--messages", str(_messages(args))])
-    return ["--victims", str(victims), "--trials", str(args.trials), "--seed", str(args.seed), "--quiet",
-            *amount, *rail_flags(knobs)]
+    return adversarial_args(victims=victims, trials=args.trials, seed=args.seed, messages=_messages(args),
+                            bytes_per_rank=args.bytes_per_rank, knobs=knobs)
 
 
 def _messages(args: argparse.Namespace) -> int:
