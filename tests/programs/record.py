@@ -40,6 +40,11 @@ def main() -> None:
             sends += 1
             return True
 
+        def receive_one() -> None:
+            message = rail.receive()
+            if message is not None:
+                rail.release_receive_buffer(message)
+
         def answer(message) -> None:
             if message.nbytes % 5 == 0:  # a send made inside the barrier
                 send(message.source, message.nbytes // 2)
@@ -49,12 +54,8 @@ def main() -> None:
             for dest, nbytes in zip(rng.integers(0, size, count).tolist(),
                                     rng.integers(0, rail.datagram_size + 1, count).tolist()):
                 while not send(dest, nbytes):
-                    message = rail.receive()
-                    if message is not None:
-                        rail.release_receive_buffer(message)
-                message = rail.receive()
-                if message is not None:
-                    rail.release_receive_buffer(message)
+                    receive_one()
+                receive_one()
             rail.barrier(handler=answer)
 
     matrix = comm.gather(sent.tolist(), root=0)
