@@ -52,3 +52,19 @@ class MpiRun:
 @pytest.fixture(scope="session")
 def mpirun() -> MpiRun:
     return MpiRun()
+
+
+def _assert_exactly_once(result: dict, engine: str = "compiled") -> None:
+    """A traffic.py run delivered every message once, on the *engine* message path, with nothing left over."""
+    assert result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
+    stats = result["stats"]
+    assert {s["engine"] for s in stats} == {engine}
+    assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
+    assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
+    assert all(s["deferred_now"] == 0 for s in stats)
+
+
+@pytest.fixture(scope="session")
+def assert_exactly_once():
+    """The check of :func:`_assert_exactly_once` (a fixture: tests/ is not an importable package)."""
+    return _assert_exactly_once

@@ -9,48 +9,40 @@ TINY_POOLS = {"MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "2"}
 ENGINES = ["compiled", "python"]
 
 
-def assert_clean_finish(result: dict, engine: str = "compiled") -> None:
-    assert result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
-    stats = result["stats"]
-    assert {s["engine"] for s in stats} == {engine}
-    assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
-    assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
-
-
 @pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.smoke), 8, 16])
-def test_uniform_traffic_is_delivered_exactly_once(mpirun, ranks):
+def test_uniform_traffic_is_delivered_exactly_once(mpirun, ranks, assert_exactly_once):
     result = mpirun(ranks, "traffic.py", "--pattern", "uniform", "--max-messages", "200", "--seed", str(ranks))
-    assert_clean_finish(result)
+    assert_exactly_once(result)
 
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("pattern", ["uniform", "incast"])
-def test_tiny_pools_force_backpressure_without_loss(mpirun, pattern, engine):
+def test_tiny_pools_force_backpressure_without_loss(mpirun, pattern, engine, assert_exactly_once):
     result = mpirun(4, "traffic.py", "--pattern", pattern, "--max-messages", "150",
                     env=dict(TINY_POOLS, MAILRAIL_ENGINE=engine))
-    assert_clean_finish(result, engine)
+    assert_exactly_once(result, engine)
 
 
 @pytest.mark.parametrize("ranks", [2, 8])
-def test_python_path_delivers_exactly_once(mpirun, ranks):
+def test_python_path_delivers_exactly_once(mpirun, ranks, assert_exactly_once):
     result = mpirun(ranks, "traffic.py", "--pattern", "uniform", "--max-messages", "200", "--seed", str(ranks),
                     env={"MAILRAIL_ENGINE": "python"})
-    assert_clean_finish(result, "python")
+    assert_exactly_once(result, "python")
 
 
-def test_many_to_one_incast_at_16_ranks(mpirun):
+def test_many_to_one_incast_at_16_ranks(mpirun, assert_exactly_once):
     result = mpirun(16, "traffic.py", "--pattern", "incast", "--max-messages", "150")
-    assert_clean_finish(result)
+    assert_exactly_once(result)
     victim = result["victims"][0]
     assert result["stats"][victim]["messages_received"] >= 15 * 75
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_fewer_posted_receives_than_slots(mpirun, engine):
+def test_fewer_posted_receives_than_slots(mpirun, engine, assert_exactly_once):
     result = mpirun(4, "traffic.py", "--max-messages", "150",
                     env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3", "MAILRAIL_ENGINE": engine})
-    assert_clean_finish(result, engine)
+    assert_exactly_once(result, engine)
 
 
 @pytest.fixture(scope="module", params=ENGINES)

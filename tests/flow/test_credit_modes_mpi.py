@@ -11,18 +11,9 @@ def env(mode: str, **knobs) -> dict[str, str]:
     return variables
 
 
-def assert_exactly_once(result: dict, engine: str = "compiled") -> None:
-    assert result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
-    stats = result["stats"]
-    assert {s["engine"] for s in stats} == {engine}
-    assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
-    assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
-    assert all(s["deferred_now"] == 0 for s in stats)
-
-
 @pytest.mark.parametrize("mode", ["rank", "node"])
 @pytest.mark.parametrize("ranks", [16, 32])
-def test_incast_with_one_credit_per_pair(mpirun, mode, ranks):
+def test_incast_with_one_credit_per_pair(mpirun, mode, ranks, assert_exactly_once):
     """Incast 15:1 and 31:1, one credit per pair, tiny send pools: slow, but nothing lost."""
     knobs = dict(credits_per_pair=1, send_pool_slots=2, recv_pool_slots=64)
     if mode == "node":
@@ -39,7 +30,7 @@ def test_incast_with_one_credit_per_pair(mpirun, mode, ranks):
 @pytest.mark.smoke
 @pytest.mark.parametrize("engine", ["compiled", "python"])
 @pytest.mark.parametrize("piggyback", ["on", "off"])
-def test_rank_mode_uniform_traffic_with_and_without_piggybacking(mpirun, piggyback, engine):
+def test_rank_mode_uniform_traffic_with_and_without_piggybacking(mpirun, piggyback, engine, assert_exactly_once):
     result = mpirun(8, "traffic.py", "--pattern", "uniform", "--max-messages", "300",
                     env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4, engine=engine))
     assert_exactly_once(result, engine)
@@ -49,7 +40,7 @@ def test_rank_mode_uniform_traffic_with_and_without_piggybacking(mpirun, piggyba
 
 @pytest.mark.parametrize("ranks_per_node, engine", [
     (2, "compiled"), (4, "compiled"), (4, "python"), pytest.param(8, "compiled", marks=pytest.mark.smoke)])
-def test_node_mode_with_virtual_nodes(mpirun, ranks_per_node, engine):
+def test_node_mode_with_virtual_nodes(mpirun, ranks_per_node, engine, assert_exactly_once):
     result = mpirun(16, "traffic.py", "--pattern", "uniform", "--max-messages", "150",
                     env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4,
                             engine=engine))
@@ -63,7 +54,7 @@ def test_node_mode_with_virtual_nodes(mpirun, ranks_per_node, engine):
     ("rank", dict(recv_pool_slots=32)),  # 4 credits per pair at 8 ranks
     ("node", dict(recv_pool_slots=32, ranks_per_node=2)),  # 8 credits per node
 ])
-def test_unreturned_messages_never_exceed_receive_slots(mpirun, mode, knobs):
+def test_unreturned_messages_never_exceed_receive_slots(mpirun, mode, knobs, assert_exactly_once):
     """The victim holds what arrives (filling the credit window) and checks, on every arrival,
     that no sender exceeded its credits; its peak of arrived-but-unreturned messages stays
     within its receive slots, and the window really filled."""
@@ -100,7 +91,7 @@ def test_credit_starvation_raises_a_diagnostic_not_a_hang(mpirun):
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("pattern", ["incast", "uniform"])
-def test_node_mode_on_the_real_shared_memory_node(mpirun, pattern):
+def test_node_mode_on_the_real_shared_memory_node(mpirun, pattern, assert_exactly_once):
     """Without MAILRAIL_RANKS_PER_NODE the node is COMM_TYPE_SHARED: here, all ranks in one node,
     whose rank-to-node map lives once in shared memory."""
     result = mpirun(8, "traffic.py", "--pattern", pattern, "--max-messages", "200",
@@ -113,7 +104,7 @@ def test_node_mode_on_the_real_shared_memory_node(mpirun, pattern):
     assert {s["shared_credit_bytes"] for s in stats} == {8 * 8 + 8 * 4}  # pool + map, once per node
 
 
-def test_node_mode_with_portable_mpi_atomics(mpirun):
+def test_node_mode_with_portable_mpi_atomics(mpirun, assert_exactly_once):
     """The no-compiler path: MPI Fetch_and_op on the shared window instead of CPU atomics (Python path)."""
     result = mpirun(8, "traffic.py", "--pattern", "incast", "--max-messages", "150",
                     env=env("node", recv_pool_slots=16, send_pool_slots=4, ranks_per_node=4, atomics="mpi"))
