@@ -28,6 +28,9 @@ DEFAULT_MESSAGES = 6000
 #: The shared memory budget: receive slots per rank (the credit budget of both credit modes).
 DEFAULT_RECV_POOL_SLOTS = 64
 _MIB = 2 ** 20
+#: The table's figures per mode ("-" for a mode that did not finish).
+COLUMNS = ("runtime s", "goodput Mb/s", "speedup vs none", "victim RSS MiB", "victim growth MiB", "sender RSS MiB",
+           "credit msgs", "deferred peak")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,7 +138,7 @@ def table_rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     base_goodput = baseline["summary"]["goodput_bps_mean"] if baseline and baseline["status"] == "ok" else None
     rows = []
     for mode, result in results.items():
-        row: dict[str, Any] = {"mode": mode, "status": status_text(result)}
+        row: dict[str, Any] = {"mode": mode, "status": status_text(result), **dict.fromkeys(COLUMNS, "-")}
         if result["status"] == "ok":
             summary = result["summary"]
             goodput = summary["goodput_bps_mean"]
@@ -149,9 +152,6 @@ def table_rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "credit msgs": summary["credit_messages"],
                 "deferred peak": summary["deferred_high_water"],
             })
-        else:
-            row.update({k: "-" for k in ("runtime s", "goodput Mb/s", "speedup vs none", "victim RSS MiB",
-                                         "victim growth MiB", "sender RSS MiB", "credit msgs", "deferred peak")})
         rows.append(row)
     return rows
 
@@ -186,12 +186,11 @@ def observations(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> li
 
 def _plot(results: dict[str, dict[str, Any]], metrics_dirs: dict[str, str], load: dict[str, Any],
           out: str) -> str | None:
-    try:
-        import matplotlib  # noqa: F401  (the `plot` extra)
-    except ImportError as error:
-        print(f"no figure: {error} (pip install 'mailrail[plot]')")
+    from .plots import missing, plot_compare
+    reason = missing()
+    if reason:
+        print(reason)
         return None
-    from .plots import plot_compare
     title = (f"adversarial incast: {load['ranks']} ranks on {load['nodes']} nodes, {load['victims']} victim(s), "
              f"{_amount_text(load)} per sender, {load['recv_pool_slots']} receive slots per rank")
     return plot_compare(results, metrics_dirs, os.path.join(out, "compare.png"), title)

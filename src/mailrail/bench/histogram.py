@@ -123,18 +123,14 @@ def run(args: argparse.Namespace) -> int:
     trials: dict[str, list] = {mode: [] for mode in modes}
     for trial in range(args.trials + 1):  # trial 0 warms up and is discarded
         for mode, coalescer in coalescers.items():
-            table.clear()
-            comm.Barrier()
-            start = time.perf_counter()
-            for offset in range(0, len(keys), CHUNK):
-                coalescer.send(owners[offset:offset + CHUNK], keys[offset:offset + CHUNK])
-            coalescer.barrier()
-            table.settle()
-            runtime = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-            correct = _check(comm, table, expected, global_inserts)
+            def insert(coalescer=coalescer) -> None:
+                for offset in range(0, len(keys), CHUNK):
+                    coalescer.send(owners[offset:offset + CHUNK], keys[offset:offset + CHUNK])
+                coalescer.barrier()
+
+            result = _timed_trial(comm, table, expected, global_inserts, insert)
             if trial:
-                trials[mode].append({"runtime_s": runtime, "inserts_per_s": global_inserts / runtime,
-                                     "correct": correct})
+                trials[mode].append(result)
     results: dict[str, dict] = {}
     for mode, rail in rails.items():
         stats = comm.gather(rail.stats(), root=0)
@@ -175,6 +171,20 @@ def _direct_count(comm, keys: np.ndarray, table: Table) -> np.ndarray:
     return mine[:len(table.counts)]
 
 
+def _timed_trial(comm, table: Table, expected: np.ndarray | None, global_inserts: int, insert) -> dict:
+    """One trial: clear the table, barrier, time *insert* (every key counted once settled), check it."""
+    from mpi4py import MPI
+
+    table.clear()
+    comm.Barrier()
+    start = time.perf_counter()
+    insert()
+    table.settle()
+    runtime = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+    return {"runtime_s": runtime, "inserts_per_s": global_inserts / runtime,
+            "correct": _check(comm, table, expected, global_inserts)}
+
+
 def _check(comm, table: Table, expected: np.ndarray | None, global_inserts: int) -> bool:
     from mpi4py import MPI
 
@@ -190,11 +200,8 @@ def _alltoallv_baseline(comm, keys, owners, table: Table, expected, global_inser
     from ..coalesce import rank_sort_dtype
 
     size = comm.Get_size()
-    results = []
-    for trial in range(trials + 1):
-        table.clear()
-        comm.Barrier()
-        start = time.perf_counter()
+
+    def exchange() -> None:
         order = np.argsort(owners.astype(rank_sort_dtype(size)), kind="stable")
         send = keys[order]
         send_counts = np.bincount(owners.astype(np.intp), minlength=size)
@@ -203,11 +210,12 @@ def _alltoallv_baseline(comm, keys, owners, table: Table, expected, global_inser
         received = np.empty(int(recv_counts.sum()), dtype=np.uint64)
         comm.Alltoallv([send, send_counts, MPI.UINT64_T], [received, recv_counts, MPI.UINT64_T])
         table.add(-1, received)
-        table.settle()
-        runtime = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-        correct = _check(comm, table, expected, global_inserts)
+
+    results = []
+    for trial in range(trials + 1):
+        result = _timed_trial(comm, table, expected, global_inserts, exchange)
         if trial:
-            results.append({"runtime_s": runtime, "inserts_per_s": global_inserts / runtime, "correct": correct})
+            results.append(result)
     return {"method": "alltoallv", "trials": results,
             "median_inserts_per_s": statistics.median(t["inserts_per_s"] for t in results)}
 

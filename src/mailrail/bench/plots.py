@@ -14,6 +14,15 @@ MODE_LABELS = {"none": "none (unconstrained)", "rank": "rank credits", "node": "
 _MIB = 2 ** 20
 
 
+def missing() -> str | None:
+    """Why no figure can be drawn (matplotlib, the ``plot`` extra, is not installed), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as error:
+        return f"no figure: {error} (pip install 'mailrail[plot]')"
+    return None
+
+
 def pyplot():
     """matplotlib.pyplot on the Agg backend (imported on demand: the benchmarks do not need it)."""
     import matplotlib

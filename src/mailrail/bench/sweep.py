@@ -142,11 +142,10 @@ def sweep_point(study: str, ranks: int, victims: int, mode: str, result: dict[st
 
 
 def _plot(results: dict[str, list[dict[str, Any]]], path: str) -> str | None:
-    try:
-        import matplotlib  # noqa: F401  (the `plot` extra)
-    except ImportError as error:
-        print(f"no figure: {error} (pip install 'mailrail[plot]')")
+    from .plots import missing, plot_sweep
+    reason = missing()
+    if reason:
+        print(reason)
         return None
-    from .plots import plot_sweep
     studies = {f"{STUDY_TITLES[s]}": points for s, points in results.items() if points}
     return plot_sweep(studies, path, "adversarial incast sweeps (runs past the time limit: crosses)")
