@@ -106,10 +106,10 @@ class NodeCredits(FlowControl):
 
     def on_credit_return(self, source: int, count: int) -> None:
         self.pool.add(source, count)
-        if self.pool.load(source) > self.credits_per_pair:
-            raise ProtocolError(
-                f"rank {source} returned {count} credits, leaving this node {self.pool.load(source)} "
-                f"> {self.credits_per_pair} credits per node")
+        now = self.pool.load(source)
+        if now > self.credits_per_pair:
+            raise ProtocolError(f"rank {source} returned {count} credits, leaving this node {now} "
+                                f"> {self.credits_per_pair} credits per node")
 
     def credit_state_bytes(self) -> int:
         return sum(a.itemsize * len(a) for a in (self.owed, self.unreturned))
