@@ -19,8 +19,6 @@ from mailrail.errors import ProtocolError
 from mailrail.flow import NodeCredits, RankCredits
 from mailrail.flow.node import LocalCounters
 
-pytestmark = pytest.mark.skipif(fastpath.message_type() is None, reason="mailrail._engine is not built")
-
 RANKS = 4  # few ranks: events pile up on each, reaching thresholds and bounds
 
 
