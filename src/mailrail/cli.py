@@ -6,9 +6,15 @@ import argparse
 import importlib
 import sys
 
-# command path -> module providing add_arguments(parser) and run(args) -> int
+from .errors import ClusterError
+
+# command path -> module providing add_arguments(parser) and run(args) -> int (or "module:verb", see below)
 COMMANDS = {
-    ("run",): ("mailrail.launch", "run a mailrail command under mpiexec on this machine (mailrail run -n 4 bench stream)"),
+    ("run",): ("mailrail.launch", "run a mailrail command or -- any program under mpiexec, here or on a virtual "
+                                  "cluster (mailrail run -n 16 --cluster 4 bench adversarial)"),
+    ("cluster", "up"): ("mailrail.cluster.cli:up", "build a virtual cluster that stays up for many jobs (--cluster up)"),
+    ("cluster", "status"): ("mailrail.cluster.cli:status", "the virtual clusters on this machine: nodes, links, memory, jobs"),
+    ("cluster", "down"): ("mailrail.cluster.cli:down", "remove the running virtual cluster and what killed runs left"),
     ("bench", "stream"): ("mailrail.bench.stream", "message rate and bandwidth vs raw mpi4py (mpiexec -n 2+)"),
     ("bench", "histogram"): ("mailrail.bench.histogram", "distributed histogram: inserts/s, per-mode overhead, alltoallv peer"),
     ("bench", "atomics"): ("mailrail.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
@@ -34,9 +40,12 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         if tuple(argv[:len(path)]) == path:
             module_name, help_text = COMMANDS[path]
             parser = argparse.ArgumentParser(prog="mailrail " + " ".join(path), description=help_text)
-            module = importlib.import_module(module_name)
-            module.add_arguments(parser)
-            parser.set_defaults(run=module.run, consumed=len(path))
+            module_path, _, verb = module_name.partition(":")
+            module = importlib.import_module(module_path)
+            # "module:verb": one module serves several commands (module.VERBS[verb] = (add_arguments, run))
+            add_arguments, run = module.VERBS[verb] if verb else (module.add_arguments, module.run)
+            add_arguments(parser)
+            parser.set_defaults(run=run, consumed=len(path))
             return parser
     parser = argparse.ArgumentParser(
         prog="mailrail", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -51,8 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     if parser.get_default("run") is None:
         args = parser.parse_args(argv)  # --help, or not a command: say which exist
         parser.error(f"unknown command {' '.join(args.command)!r}")
+    parser.set_defaults(mailrail_argv=argv)  # for a command that runs itself again (in a user namespace)
     args = parser.parse_args(argv[parser.get_default("consumed"):])
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except ClusterError as error:
+        print(f"{parser.prog}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

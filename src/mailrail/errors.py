@@ -55,3 +55,10 @@ class TraceFormatError(MailRailError, ValueError):
     The message names the file and the byte offset (binary) or line (JSON lines)
     of the offending record, and what was found there.
     """
+
+
+class ClusterError(MailRailError):
+    """A virtual cluster cannot be built, used or removed as asked (bad option, missing privilege or tool).
+
+    The message names the option or the step and the value or the command's own error.
+    """

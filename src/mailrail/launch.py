@@ -34,6 +34,9 @@ OVERSUBSCRIBED_ENV = {
     # The wheel's UCX one-sided component complains on machines without UCX devices;
     # shared windows use the shared-memory component anyway.
     "OMPI_MCA_osc": "^ucx",
+    # Without UCX devices Open MPI ends up with ob1 anyway, after UCX spent a second of every
+    # MPI_Init probing for them.
+    "OMPI_MCA_pml": "ob1",
 }
 
 
@@ -69,9 +72,12 @@ def run_mailrail(ranks: int, args: Sequence[str], *, timeout: float, env: Mappin
     return run_bounded(argv, timeout=timeout, env=mpi_environment(env), capture=capture)
 
 
-def run_bounded(argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
-                capture: bool = False) -> subprocess.CompletedProcess:
+def run_bounded(argv: Sequence[str], *, timeout: float | None, env: Mapping[str, str],
+                capture: bool = False, capture_stderr: bool = False) -> subprocess.CompletedProcess:
     """Run *argv* in its own process group; on timeout kill the whole group (all ranks).
+
+    *capture* keeps both output streams; *capture_stderr* keeps only standard error and lets
+    standard output through (a job's progress shows live, its errors are kept for the report).
 
     Each job gets a fresh ``TMPDIR``, removed afterwards: a killed launcher leaves its session
     directory (``ompi.<pid>``) behind, and a later launcher that reuses the pid fails at start-up on it.
@@ -80,7 +86,7 @@ def run_bounded(argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
     try:
         process = subprocess.Popen(argv, env=dict(env, TMPDIR=session), start_new_session=True, text=True,
                                    stdout=subprocess.PIPE if capture else None,
-                                   stderr=subprocess.PIPE if capture else None)
+                                   stderr=subprocess.PIPE if capture or capture_stderr else None)
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -97,20 +103,40 @@ def run_bounded(argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
 
 
 def add_arguments(parser) -> None:
+    from .cluster.options import add_cluster_arguments
     parser.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=None, help="kill every rank after this many seconds")
+    add_cluster_arguments(parser, victims=True)
     parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="a mailrail command and its arguments, e.g. bench stream --messages 1000")
+                        help="a mailrail command and its arguments (bench stream --messages 1000), "
+                             "or -- and any program (-- python app.py)")
+
+
+def program_argv(command: Sequence[str]) -> list[str]:
+    """``-- PROGRAM ARGS`` as given; anything else is a mailrail command run with this Python."""
+    if command and command[0] == "--":
+        return list(command[1:])
+    return [sys.executable, "-m", "mailrail", *command]
 
 
 def run(args) -> int:
-    """``mailrail run -n N COMMAND...``: mpiexec with this machine's oversubscription settings."""
-    if not args.command:
-        print("mailrail run: name a mailrail command, e.g. mailrail run -n 2 bench stream", file=sys.stderr)
+    """``mailrail run -n N [--cluster N] COMMAND...``: mpiexec with this machine's settings."""
+    program = program_argv(args.command)
+    if not program:
+        print("mailrail run: name a mailrail command (mailrail run -n 2 bench stream) or a program after -- "
+              "(mailrail run -n 2 -- python app.py)", file=sys.stderr)
         return 2
-    argv = mpiexec_argv(args.ranks, [sys.executable, "-m", "mailrail", *args.command])
+    from .cluster.options import ClusterChoice, node_flags_given
+    choice = ClusterChoice.parse(args.cluster)
+    if choice.kind != "off":
+        from .cluster.jobs import run_on_cluster
+        return run_on_cluster(args, choice, program)
+    loose = node_flags_given(args)
+    if loose:
+        print(f"mailrail run: {', '.join(loose)} describe a virtual cluster: add --cluster N", file=sys.stderr)
+        return 2
     try:
-        return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
+        return run_bounded(mpiexec_argv(args.ranks, program), timeout=args.timeout, env=mpi_environment()).returncode
     except subprocess.TimeoutExpired:
         print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
         return 124

@@ -12,7 +12,7 @@ from mailrail.cli import main
 pytestmark = pytest.mark.mpi
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SMALL = ["--ranks", "4", "--nodes", "2", "--messages", "200", "--trials", "2", "--datagram-size", "1024"]
+SMALL = ["--cluster", "off", "--ranks", "4", "--nodes", "2", "--messages", "200", "--trials", "2", "--datagram-size", "1024"]
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Node-based credits are shared: a neighbour that went quiet leaves its credits to the others.
 
-Virtual nodes of 2 ranks: {0, 1} is the victim's node, {2, 3} the sending node, with
+Virtual nodes of 2 ranks (or, with ``--real-nodes``, the real nodes: run it with two ranks on each of
+two nodes): {0, 1} is the victim's node, {2, 3} the sending node, with
 MAILRAIL_CREDITS_PER_PAIR=C per (sending node, victim).  Rank 2 sends C messages at
 once (taking every credit of its node) and then sends nothing more; rank 3 then sends
 many.  The victim holds what arrives until no more comes, then releases it all.  Rank 3
@@ -10,6 +11,7 @@ rank mode would be split per sender.
 """
 
 import json
+import sys
 import time
 
 import numpy as np
@@ -21,7 +23,8 @@ comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
 CREDITS = 8
 LATER_MESSAGES = 200
-rail = MailRail(comm, flow_control="node", ranks_per_node=2, credits_per_pair=CREDITS, recv_pool_slots=16)
+RANKS_PER_NODE = None if "--real-nodes" in sys.argv else 2
+rail = MailRail(comm, flow_control="node", ranks_per_node=RANKS_PER_NODE, credits_per_pair=CREDITS, recv_pool_slots=16)
 VICTIM = 0
 
 peak_from = np.zeros(comm.Get_size(), dtype=int)

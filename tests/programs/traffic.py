@@ -11,6 +11,7 @@ variables.  Rank 0 prints one line ``RESULT <json>``; any failure raises.
 
 import argparse
 import json
+import socket
 import time
 import zlib
 
@@ -119,7 +120,7 @@ def main() -> None:
     sent_to_me = np.array(comm.alltoall([tuple(row) for row in sent.tolist()]), dtype=np.int64)
     mismatches = np.argwhere((sent_to_me != got).any(axis=1)).ravel().tolist()
     assert not mismatches, f"rank {rank}: pairs differ for sources {mismatches}: sent {sent_to_me[mismatches].tolist()} got {got[mismatches].tolist()}"
-    stats = rail.stats()
+    stats = dict(rail.stats(), host=socket.gethostname())
     report = rail.finalize(strict=True)
     all_stats = comm.gather(stats, root=0)
     if rank == 0:

@@ -79,6 +79,16 @@ def choose_victims(size: int, victims: int, seed: int) -> list[int]:
     return sorted(int(v) for v in np.random.default_rng(seed).choice(size, victims, replace=False))
 
 
+def victims_of_command(args: list[str], size: int) -> list[int]:
+    """The victims ``bench adversarial ARGS`` picks on *size* ranks (a launcher caps their nodes' memory)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    parsed, _ = parser.parse_known_args(args)
+    if not 1 <= parsed.victims <= size:
+        return []  # the benchmark itself reports the bad count
+    return choose_victims(size, parsed.victims, parsed.seed)
+
+
 def message_sizes(datagram_size: int, messages: int | None, bytes_per_rank: int | None) -> list[int]:
     """Full datagrams; with *bytes_per_rank*, a last shorter message carries the remainder."""
     if bytes_per_rank is None:
@@ -202,10 +212,13 @@ def run(args: argparse.Namespace) -> int:
     config = rail.config
     topology = NodeTopology(comm, config.ranks_per_node)
     nodes = topology.nodes
-    topology.free()
     victims = choose_victims(size, args.victims, args.seed)
+    remote_victims = {v for v in victims if topology.node_of(v) != topology.node}
+    topology.free()
     sizes = message_sizes(config.datagram_size, args.messages, args.bytes_per_rank)
     plan = make_plan(comm, victims, sizes, args.seed)
+    # Payload that must leave this rank's node (the rest moves through the node's shared memory).
+    internode_bytes = args.trials * sum(n for d, n in zip(plan.dests, plan.sizes) if d in remote_victims)
     senders = comm.allreduce(1 if plan.dests else 0)
     rss_start = current_rss_bytes()  # pools allocated, nothing received yet: growth from here is the traffic's
     recorder = None
@@ -236,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
     detail = {"rank": rank, "victim": rank in victims, "peak_rss_bytes": peak_rss, "rss_start_bytes": rss_start,
               "rss_growth_bytes": max(0, peak_rss - rss_start),
               "credit_messages": stats["credit_messages_sent"] + stats["credit_messages_received"],
+              "internode_bytes_sent": internode_bytes,
               **{k: stats[k] for k in DETAIL_COUNTERS}, "undelivered": undelivered}
     details = comm.gather(detail, root=0)
     if rank != 0:
@@ -284,6 +298,8 @@ def summarize_run(trials: list[dict], details: list[dict]) -> dict[str, Any]:
         "sender_rss_growth_bytes": max((d["rss_growth_bytes"] for d in senders), default=0),
         "credit_messages": sum(d["credit_messages_sent"] for d in details),
         "deferred_high_water": max(d["deferred_high_water"] for d in details),
+        # Payload that crossed between nodes, all trials: what a network has to carry.
+        "internode_payload_bytes": sum(d["internode_bytes_sent"] for d in details),
         # Exactly what was sent to the victims arrived, in every trial, and nothing else.
         "accounting_ok": all(t["bytes_received"] == t["bytes_sent"] and t["messages_received"] == t["messages_sent"]
                              and t["stragglers"] == 0 for t in trials),

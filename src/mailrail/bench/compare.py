@@ -3,22 +3,32 @@
 Launches ``bench adversarial`` under mpiexec once per mode with the same
 workload and the same memory budget (pools), each run bounded by a time
 limit, then prints the modes side by side and writes ``compare.json`` and
-``compare.png`` to ``--out``.  A mode that fails or runs past the limit is a
-row of the table saying so.  No arguments are needed: the defaults (16 ranks
-on 4 virtual nodes, 1 victim, 64 receive slots per rank, so 4 credits per rank
-pair and 16 per node pair) finish in about a minute on a 2-core machine.
+``compare.png`` to ``--out``.  A mode that fails, runs past the limit or is
+killed by its node's memory cap is a row of the table saying so.
+
+Where the machine allows it (root, or unprivileged user namespaces) the modes
+run on a virtual cluster of ``--nodes`` nodes (network namespaces joined by TCP
+links, :mod:`mailrail.cluster`), built for the comparison and removed after it,
+with the victim's node capped at ``--victim-node-memory``: the setting flow
+control is for.  Otherwise, or with ``--cluster off``, they run on this host's
+shared memory in virtual nodes, and one line says why.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import os
+import statistics
 import time
 from typing import Any
 
+from ..cluster.options import ClusterChoice, add_cluster_arguments, open_cluster
 from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
-from ..errors import ConfigError
+from ..errors import ClusterError, ConfigError
+from .adversarial import choose_victims
 from .common import add_rail_arguments, format_table, rail_options, write_json
 from .jobs import DEFAULT_TIME_LIMIT, add_workload_arguments, adversarial_args, run_adversarial, status_text
 
@@ -27,17 +37,23 @@ DEFAULT_NODES = 4
 DEFAULT_MESSAGES = 6000
 #: The shared memory budget: receive slots per rank (the credit budget of both credit modes).
 DEFAULT_RECV_POOL_SLOTS = 64
+#: On a virtual cluster, the victim's node gets this much memory: about 4x what a node of four
+#: credit-mode ranks peaks at (90 MiB), and about half of what MPI buffers at an unconstrained
+#: victim of the default workload (the victim alone grows by 630 MiB).
+DEFAULT_VICTIM_NODE_MEMORY = "384M"
 _MIB = 2 ** 20
 #: The table's figures per mode ("-" for a mode that did not finish).
 COLUMNS = ("runtime s", "goodput Mb/s", "speedup vs none", "victim RSS MiB", "victim growth MiB", "sender RSS MiB",
            "credit msgs", "deferred peak")
+#: Added on a virtual cluster: what crossed the links and the victim node's memory high-water mark.
+CLUSTER_COLUMNS = ("network MB", "net B / payload B", "victim node peak MiB")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--ranks", type=int, default=DEFAULT_RANKS, help="MPI ranks (default: %(default)s)")
     parser.add_argument("--nodes", type=int, default=DEFAULT_NODES,
-                        help="virtual nodes the ranks are split into (default: %(default)s; "
-                             "--ranks-per-node overrides)")
+                        help="nodes the ranks are split into: virtual cluster nodes, or virtual nodes on shared "
+                             "memory (default: %(default)s; --ranks-per-node overrides on shared memory)")
     parser.add_argument("--victims", type=int, default=1, help="victim ranks (default: %(default)s)")
     add_workload_arguments(parser, messages=DEFAULT_MESSAGES, trials=4, per="mode")
     parser.add_argument("--modes", default=",".join(MODES), help="modes to run, comma-separated (default: %(default)s)")
@@ -47,23 +63,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between metrics samples (default: %(default)s)")
     parser.add_argument("--out", default="mailrail-results",
                         help="directory for compare.json, compare.png and the runs' files (default: %(default)s)")
+    add_cluster_arguments(parser, default="auto")
     add_rail_arguments(parser, skip=("flow_control",))
 
 
-def workload(args: argparse.Namespace) -> dict[str, Any]:
-    """The one workload and memory budget every mode runs with."""
+def workload(args: argparse.Namespace, cluster_nodes: int | None = None) -> dict[str, Any]:
+    """The one workload and memory budget every mode runs with (on *cluster_nodes* real nodes, if given)."""
     options = rail_options(args)
     options.setdefault("recv_pool_slots", DEFAULT_RECV_POOL_SLOTS)
-    if options.get("ranks_per_node") is None:
-        options["ranks_per_node"] = -(-args.ranks // args.nodes)
+    if cluster_nodes is not None:
+        if options.get("ranks_per_node") is not None:
+            raise ConfigError("--ranks-per-node groups ranks into virtual nodes on one host; on a virtual cluster "
+                              "the nodes are real (use --cluster off for virtual nodes)")
+        nodes = cluster_nodes
+        ranks_per_node = -(-args.ranks // nodes)
+    else:
+        if options.get("ranks_per_node") is None:
+            options["ranks_per_node"] = -(-args.ranks // args.nodes)
+        ranks_per_node = int(options["ranks_per_node"])
+        nodes = -(-args.ranks // ranks_per_node)
     config = Config.from_env(**options)  # validates, and fills in what the environment / defaults say
-    ranks_per_node = int(options["ranks_per_node"])
     messages = args.messages if args.messages is not None or args.bytes_per_rank is not None else DEFAULT_MESSAGES
     return {
         "ranks": args.ranks,
-        "nodes": -(-args.ranks // ranks_per_node),
+        "nodes": nodes,
         "ranks_per_node": ranks_per_node,
         "victims": args.victims,
+        "victim_ranks": choose_victims(args.ranks, args.victims, args.seed),
         "datagram_size": config.datagram_size,
         "messages_per_rank": messages,
         "bytes_per_rank": args.bytes_per_rank,
@@ -95,50 +121,104 @@ def run(args: argparse.Namespace) -> int:
         print(f"mailrail compare: need ranks >= 2, nodes >= 1 and 1 <= victims <= ranks "
               f"(got {args.ranks} ranks, {args.nodes} nodes, {args.victims} victims)")
         return 2
-    try:
-        load = workload(args)
-    except ConfigError as error:
-        print(f"mailrail compare: {error}")
-        return 2
+    choice = ClusterChoice.parse(args.cluster, allow_auto=True)
+    placement, reason = choose_placement(choice)
+    if placement == "userns":
+        from ..cluster.privileges import rerun_in_user_namespace
+        return rerun_in_user_namespace(args.mailrail_argv)
     out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
-    print(f"mailrail compare: adversarial incast, {load['ranks']} ranks on {load['nodes']} virtual node(s), "
-          f"{load['victims']} victim(s), {_amount_text(load)} per sending rank, {load['trials']} trial(s) per mode; "
-          f"memory budget {load['recv_pool_slots']} receive + {load['send_pool_slots']} send slots per rank; "
-          f"results in {out}", flush=True)
-    results: dict[str, dict[str, Any]] = {}
-    metrics_dirs: dict[str, str] = {}
-    started = time.monotonic()
-    for index, mode in enumerate(modes, 1):
-        metrics_dirs[mode] = os.path.join(out, "metrics", mode)
-        print(f"\n[{index}/{len(modes)}] flow control {mode} (limit {args.time_limit:g} s)", flush=True)
-        result = run_adversarial(load["ranks"], benchmark_args(load, mode, metrics_dirs[mode]),
-                                 os.path.join(out, f"adversarial-{mode}.json"),
-                                 time_limit=args.time_limit, capture=False)  # the job's progress lines show live
-        results[mode] = result
-        print(f"[{index}/{len(modes)}] {mode}: {status_text(result)} after {result['wall_s']:.1f} s", flush=True)
-    wall = time.monotonic() - started
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if placement == "cluster":
+            try:
+                cluster = stack.enter_context(open_cluster(*cluster_request(args, choice)))
+            except ClusterError as error:
+                if choice.kind != "auto":
+                    raise
+                reason = f"a virtual cluster could not be built here: {error}"
+        try:
+            load = workload(args, cluster.spec.nodes if cluster else None)
+        except ConfigError as error:
+            print(f"mailrail compare: {error}")
+            return 2
+        os.makedirs(out, exist_ok=True)
+        described = cluster.describe() if cluster else None
+        print(f"mailrail compare: adversarial incast, {load['ranks']} ranks on {_where_text(load, described)}, "
+              f"{load['victims']} victim(s), {_amount_text(load)} per sending rank, {load['trials']} trial(s) per "
+              f"mode; memory budget {load['recv_pool_slots']} receive + {load['send_pool_slots']} send slots per rank; "
+              f"results in {out}", flush=True)
+        if reason:
+            print(f"mailrail compare: on shared memory: {reason}", flush=True)
+        results: dict[str, dict[str, Any]] = {}
+        metrics_dirs: dict[str, str] = {}
+        started = time.monotonic()
+        for index, mode in enumerate(modes, 1):
+            metrics_dirs[mode] = os.path.join(out, "metrics", mode)
+            print(f"\n[{index}/{len(modes)}] flow control {mode} (limit {args.time_limit:g} s)", flush=True)
+            result = run_adversarial(load["ranks"], benchmark_args(load, mode, metrics_dirs[mode]),
+                                     os.path.join(out, f"adversarial-{mode}.json"), time_limit=args.time_limit,
+                                     capture=False, cluster=cluster)  # the job's progress lines show live
+            results[mode] = result
+            print(f"[{index}/{len(modes)}] {mode}: {status_text(result)} after {result['wall_s']:.1f} s", flush=True)
+            if result["status"] in ("failed", "timeout"):
+                print(result["output_tail"][-1500:], flush=True)  # the job's own error messages
+        wall = time.monotonic() - started
 
-    rows = table_rows(results)
-    document = {"benchmark": "compare", "workload": load, "modes": results, "table": rows, "wall_s": wall}
+    rows = table_rows(results, load)
+    document = {"benchmark": "compare", "workload": load, "cluster": described, "shared_memory_reason": reason,
+                "modes": results, "table": rows, "wall_s": wall}
     write_json(os.path.join(out, "compare.json"), document)
     print()
     print(format_table(list(rows[0]), [list(r.values()) for r in rows]))
-    for line in observations(results, load):
+    for line in observations(results, load, described, reason):
         print(line)
-    figure = _plot(results, metrics_dirs, load, out)
+    figure = _plot(results, metrics_dirs, load, described, out)
     print(f"\n{len(modes)} mode(s) in {wall:.0f} s; wrote {os.path.join(out, 'compare.json')}"
           + (f" and {figure}" if figure else ""))
-    return 0 if all(r["status"] == "ok" for r in results.values()) else 1
+    expected = {"ok", "out_of_memory"} if described and described.get("victim_node_memory") else {"ok"}
+    return 0 if all(r["status"] in expected for r in results.values()) else 1
 
 
-def table_rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def choose_placement(choice: ClusterChoice) -> tuple[str, str | None]:
+    """``("cluster" | "userns" | "shared", reason for shared memory)``; an explicit --cluster that cannot be is an error."""
+    if choice.kind == "off":
+        return "shared", None
+    from ..cluster.privileges import cluster_privileges
+    try:
+        privileges = cluster_privileges()
+    except ClusterError as error:
+        if choice.kind == "auto":
+            return "shared", str(error)
+        raise
+    return ("userns" if privileges == "userns" else "cluster"), None
+
+
+def cluster_request(args: argparse.Namespace, choice: ClusterChoice) -> tuple[argparse.Namespace, ClusterChoice, int, list[int]]:
+    """What :func:`open_cluster` needs: the arguments with compare's defaults, the choice, ranks, victims."""
+    from ..cluster.virtual import USERNS_VARIABLE
+    request = copy.copy(args)
+    if request.victim_node_memory is None and not os.environ.get(USERNS_VARIABLE):
+        request.victim_node_memory = DEFAULT_VICTIM_NODE_MEMORY  # (a user namespace has no memory cgroups)
+    if choice.kind == "auto":
+        choice = ClusterChoice("nodes", nodes=args.nodes)
+    return request, choice, args.ranks, choose_victims(args.ranks, args.victims, args.seed)
+
+
+def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per mode: the side-by-side table (also stored in compare.json)."""
     baseline = results.get("none")
     base_goodput = baseline["summary"]["goodput_bps_mean"] if baseline and baseline["status"] == "ok" else None
+    on_cluster = any("network_bytes" in r for r in results.values())
     rows = []
     for mode, result in results.items():
         row: dict[str, Any] = {"mode": mode, "status": status_text(result), **dict.fromkeys(COLUMNS, "-")}
+        if on_cluster:
+            row.update(dict.fromkeys(CLUSTER_COLUMNS, "-"))
+            peak = victim_node_peak(result, load)
+            if peak is not None:
+                row["victim node peak MiB"] = peak / _MIB
+            if "network_bytes" in result:
+                row["network MB"] = result["network_bytes"] / 1e6
         if result["status"] == "ok":
             summary = result["summary"]
             goodput = summary["goodput_bps_mean"]
@@ -152,14 +232,48 @@ def table_rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "credit msgs": summary["credit_messages"],
                 "deferred peak": summary["deferred_high_water"],
             })
+            ratio = network_per_payload_byte(result)
+            if on_cluster and ratio is not None:
+                row["net B / payload B"] = ratio
         rows.append(row)
     return rows
 
 
-def observations(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list[str]:
-    """What the numbers say, computed from them (nothing here is a canned claim)."""
+def victim_node_peak(result: dict[str, Any], load: dict[str, Any]) -> int | None:
+    """The memory high-water mark of the (first) victim's node during the mode's job, from its cgroup."""
+    nodes = result.get("cluster_nodes")
+    if not nodes:
+        return None
+    node = load["victim_ranks"][0] // load["ranks_per_node"]
+    return nodes[node]["peak_bytes"]
+
+
+def network_per_payload_byte(result: dict[str, Any]) -> float | None:
+    """Bytes on the links per payload byte that had to cross between nodes (headers, credits, MPI's own)."""
+    payload = result.get("summary", {}).get("internode_payload_bytes")
+    if not payload or "network_bytes" not in result:
+        return None
+    return result["network_bytes"] / payload
+
+
+def median_goodput(result: dict[str, Any]) -> float:
+    return statistics.median(t["goodput_bps"] for t in result["trials"])
+
+
+def observations(results: dict[str, dict[str, Any]], load: dict[str, Any], cluster: dict[str, Any] | None,
+                 reason: str | None) -> list[str]:
+    """What the numbers say, in plain words, computed from them (nothing here is a canned claim)."""
     ok = {m: r for m, r in results.items() if r["status"] == "ok"}
-    lines = []
+    killed = {m: r for m, r in results.items() if r["status"] == "out_of_memory"}
+    lines = [f"- where: {_where_text(load, cluster)}" + (f" ({reason})" if reason else "")]
+    if ok:
+        lines.append(f"- finished, every message delivered exactly once: {', '.join(ok)}")
+    for mode, result in killed.items():
+        lines.append(f"- {mode}: {status_text(result)}: the kernel killed a rank on the victim's node when what MPI "
+                     f"buffered for the incast outgrew it")
+    for mode, result in results.items():
+        if result["status"] not in ("ok", "out_of_memory"):
+            lines.append(f"- {mode}: {status_text(result)}; see {mode}'s output above")
     for mode, result in ok.items():
         if mode == "none":
             continue  # nothing to bound: unconstrained mode does not count
@@ -167,6 +281,11 @@ def observations(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> li
         lines.append(f"- {mode}: at most {window} messages arrived at a victim before their credits went back "
                      f"(bound: its {load['recv_pool_slots']} receive slots); a sender held up to "
                      f"{result['summary']['deferred_high_water']} messages back, waiting for credit")
+    if len(ok) > 1:
+        goodputs = {m: median_goodput(r) for m, r in ok.items()}
+        pairs = [(a, b) for a, b in (("node", "rank"), ("node", "none"), ("rank", "none")) if a in ok and b in ok]
+        lines.append("- goodput (median of trials): " + ", ".join(f"{m} {g / 1e6:,.0f} Mb/s" for m, g in goodputs.items())
+                     + "; " + ", ".join(f"{a} {goodputs[a] / goodputs[b]:.2f}x {b}" for a, b in pairs))
     if "rank" in ok and "node" in ok:
         rank_credits = ok["rank"]["summary"]["credit_messages"]
         node_credits = ok["node"]["summary"]["credit_messages"]
@@ -174,26 +293,47 @@ def observations(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> li
             lines.append(f"- node credits needed {rank_credits / node_credits:.1f}x fewer credit messages than rank "
                          f"credits ({node_credits:,} vs {rank_credits:,}) for the same traffic")
     if ok:
-        lines.append("- victim memory growth during the trials (peak RSS minus RSS before the first trial; "
-                     "what MPI buffered for it shows here): "
-                     + ", ".join(f"{m} +{r['summary']['victim_rss_growth_bytes'] / _MIB:.1f} MiB"
-                                 for m, r in ok.items()))
-    for mode, result in results.items():
-        if result["status"] != "ok":
-            lines.append(f"- {mode}: {status_text(result)}; see {mode}'s output above")
+        growth = {m: r["summary"]["victim_rss_growth_bytes"] for m, r in ok.items()}
+        text = ", ".join(f"{m} +{g / _MIB:.1f} MiB" for m, g in growth.items())
+        if "none" in growth and growth.get("node"):
+            text += f": unconstrained grew {growth['none'] / growth['node']:,.0f}x as much as node"
+        lines.append("- victim memory growth during the trials (peak RSS minus RSS before the first trial; what MPI "
+                     "buffered for it shows here): " + text)
+    ratios = {m: network_per_payload_byte(r) for m, r in ok.items()}
+    if any(v is not None for v in ratios.values()):
+        lines.append("- network bytes per payload byte crossing between nodes (TCP/IP headers, credit returns, MPI's "
+                     "own traffic): " + ", ".join(f"{m} {v:.3f}" for m, v in ratios.items() if v is not None))
     return lines
 
 
+def _where_text(load: dict[str, Any], cluster: dict[str, Any] | None) -> str:
+    if cluster is None:
+        return f"{load['nodes']} virtual node(s) of {load['ranks_per_node']} ranks on this host's shared memory"
+    text = (f"virtual cluster {cluster['name']}: {cluster['nodes']} nodes of {load['ranks_per_node']} ranks, "
+            f"{'Open MPI' if cluster['mpi'] == 'openmpi' else 'MPICH'} over TCP between nodes")
+    link = cluster["link"]
+    if link["rate_bps"]:
+        text += f", links {link['rate_bps'] / 1e9:g} Gb/s"
+    if link["delay_s"]:
+        text += f", delay {link['delay_s'] * 1e6:g} us"
+    if cluster["victim_node_memory"]:
+        text += f", victim node capped at {cluster['victim_node_memory'] / _MIB:,.0f} MiB"
+    return text
+
+
 def _plot(results: dict[str, dict[str, Any]], metrics_dirs: dict[str, str], load: dict[str, Any],
-          out: str) -> str | None:
+          cluster: dict[str, Any] | None, out: str) -> str | None:
     from .plots import missing, plot_compare
     reason = missing()
     if reason:
         print(reason)
         return None
-    title = (f"adversarial incast: {load['ranks']} ranks on {load['nodes']} nodes, {load['victims']} victim(s), "
-             f"{_amount_text(load)} per sender, {load['recv_pool_slots']} receive slots per rank")
-    return plot_compare(results, metrics_dirs, os.path.join(out, "compare.png"), title)
+    title = (f"adversarial incast: {load['ranks']} ranks on {_where_text(load, cluster)}\n{load['victims']} "
+             f"victim(s), {_amount_text(load)} per sender, {load['recv_pool_slots']} receive slots per rank")
+    peaks = {mode: victim_node_peak(result, load) for mode, result in results.items()}
+    cap = cluster["victim_node_memory"] if cluster else None
+    return plot_compare(results, metrics_dirs, os.path.join(out, "compare.png"), title,
+                        node_peaks=peaks if cluster else None, node_cap=cap)
 
 
 def _amount_text(load: dict[str, Any]) -> str:

@@ -13,10 +13,13 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..launch import mpi_environment, mpiexec_argv, run_bounded
 from .common import rail_flags
+
+if TYPE_CHECKING:
+    from ..cluster import VirtualCluster
 
 #: Seconds each run may take, mpiexec start-up included, unless the caller says otherwise.
 DEFAULT_TIME_LIMIT = 120.0
@@ -40,46 +43,68 @@ def adversarial_args(*, victims: int, trials: int, seed: int, messages: int | No
             *amount, *rail_flags(knobs)]
 
 
-def adversarial_argv(ranks: int, args: Sequence[str]) -> list[str]:
+def adversarial_program(args: Sequence[str]) -> list[str]:
     # python -m mpi4py: an exception on one rank aborts the whole job instead of hanging it;
     # the module is launched directly, so the run does not depend on the rest of the CLI.
-    return mpiexec_argv(ranks, [sys.executable, "-m", "mpi4py", "-m", "mailrail.bench.adversarial", *args])
+    return [sys.executable, "-m", "mpi4py", "-m", "mailrail.bench.adversarial", *args]
 
 
 def run_adversarial(ranks: int, args: Sequence[str], json_path: str, *, time_limit: float = DEFAULT_TIME_LIMIT,
-                    capture: bool = True) -> dict[str, Any]:
-    """Run ``bench adversarial ARGS --json JSON_PATH`` on *ranks* ranks.
+                    capture: bool = True, cluster: "VirtualCluster | None" = None,
+                    nodes: int | None = None) -> dict[str, Any]:
+    """Run ``bench adversarial ARGS --json JSON_PATH`` on *ranks* ranks, here or on *cluster*.
 
     Returns the benchmark's JSON document with ``status="ok"`` and ``wall_s``
-    added, or ``{"status": "timeout" | "failed", ...}`` saying what went wrong.
-    With *capture* False the job's output goes straight to the terminal
-    (live progress); otherwise the tail of a failed job's output is kept.
+    added, or ``{"status": "timeout" | "failed" | "out_of_memory", ...}`` saying
+    what went wrong.  With *capture* False the job's standard output goes straight
+    to the terminal (live progress); the tail of a failed job's output is kept either way.
+    On a cluster (its first *nodes* nodes, default all) the result also holds
+    ``network_bytes`` and ``cluster_nodes`` (per node: memory peak, cap, OOM kills).
     """
     if os.path.exists(json_path):
         os.remove(json_path)  # never mistake an older run's document for this one's
-    argv = adversarial_argv(ranks, [*args, "--json", json_path])
-    start = time.monotonic()
-    try:
-        completed = run_bounded(argv, timeout=time_limit, env=mpi_environment(), capture=capture)
-    except subprocess.TimeoutExpired as expired:
-        return {"status": "timeout", "time_limit_s": time_limit, "wall_s": time.monotonic() - start,
-                "ranks": ranks, "output_tail": _tail(expired.output, expired.stderr)}
-    wall = time.monotonic() - start
-    if completed.returncode != 0 or not os.path.exists(json_path):
-        return {"status": "failed", "returncode": completed.returncode, "wall_s": wall, "ranks": ranks,
-                "output_tail": _tail(completed.stdout, completed.stderr)}
+    program = adversarial_program([*args, "--json", json_path])
+    outcome: dict[str, Any] = {"ranks": ranks}
+    if cluster is None:
+        start = time.monotonic()
+        try:
+            completed = run_bounded(mpiexec_argv(ranks, program), timeout=time_limit, env=mpi_environment(),
+                                    capture=capture, capture_stderr=True)
+            returncode, timed_out, stdout, stderr = completed.returncode, False, completed.stdout, completed.stderr
+        except subprocess.TimeoutExpired as expired:
+            returncode, timed_out, stdout, stderr = None, True, expired.output, expired.stderr
+        wall = time.monotonic() - start
+    else:
+        job = cluster.run(ranks, program, timeout=time_limit, capture=capture, capture_stderr=True, nodes=nodes)
+        returncode, timed_out, stdout, stderr, wall = job.returncode, job.timed_out, job.stdout, job.stderr, job.wall_s
+        outcome.update(network_bytes=job.network_bytes, cluster_nodes=job.nodes)
+        if job.out_of_memory:
+            return {**outcome, "status": "out_of_memory", "returncode": returncode, "wall_s": wall,
+                    "oom_nodes": [n["node"] for n in job.nodes if n["oom_kills"]],
+                    "output_tail": _tail(stdout, stderr)}
+    if timed_out:
+        return {**outcome, "status": "timeout", "time_limit_s": time_limit, "wall_s": wall,
+                "output_tail": _tail(stdout, stderr)}
+    if returncode != 0 or not os.path.exists(json_path):
+        return {**outcome, "status": "failed", "returncode": returncode, "wall_s": wall,
+                "output_tail": _tail(stdout, stderr)}
     with open(json_path) as source:
         document = json.load(source)
-    document.update(status="ok", wall_s=wall)
+    document.update(outcome, status="ok", wall_s=wall)
     return document
 
 
 def status_text(result: dict[str, Any]) -> str:
-    """``ok``, ``timed out (> 120 s)`` or ``failed (exit 1)``."""
+    """``ok``, ``timed out (> 120 s)``, ``failed (exit 1)`` or ``out of memory (node 1, cap 384 MiB)``."""
     if result["status"] == "timeout":
         return f"timed out (> {result['time_limit_s']:g} s)"
     if result["status"] == "failed":
         return f"failed (exit {result['returncode']})"
+    if result["status"] == "out_of_memory":
+        nodes = [n for n in result.get("cluster_nodes", []) if n["node"] in result["oom_nodes"]]
+        caps = ", ".join(f"node {n['node']}, cap {n['limit_bytes'] / 2**20:,.0f} MiB" if n["limit_bytes"]
+                         else f"node {n['node']}" for n in nodes)
+        return f"out of memory ({caps})"
     return "ok"
 
 

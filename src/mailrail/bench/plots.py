@@ -67,14 +67,22 @@ def binned_max(samples: Mapping[int, list[dict]], ranks: Sequence[int], field: s
 # -- compare ---------------------------------------------------------------------
 
 def plot_compare(results: Mapping[str, dict[str, Any]], metrics_dirs: Mapping[str, str], path: str,
-                 title: str) -> str:
-    """Goodput, memory and credit messages per mode, and the metrics of each mode's last trial."""
+                 title: str, node_peaks: Mapping[str, int | None] | None = None, node_cap: int | None = None) -> str:
+    """Goodput, memory and credit messages per mode, and the metrics of each mode's last trial.
+
+    On a virtual cluster *node_peaks* (the victim node's memory high-water mark per mode) and
+    *node_cap* (its memory cap) add the node's memory to the memory panel, for modes that the
+    cap killed too.
+    """
     plt = pyplot()
-    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
     fig.suptitle(title, fontsize=12)
     modes = list(results)
     _bars_goodput(axes[0, 0], results)
-    _bars_memory(axes[0, 1], results)
+    if node_peaks is None:
+        _bars_memory(axes[0, 1], results)
+    else:
+        _bars_node_memory(axes[0, 1], results, node_peaks, node_cap)
     _bars_credit_messages(axes[0, 2], results)
     series_axes = axes[1]
     series_axes[0].set_title("victims: messages received (% of expected)")
@@ -119,7 +127,7 @@ def plot_compare(results: Mapping[str, dict[str, Any]], metrics_dirs: Mapping[st
 
 
 def _failed_label(axis, x: float, result: dict) -> None:
-    text = "timed out" if result.get("status") == "timeout" else "failed"
+    text = {"timeout": "timed out", "out_of_memory": "out of memory"}.get(result.get("status"), "failed")
     axis.text(x, 0.02, text, ha="center", va="bottom", rotation=90, color="black",
               transform=axis.get_xaxis_transform())
 
@@ -160,6 +168,34 @@ def _bars_memory(axis, results: Mapping[str, dict]) -> None:
     if labeled:
         axis.set_ylim(0, axis.get_ylim()[1] * 1.3)  # headroom for the labels and the legend
         axis.legend(fontsize=8, loc="upper right")
+
+
+def _bars_node_memory(axis, results: Mapping[str, dict], peaks: Mapping[str, int | None], cap: int | None) -> None:
+    """The victim node's memory peak (its cgroup) and the victim rank's growth, per mode, against the cap."""
+    axis.set_title("victim's node: memory peak (cgroup) and victim RSS growth")
+    width = 0.38
+    labeled = False
+    for x, (mode, result) in enumerate(results.items()):
+        color = MODE_COLORS.get(mode)
+        peak = peaks.get(mode)
+        if peak is not None:
+            axis.bar(x - width / 2, peak / _MIB, width, color=color, alpha=0.9, label=None if labeled else "node peak")
+            text = "killed: out of memory" if result.get("status") == "out_of_memory" else f"{peak / _MIB:.0f} MiB"
+            axis.annotate(text, (x - width / 2, peak / _MIB), xytext=(0, 2), textcoords="offset points",
+                          ha="center", va="bottom", fontsize=8)
+        if result.get("status") == "ok":
+            growth = result["summary"]["victim_rss_growth_bytes"] / _MIB
+            axis.bar(x + width / 2, growth, width, color=color, alpha=0.4, hatch="//",
+                     label=None if labeled else "victim RSS growth")
+        elif peak is None:
+            _failed_label(axis, x, result)
+        labeled = labeled or peak is not None
+    if cap:
+        axis.axhline(cap / _MIB, color="black", linestyle="--", linewidth=1, label=f"node cap {cap / _MIB:.0f} MiB")
+    _mode_axis(axis, results)
+    axis.set_ylabel("MiB")
+    axis.set_ylim(0, axis.get_ylim()[1] * 1.2)
+    axis.legend(fontsize=8, loc="upper right")
 
 
 def _bars_credit_messages(axis, results: Mapping[str, dict]) -> None:

@@ -8,16 +8,27 @@ Every point runs each mode as its own mpiexec job bounded by
 ``--time-limit``; a run that exceeds it (or fails) is kept in the results as
 such.  Writes ``sweep.json`` and ``sweep.png`` (runtime and goodput vs incast
 ratio, one line per mode) to ``--out``.
+
+With ``--cluster N`` the points run on a virtual cluster of N nodes of
+``--node-ranks`` ranks (:mod:`mailrail.cluster`), built once for the sweep:
+weak scaling goes over the node counts 1, 2, 4, ... N (each point on the first
+nodes), the victim sweep uses all N nodes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import os
 import time
 from typing import Any
 
-from .adversarial import incast_ratio
+from ..cluster.options import ClusterChoice, add_cluster_arguments, open_cluster
+from ..cluster.spec import node_of_rank, ranks_per_node
+from ..errors import ClusterError
+
+from .adversarial import choose_victims, incast_ratio
 from .common import add_rail_arguments, format_table, rail_options, write_json
 from .compare import DEFAULT_RECV_POOL_SLOTS, MODES
 from .jobs import add_workload_arguments, adversarial_args, run_adversarial, status_text
@@ -45,11 +56,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds each run may take, start-up included (default: %(default)s)")
     parser.add_argument("--out", default=os.path.join("mailrail-results", "sweep"),
                         help="directory for sweep.json, sweep.png and the runs' files (default: %(default)s)")
+    parser.add_argument("--node-ranks", type=int, default=DEFAULT_RANKS_PER_NODE,
+                        help="with --cluster: ranks on each node (default: %(default)s)")
+    add_cluster_arguments(parser)
     add_rail_arguments(parser, skip=("flow_control",))
 
 
-def study_points(study: str, args: argparse.Namespace) -> list[tuple[int, int]]:
-    """The (ranks, victims) of one study, in run order."""
+def study_points(study: str, args: argparse.Namespace, nodes: int | None = None) -> list[tuple[int, int]]:
+    """The (ranks, victims) of one study, in run order (on a cluster of *nodes* nodes: node counts double)."""
+    if nodes is not None:
+        counts, count = [], 1
+        while count < nodes:
+            counts.append(count)
+            count *= 2
+        counts.append(nodes)
+        if study == "weak":
+            return [(k * args.node_ranks, args.weak_victims) for k in counts if args.weak_victims <= k * args.node_ranks]
+        ranks, victims, points = nodes * args.node_ranks, 1, []
+        while victims < ranks:
+            points.append((ranks, victims))
+            victims *= 2
+        return points + [(ranks, ranks)]
     if study == "weak":
         ranks, points = args.min_ranks, []
         while ranks <= args.max_ranks:
@@ -74,58 +101,101 @@ def run(args: argparse.Namespace) -> int:
     if args.min_ranks < 2 or args.max_ranks < args.min_ranks:
         print(f"mailrail sweep: need 2 <= --min-ranks <= --max-ranks (got {args.min_ranks}, {args.max_ranks})")
         return 2
+    choice = ClusterChoice.parse(args.cluster)
+    if choice.kind != "off":
+        from ..cluster.privileges import cluster_privileges, rerun_in_user_namespace
+        if cluster_privileges() == "userns":
+            return rerun_in_user_namespace(args.mailrail_argv)
     options = rail_options(args)
     options.setdefault("recv_pool_slots", DEFAULT_RECV_POOL_SLOTS)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    plan = [(study, ranks, victims, mode) for study in studies for ranks, victims in study_points(study, args)
-            for mode in modes]
-    print(f"mailrail sweep: {len(plan)} runs ({', '.join(STUDY_TITLES[s] for s in studies)}; modes "
-          f"{', '.join(modes)}), each limited to {args.time_limit:g} s; results in {out}", flush=True)
-    results: dict[str, list[dict[str, Any]]] = {study: [] for study in studies}
-    started = time.monotonic()
-    for index, (study, ranks, victims, mode) in enumerate(plan, 1):
-        name = f"{study}-r{ranks}-v{victims}-{mode}"
-        result = run_adversarial(ranks, benchmark_args(args, options, ranks, victims, mode),
-                                 os.path.join(out, "runs", name + ".json"), time_limit=args.time_limit)
-        point = sweep_point(study, ranks, victims, mode, result, args.time_limit)
-        results[study].append(point)
-        measured = (f"{point['runtime_s']:.3f} s/trial, {point['goodput_bps'] / 1e6:,.0f} Mb/s"
-                    if point["status"] == "ok" else status_text(result))
-        print(f"[{index}/{len(plan)}] {STUDY_TITLES[study]}: {ranks} ranks, {victims} victim(s), {mode}: "
-              f"{measured} ({result['wall_s']:.1f} s)", flush=True)
-        if point["status"] == "failed":
-            print(result.get("output_tail", "")[-800:], flush=True)
-    wall = time.monotonic() - started
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if choice.kind != "off":
+            if options.get("ranks_per_node") is not None:
+                raise ClusterError("--ranks-per-node makes virtual nodes on one host; on --cluster the nodes are real")
+            from ..cluster.virtual import VirtualCluster
+            nodes = choice.nodes if choice.kind == "nodes" else VirtualCluster.attach(choice.name).spec.nodes
+            request = copy.copy(args)
+            request.victim_node_memory = None  # each run caps the nodes of its own victims (victim_node_caps)
+            cluster = stack.enter_context(open_cluster(request, choice, nodes * args.node_ranks))
+        nodes = cluster.spec.nodes if cluster else None
+        plan = [(study, ranks, victims, mode) for study in studies for ranks, victims in study_points(study, args, nodes)
+                for mode in modes]
+        where = f"on virtual cluster {cluster.layout.cluster_id} ({nodes} nodes of {args.node_ranks} ranks)" if cluster \
+            else "on this host's shared memory"
+        print(f"mailrail sweep: {len(plan)} runs ({', '.join(STUDY_TITLES[s] for s in studies)}; modes "
+              f"{', '.join(modes)}) {where}, each limited to {args.time_limit:g} s; results in {out}", flush=True)
+        results: dict[str, list[dict[str, Any]]] = {study: [] for study in studies}
+        started = time.monotonic()
+        for index, (study, ranks, victims, mode) in enumerate(plan, 1):
+            name = f"{study}-r{ranks}-v{victims}-{mode}"
+            used = -(-ranks // args.node_ranks) if cluster else None
+            with victim_node_caps(cluster, args, ranks, used, victims):
+                result = run_adversarial(ranks, benchmark_args(args, options, ranks, victims, mode, cluster is not None),
+                                         os.path.join(out, "runs", name + ".json"), time_limit=args.time_limit,
+                                         cluster=cluster, nodes=used)
+            point = sweep_point(study, ranks, victims, mode, result, args.time_limit)
+            point["nodes"] = used
+            results[study].append(point)
+            measured = (f"{point['runtime_s']:.3f} s/trial, {point['goodput_bps'] / 1e6:,.0f} Mb/s"
+                        if point["status"] == "ok" else status_text(result))
+            print(f"[{index}/{len(plan)}] {STUDY_TITLES[study]}: {ranks} ranks"
+                  + (f" on {used} node(s)" if cluster else "") + f", {victims} victim(s), {mode}: "
+                  f"{measured} ({result['wall_s']:.1f} s)", flush=True)
+            if point["status"] == "failed":
+                print(result.get("output_tail", "")[-800:], flush=True)
+        described = cluster.describe() if cluster else None
+        wall = time.monotonic() - started
 
-    document = {"benchmark": "sweep", "workload": {
+    document = {"benchmark": "sweep", "cluster": described, "workload": {
         "messages_per_rank": _messages(args) if args.bytes_per_rank is None else None,
         "bytes_per_rank": args.bytes_per_rank, "trials": args.trials, "seed": args.seed, "modes": modes,
         "time_limit_s": args.time_limit, "rail_options": options}, "studies": results, "wall_s": wall}
     write_json(os.path.join(out, "sweep.json"), document)
     for study, points in results.items():
         print(f"\n{STUDY_TITLES[study]}")
-        print(format_table(["ranks", "victims", "incast", "mode", "status", "runtime s", "goodput Mb/s"],
-                           [(p["ranks"], p["victims"], p["incast_ratio"], p["mode"], status_text(p["result"]),
-                             p.get("runtime_s", "-"), p["goodput_bps"] / 1e6 if p["status"] == "ok" else "-")
-                            for p in points]))
-    figure = _plot(results, os.path.join(out, "sweep.png"))
+        print(format_table(["ranks", "nodes", "victims", "incast", "mode", "status", "runtime s", "goodput Mb/s"],
+                           [(p["ranks"], p["nodes"] or "-", p["victims"], p["incast_ratio"], p["mode"],
+                             status_text(p["result"]), p.get("runtime_s", "-"),
+                             p["goodput_bps"] / 1e6 if p["status"] == "ok" else "-") for p in points]))
+    where = (f"virtual cluster of {described['nodes']} nodes x {args.node_ranks} ranks, TCP between nodes"
+             if described else "one host, shared memory")
+    figure = _plot(results, os.path.join(out, "sweep.png"), where)
     print(f"\n{len(plan)} runs in {wall:.0f} s; wrote {os.path.join(out, 'sweep.json')}"
           + (f" and {figure}" if figure else ""))
     return 0 if all(p["status"] == "ok" for points in results.values() for p in points) else 1
 
 
 def benchmark_args(args: argparse.Namespace, options: dict[str, Any], ranks: int, victims: int,
-                   mode: str) -> list[str]:
+                   mode: str, on_cluster: bool = False) -> list[str]:
     knobs = dict(options, flow_control=mode)
-    # Virtual nodes of 4 ranks by default; a job smaller than that is one node.
-    knobs["ranks_per_node"] = min(int(options.get("ranks_per_node") or DEFAULT_RANKS_PER_NODE), ranks)
+    if not on_cluster:  # the cluster's nodes are real; here virtual nodes of 4 ranks, a smaller job is one node
+        knobs["ranks_per_node"] = min(int(options.get("ranks_per_node") or DEFAULT_RANKS_PER_NODE), ranks)
     return adversarial_args(victims=victims, trials=args.trials, seed=args.seed, messages=_messages(args),
                             bytes_per_rank=args.bytes_per_rank, knobs=knobs)
 
 
 def _messages(args: argparse.Namespace) -> int:
     return DEFAULT_MESSAGES if args.messages is None else args.messages
+
+
+@contextlib.contextmanager
+def victim_node_caps(cluster, args: argparse.Namespace, ranks: int, nodes: int | None, victims: int):
+    """During one run: cap the memory of the nodes that hold its victims (--victim-node-memory)."""
+    from ..cluster.options import memory_option
+    cap = memory_option(args.victim_node_memory, "--victim-node-memory") if cluster else None
+    if cap is None:
+        yield
+        return
+    placement = node_of_rank(ranks_per_node(ranks, nodes))
+    capped = {placement[r] for r in choose_victims(ranks, victims, args.seed)}
+    cluster.set_memory_limits({node: cap for node in capped})
+    try:
+        yield
+    finally:
+        cluster.set_memory_limits({node: cluster.spec.memory_limit(node) for node in capped})
 
 
 def sweep_point(study: str, ranks: int, victims: int, mode: str, result: dict[str, Any],
@@ -141,11 +211,11 @@ def sweep_point(study: str, ranks: int, victims: int, mode: str, result: dict[st
     return point
 
 
-def _plot(results: dict[str, list[dict[str, Any]]], path: str) -> str | None:
+def _plot(results: dict[str, list[dict[str, Any]]], path: str, where: str) -> str | None:
     from .plots import missing, plot_sweep
     reason = missing()
     if reason:
         print(reason)
         return None
     studies = {f"{STUDY_TITLES[s]}": points for s, points in results.items() if points}
-    return plot_sweep(studies, path, "adversarial incast sweeps (runs past the time limit: crosses)")
+    return plot_sweep(studies, path, f"adversarial incast sweeps on {where} (runs past the time limit or failed: crosses)")

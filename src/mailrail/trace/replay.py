@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..bench.common import add_rail_arguments, format_table, rail_options, write_json
+from ..cluster.options import add_cluster_arguments
 from ..errors import ConfigError, TraceFormatError
 from .directory import TraceDir
 from .events import Event, MessageBlock, PhaseEnd
@@ -48,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pacing", action="store_true",
                         help="keep the recorded gaps between messages (JSON-lines traces: they have timestamps)")
     parser.add_argument("--json", metavar="PATH", help="write the result document as JSON")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="with --cluster: kill every rank after this many seconds")
+    add_cluster_arguments(parser)
     add_rail_arguments(parser, skip=("datagram_size",))
 
 
@@ -237,6 +241,8 @@ def _plan(args: argparse.Namespace, rank: int, size: int) -> Plan:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cluster is not None:
+        return run_on_cluster(args)
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -351,3 +357,25 @@ def _print_summary(document: dict[str, Any]) -> None:
                            [(p["phase"], p["messages"], p["bytes"], p["datagrams"], p["runtime_s"]) for p in busy]))
     for problem in document["problems"]:
         print(f"  {problem}", file=sys.stderr)
+
+
+def run_on_cluster(args: argparse.Namespace) -> int:
+    """``mailrail replay TRACE_DIR --cluster N``: one rank per trace file, on a virtual cluster."""
+    from ..cluster.jobs import describe, outcome
+    from ..cluster.options import ClusterChoice, open_cluster, without_cluster_flags
+    from ..cluster.privileges import cluster_privileges, rerun_in_user_namespace
+    choice = ClusterChoice.parse(args.cluster)
+    if cluster_privileges() == "userns":
+        return rerun_in_user_namespace(args.mailrail_argv)
+    try:
+        ranks = TraceDir.open(args.trace_dir).ranks
+    except TraceFormatError as error:
+        print(f"mailrail replay: {error}", file=sys.stderr)
+        return 2
+    program = [sys.executable, "-m", "mpi4py", "-m", "mailrail", *without_cluster_flags(args.mailrail_argv)]
+    with open_cluster(args, choice, ranks) as cluster:
+        print(f"mailrail replay: {ranks} ranks on {describe(cluster)}", file=sys.stderr, flush=True)
+        job = cluster.run(ranks, program, timeout=args.timeout)
+    for line in outcome(job, args.timeout):
+        print(f"mailrail replay: {line}", file=sys.stderr)
+    return 124 if job.timed_out else (job.returncode if job.returncode >= 0 else 137)

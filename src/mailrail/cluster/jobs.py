@@ -1,0 +1,62 @@
+"""``mailrail run --cluster``: one job on a virtual cluster, and what it did, in plain words."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from .options import ClusterChoice, open_cluster, parse_ranks
+from .privileges import cluster_privileges, rerun_in_user_namespace
+from .virtual import ClusterJob, VirtualCluster
+
+_MIB = 2 ** 20
+
+
+def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:
+    if cluster_privileges() == "userns":
+        return rerun_in_user_namespace(args.mailrail_argv)
+    victims = parse_ranks(args.victim_ranks)
+    if not victims and args.command[:2] == ["bench", "adversarial"]:
+        from ..bench.adversarial import victims_of_command
+        victims = victims_of_command(args.command[2:], args.ranks)
+    with open_cluster(args, choice, args.ranks, victims) as cluster:
+        print(f"mailrail run: {args.ranks} ranks on {describe(cluster)}", file=sys.stderr, flush=True)
+        job = cluster.run(args.ranks, program, timeout=args.timeout)
+    for line in outcome(job, args.timeout):
+        print(f"mailrail run: {line}", file=sys.stderr)
+    if job.timed_out:
+        return 124
+    return job.returncode if job.returncode > 0 else (137 if job.returncode else 0)
+
+
+def describe(cluster: VirtualCluster) -> str:
+    """``virtual cluster j1a2b (4 nodes, Open MPI over TCP, links 1gbit, victim node memory 384 MiB)``."""
+    spec = cluster.spec
+    extras = []
+    link = spec.link
+    if link.rate_bps:
+        extras.append(f"links {link.rate_bps / 1e9:g} Gb/s")
+    if link.delay_s:
+        extras.append(f"delay {link.delay_s * 1e6:g} us")
+    if link.queue:
+        extras.append(f"queue {link.queue.describe()}")
+    if spec.node_memory:
+        extras.append(f"node memory {spec.node_memory / _MIB:,.0f} MiB")
+    if spec.victim_node_memory and spec.victim_nodes:
+        extras.append(f"victim node(s) {list(spec.victim_nodes)} memory {spec.victim_node_memory / _MIB:,.0f} MiB")
+    flavor = {"openmpi": "Open MPI", "mpich": "MPICH"}[cluster.launcher.flavor]
+    return (f"virtual cluster {cluster.layout.cluster_id} ({spec.nodes} nodes, {flavor} over TCP between nodes"
+            + "".join(", " + e for e in extras) + ")")
+
+
+def outcome(job: ClusterJob, timeout: float | None) -> list[str]:
+    lines = []
+    for node in job.nodes:
+        if node["oom_kills"]:
+            lines.append(f"node {node['node']} ran out of memory (cap {node['limit_bytes'] / _MIB:,.0f} MiB): the "
+                         f"kernel killed {node['oom_kills']} process(es) there")
+    if job.timed_out:
+        lines.append(f"killed after {timeout:g} s")
+    lines.append(f"{job.network_bytes / 1e6:,.1f} MB crossed the network in {job.wall_s:.1f} s")
+    return lines

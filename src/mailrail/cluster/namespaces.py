@@ -1,0 +1,197 @@
+"""The machine side of a virtual cluster: namespaces, links, processes, privileges.
+
+Every change goes through iproute2 (``ip``, ``tc``) and util-linux
+(``unshare``, ``nsenter``, ``umount``): the commands an administrator would type
+to build or inspect the same thing, present on every Linux machine, with no
+Python dependency.  Each failure is a :class:`ClusterError` naming the command
+and what it printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from typing import Iterable, Sequence
+
+from ..errors import ClusterError
+
+#: Where ``ip netns`` keeps its named network namespaces.
+NETNS_DIR = "/var/run/netns"
+TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux",
+         "umount": "util-linux"}
+_CAP_NET_ADMIN, _CAP_SYS_ADMIN = 12, 21
+
+
+def tool(name: str) -> str:
+    """The path of *name*, or a ClusterError saying which package provides it."""
+    for directory in (None, "/usr/sbin", "/sbin", "/usr/bin", "/bin"):
+        found = shutil.which(name, path=directory)
+        if found:
+            return found
+    raise ClusterError(f"the virtual cluster needs `{name}` ({TOOLS.get(name, 'a system package')}), "
+                       f"which is not installed or not on PATH")
+
+
+def run(argv: Sequence[str], step: str) -> str:
+    """Run one command; its output, or a ClusterError with the command and its error text."""
+    argv = [tool(argv[0]), *argv[1:]]
+    completed = subprocess.run(argv, capture_output=True, text=True)
+    if completed.returncode != 0:
+        detail = (completed.stderr or completed.stdout).strip() or f"exit status {completed.returncode}"
+        raise ClusterError(f"{step}: `{' '.join(argv)}` failed: {detail}")
+    return completed.stdout
+
+
+# -- privileges ---------------------------------------------------------------------
+
+def has_admin_capabilities() -> bool:
+    """CAP_NET_ADMIN and CAP_SYS_ADMIN in effect, as root has them (what namespaces, links and mounts need)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    caps = int(line.split()[1], 16)
+                    return bool(caps >> _CAP_NET_ADMIN & 1 and caps >> _CAP_SYS_ADMIN & 1)
+    except OSError:
+        pass
+    return os.geteuid() == 0
+
+
+def user_namespaces_work() -> str | None:
+    """None when this user can make a user namespace with its own network; else why not."""
+    try:
+        unshare = tool("unshare")
+    except ClusterError as error:
+        return str(error)
+    completed = subprocess.run([unshare, "--user", "--map-root-user", "--mount", "--net", "true"],
+                               capture_output=True, text=True)
+    if completed.returncode == 0:
+        return None
+    return (completed.stderr or f"exit status {completed.returncode}").strip()
+
+
+# -- network namespaces ----------------------------------------------------------------
+
+def netns_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+def list_netns(prefix: str = "") -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def add_netns(name: str) -> None:
+    if os.path.exists(netns_path(name)):
+        raise ClusterError(f"network namespace {name} exists already: a cluster of that name is up "
+                           f"(mailrail cluster down removes it)")
+    run(["ip", "netns", "add", name], f"creating network namespace {name}")
+    run(["ip", "-n", name, "link", "set", "lo", "up"], f"bringing up loopback in {name}")
+
+
+def delete_netns(name: str) -> None:
+    if os.path.exists(netns_path(name)):
+        run(["ip", "netns", "delete", name], f"removing network namespace {name}")
+
+
+def pids_in_netns(name: str) -> list[int]:
+    """Processes whose network namespace is *name* (the same test as ``ip netns pids``, without setns)."""
+    try:
+        target = os.stat(netns_path(name))
+    except OSError:
+        return []
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                info = os.stat(f"/proc/{entry}/ns/net")
+            except OSError:
+                continue  # gone, or a kernel thread
+            if (info.st_dev, info.st_ino) == (target.st_dev, target.st_ino):
+                found.append(int(entry))
+    return found
+
+
+def link_statistics(netns: str, device: str) -> dict[str, int]:
+    """Bytes and packets *device* in *netns* sent and received (the kernel's interface counters)."""
+    output = run(["ip", "-n", netns, "-json", "-statistics", "link", "show", "dev", device],
+                 f"reading the counters of {device} in {netns}")
+    stats = json.loads(output)[0]["stats64"]
+    return {"tx_bytes": stats["tx"]["bytes"], "rx_bytes": stats["rx"]["bytes"],
+            "tx_packets": stats["tx"]["packets"], "rx_packets": stats["rx"]["packets"],
+            "tx_dropped": stats["tx"]["dropped"], "rx_dropped": stats["rx"]["dropped"]}
+
+
+# -- UTS namespaces (a node's own host name) ------------------------------------------------
+
+def add_uts(path: str, hostname: str) -> None:
+    """A persistent UTS namespace at *path* (a bind mount) whose host name is *hostname*."""
+    with open(path, "w"):
+        pass
+    run(["unshare", f"--uts={path}", "hostname", hostname], f"creating the UTS namespace of {hostname}")
+
+
+def remove_uts(path: str) -> None:
+    if not os.path.exists(path):
+        return
+    if _is_mount_point(path):
+        run(["umount", path], f"releasing the UTS namespace {path}")
+    os.unlink(path)
+
+
+def _is_mount_point(path: str) -> bool:
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo") as mounts:
+            return any(line.split()[4] == real for line in mounts)
+    except OSError:
+        return False
+
+
+# -- processes ---------------------------------------------------------------------------
+
+def end_processes(pids: Iterable[int], timeout: float = 10.0) -> list[int]:
+    """SIGKILL each process by id and wait until it is gone; returns those still there after *timeout*."""
+    pids = set(pids)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = {pid for pid in pids if _alive(pid)}
+        if not pids or time.monotonic() > deadline:
+            return sorted(pids)
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    """Running, or a zombie that still holds a cgroup slot (its parent has not reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state == "Z":
+        try:  # one of ours: reap it; someone else's: its parent will
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        return False
+    return True
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of *pid* in clock ticks since boot (tells a reused pid from its first owner)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None

@@ -1,0 +1,414 @@
+"""``VirtualCluster``: nodes as network namespaces on this machine, and MPI jobs across them.
+
+Each node is a network namespace with its own UTS namespace (its own host
+name, so MPI sees separate nodes), a memory cgroup, and one veth link to a
+bridge in the head namespace.  The head is the cluster's switch and its login
+node: ``mpiexec`` runs there and starts the ranks on the nodes through an ssh
+stand-in that enters a node's cgroup and namespaces.  Inside a node ranks share
+memory; between nodes every byte crosses a link, shaped by ``tc`` when asked.
+
+Use it as a context manager; whatever happens inside (an error, a timeout,
+Ctrl-C, SIGTERM), leaving the block removes every namespace, link, cgroup and
+process the cluster made::
+
+    with VirtualCluster(ClusterSpec(nodes=4)) as cluster:
+        job = cluster.run(16, [sys.executable, "app.py"], timeout=300)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import signal
+import subprocess
+import time
+from typing import Any, Mapping, Sequence
+
+from ..errors import ClusterError
+from ..launch import find_mpiexec, mpi_environment, run_bounded
+from . import cgroups, namespaces, state
+from .launchers import Launcher, detect
+from .spec import (BRIDGE, NODE_INTERFACE, PREFIX, ClusterSpec, Layout, agent_script, hostfile, new_cluster_id,
+                   ranks_per_node, tc_commands)
+
+#: The variable set inside the user namespace that ``mailrail`` re-executes itself in without root.
+USERNS_VARIABLE = "MAILRAIL_CLUSTER_USERNS"
+
+
+@dataclasses.dataclass
+class ClusterJob:
+    """What one mpiexec job on the cluster did."""
+
+    argv: list[str]
+    returncode: int
+    timed_out: bool
+    wall_s: float
+    stdout: str | None
+    stderr: str | None
+    #: Bytes the nodes put on their links during the job (each byte that crossed the switch, once).
+    network_bytes: int
+    #: Per node: {"oom_kills": kills during the job, "peak_bytes": memory high-water mark, "limit_bytes"}.
+    nodes: list[dict[str, Any]]
+
+    @property
+    def out_of_memory(self) -> bool:
+        """A node's memory cap made the kernel kill a process of this job."""
+        return any(node["oom_kills"] for node in self.nodes)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+class VirtualCluster:
+    """A virtual cluster of ``spec.nodes`` nodes (see the module's description)."""
+
+    def __init__(self, spec: ClusterSpec, *, name: str | None = None, persistent: bool = False) -> None:
+        self.spec = spec
+        self.persistent = persistent
+        self.layout = Layout(name or new_cluster_id(os.getpid(), secrets.randbits(20)), spec.nodes)
+        self.state_dir = state.state_dir(self.layout.name)
+        self.agent = os.path.join(self.state_dir, "node-exec")
+        self.record: state.OwnerRecord | None = None
+        self._hierarchy: cgroups.Hierarchy | None = None
+        self._launcher: Launcher | None = None
+        self._saved_handlers: dict[int, Any] = {}
+
+    # -- life cycle ------------------------------------------------------------------
+
+    def __enter__(self) -> "VirtualCluster":
+        self._catch_termination()
+        try:
+            self.up()
+        except BaseException:
+            self._restore_handlers()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            self.down()
+        finally:
+            self._restore_handlers()
+
+    def up(self) -> None:
+        """Build the cluster; if any step fails, remove what was made and raise ClusterError."""
+        check_privileges()
+        for name in ("ip", "unshare", "nsenter", "umount") + (("tc",) if self.spec.link.shaped else ()):
+            namespaces.tool(name)
+        if os.path.exists(self.state_dir) or namespaces.list_netns(self.layout.name + "-"):
+            raise ClusterError(f"a cluster named {self.layout.cluster_id} exists already "
+                               f"(mailrail cluster status lists it; mailrail cluster down removes it)")
+        self.record = state.OwnerRecord.for_this_process(
+            self.layout.cluster_id, "persistent" if self.persistent else "job", self.spec.describe())
+        self.record.userns = bool(os.environ.get(USERNS_VARIABLE))
+        state.save(self.state_dir, self.record)  # before anything exists: a killed run stays removable
+        try:
+            self._make_cgroups()
+            self._make_head()
+            for node in range(self.spec.nodes):
+                self._make_node(node)
+            self._write_agent()
+        except BaseException:
+            self.down()
+            raise
+
+    def down(self) -> None:
+        """Remove the cluster: end its processes (by id), delete namespaces, links, cgroups, state."""
+        remove_cluster(self.layout.cluster_id)
+
+    @classmethod
+    def attach(cls, name: str) -> "VirtualCluster":
+        """The running cluster *name* (made by ``mailrail cluster up``), to run jobs on."""
+        layout_name = Layout(name, 1).name
+        record = state.load(state.state_dir(layout_name))
+        if record is None:
+            raise ClusterError(f"no virtual cluster named {name} is up (mailrail cluster up --name {name} "
+                               f"makes one; mailrail cluster status lists them)")
+        cluster = cls(spec_from_record(record), name=name, persistent=record.kind == "persistent")
+        cluster.record = record
+        if record.cgroup_group:
+            cluster._hierarchy = cgroups.Hierarchy(record.cgroup_version or 1, os.path.dirname(record.cgroup_group))
+        return cluster
+
+    # -- building ------------------------------------------------------------------------
+
+    def _make_cgroups(self) -> None:
+        hierarchy = cgroups.find_hierarchy() if not os.environ.get(USERNS_VARIABLE) else None
+        if hierarchy is None:
+            if self.spec.memory_capped:
+                raise ClusterError("--node-memory / --victim-node-memory need memory cgroups, and this machine "
+                                   "offers none to this process (they need root; a user namespace has none)")
+            return
+        group = hierarchy.group(self.layout.name)
+        self.record.cgroup_version, self.record.cgroup_group = hierarchy.version, group
+        state.save(self.state_dir, self.record)
+        try:
+            cgroups.create(hierarchy, group, None)
+        except ClusterError:
+            self.record.cgroup_version = self.record.cgroup_group = None
+            state.save(self.state_dir, self.record)
+            if self.spec.memory_capped:
+                raise
+            return  # without cgroups: no caps, and processes are found by their namespaces
+        cgroups.enable_memory_controller(hierarchy, group)
+        self._hierarchy = hierarchy
+        cgroups.create(hierarchy, self._cgroup(None), None)
+        for node in range(self.spec.nodes):
+            cgroups.create(hierarchy, self._cgroup(node), self.spec.memory_limit(node))
+
+    def _make_head(self) -> None:
+        head = self.layout.netns(None)
+        namespaces.add_netns(head)
+        namespaces.add_uts(self._uts(None), self.layout.hostname(None))
+        namespaces.run(["ip", "-n", head, "link", "add", BRIDGE, "type", "bridge"], "creating the switch")
+        self._quiet_ipv6(head, BRIDGE)
+        namespaces.run(["ip", "-n", head, "addr", "add", f"{self.layout.address(None)}/24", "dev", BRIDGE],
+                       "addressing the head")
+        namespaces.run(["ip", "-n", head, "link", "set", BRIDGE, "up"], "starting the switch")
+
+    def _make_node(self, node: int) -> None:
+        layout = self.layout
+        netns, head, port = layout.netns(node), layout.netns(None), layout.switch_port(node)
+        namespaces.add_netns(netns)
+        namespaces.add_uts(self._uts(node), layout.hostname(node))
+        namespaces.run(["ip", "-n", netns, "link", "add", NODE_INTERFACE, "type", "veth", "peer", "name", port,
+                        "netns", head], f"linking node {node} to the switch")
+        self._quiet_ipv6(netns, NODE_INTERFACE)
+        self._quiet_ipv6(head, port)
+        namespaces.run(["ip", "-n", head, "link", "set", port, "master", BRIDGE, "up"],
+                       f"plugging node {node} into the switch")
+        namespaces.run(["ip", "-n", netns, "addr", "add", f"{layout.address(node)}/24", "dev", NODE_INTERFACE],
+                       f"addressing node {node}")
+        namespaces.run(["ip", "-n", netns, "link", "set", NODE_INTERFACE, "up"], f"starting node {node}'s link")
+        # The link's rate, delay and queue, in both directions: the node's uplink and its switch port.
+        for where, device in ((netns, NODE_INTERFACE), (head, port)):
+            for command in tc_commands(device, self.spec.link):
+                try:
+                    namespaces.run(["tc", "-n", where, *command[1:]], f"shaping node {node}'s link")
+                except ClusterError as error:
+                    if "netem" in command and "unknown" in str(error).lower():
+                        raise ClusterError(
+                            "--link-delay needs the kernel's netem queueing discipline (sch_netem), which this "
+                            f"kernel does not have ({error}); run without --link-delay") from None
+                    raise
+
+    @staticmethod
+    def _quiet_ipv6(netns: str, device: str) -> None:
+        # No IPv6 link-local address, so no neighbour discovery chatter in the link counters.
+        namespaces.run(["ip", "-n", netns, "link", "set", device, "addrgenmode", "none"], "configuring a link")
+
+    def _write_agent(self) -> None:
+        nodes = [*range(self.spec.nodes), None]
+        groups = [[self._cgroup(node)] if self._hierarchy else [] for node in nodes]
+        text = agent_script(self.layout, [self._uts(node) for node in nodes], groups, namespaces.tool("nsenter"))
+        with open(self.agent, "w") as out:
+            out.write(text)
+        os.chmod(self.agent, 0o755)
+
+    def _uts(self, node: int | None) -> str:
+        return os.path.join(self.state_dir, ("head" if node is None else f"n{node}") + ".uts")
+
+    def _cgroup(self, node: int | None) -> str:
+        return os.path.join(self.record.cgroup_group, "head" if node is None else f"n{node}")
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    @property
+    def launcher(self) -> Launcher:
+        if self._launcher is None:
+            self._launcher = detect(find_mpiexec())
+        return self._launcher
+
+    def command(self, ranks: int, program: Sequence[str], *, nodes: int | None = None,
+                env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """The argv (run on the head, through the ssh stand-in) and environment of an mpiexec job.
+
+        The ranks fill the first *nodes* nodes (default: all) in blocks, as
+        :func:`~mailrail.cluster.spec.ranks_per_node` says.
+        """
+        nodes = self.spec.nodes if nodes is None else nodes
+        if not 1 <= nodes <= self.spec.nodes:
+            raise ClusterError(f"a job may use 1..{self.spec.nodes} nodes of this cluster, not {nodes}")
+        counts = ranks_per_node(ranks, nodes, self.spec.node_slots)
+        launcher = self.launcher
+        path = os.path.join(self.state_dir, f"hosts-{launcher.flavor}-{'-'.join(map(str, counts))}")
+        with open(path, "w") as out:
+            out.write(hostfile(self.layout, counts, launcher.flavor))
+        argv = [self.agent, "--exec", "head",
+                *launcher.argv(self.agent, path, self.layout.address(None), ranks), *program]
+        return argv, mpi_environment({**launcher.environment(self.agent), **(env or {})})
+
+    def run(self, ranks: int, program: Sequence[str], *, timeout: float | None = None,
+            env: Mapping[str, str] | None = None, capture: bool = False, capture_stderr: bool = False,
+            nodes: int | None = None) -> ClusterJob:
+        """Run *program* on *ranks* ranks; wait, bounded by *timeout*; say what happened.
+
+        *capture* and *capture_stderr* keep the job's output, as in :func:`mailrail.launch.run_bounded`.
+
+        A job that fails, times out or is interrupted leaves no process behind: what is
+        still running in the cluster's namespaces is ended (by process id).
+        """
+        argv, job_env = self.command(ranks, program, nodes=nodes, env=env)
+        before_bytes, before_kills = self.network_bytes(), self.oom_kills()
+        self.reset_memory_peaks()
+        start = time.monotonic()
+        timed_out = False
+        try:
+            completed = run_bounded(argv, timeout=timeout, env=job_env, capture=capture,
+                                    capture_stderr=capture_stderr)
+        except subprocess.TimeoutExpired as expired:
+            timed_out = True
+            completed = subprocess.CompletedProcess(argv, -signal.SIGKILL, _text(expired.output),
+                                                    _text(expired.stderr))
+        except BaseException:
+            self.end_processes()
+            raise
+        wall = time.monotonic() - start
+        if timed_out or completed.returncode != 0:
+            self.end_processes()
+        after_kills = self.oom_kills()
+        peaks = self.memory_peaks()
+        per_node = [{"node": node, "oom_kills": after_kills[node] - before_kills[node], "peak_bytes": peaks[node],
+                     "limit_bytes": self.spec.memory_limit(node)} for node in range(self.spec.nodes)]
+        return ClusterJob(argv, completed.returncode, timed_out, wall, completed.stdout, completed.stderr,
+                          self.network_bytes() - before_bytes, per_node)
+
+    def end_processes(self) -> None:
+        """End every process in the cluster's namespaces and cgroups (all were started through it)."""
+        pids = set()
+        for netns in self.layout.all_netns():
+            pids.update(namespaces.pids_in_netns(netns))
+        if self._hierarchy:
+            for node in [None, *range(self.spec.nodes)]:
+                pids.update(cgroups.processes(self._cgroup(node)))
+        pids.discard(os.getpid())
+        namespaces.end_processes(pids)
+
+    # -- readings ----------------------------------------------------------------------------
+
+    def link_statistics(self) -> list[dict[str, int]]:
+        """Each node's uplink counters (its side of the link)."""
+        return [namespaces.link_statistics(self.layout.netns(node), NODE_INTERFACE) for node in range(self.spec.nodes)]
+
+    def network_bytes(self) -> int:
+        """Bytes all nodes have sent over their links (every byte crosses the switch once)."""
+        return sum(s["tx_bytes"] for s in self.link_statistics())
+
+    def oom_kills(self) -> list[int]:
+        if not self._hierarchy:
+            return [0] * self.spec.nodes
+        return [cgroups.oom_kills(self._hierarchy, self._cgroup(node)) for node in range(self.spec.nodes)]
+
+    def memory_peaks(self) -> list[int | None]:
+        if not self._hierarchy:
+            return [None] * self.spec.nodes
+        return [cgroups.peak_bytes(self._hierarchy, self._cgroup(node)) for node in range(self.spec.nodes)]
+
+    def reset_memory_peaks(self) -> None:
+        if self._hierarchy:
+            for node in range(self.spec.nodes):
+                cgroups.reset_peak(self._hierarchy, self._cgroup(node))
+
+    def set_memory_limits(self, limits: Mapping[int, int | None]) -> None:
+        """Change nodes' memory caps between jobs (bytes; None lifts a cap)."""
+        if not self._hierarchy:
+            raise ClusterError("this cluster has no memory cgroups, so its nodes cannot be capped")
+        for node, limit in limits.items():
+            cgroups.set_limit(self._hierarchy, self._cgroup(node), limit)
+
+    def describe(self) -> dict[str, Any]:
+        """The ``"cluster"`` entry of results: shape, transport, link, memory caps, MPI."""
+        return {**self.spec.describe(), "name": self.layout.cluster_id, "mpi": self.launcher.flavor}
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def _catch_termination(self) -> None:
+        """SIGTERM and SIGHUP end the job like Ctrl-C does, so the cluster is removed on the way out."""
+        if not _main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            self._saved_handlers[signum] = signal.signal(signum, _raise_system_exit)
+
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._saved_handlers.items():
+            signal.signal(signum, handler)
+        self._saved_handlers.clear()
+
+
+def _raise_system_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _main_thread() -> bool:
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
+def _text(output: str | bytes | None) -> str | None:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output
+
+
+def check_privileges() -> None:
+    """Namespaces, links and mounts need root (or CAP_NET_ADMIN and CAP_SYS_ADMIN)."""
+    if not namespaces.has_admin_capabilities():
+        raise ClusterError(
+            "a virtual cluster needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN); the mailrail command makes one "
+            "without root inside a user namespace where the kernel allows that (see mailrail.cluster.privileges)")
+
+
+def spec_from_record(record: state.OwnerRecord) -> ClusterSpec:
+    from .spec import Link, Queue
+    described = record.spec
+    link = described["link"]
+    queue = link.get("queue")
+    return ClusterSpec(
+        nodes=described["nodes"],
+        link=Link(link.get("rate_bps"), link.get("delay_s"), Queue(**queue) if queue else None),
+        node_memory=described.get("node_memory"), victim_node_memory=described.get("victim_node_memory"),
+        victim_nodes=tuple(described.get("victim_nodes", ())), node_slots=described.get("node_slots"))
+
+
+def remove_cluster(cluster_id: str) -> None:
+    """Remove everything of cluster *cluster_id* that exists, from its record and its names.
+
+    Raises ClusterError listing what could not be removed.  Safe to call on a half-built
+    cluster, twice, or on one whose owner was killed.
+    """
+    name = PREFIX + cluster_id
+    directory = state.state_dir(name)
+    record = state.load(directory)
+    netns = namespaces.list_netns(name + "-")
+    group = record.cgroup_group if record else None
+    pids = set()
+    for ns in netns:
+        pids.update(namespaces.pids_in_netns(ns))
+    if group and os.path.isdir(group):
+        for entry in os.listdir(group):
+            pids.update(cgroups.processes(os.path.join(group, entry)))
+    pids.discard(os.getpid())
+    problems = []
+    left = namespaces.end_processes(pids)
+    if left:
+        problems.append(f"processes {left} did not end")
+    for ns in netns:
+        try:
+            namespaces.delete_netns(ns)
+        except ClusterError as error:
+            problems.append(str(error))
+    if os.path.isdir(directory):
+        for entry in os.listdir(directory):
+            if entry.endswith(".uts"):
+                try:
+                    namespaces.remove_uts(os.path.join(directory, entry))
+                except ClusterError as error:
+                    problems.append(str(error))
+    if group:
+        try:
+            cgroups.remove(group)
+        except ClusterError as error:
+            problems.append(str(error))
+    if problems:
+        raise ClusterError(f"cluster {cluster_id} was not removed completely: " + "; ".join(problems))
+    state.remove_dir(directory)

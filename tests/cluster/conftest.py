@@ -1,0 +1,42 @@
+"""Fixtures of the virtual-cluster tests: whether this machine makes clusters, and that none leaves anything."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from helpers import leftovers
+
+from mailrail.errors import ClusterError
+
+
+@pytest.fixture(scope="session")
+def cluster_support() -> str:
+    """How this machine makes clusters ("admin" or "userns"); the cluster tests skip, saying why, without one."""
+    from mailrail.cluster.privileges import cluster_privileges
+    from mailrail.cluster.spec import ClusterSpec
+    from mailrail.cluster.virtual import VirtualCluster
+    try:
+        privileges = cluster_privileges()
+        if privileges == "admin":
+            with VirtualCluster(ClusterSpec(nodes=1)):
+                pass
+    except ClusterError as error:
+        pytest.skip(f"no virtual cluster on this machine: {error}")
+    return privileges
+
+
+@pytest.fixture(scope="session")
+def as_root(cluster_support) -> None:
+    """Tests that use memory cgroups or drop privileges themselves need real root."""
+    if cluster_support != "admin" or os.geteuid() != 0:
+        pytest.skip("needs root (memory cgroups, or dropping privileges for the test)")
+
+
+@pytest.fixture
+def leaves_nothing(cluster_support):
+    """The test may build clusters, but when it ends none of them has left anything behind."""
+    before = leftovers()
+    yield
+    after = leftovers()
+    assert after == before, f"left behind: {after} (before the test: {before})"
