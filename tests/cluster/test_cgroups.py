@@ -42,25 +42,26 @@ def test_no_memory_hierarchy(tmp_path):
     assert cgroups.find_hierarchy(str(tmp_path), str(tmp_path)) is None
 
 
-def test_v1_limits_swap_included_and_lifting_them(tmp_path):
-    hierarchy = cgroups.Hierarchy(1, str(tmp_path))
+@pytest.mark.parametrize("version, limit_file, swap_file, swap_capped, lifted", [
+    (1, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", str(2**28), "-1"),
+    (2, "memory.max", "memory.swap.max", "0", "max"),
+])
+def test_limits_leave_no_room_in_swap_and_can_be_lifted(tmp_path, version, limit_file, swap_file, swap_capped, lifted):
+    hierarchy = cgroups.Hierarchy(version, str(tmp_path))
     group = tmp_path / "g"
     group.mkdir()
-    (group / "memory.memsw.limit_in_bytes").write_text("-1")
+    (group / swap_file).write_text(lifted)
     cgroups.set_limit(hierarchy, str(group), 2**28)
-    assert (group / "memory.limit_in_bytes").read_text() == str(2**28)
-    assert (group / "memory.memsw.limit_in_bytes").read_text() == str(2**28)
+    assert (group / limit_file).read_text() == str(2**28) and (group / swap_file).read_text() == swap_capped
+    assert cgroups.limit_bytes(hierarchy, str(group)) == 2**28
     cgroups.set_limit(hierarchy, str(group), None)
-    assert (group / "memory.limit_in_bytes").read_text() == "-1"
+    assert (group / limit_file).read_text() == lifted and (group / swap_file).read_text() == lifted
+    assert cgroups.limit_bytes(hierarchy, str(group)) is None
 
 
-def test_v2_limits(tmp_path):
-    hierarchy = cgroups.Hierarchy(2, str(tmp_path))
-    group = tmp_path / "g"
-    group.mkdir()
-    (group / "memory.swap.max").write_text("max")
-    cgroups.set_limit(hierarchy, str(group), 2**28)
-    assert (group / "memory.max").read_text() == str(2**28) and (group / "memory.swap.max").read_text() == "0"
+def test_v1_reports_no_limit_as_a_huge_number(tmp_path):
+    (tmp_path / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert cgroups.limit_bytes(cgroups.Hierarchy(1, str(tmp_path)), str(tmp_path)) is None
 
 
 def test_oom_kills_and_peaks_read_from_either_version(tmp_path):

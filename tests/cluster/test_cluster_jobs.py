@@ -108,7 +108,7 @@ def test_memory_capped_victim_node_kills_unconstrained_incast(tmp_path, as_root,
     document = json.loads((out / "compare.json").read_text())
     cluster = document["cluster"]
     assert cluster["nodes"] == 2 and cluster["transport"] == "tcp" and cluster["victim_node_memory"] == 192 * 2**20
-    victim_node = document["workload"]["victim_ranks"][0] // 4
+    victim_node = document["workload"]["rank_nodes"][document["workload"]["victim_ranks"][0]]
     assert cluster["victim_nodes"] == [victim_node]
     none, node = document["modes"]["none"], document["modes"]["node"]
     assert none["status"] == "out_of_memory" and none["oom_nodes"] == [victim_node]
@@ -264,10 +264,10 @@ def test_replay_on_a_cluster(tmp_path, leaves_nothing):
     assert "2 ranks on virtual cluster" in completed.stderr
 
 
-def test_sweep_scales_over_node_counts(tmp_path, leaves_nothing):
+def test_sweep_scales_over_node_counts(tmp_path, as_root, leaves_nothing):
     out = tmp_path / "sweep"
     completed = mailrail("sweep", "--cluster", "2", "--node-ranks", "2", "--studies", "weak", "--messages", "200",
-                         "--trials", "1", "--modes", "none,node", "--out", str(out))
+                         "--trials", "1", "--modes", "none,node", "--victim-node-memory", "1G", "--out", str(out))
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     document = json.loads((out / "sweep.json").read_text())
     points = document["studies"]["weak"]
@@ -275,3 +275,7 @@ def test_sweep_scales_over_node_counts(tmp_path, leaves_nothing):
                                                                       (4, 2, "none"), (4, 2, "node")]
     assert all(p["status"] == "ok" for p in points) and document["cluster"]["nodes"] == 2
     assert points[2]["result"]["network_bytes"] > 0 and points[0]["result"]["network_bytes"] < 100_000
+    for point in points:  # each run capped the node of its own victim, and only that node, during the run
+        victim = point["result"]["victim_ranks"][0]
+        limits = [n["limit_bytes"] for n in point["result"]["cluster_nodes"]]
+        assert limits[victim // 2] == 2**30 and limits.count(None) == 1

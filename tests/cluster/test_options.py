@@ -59,7 +59,7 @@ def test_job_spec_caps_the_nodes_of_the_victims():
 @pytest.mark.parametrize("argv, ranks, victims, words", [
     (["--victim-node-memory", "1G"], 8, [], ["--victim-node-memory caps the nodes of the victim ranks",
                                              "--victim-ranks"]),
-    (["--node-memory", "lots"], 8, [], ["--node-memory", "'lots' is not a memory size"]),
+    (["--node-memory", "lots"], 8, [], ["--node-memory", "'lots' is not a memory such as 1G"]),
     ([], 8, [9], ["--victim-ranks [9] outside the job's ranks 0..7"]),
     (["--node-slots", "1"], 8, [], ["8 ranks do not fit on 4 nodes of 1 slots"]),
 ])

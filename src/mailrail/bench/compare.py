@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from ..cluster.options import ClusterChoice, add_cluster_arguments, open_cluster
+from ..cluster.spec import node_of_rank, ranks_per_node
 from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
 from ..errors import ClusterError, ConfigError
@@ -63,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between metrics samples (default: %(default)s)")
     parser.add_argument("--out", default="mailrail-results",
                         help="directory for compare.json, compare.png and the runs' files (default: %(default)s)")
-    add_cluster_arguments(parser, default="auto")
+    add_cluster_arguments(parser, default="auto", victim_memory=DEFAULT_VICTIM_NODE_MEMORY)
     add_rail_arguments(parser, skip=("flow_control",))
 
 
@@ -76,18 +77,19 @@ def workload(args: argparse.Namespace, cluster_nodes: int | None = None) -> dict
             raise ConfigError("--ranks-per-node groups ranks into virtual nodes on one host; on a virtual cluster "
                               "the nodes are real (use --cluster off for virtual nodes)")
         nodes = cluster_nodes
-        ranks_per_node = -(-args.ranks // nodes)
+        rank_nodes = node_of_rank(ranks_per_node(args.ranks, nodes))
     else:
         if options.get("ranks_per_node") is None:
             options["ranks_per_node"] = -(-args.ranks // args.nodes)
-        ranks_per_node = int(options["ranks_per_node"])
-        nodes = -(-args.ranks // ranks_per_node)
+        rank_nodes = [rank // int(options["ranks_per_node"]) for rank in range(args.ranks)]
+        nodes = rank_nodes[-1] + 1
     config = Config.from_env(**options)  # validates, and fills in what the environment / defaults say
     messages = args.messages if args.messages is not None or args.bytes_per_rank is not None else DEFAULT_MESSAGES
     return {
         "ranks": args.ranks,
         "nodes": nodes,
-        "ranks_per_node": ranks_per_node,
+        "ranks_per_node": rank_nodes.count(0),
+        "rank_nodes": rank_nodes,
         "victims": args.victims,
         "victim_ranks": choose_victims(args.ranks, args.victims, args.seed),
         "datagram_size": config.datagram_size,
@@ -149,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
               f"results in {out}", flush=True)
         if reason:
             print(f"mailrail compare: on shared memory: {reason}", flush=True)
+        elif cluster and not cluster.spec.memory_capped and args.victim_node_memory is None:
+            print("mailrail compare: the victim's node has no memory cap: a user namespace has no memory cgroups "
+                  "(as root the cap is --victim-node-memory, default " + DEFAULT_VICTIM_NODE_MEMORY + ")", flush=True)
         results: dict[str, dict[str, Any]] = {}
         metrics_dirs: dict[str, str] = {}
         started = time.monotonic()
@@ -244,7 +249,7 @@ def victim_node_peak(result: dict[str, Any], load: dict[str, Any]) -> int | None
     nodes = result.get("cluster_nodes")
     if not nodes:
         return None
-    node = load["victim_ranks"][0] // load["ranks_per_node"]
+    node = load["rank_nodes"][load["victim_ranks"][0]]
     return nodes[node]["peak_bytes"]
 
 
@@ -309,16 +314,8 @@ def observations(results: dict[str, dict[str, Any]], load: dict[str, Any], clust
 def _where_text(load: dict[str, Any], cluster: dict[str, Any] | None) -> str:
     if cluster is None:
         return f"{load['nodes']} virtual node(s) of {load['ranks_per_node']} ranks on this host's shared memory"
-    text = (f"virtual cluster {cluster['name']}: {cluster['nodes']} nodes of {load['ranks_per_node']} ranks, "
-            f"{'Open MPI' if cluster['mpi'] == 'openmpi' else 'MPICH'} over TCP between nodes")
-    link = cluster["link"]
-    if link["rate_bps"]:
-        text += f", links {link['rate_bps'] / 1e9:g} Gb/s"
-    if link["delay_s"]:
-        text += f", delay {link['delay_s'] * 1e6:g} us"
-    if cluster["victim_node_memory"]:
-        text += f", victim node capped at {cluster['victim_node_memory'] / _MIB:,.0f} MiB"
-    return text
+    from ..cluster.jobs import summary
+    return summary(cluster)
 
 
 def _plot(results: dict[str, dict[str, Any]], metrics_dirs: dict[str, str], load: dict[str, Any],

@@ -223,8 +223,9 @@ def _mode_axis(axis, results: Mapping[str, dict]) -> None:
 def plot_sweep(studies: Mapping[str, list[dict[str, Any]]], path: str, title: str) -> str:
     """Runtime and goodput vs incast ratio, one line per mode and one row per study.
 
-    Runs that timed out are drawn as crosses at their time limit (runtime) or
-    at the bottom (goodput): they are results too.
+    Runs that did not finish are results too, drawn as labelled crosses: at the bottom of
+    the goodput plot, and in the runtime plot at their time limit (timed out) or above the
+    slowest finished run (failed, out of memory: their runtime is unknown).
     """
     plt = pyplot()
     fig, axes = plt.subplots(len(studies), 2, figsize=(13, 4.5 * len(studies)), squeeze=False)
@@ -232,6 +233,8 @@ def plot_sweep(studies: Mapping[str, list[dict[str, Any]]], path: str, title: st
     for row, (study, points) in enumerate(studies.items()):
         runtime_axis, goodput_axis = axes[row]
         modes = list(dict.fromkeys(p["mode"] for p in points))
+        finished = [p["runtime_s"] for p in points if p["status"] == "ok"]
+        above = 1.15 * max(finished) if finished else 1.0
         for mode in modes:
             color, label = MODE_COLORS.get(mode), MODE_LABELS.get(mode, mode)
             ok = sorted((p for p in points if p["mode"] == mode and p["status"] == "ok"),
@@ -241,11 +244,15 @@ def plot_sweep(studies: Mapping[str, list[dict[str, Any]]], path: str, title: st
                               color=color, label=label)
             goodput_axis.plot([p["incast_ratio"] for p in ok], [p["goodput_bps"] / 1e6 for p in ok], "o-",
                               color=color, label=label)
-            if bad:
-                runtime_axis.plot([p["incast_ratio"] for p in bad], [p.get("time_limit_s", 0) for p in bad], "x",
-                                  color=color, markersize=12, mew=2, label=f"{label}: timed out / failed")
-                goodput_axis.plot([p["incast_ratio"] for p in bad], [0] * len(bad), "x", color=color,
-                                  markersize=12, mew=2, clip_on=False)
+            for p in bad:
+                text = {"timeout": "timed out", "out_of_memory": "out of memory"}.get(p["status"], "failed")
+                y = p["time_limit_s"] if p["status"] == "timeout" else above
+                runtime_axis.plot([p["incast_ratio"]], [y], "x", color=color, markersize=12, mew=2)
+                runtime_axis.annotate(f"{mode}: {text}", (p["incast_ratio"], y), xytext=(-6, 6),
+                                      textcoords="offset points", ha="right", fontsize=8, color=color)
+                goodput_axis.plot([p["incast_ratio"]], [0], "x", color=color, markersize=12, mew=2, clip_on=False)
+        if any(p["status"] not in ("ok", "timeout") for p in points):
+            runtime_axis.set_ylim(top=max(runtime_axis.get_ylim()[1], above * 1.12))  # room for the labels
         ratios = sorted({p["incast_ratio"] for p in points})
         for axis, ylabel in ((runtime_axis, "runtime per trial (s)"), (goodput_axis, "goodput (Mb/s)")):
             axis.set_xscale("log", base=2)

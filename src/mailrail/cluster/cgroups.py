@@ -97,6 +97,18 @@ def set_limit(hierarchy: Hierarchy, path: str, limit: int | None) -> None:
         _write(memsw, value)
 
 
+def limit_bytes(hierarchy: Hierarchy, path: str) -> int | None:
+    """The group's memory cap now, or None when it has none."""
+    try:
+        with open(os.path.join(path, hierarchy.limit_file)) as source:
+            value = source.read().strip()
+    except OSError:
+        return None
+    if value == "max" or not value.isdigit() or int(value) >= 2**60:  # v1 writes "no limit" as ~2^63
+        return None
+    return int(value)
+
+
 def oom_kills(hierarchy: Hierarchy, path: str) -> int:
     """Processes the kernel killed in the group for lack of memory, since it was made."""
     name = "memory.events" if hierarchy.version == 2 else "memory.oom_control"

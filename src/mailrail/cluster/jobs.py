@@ -25,28 +25,39 @@ def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Seq
         job = cluster.run(args.ranks, program, timeout=args.timeout)
     for line in outcome(job, args.timeout):
         print(f"mailrail run: {line}", file=sys.stderr)
+    return exit_status(job)
+
+
+def exit_status(job: ClusterJob) -> int:
+    """What the command exits with: the job's status, 124 after a timeout, 128+N when killed by signal N."""
     if job.timed_out:
         return 124
-    return job.returncode if job.returncode > 0 else (137 if job.returncode else 0)
+    return job.returncode if job.returncode >= 0 else 128 - job.returncode
 
 
 def describe(cluster: VirtualCluster) -> str:
-    """``virtual cluster j1a2b (4 nodes, Open MPI over TCP, links 1gbit, victim node memory 384 MiB)``."""
-    spec = cluster.spec
+    return summary(cluster.describe())
+
+
+def summary(described: dict) -> str:
+    """``virtual cluster j1a2b (4 nodes, Open MPI over TCP between nodes, links 1 Gb/s, ...)``, from
+    :meth:`VirtualCluster.describe` (what results store as their ``"cluster"``)."""
     extras = []
-    link = spec.link
-    if link.rate_bps:
-        extras.append(f"links {link.rate_bps / 1e9:g} Gb/s")
-    if link.delay_s:
-        extras.append(f"delay {link.delay_s * 1e6:g} us")
-    if link.queue:
-        extras.append(f"queue {link.queue.describe()}")
-    if spec.node_memory:
-        extras.append(f"node memory {spec.node_memory / _MIB:,.0f} MiB")
-    if spec.victim_node_memory and spec.victim_nodes:
-        extras.append(f"victim node(s) {list(spec.victim_nodes)} memory {spec.victim_node_memory / _MIB:,.0f} MiB")
-    flavor = {"openmpi": "Open MPI", "mpich": "MPICH"}[cluster.launcher.flavor]
-    return (f"virtual cluster {cluster.layout.cluster_id} ({spec.nodes} nodes, {flavor} over TCP between nodes"
+    link = described["link"]
+    if link["rate_bps"]:
+        extras.append(f"links {link['rate_bps'] / 1e9:g} Gb/s")
+    if link["delay_s"]:
+        extras.append(f"delay {link['delay_s'] * 1e6:g} us")
+    if link["queue"]:
+        queue = link["queue"]
+        extras.append(f"queue {queue['limit']} {queue['unit']}")
+    if described["node_memory"]:
+        extras.append(f"node memory {described['node_memory'] / _MIB:,.0f} MiB")
+    if described["victim_node_memory"] and described["victim_nodes"]:
+        extras.append(f"victim node(s) {described['victim_nodes']} capped at "
+                      f"{described['victim_node_memory'] / _MIB:,.0f} MiB")
+    flavor = {"openmpi": "Open MPI", "mpich": "MPICH"}[described["mpi"]]
+    return (f"virtual cluster {described['name']} ({described['nodes']} nodes, {flavor} over TCP between nodes"
             + "".join(", " + e for e in extras) + ")")
 
 

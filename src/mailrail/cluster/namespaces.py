@@ -134,7 +134,9 @@ def add_uts(path: str, hostname: str) -> None:
     """A persistent UTS namespace at *path* (a bind mount) whose host name is *hostname*."""
     with open(path, "w"):
         pass
-    run(["unshare", f"--uts={path}", "hostname", hostname], f"creating the UTS namespace of {hostname}")
+    # The host name is written by the kernel's own file: no dependency on a `hostname` program.
+    run(["unshare", f"--uts={path}", "/bin/sh", "-c", f"echo {hostname} > /proc/sys/kernel/hostname"],
+        f"creating the UTS namespace of {hostname}")
 
 
 def remove_uts(path: str) -> None:

@@ -41,8 +41,12 @@ class ClusterChoice:
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, default: str | None = None,
-                          victims: bool = False) -> None:
-    """``--cluster`` and the options of the cluster it builds (also valid with ``--cluster up`` for memory)."""
+                          victims: bool = False, victim_memory: str | None = None) -> None:
+    """``--cluster`` and the options of the cluster it builds (also valid with ``--cluster up`` for memory).
+
+    *default* is the command's ``--cluster`` when not given (``auto`` also accepts ``auto`` and ``off``);
+    *victims* adds ``--victim-ranks``; *victim_memory* is the command's own victim-node cap.
+    """
     group = parser.add_argument_group("virtual cluster (nodes as network namespaces; needs root or user namespaces)")
     auto = default is not None
     group.add_argument("--cluster", default=default, metavar="N|up" + ("|auto|off" if auto else ""),
@@ -50,14 +54,14 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default: str | Non
                             "running one ('up', made by `mailrail cluster up`)"
                             + (f" (default: {default}: a 4-node cluster where the machine allows it, else shared "
                                f"memory; off: shared memory)" if auto else ""))
-    add_node_arguments(group)
+    add_node_arguments(group, victim_memory)
     if victims:
         group.add_argument("--victim-ranks", default=None, metavar="R[,R...]",
                            help="the victim ranks whose nodes --victim-node-memory caps (default for "
                                 "`bench adversarial`: its own victims)")
 
 
-def add_node_arguments(group) -> None:
+def add_node_arguments(group, victim_memory: str | None = None) -> None:
     """The options of the nodes and links themselves (also what ``mailrail cluster up`` takes)."""
     group.add_argument("--link-rate", default=None, metavar="RATE",
                        help="each node's link speed, both directions, in tc units (10gbit, 500mbit; bps = bytes/s)")
@@ -68,7 +72,8 @@ def add_node_arguments(group) -> None:
     group.add_argument("--node-memory", default=None, metavar="SIZE",
                        help="memory cap of every node, through its cgroup (1G, 512M; needs root)")
     group.add_argument("--victim-node-memory", default=None, metavar="SIZE",
-                       help="memory cap of the nodes that hold victim ranks only")
+                       help="memory cap of the nodes that hold victim ranks only"
+                            + (f" (default: {victim_memory}; off: none)" if victim_memory else ""))
     group.add_argument("--node-slots", type=int, default=None, metavar="K",
                        help="ranks a node holds at most (default: as many as the job puts there)")
 
@@ -123,7 +128,7 @@ def open_cluster(args: argparse.Namespace, choice: ClusterChoice, ranks: int,
     if shaping:
         raise ClusterError(f"{', '.join(shaping)} shape a cluster when it is made: give them to "
                            f"`mailrail cluster up`, not to a job on the running cluster {choice.name}")
-    job_spec = build_spec(args, cluster.spec.nodes, ranks, victim_ranks)
+    job_spec = build_spec(args, min(cluster.spec.nodes, ranks), ranks, victim_ranks)  # a small job: first nodes
     caps = {node: job_spec.memory_limit(node) for node in range(job_spec.nodes)}
     changed = {node: cap for node, cap in caps.items() if cap is not None}
     if changed:

@@ -46,13 +46,18 @@ def _split(option: str, text: str, what: str) -> tuple[float, str]:
     return float(match.group(1)), match.group(2).lower()
 
 
+def _quantity(option: str, text: str, kind: str, example: str, units: dict, accepted: str) -> float:
+    """*text* (a number and a unit of *units*) in the base unit, or an error naming option, unit and text."""
+    value, unit = _split(option, text, f"a {kind} such as {example}")
+    if unit not in units:
+        raise ClusterError(f"{option}: unknown {kind} unit {unit or '(none)'!r} in {text!r}; use {accepted}")
+    return value * units[unit]
+
+
 def parse_rate(text: str, option: str = "--link-rate") -> int:
     """``10gbit`` -> bits per second (tc's units: bit, kbit, mbit, gbit, tbit; bps, kbps, ... are bytes/s)."""
-    value, unit = _split(option, text, "a rate such as 10gbit or 500mbit")
-    if unit not in _RATE_UNITS:
-        raise ClusterError(f"{option}: unknown rate unit {unit or '(none)'!r} in {text!r}; "
-                           f"use one of {', '.join(_RATE_UNITS)} (tc's units: bps is bytes per second)")
-    bits = int(value * _RATE_UNITS[unit])
+    bits = int(_quantity(option, text, "rate", "10gbit or 500mbit", _RATE_UNITS,
+                         f"one of {', '.join(_RATE_UNITS)} (tc's units: bps is bytes per second)"))
     if bits < 8000:
         raise ClusterError(f"{option}: {text!r} is below 8kbit, the slowest link tc shapes well")
     return bits
@@ -60,20 +65,13 @@ def parse_rate(text: str, option: str = "--link-rate") -> int:
 
 def parse_duration(text: str, option: str = "--link-delay") -> float:
     """``50us`` -> seconds (s, ms, us, ns as tc writes them)."""
-    value, unit = _split(option, text, "a delay such as 50us or 1ms")
-    if unit not in _TIME_UNITS:
-        raise ClusterError(f"{option}: unknown time unit {unit or '(none)'!r} in {text!r}; "
-                           f"use one of s, ms, us, ns")
-    return value * _TIME_UNITS[unit]
+    return _quantity(option, text, "time", "50us or 1ms", _TIME_UNITS, "one of s, ms, us, ns")
 
 
 def parse_memory(text: str, option: str = "--node-memory") -> int:
     """``1G`` / ``512MiB`` / ``2147483648`` -> bytes (K, M, G, T are powers of 1024, as cgroups take them)."""
-    value, unit = _split(option, text, "a memory size such as 1G or 512M")
-    if unit not in _SIZE_UNITS:
-        raise ClusterError(f"{option}: unknown memory unit {unit!r} in {text!r}; use bytes or K, M, G, T "
-                           f"(powers of 1024; KiB, MiB, GiB also accepted)")
-    size = int(value * _SIZE_UNITS[unit])
+    size = int(_quantity(option, text, "memory", "1G or 512M", _SIZE_UNITS,
+                         "bytes or K, M, G, T (powers of 1024; KiB, MiB, GiB also accepted)"))
     if size < 16 * 2**20:
         raise ClusterError(f"{option}: {text!r} is below 16M, too small for even one Python rank")
     return size
@@ -182,29 +180,22 @@ def parse_node_count(text: str, option: str = "--cluster") -> int:
 
 
 def ranks_per_node(ranks: int, nodes: int, node_slots: int | None = None) -> list[int]:
-    """How *ranks* fill *nodes* in order (block placement, as both launchers do with a hostfile).
+    """How *ranks* spread over *nodes* in order: as evenly as they go, the first nodes taking one more.
 
-    Every node gets ``ceil(ranks / nodes)`` until the ranks run out; a node left empty or
-    more ranks than the slots hold is an error naming the numbers.
+    Ranks fill the nodes in blocks, in rank order (16 ranks on 4 nodes: 0-3 on the first), as both
+    launchers place them from the hostfile this produces.  A node left empty, or more ranks than
+    *node_slots* per node, is an error naming the numbers.
     """
     if ranks < 1:
         raise ClusterError(f"-n must be >= 1 rank, got {ranks}")
     if nodes > ranks:
         raise ClusterError(f"{ranks} rank(s) cannot fill {nodes} nodes: every virtual node needs at least one "
                            f"rank (use --cluster {ranks} or more ranks)")
-    per_node = math.ceil(ranks / nodes)
-    if node_slots is not None and per_node > node_slots:
+    base, extra = divmod(ranks, nodes)
+    counts = [base + 1] * extra + [base] * (nodes - extra)
+    if node_slots is not None and counts[0] > node_slots:
         raise ClusterError(f"{ranks} ranks do not fit on {nodes} nodes of {node_slots} slots "
                            f"(at most {nodes * node_slots}); add nodes or raise --node-slots")
-    counts = []
-    left = ranks
-    for _ in range(nodes):
-        counts.append(min(per_node, left))
-        left -= counts[-1]
-    if counts[-1] == 0:
-        used = sum(1 for c in counts if c)
-        raise ClusterError(f"{ranks} ranks in blocks of {per_node} fill only {used} of {nodes} nodes; "
-                           f"use --cluster {used}")
     return counts
 
 

@@ -29,8 +29,8 @@ from ..errors import ClusterError
 from ..launch import find_mpiexec, mpi_environment, run_bounded
 from . import cgroups, namespaces, state
 from .launchers import Launcher, detect
-from .spec import (BRIDGE, NODE_INTERFACE, PREFIX, ClusterSpec, Layout, agent_script, hostfile, new_cluster_id,
-                   ranks_per_node, tc_commands)
+from .spec import (BRIDGE, NODE_INTERFACE, PREFIX, ClusterSpec, Layout, Link, Queue, agent_script, hostfile,
+                   new_cluster_id, ranks_per_node, tc_commands)
 
 #: The variable set inside the user namespace that ``mailrail`` re-executes itself in without root.
 USERNS_VARIABLE = "MAILRAIL_CLUSTER_USERNS"
@@ -225,10 +225,10 @@ class VirtualCluster:
                 env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
         """The argv (run on the head, through the ssh stand-in) and environment of an mpiexec job.
 
-        The ranks fill the first *nodes* nodes (default: all) in blocks, as
-        :func:`~mailrail.cluster.spec.ranks_per_node` says.
+        The ranks fill the first *nodes* nodes (default: all, or one per rank when the job
+        is smaller than the cluster) in blocks, as :func:`~mailrail.cluster.spec.ranks_per_node` says.
         """
-        nodes = self.spec.nodes if nodes is None else nodes
+        nodes = min(self.spec.nodes, ranks) if nodes is None else nodes
         if not 1 <= nodes <= self.spec.nodes:
             raise ClusterError(f"a job may use 1..{self.spec.nodes} nodes of this cluster, not {nodes}")
         counts = ranks_per_node(ranks, nodes, self.spec.node_slots)
@@ -269,9 +269,9 @@ class VirtualCluster:
         if timed_out or completed.returncode != 0:
             self.end_processes()
         after_kills = self.oom_kills()
-        peaks = self.memory_peaks()
+        peaks, limits = self.memory_peaks(), self.memory_limits()
         per_node = [{"node": node, "oom_kills": after_kills[node] - before_kills[node], "peak_bytes": peaks[node],
-                     "limit_bytes": self.spec.memory_limit(node)} for node in range(self.spec.nodes)]
+                     "limit_bytes": limits[node]} for node in range(self.spec.nodes)]
         return ClusterJob(argv, completed.returncode, timed_out, wall, completed.stdout, completed.stderr,
                           self.network_bytes() - before_bytes, per_node)
 
@@ -305,6 +305,12 @@ class VirtualCluster:
         if not self._hierarchy:
             return [None] * self.spec.nodes
         return [cgroups.peak_bytes(self._hierarchy, self._cgroup(node)) for node in range(self.spec.nodes)]
+
+    def memory_limits(self) -> list[int | None]:
+        """Each node's memory cap as its cgroup has it now (caps may change between jobs)."""
+        if not self._hierarchy:
+            return [None] * self.spec.nodes
+        return [cgroups.limit_bytes(self._hierarchy, self._cgroup(node)) for node in range(self.spec.nodes)]
 
     def reset_memory_peaks(self) -> None:
         if self._hierarchy:
@@ -359,7 +365,6 @@ def check_privileges() -> None:
 
 
 def spec_from_record(record: state.OwnerRecord) -> ClusterSpec:
-    from .spec import Link, Queue
     described = record.spec
     link = described["link"]
     queue = link.get("queue")

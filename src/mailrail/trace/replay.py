@@ -361,7 +361,7 @@ def _print_summary(document: dict[str, Any]) -> None:
 
 def run_on_cluster(args: argparse.Namespace) -> int:
     """``mailrail replay TRACE_DIR --cluster N``: one rank per trace file, on a virtual cluster."""
-    from ..cluster.jobs import describe, outcome
+    from ..cluster.jobs import describe, exit_status, outcome
     from ..cluster.options import ClusterChoice, open_cluster, without_cluster_flags
     from ..cluster.privileges import cluster_privileges, rerun_in_user_namespace
     choice = ClusterChoice.parse(args.cluster)
@@ -378,4 +378,4 @@ def run_on_cluster(args: argparse.Namespace) -> int:
         job = cluster.run(ranks, program, timeout=args.timeout)
     for line in outcome(job, args.timeout):
         print(f"mailrail replay: {line}", file=sys.stderr)
-    return 124 if job.timed_out else (job.returncode if job.returncode >= 0 else 137)
+    return exit_status(job)
