@@ -19,10 +19,11 @@ SCARCE = ["--recv-pool-slots", "6", "--send-pool-slots", "4", "--ranks-per-node"
 TIMEOUT = float(os.environ.get("MAILRAIL_TEST_TIMEOUT", "120"))
 
 TOP_LEVEL = {"benchmark", "flow_control", "ranks", "nodes", "victims", "datagram_size", "messages_per_rank",
-             "trials", "ranks_detail", "config"}
+             "receive_work_us", "trials", "ranks_detail", "config"}
 TRIAL_FIELDS = {"runtime_s", "goodput_bps", "bytes_received", "messages_received", "incast_ratio"}
 DETAIL_FIELDS = {"rank", "peak_rss_bytes", "credit_messages", "deferred_high_water", "credit_messages_sent",
-                 "credit_messages_received", "reserve_failures", "credit_state_bytes", "rss_growth_bytes"}
+                 "credit_messages_received", "reserve_failures", "credit_state_bytes", "rss_growth_bytes",
+                 "internode_bytes_sent"}
 
 
 @pytest.fixture
@@ -119,7 +120,14 @@ def test_json_document_has_the_documented_fields(tmp_path, clean_env):
     assert document["messages_per_rank"] == 40 and document["datagram_size"] == 1024
 
 
-def test_bad_arguments_exit_with_a_message(tmp_path, clean_env):
-    result = run_adversarial(2, ["--victims", "3"], str(tmp_path / "bad.json"), time_limit=TIMEOUT)
+@pytest.mark.parametrize("args, message", [(["--victims", "3"], "--victims must be 1..2"),
+                                           (["--receive-work-us", "-5"], "--receive-work-us must be >= 0, got -5")])
+def test_bad_arguments_exit_with_a_message(tmp_path, clean_env, args, message):
+    result = run_adversarial(2, args, str(tmp_path / "bad.json"), time_limit=TIMEOUT)
     assert result["status"] == "failed" and result["returncode"] == 2
-    assert "--victims must be 1..2" in result["output_tail"]
+    assert message in result["output_tail"]
+
+
+def test_a_victim_that_works_on_each_message_still_gets_all_of_them(tmp_path, clean_env):
+    document, _ = adversarial(tmp_path, "node", 1, "--messages", "50", "--receive-work-us", "200")
+    assert document["receive_work_us"] == 200 and document["summary"]["accounting_ok"]

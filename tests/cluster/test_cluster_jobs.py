@@ -101,9 +101,12 @@ def test_links_are_shaped_both_ways(leaves_nothing):
 
 
 def test_memory_capped_victim_node_kills_unconstrained_incast(tmp_path, as_root, leaves_nothing):
+    # A victim that computes 50 us on each message cannot keep up with 7 senders: unconstrained, its MPI
+    # buffered 324-701 MiB in three runs (with no work, sometimes 1 MiB: it kept up), far over the cap.
     out = tmp_path / "cmp"
     completed = mailrail("compare", "--cluster", "2", "-n", "8", "--victims", "1", "--messages", "20000",
-                         "--trials", "1", "--modes", "none,node", "--victim-node-memory", "192M", "--out", str(out))
+                         "--receive-work-us", "50", "--trials", "1", "--modes", "none,node",
+                         "--victim-node-memory", "192M", "--out", str(out))
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     document = json.loads((out / "compare.json").read_text())
     cluster = document["cluster"]

@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="payload bytes per sending rank, in datagram-size messages (instead of --messages)")
     parser.add_argument("--trials", type=int, default=3, help="timed trials (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
+    parser.add_argument("--receive-work-us", type=float, default=0.0,
+                        help="microseconds a rank computes on each message it receives, as an application "
+                             "would (default: none: receive as fast as possible)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON (rank 0)")
     parser.add_argument("--metrics", metavar="DIR", help="write sub-second metrics, one JSON-lines file per rank")
     parser.add_argument("--metrics-interval", type=float, default=0.1,
@@ -126,11 +129,17 @@ class TrialResult:
     stragglers: int  # messages that arrived after the rank's timed part (should be none)
 
 
-def run_trial(comm, rail, plan: Plan, recorder: MetricsRecorder | None, trial: int) -> TrialResult:
-    """Send the plan, receive what this rank expects, time it; then quiesce (untimed)."""
+def run_trial(comm, rail, plan: Plan, recorder: MetricsRecorder | None, trial: int,
+              receive_work_s: float = 0.0) -> TrialResult:
+    """Send the plan, receive what this rank expects, time it; then quiesce (untimed).
+
+    With *receive_work_s* each received message costs that much computing (a busy loop, as
+    an application's work on the message would be) before it is released.
+    """
     receive, release = rail.receive, rail.release_receive_buffer
     reserve, send = rail.reserve_send_buffer, rail.send
     received = received_bytes = 0
+    clock = time.perf_counter
 
     def drain() -> None:
         """Receive everything that has arrived (one empty receive() at least: it drives progress)."""
@@ -145,6 +154,10 @@ def run_trial(comm, rail, plan: Plan, recorder: MetricsRecorder | None, trial: i
             received_bytes += message.nbytes
             if recorder is not None:
                 recorder.received(message.nbytes)
+            if receive_work_s:
+                done = clock() + receive_work_s
+                while clock() < done:
+                    pass
             release(message)
 
     comm.Barrier()
@@ -233,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
 
     trials = []
     for trial in range(args.trials):
-        result = run_trial(comm, rail, plan, recorder, trial)
+        result = run_trial(comm, rail, plan, recorder, trial, args.receive_work_us * 1e-6)
         if recorder is not None:
             recorder.write(args.metrics)  # off the clock
         results = comm.gather(result, root=0)
@@ -267,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
         "messages_per_rank": len(sizes),
         "bytes_per_rank": sum(sizes),
         "seed": args.seed,
+        "receive_work_us": args.receive_work_us,
         "trials": trials,
         "ranks_detail": details,
         "summary": summarize_run(trials, details),
@@ -328,6 +342,8 @@ def _check_arguments(args: argparse.Namespace, size: int) -> str | None:
         return f"--victims must be 1..{size} (the ranks), got {args.victims}"
     if args.trials < 1:
         return f"--trials must be >= 1, got {args.trials}"
+    if not args.receive_work_us >= 0:
+        return f"--receive-work-us must be >= 0, got {args.receive_work_us}"
     if args.messages is not None and args.messages < 0:
         return f"--messages must be >= 0, got {args.messages}"
     if args.bytes_per_rank is not None and args.bytes_per_rank < 0:

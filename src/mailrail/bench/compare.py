@@ -97,6 +97,7 @@ def workload(args: argparse.Namespace, cluster_nodes: int | None = None) -> dict
         "bytes_per_rank": args.bytes_per_rank,
         "trials": args.trials,
         "seed": args.seed,
+        "receive_work_us": args.receive_work_us,
         "recv_pool_slots": config.recv_pool_slots,
         "send_pool_slots": config.send_pool_slots,
         "time_limit_s": args.time_limit,
@@ -110,6 +111,7 @@ def benchmark_args(load: dict[str, Any], mode: str, metrics_dir: str) -> list[st
     return adversarial_args(victims=load["victims"], trials=load["trials"], seed=load["seed"],
                             messages=load["messages_per_rank"], bytes_per_rank=load["bytes_per_rank"],
                             knobs=dict(load["rail_options"], flow_control=mode),
+                            receive_work_us=load["receive_work_us"],
                             extra=("--metrics", metrics_dir, "--metrics-interval", str(load["metrics_interval_s"])))
 
 

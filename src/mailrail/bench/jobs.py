@@ -32,15 +32,18 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, tr
     amount.add_argument("--bytes-per-rank", type=int, default=None, help="payload bytes per sending rank instead")
     parser.add_argument("--trials", type=int, default=trials, help=f"timed trials per {per} (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
+    parser.add_argument("--receive-work-us", type=float, default=0.0,
+                        help="microseconds of work a victim spends on each message it receives (default: none)")
 
 
 def adversarial_args(*, victims: int, trials: int, seed: int, messages: int | None, bytes_per_rank: int | None,
-                     knobs: Mapping[str, Any], extra: Sequence[str] = ()) -> list[str]:
+                     knobs: Mapping[str, Any], receive_work_us: float = 0.0, extra: Sequence[str] = ()) -> list[str]:
     """The ``bench adversarial`` command line of one run (*bytes_per_rank*, when given, wins over *messages*)."""
     amount = (["--bytes-per-rank", str(bytes_per_rank)] if bytes_per_rank is not None
               else ["--messages", str(messages)])
+    work = ["--receive-work-us", f"{receive_work_us:g}"] if receive_work_us else []
     return ["--victims", str(victims), "--trials", str(trials), "--seed", str(seed), "--quiet", *extra,
-            *amount, *rail_flags(knobs)]
+            *amount, *work, *rail_flags(knobs)]
 
 
 def adversarial_program(args: Sequence[str]) -> list[str]:

@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     document = {"benchmark": "sweep", "cluster": described, "workload": {
         "messages_per_rank": _messages(args) if args.bytes_per_rank is None else None,
         "bytes_per_rank": args.bytes_per_rank, "trials": args.trials, "seed": args.seed, "modes": modes,
+        "receive_work_us": args.receive_work_us,
         "time_limit_s": args.time_limit, "rail_options": options}, "studies": results, "wall_s": wall}
     write_json(os.path.join(out, "sweep.json"), document)
     for study, points in results.items():
@@ -175,7 +176,7 @@ def benchmark_args(args: argparse.Namespace, options: dict[str, Any], ranks: int
     if not on_cluster:  # the cluster's nodes are real; here virtual nodes of 4 ranks, a smaller job is one node
         knobs["ranks_per_node"] = min(int(options.get("ranks_per_node") or DEFAULT_RANKS_PER_NODE), ranks)
     return adversarial_args(victims=victims, trials=args.trials, seed=args.seed, messages=_messages(args),
-                            bytes_per_rank=args.bytes_per_rank, knobs=knobs)
+                            bytes_per_rank=args.bytes_per_rank, knobs=knobs, receive_work_us=args.receive_work_us)
 
 
 def _messages(args: argparse.Namespace) -> int:
