@@ -43,3 +43,9 @@ def test_each_bounded_job_gets_a_fresh_tmpdir_removed_afterwards(tmp_path):
     (first_dir, first_exists), (second_dir, _) = first.stdout.split(), second.stdout.split()
     assert first_exists == "True" and "mailrail-job-" in first_dir
     assert first_dir != second_dir and not os.path.exists(first_dir)
+
+
+@pytest.mark.parametrize("command", [[], ["--"]])
+def test_run_without_a_command_says_what_it_takes(command, capsys):
+    assert main(["run", "-n", "2", *command]) == 2
+    assert "name a mailrail command" in capsys.readouterr().err

@@ -121,11 +121,11 @@ def program_argv(command: Sequence[str]) -> list[str]:
 
 def run(args) -> int:
     """``mailrail run -n N [--cluster N] COMMAND...``: mpiexec with this machine's settings."""
-    program = program_argv(args.command)
-    if not program:
+    if not args.command or args.command == ["--"]:
         print("mailrail run: name a mailrail command (mailrail run -n 2 bench stream) or a program after -- "
               "(mailrail run -n 2 -- python app.py)", file=sys.stderr)
         return 2
+    program = program_argv(args.command)
     from .cluster.options import ClusterChoice, node_flags_given
     choice = ClusterChoice.parse(args.cluster)
     if choice.kind != "off":

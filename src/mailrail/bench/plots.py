@@ -174,22 +174,24 @@ def _bars_node_memory(axis, results: Mapping[str, dict], peaks: Mapping[str, int
     """The victim node's memory peak (its cgroup) and the victim rank's growth, per mode, against the cap."""
     axis.set_title("victim's node: memory peak (cgroup) and victim RSS growth")
     width = 0.38
-    labeled = False
+    labeled_peak = labeled_growth = False
     for x, (mode, result) in enumerate(results.items()):
         color = MODE_COLORS.get(mode)
         peak = peaks.get(mode)
         if peak is not None:
-            axis.bar(x - width / 2, peak / _MIB, width, color=color, alpha=0.9, label=None if labeled else "node peak")
+            axis.bar(x - width / 2, peak / _MIB, width, color=color, alpha=0.9,
+                     label=None if labeled_peak else "node peak")
+            labeled_peak = True
             text = "killed: out of memory" if result.get("status") == "out_of_memory" else f"{peak / _MIB:.0f} MiB"
             axis.annotate(text, (x - width / 2, peak / _MIB), xytext=(0, 2), textcoords="offset points",
                           ha="center", va="bottom", fontsize=8)
         if result.get("status") == "ok":
             growth = result["summary"]["victim_rss_growth_bytes"] / _MIB
             axis.bar(x + width / 2, growth, width, color=color, alpha=0.4, hatch="//",
-                     label=None if labeled else "victim RSS growth")
+                     label=None if labeled_growth else "victim RSS growth")
+            labeled_growth = True
         elif peak is None:
             _failed_label(axis, x, result)
-        labeled = labeled or peak is not None
     if cap:
         axis.axhline(cap / _MIB, color="black", linestyle="--", linewidth=1, label=f"node cap {cap / _MIB:.0f} MiB")
     _mode_axis(axis, results)
