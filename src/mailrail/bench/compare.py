@@ -31,7 +31,8 @@ from ..config import Config
 from ..errors import ClusterError, ConfigError
 from .adversarial import choose_victims
 from .common import add_rail_arguments, format_table, rail_options, write_json
-from .jobs import DEFAULT_TIME_LIMIT, add_workload_arguments, adversarial_args, run_adversarial, status_text
+from .jobs import (DEFAULT_TIME_LIMIT, add_workload_arguments, adversarial_args, all_finished, run_adversarial,
+                   status_text)
 
 DEFAULT_RANKS = 16
 DEFAULT_NODES = 4
@@ -182,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
     figure = _plot(results, metrics_dirs, load, described, out)
     print(f"\n{len(modes)} mode(s) in {wall:.0f} s; wrote {os.path.join(out, 'compare.json')}"
           + (f" and {figure}" if figure else ""))
-    expected = {"ok", "out_of_memory"} if described and described.get("victim_node_memory") else {"ok"}
-    return 0 if all(r["status"] in expected for r in results.values()) else 1
+    capped = bool(described and described["victim_node_memory"])
+    return 0 if all_finished((r["status"] for r in results.values()), capped) else 1
 
 
 def choose_placement(choice: ClusterChoice) -> tuple[str, str | None]:

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..launch import mpi_environment, mpiexec_argv, run_bounded
 from .common import rail_flags
@@ -95,6 +95,12 @@ def run_adversarial(ranks: int, args: Sequence[str], json_path: str, *, time_lim
         document = json.load(source)
     document.update(outcome, status="ok", wall_s=wall)
     return document
+
+
+def all_finished(statuses: Iterable[str], capped: bool) -> bool:
+    """Every run ended as a run may: ``ok``, or ``out_of_memory`` where a memory cap was set on purpose."""
+    expected = {"ok", "out_of_memory"} if capped else {"ok"}
+    return all(status in expected for status in statuses)
 
 
 def status_text(result: dict[str, Any]) -> str:

@@ -24,15 +24,15 @@ import os
 import time
 from typing import Any
 
-from ..cluster.jobs import describe
-from ..cluster.options import ClusterChoice, add_cluster_arguments, open_cluster
+from ..cluster.jobs import describe, summary
+from ..cluster.options import ClusterChoice, add_cluster_arguments, memory_option, open_cluster
 from ..cluster.spec import node_of_rank, ranks_per_node
 from ..errors import ClusterError
 
 from .adversarial import choose_victims, incast_ratio
 from .common import add_rail_arguments, format_table, rail_options, write_json
 from .compare import DEFAULT_RECV_POOL_SLOTS, MODES
-from .jobs import add_workload_arguments, adversarial_args, run_adversarial, status_text
+from .jobs import add_workload_arguments, adversarial_args, all_finished, run_adversarial, status_text
 
 STUDIES = ("weak", "victims")
 STUDY_TITLES = {"weak": "weak scaling", "victims": "victim sweep"}
@@ -104,9 +104,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     choice = ClusterChoice.parse(args.cluster)
     if choice.kind != "off":
-        from ..cluster.privileges import cluster_privileges, rerun_in_user_namespace
-        if cluster_privileges() == "userns":
-            return rerun_in_user_namespace(args.mailrail_argv)
+        from ..cluster.privileges import rerun_without_root
+        status = rerun_without_root(args.mailrail_argv)
+        if status is not None:
+            return status
     options = rail_options(args)
     options.setdefault("recv_pool_slots", DEFAULT_RECV_POOL_SLOTS)
     out = os.path.abspath(args.out)
@@ -161,13 +162,12 @@ def run(args: argparse.Namespace) -> int:
                            [(p["ranks"], p["nodes"] or "-", p["victims"], p["incast_ratio"], p["mode"],
                              status_text(p["result"]), p.get("runtime_s", "-"),
                              p["goodput_bps"] / 1e6 if p["status"] == "ok" else "-") for p in points]))
-    where = (f"virtual cluster of {described['nodes']} nodes x {args.node_ranks} ranks, TCP between nodes"
-             if described else "one host, shared memory")
+    where = f"{summary(described)}, {args.node_ranks} ranks a node" if described else "one host, shared memory"
     figure = _plot(results, os.path.join(out, "sweep.png"), where)
     print(f"\n{len(plan)} runs in {wall:.0f} s; wrote {os.path.join(out, 'sweep.json')}"
           + (f" and {figure}" if figure else ""))
-    expected = {"ok", "out_of_memory"} if args.victim_node_memory not in (None, "off", "none") else {"ok"}
-    return 0 if all(p["status"] in expected for points in results.values() for p in points) else 1
+    capped = memory_option(args.victim_node_memory, "--victim-node-memory") is not None
+    return 0 if all_finished((p["status"] for points in results.values() for p in points), capped) else 1
 
 
 def benchmark_args(args: argparse.Namespace, options: dict[str, Any], ranks: int, victims: int,
@@ -186,18 +186,13 @@ def _messages(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def victim_node_caps(cluster, args: argparse.Namespace, ranks: int, nodes: int | None, victims: int):
     """During one run: cap the memory of the nodes that hold its victims (--victim-node-memory)."""
-    from ..cluster.options import memory_option
     cap = memory_option(args.victim_node_memory, "--victim-node-memory") if cluster else None
     if cap is None:
         yield
         return
     placement = node_of_rank(ranks_per_node(ranks, nodes))
-    capped = {placement[r] for r in choose_victims(ranks, victims, args.seed)}
-    cluster.set_memory_limits({node: cap for node in capped})
-    try:
+    with cluster.memory_caps({placement[r]: cap for r in choose_victims(ranks, victims, args.seed)}):
         yield
-    finally:
-        cluster.set_memory_limits({node: cluster.spec.memory_limit(node) for node in capped})
 
 
 def sweep_point(study: str, ranks: int, victims: int, mode: str, result: dict[str, Any],

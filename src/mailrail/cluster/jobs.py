@@ -7,24 +7,33 @@ import sys
 from typing import Sequence
 
 from .options import ClusterChoice, open_cluster, parse_ranks
-from .privileges import cluster_privileges, rerun_in_user_namespace
+from .privileges import rerun_without_root
 from .virtual import ClusterJob, VirtualCluster
 
 _MIB = 2 ** 20
 
 
 def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:
-    if cluster_privileges() == "userns":
-        return rerun_in_user_namespace(args.mailrail_argv)
+    """``mailrail run --cluster``: victims from ``--victim-ranks`` or from ``bench adversarial``'s own flags."""
+    status = rerun_without_root(args.mailrail_argv)
+    if status is not None:
+        return status
     victims = parse_ranks(args.victim_ranks)
     if not victims and args.command[:2] == ["bench", "adversarial"]:
         from ..bench.adversarial import victims_of_command
         victims = victims_of_command(args.command[2:], args.ranks)
-    with open_cluster(args, choice, args.ranks, victims) as cluster:
-        print(f"mailrail run: {args.ranks} ranks on {describe(cluster)}", file=sys.stderr, flush=True)
-        job = cluster.run(args.ranks, program, timeout=args.timeout)
+    return run_job(args, choice, args.ranks, program, victims)
+
+
+def run_job(args: argparse.Namespace, choice: ClusterChoice, ranks: int, program: Sequence[str],
+            victims: Sequence[int] = (), command: str = "mailrail run") -> int:
+    """Run *program* on *ranks* ranks of the cluster *choice* names (bounded by ``args.timeout``), say
+    where and what happened in plain words on standard error, and return the command's exit status."""
+    with open_cluster(args, choice, ranks, victims) as cluster:
+        print(f"{command}: {ranks} ranks on {describe(cluster)}", file=sys.stderr, flush=True)
+        job = cluster.run(ranks, program, timeout=args.timeout)
     for line in outcome(job, args.timeout):
-        print(f"mailrail run: {line}", file=sys.stderr)
+        print(f"{command}: {line}", file=sys.stderr)
     return exit_status(job)
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..errors import ClusterError
 from .spec import ClusterSpec, Link, node_of_rank, parse_memory, parse_node_count, ranks_per_node
+
+if TYPE_CHECKING:
+    from .virtual import VirtualCluster
 
 #: The cluster ``mailrail cluster up`` makes when no ``--name`` is given, and ``--cluster up`` uses.
 DEFAULT_NAME = "main"
@@ -130,14 +133,8 @@ def open_cluster(args: argparse.Namespace, choice: ClusterChoice, ranks: int,
                            f"`mailrail cluster up`, not to a job on the running cluster {choice.name}")
     job_spec = build_spec(args, min(cluster.spec.nodes, ranks), ranks, victim_ranks)  # a small job: first nodes
     caps = {node: job_spec.memory_limit(node) for node in range(job_spec.nodes)}
-    changed = {node: cap for node, cap in caps.items() if cap is not None}
-    if changed:
-        cluster.set_memory_limits(changed)
-    try:
+    with cluster.memory_caps({node: cap for node, cap in caps.items() if cap is not None}):
         yield cluster
-    finally:
-        if changed:
-            cluster.set_memory_limits({node: cluster.spec.memory_limit(node) for node in changed})
 
 
 def node_flags_given(args: argparse.Namespace) -> list[str]:

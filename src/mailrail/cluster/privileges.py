@@ -40,6 +40,13 @@ def cluster_privileges() -> str:
                        f"{problem}); the shared-memory comparison still runs: mailrail compare --cluster off")
 
 
+def rerun_without_root(mailrail_args: Sequence[str]) -> int | None:
+    """Without root: run the command again in a user namespace and return its exit status; with root, None."""
+    if cluster_privileges() == "userns":
+        return rerun_in_user_namespace(mailrail_args)
+    return None
+
+
 def rerun_in_user_namespace(mailrail_args: Sequence[str]) -> int:
     """Run ``python -m mailrail ARGS`` again inside new user, mount, network and PID namespaces.
 

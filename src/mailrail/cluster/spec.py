@@ -10,7 +10,6 @@ All of it is unit-tested without root.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import shlex
 from typing import Iterable, Sequence
@@ -235,13 +234,6 @@ class Layout:
 
     def all_netns(self) -> list[str]:
         return [self.netns(None)] + [self.netns(n) for n in range(self.nodes)]
-
-    def node_for_host(self, host: str) -> int | None:
-        """The node an address or host name stands for (what the launcher hands the ssh stand-in)."""
-        for node in range(self.nodes):
-            if host in (self.address(node), self.hostname(node)):
-                return node
-        raise ClusterError(f"{host!r} is not a node of cluster {self.cluster_id}")
 
 
 def new_cluster_id(pid: int, entropy: int) -> str:

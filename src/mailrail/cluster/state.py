@@ -33,7 +33,6 @@ class OwnerRecord:
     spec: dict[str, Any]           # ClusterSpec.describe()
     cgroup_version: int | None = None
     cgroup_group: str | None = None  # the cluster's cgroup directory, None without cgroups
-    userns: bool = False
 
     @classmethod
     def for_this_process(cls, cluster_id: str, kind: str, spec: dict[str, Any]) -> "OwnerRecord":

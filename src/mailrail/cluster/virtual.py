@@ -17,13 +17,14 @@ process the cluster made::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import signal
 import subprocess
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import ClusterError
 from ..launch import find_mpiexec, mpi_environment, run_bounded
@@ -102,7 +103,6 @@ class VirtualCluster:
                                f"(mailrail cluster status lists it; mailrail cluster down removes it)")
         self.record = state.OwnerRecord.for_this_process(
             self.layout.cluster_id, "persistent" if self.persistent else "job", self.spec.describe())
-        self.record.userns = bool(os.environ.get(USERNS_VARIABLE))
         state.save(self.state_dir, self.record)  # before anything exists: a killed run stays removable
         try:
             self._make_cgroups()
@@ -323,6 +323,15 @@ class VirtualCluster:
             raise ClusterError("this cluster has no memory cgroups, so its nodes cannot be capped")
         for node, limit in limits.items():
             cgroups.set_limit(self._hierarchy, self._cgroup(node), limit)
+
+    @contextlib.contextmanager
+    def memory_caps(self, limits: Mapping[int, int]) -> Iterator[None]:
+        """During one job: cap these nodes (bytes); afterwards they go back to the cluster's own caps."""
+        self.set_memory_limits(limits)
+        try:
+            yield
+        finally:
+            self.set_memory_limits({node: self.spec.memory_limit(node) for node in limits})
 
     def describe(self) -> dict[str, Any]:
         """The ``"cluster"`` entry of results: shape, transport, link, memory caps, MPI."""

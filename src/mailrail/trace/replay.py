@@ -361,21 +361,17 @@ def _print_summary(document: dict[str, Any]) -> None:
 
 def run_on_cluster(args: argparse.Namespace) -> int:
     """``mailrail replay TRACE_DIR --cluster N``: one rank per trace file, on a virtual cluster."""
-    from ..cluster.jobs import describe, exit_status, outcome
-    from ..cluster.options import ClusterChoice, open_cluster, without_cluster_flags
-    from ..cluster.privileges import cluster_privileges, rerun_in_user_namespace
+    from ..cluster.jobs import run_job
+    from ..cluster.options import ClusterChoice, without_cluster_flags
+    from ..cluster.privileges import rerun_without_root
     choice = ClusterChoice.parse(args.cluster)
-    if cluster_privileges() == "userns":
-        return rerun_in_user_namespace(args.mailrail_argv)
+    status = rerun_without_root(args.mailrail_argv)
+    if status is not None:
+        return status
     try:
         ranks = TraceDir.open(args.trace_dir).ranks
     except TraceFormatError as error:
         print(f"mailrail replay: {error}", file=sys.stderr)
         return 2
     program = [sys.executable, "-m", "mpi4py", "-m", "mailrail", *without_cluster_flags(args.mailrail_argv)]
-    with open_cluster(args, choice, ranks) as cluster:
-        print(f"mailrail replay: {ranks} ranks on {describe(cluster)}", file=sys.stderr, flush=True)
-        job = cluster.run(ranks, program, timeout=args.timeout)
-    for line in outcome(job, args.timeout):
-        print(f"mailrail replay: {line}", file=sys.stderr)
-    return exit_status(job)
+    return run_job(args, choice, ranks, program, command="mailrail replay")
