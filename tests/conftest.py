@@ -6,13 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from helpers import TEST_ENGINE, job_environment, program_path
 from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
 
-PROGRAMS = Path(__file__).parent / "programs"
 #: Seconds before a hung mpiexec job is killed (all ranks) and the test fails with their output.
 MPI_TIMEOUT = float(os.environ.get("MAILRAIL_TEST_TIMEOUT", "120"))
 
@@ -37,11 +36,9 @@ class MpiRun:
 
     def run(self, ranks: int, program: str, *args: str, env: dict[str, str] | None = None,
             timeout: float = MPI_TIMEOUT) -> subprocess.CompletedProcess:
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("MAILRAIL_")}
-        clean.setdefault("MAILRAIL_STALL_TIMEOUT", "30")  # starvation fails loudly, not as a hang
-        clean.update(env or {})
+        clean = job_environment(**(env or {}))
         # python -m mpi4py: an uncaught exception on one rank aborts the job instead of hanging it.
-        argv = mpiexec_argv(ranks, [sys.executable, "-m", "mpi4py", str(PROGRAMS / program), *args])
+        argv = mpiexec_argv(ranks, [sys.executable, "-m", "mpi4py", program_path(program), *args])
         try:
             return run_bounded(argv, timeout=timeout, env=mpi_environment(clean), capture=True)
         except subprocess.TimeoutExpired as expired:
@@ -54,7 +51,7 @@ def mpirun() -> MpiRun:
     return MpiRun()
 
 
-def _assert_exactly_once(result: dict, engine: str = "compiled") -> None:
+def _assert_exactly_once(result: dict, engine: str = TEST_ENGINE or "compiled") -> None:
     """A traffic.py run delivered every message once, on the *engine* message path, with nothing left over."""
     assert result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
     stats = result["stats"]

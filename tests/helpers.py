@@ -14,16 +14,31 @@ from mailrail.cluster.spec import PREFIX
 from mailrail.launch import run_bounded
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
+#: The README, whose tables the tests check against the code.
+README_TEXT = open(os.path.join(os.path.dirname(__file__), os.pardir, "README.md"), encoding="utf-8").read()
+
+
+def program_path(name: str) -> str:
+    """The path of the test program *name* (in tests/programs)."""
+    return os.path.join(PROGRAMS, name)
 
 
 def program(name: str) -> list[str]:
     """A test program as ranks run it (``python -m mpi4py``: an exception on one rank aborts the job)."""
-    return [sys.executable, "-m", "mpi4py", os.path.join(PROGRAMS, name)]
+    return [sys.executable, "-m", "mpi4py", program_path(name)]
+
+
+#: The transport of jobs whose test does not choose one: unset, MailRail's own choice (compiled
+#: when built); ``make test`` runs the smoke set a second time with ``python``.
+TEST_ENGINE = os.environ.get("MAILRAIL_TEST_ENGINE")
 
 
 def job_environment(**extra: str) -> dict[str, str]:
+    """The environment of a test's job: no MAILRAIL_* of the caller's, a stall timeout, the test transport."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILRAIL_")}
     env["MAILRAIL_STALL_TIMEOUT"] = "30"  # starvation fails loudly, not as a hang
+    if TEST_ENGINE:
+        env["MAILRAIL_ENGINE"] = TEST_ENGINE
     env.update(extra)
     return env
 

@@ -48,7 +48,7 @@ def test_reserve_submit_transmit_complete_lifecycle():
     assert ep.send_state[slot] == HELD
     assert ep.submit(2, buf, 10) == (2, 10, slot)
     assert ep.send_state[slot] == IN_FLIGHT
-    assert ep.transmitting(2, 10) == 0
+    assert ep.tag_for(2) == 0
     assert ep.messages_sent == 1 and ep.bytes_sent == 10
     ep.send_completed(slot)
     assert ep.send_state[slot] == FREE
@@ -198,7 +198,7 @@ def test_send_without_credit_is_deferred_until_credit_returns():
     assert ep.drain() == [(1, slot3, 8)]
     assert ep.send_state[slot3] == IN_FLIGHT
     assert ep.drain() == []
-    assert ep.counters()["deferred_sends"] == 1
+    assert ep.protocol_counters()["deferred_sends"] == 1
 
 
 def test_deferral_to_one_destination_does_not_block_others():
@@ -296,7 +296,7 @@ def test_receiver_counts_and_returns_credits_at_the_threshold():
     ep.arrived(2, 0, 20)
     assert ep.released(2) is None
     assert ep.released(2) == (2, 2)
-    counters = ep.counters()
+    counters = {**ep.transport_counters(held_high_water=0), **ep.protocol_counters()}
     assert counters["messages_received"] == 2
     assert counters["bytes_received"] == 30
     assert counters["messages_released"] == 2
@@ -305,14 +305,14 @@ def test_receiver_counts_and_returns_credits_at_the_threshold():
     assert counters["credit_window_high_water"] == 2
 
 
-def test_transmitting_piggybacks_owed_credits_in_the_tag():
+def test_the_tag_piggybacks_owed_credits():
     ep = rank_endpoint(per_pair=4, threshold=4)
     ep.arrived(1, 0, 1)
     ep.released(1)
     slot, now = send(ep, 1)
     assert now
-    assert ep.transmitting(1, 8) == 1
-    assert ep.counters()["credits_piggybacked"] == 1
+    assert ep.tag_for(1) == 1
+    assert ep.protocol_counters()["credits_piggybacked"] == 1
 
 
 # -- stall detection -----------------------------------------------------------------
@@ -384,9 +384,11 @@ def test_counters_report_deferral_statistics():
     send(ep, 1)
     send(ep, 1)
     send(ep, 1)
-    counters = ep.counters()
+    counters = ep.protocol_counters()
     assert counters["deferred_sends"] == 2
     assert counters["deferred_now"] == 2
     assert counters["deferred_high_water"] == 2
     assert counters["credit_state_bytes"] == 3 * SIZE * 8
     assert counters["shared_credit_bytes"] == 0
+    # A send counts when it is submitted, deferred or not (the same on both transports).
+    assert ep.messages_sent == 3 and ep.bytes_sent == 3 * 8

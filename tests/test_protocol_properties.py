@@ -1,7 +1,8 @@
 """Property test: a simulated cluster of Endpoints under random interleavings of events.
 
 N ranks (2..6) run the sans-I/O :class:`~mailrail.protocol.Endpoint` with rank- or
-node-based credits.  An in-memory network keeps one FIFO list of payloads and one
+node-based credits, accounted either by the reference classes of :mod:`mailrail.flow`
+(the Python transport's) or by the compiled ``CreditLedger`` (the compiled transport's).  An in-memory network keeps one FIFO list of payloads and one
 of credit messages per (source, destination) pair, like MPI's non-overtaking rule.
 Hypothesis picks the interleaving: application sends, payload deliveries,
 application releases (in any order), credit deliveries and drains.  After every
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -22,6 +24,10 @@ from mailrail.flow import NodeCredits, RankCredits, credit_budget
 from mailrail.flow.node import LocalCounters
 from mailrail.pool import SlotPool
 from mailrail.protocol import Endpoint
+from mailrail.transport import compiled
+
+#: Who accounts the credits: the reference classes, or the compiled ledger.
+LEDGERS = ("python", "compiled")
 
 SLOT_SIZE = 8  # a payload is its 8-byte sequence number
 
@@ -45,7 +51,7 @@ class Setup:
 
 
 class Cluster:
-    def __init__(self, setup: Setup) -> None:
+    def __init__(self, setup: Setup, ledger: str = "python") -> None:
         self.setup = setup
         n = self.n = setup.ranks
         senders = n if setup.mode == "rank" else setup.nodes
@@ -53,12 +59,23 @@ class Cluster:
                                credit_threshold=setup.credit_threshold)
         self.per_pair = budget.credits_per_pair
         assert self.per_pair * senders <= setup.recv_slots
-        self.node_pools = [LocalCounters(n, self.per_pair) for _ in range(setup.nodes)]
+        if ledger == "compiled":  # node pools as the compiled ledger sees them: int64 counters in memory
+            self.node_pools = [np.full(n, self.per_pair, dtype=np.int64) for _ in range(setup.nodes)]
+        else:
+            self.node_pools = [LocalCounters(n, self.per_pair) for _ in range(setup.nodes)]
         self.eps: list[Endpoint] = []
         for rank in range(n):
-            if setup.mode == "rank":
+            if setup.mode == "rank" and ledger == "compiled":
+                flow = compiled.credit_ledger("rank", n, budget.credits_per_pair, budget.return_threshold,
+                                              piggyback=setup.piggyback)
+            elif setup.mode == "rank":
                 flow = RankCredits(n, budget.credits_per_pair, budget.return_threshold,
                                    piggyback=setup.piggyback)
+            elif ledger == "compiled":
+                pool = self.node_pools[setup.node_of(rank)]
+                flow = compiled.credit_ledger("node", n, budget.credits_per_pair, budget.return_threshold,
+                                              nodes=setup.nodes, ranks_per_node=setup.ranks_per_node,
+                                              pool=pool.ctypes.data, owner=pool)
             else:
                 flow = NodeCredits(setup.nodes, setup.node_of, self.node_pools[setup.node_of(rank)],
                                    budget.credits_per_pair, budget.return_threshold)
@@ -105,7 +122,7 @@ class Cluster:
         sent.append(seq)
         assert sent == self.submitted[src, dst][:len(sent)], \
             f"FIFO broken at transmission {src}->{dst}: sent {sent}, submitted {self.submitted[src, dst]}"
-        tag = ep.transmitting(dst, nbytes)
+        tag = ep.tag_for(dst)
         assert tag >= 0
         self.returned[src, dst] += tag
         self.payloads[src, dst].append((seq, tag, slot))
@@ -146,10 +163,14 @@ class Cluster:
 
     # -- invariants -----------------------------------------------------------------
 
+    def pool_values(self, node: int) -> list[int]:
+        pool = self.node_pools[node]
+        return pool.tolist() if isinstance(pool, np.ndarray) else list(pool.values)
+
     def sender_credits(self, unit: int, ranks: list[int], dst: int) -> int:
         if self.setup.mode == "rank":
             return self.eps[ranks[0]].flow.send_credits[dst]
-        return self.node_pools[unit].load(dst)
+        return self.pool_values(unit)[dst]
 
     def check_invariants(self) -> None:
         n = self.n
@@ -159,8 +180,9 @@ class Cluster:
             assert min(flow.unreturned) >= 0, f"rank {ep.rank}: negative unreturned {list(flow.unreturned)}"
             if self.setup.mode == "rank":
                 assert min(flow.send_credits) >= 0, f"rank {ep.rank}: negative credits {list(flow.send_credits)}"
-        for node, pool in enumerate(self.node_pools):
-            assert min(pool.values) >= 0, f"node {node}: negative shared credits {list(pool.values)}"
+        for node in range(len(self.node_pools)):
+            values = self.pool_values(node)
+            assert min(values) >= 0, f"node {node}: negative shared credits {values}"
         for dst in range(n):
             granted = 0
             for unit, ranks in enumerate(self.units):
@@ -258,13 +280,14 @@ def step(cluster: Cluster, kind: str, a: int, b: int) -> None:
         cluster.drain(a % n)
 
 
+@pytest.mark.parametrize("ledger", LEDGERS)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups(),
        events=st.lists(EVENTS, min_size=60, max_size=250))
-def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once(setup, events):
+def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once(ledger, setup, events):
     events = [decode(event) for event in events]
     note(f"decoded events: {events}")
-    cluster = Cluster(setup)
+    cluster = Cluster(setup, ledger)
     cluster.check_invariants()
     for kind, a, b in events:
         step(cluster, kind, a, b)
@@ -283,15 +306,16 @@ def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once
     for ep in cluster.eps:
         assert ep.deferred.total == 0
         assert ep.send_pool.free_count == setup.send_slots, "a send slot leaked"
-        assert ep.messages_sent == ep.counters()["messages_sent"] == sum(
+        assert ep.messages_sent == ep.transport_counters(held_high_water=0)["messages_sent"] == sum(
             len(seqs) for (s, _), seqs in cluster.submitted.items() if s == ep.rank)
         assert ep.messages_received == ep.messages_released
 
 
-def test_the_simulation_detects_a_send_without_credit():
+@pytest.mark.parametrize("ledger", LEDGERS)
+def test_the_simulation_detects_a_send_without_credit(ledger):
     """Guard against a vacuous harness: bypassing the credit check must trip the invariants."""
     cluster = Cluster(Setup(ranks=2, mode="rank", ranks_per_node=1, recv_slots=2, credit_threshold=1,
-                            piggyback=False, send_slots=4))
+                            piggyback=False, send_slots=4), ledger)
     assert cluster.per_pair == 1
     cluster.app_send(0, 1)
     cluster.eps[0].flow.send_credits[1] += 1  # forge a credit

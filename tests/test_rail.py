@@ -93,6 +93,20 @@ def test_a_finalized_rail_is_collected(errors):
     assert errors["finalized_rail_collected"] is True
 
 
+def test_the_credit_budget_is_checked_before_any_communicator_is_duplicated(errors):
+    raised, message = errors["budget_checked_first"]
+    assert raised == "ConfigError" and "MAILRAIL_RECV_POOL_SLOTS=1" in message
+    assert errors["duplicates_after_bad_budget"] == 0
+
+
+def test_an_unfinalized_rail_is_collected_with_a_resource_warning(errors):
+    unfinalized = errors["unfinalized_rail"]
+    assert unfinalized["rail_collected"] and unfinalized["transport_collected"]
+    assert len(unfinalized["warnings"]) == 1
+    assert unfinalized["label"] in unfinalized["warnings"][0] and "without finalize()" in unfinalized["warnings"][0]
+    assert errors["rail_after_unfinalized"] == 1  # MPI still works: the next rail delivers
+
+
 def test_received_data_is_a_read_only_view(errors):
     assert errors["message_readonly"][0] == "False"
 

@@ -2,14 +2,16 @@
 
 :class:`Endpoint` decides *what* happens: which send slot is free, whether a
 message may leave now or waits for credit, what tag it carries, which credits
-to return and to whom.  The MPI transport (:mod:`mailrail.rail`) only moves
-bytes and reports events back.  Everything here is plain Python, so it is
-unit-tested deterministically without ``mpiexec``.
+to return and to whom.  The transports (:mod:`mailrail.transport`) only move
+bytes and report events back; the compiled one asks the Endpoint through
+:class:`~mailrail.transport.base.EndpointHooks`, which it implements.  Everything
+here is plain Python, so it is unit-tested deterministically without ``mpiexec``.
 """
 
 from __future__ import annotations
 
 import operator
+import time
 
 from .deferred import DeferredSends
 from .errors import (BufferOwnershipError, CreditStallError, InvalidDestinationError,
@@ -83,6 +85,8 @@ class Endpoint:
             raise BufferOwnershipError(
                 f"send buffer slot {slot} is {_STATE_NAMES[state]}, not reserved: a buffer is sent "
                 f"once per reserve_send_buffer()")
+        self.messages_sent += 1  # submitted: deferred sends count now, as on the compiled transport
+        self.bytes_sent += nbytes
         return dest, nbytes, (slot if self.admit(dest, slot, nbytes) else None)
 
     def admit(self, dest: int, slot: int, nbytes: int) -> bool:
@@ -143,10 +147,19 @@ class Endpoint:
             self._last_progress = None
         return ready
 
-    def transmitting(self, dest: int, nbytes: int) -> int:
-        """A payload leaves now for *dest*: count it and return its tag (piggybacked credits)."""
-        self.messages_sent += 1
-        self.bytes_sent += nbytes
+    def drain_ready(self, now: float | None = None) -> list[tuple[int, int, int]]:
+        """:meth:`drain`, then the stall check (at *now*, default the monotonic clock)."""
+        ready = self.drain()
+        if self.stall_timeout:
+            self.check_stall(time.monotonic() if now is None else now)
+        return ready
+
+    def mark_ready(self, dest: int) -> None:
+        """Credit came back for *dest*: its queued sends are worth a look at the next drain."""
+        self.deferred.mark_ready(dest)
+
+    def tag_for(self, dest: int) -> int:
+        """A payload leaves now for *dest*: its tag (the credits piggybacked on it)."""
         return self.flow.take_piggyback(dest)
 
     def send_completed(self, slot: int) -> None:
@@ -200,21 +213,28 @@ class Endpoint:
                      f"{self.messages_released}, got {self.credit_messages_received} credit message(s)")
         return "\n".join(lines)
 
-    def counters(self) -> dict[str, int]:
+    def transport_counters(self, held_high_water: int) -> dict[str, int]:
+        """The Python transport's :data:`~mailrail.counters.TRANSPORT_COUNTERS`, counted here."""
         return {
             "messages_sent": self.messages_sent,
             "bytes_sent": self.bytes_sent,
             "messages_received": self.messages_received,
             "bytes_received": self.bytes_received,
             "messages_released": self.messages_released,
+            "reserve_failures": self.reserve_failures,
+            "held_high_water": held_high_water,
             "credit_messages_sent": self.credit_messages_sent,
             "credit_messages_received": self.credit_messages_received,
             "credits_returned": self.credits_returned,
+        }
+
+    def protocol_counters(self) -> dict[str, int]:
+        """:data:`~mailrail.counters.PROTOCOL_COUNTERS`, on both transports."""
+        return {
             "credits_piggybacked": getattr(self.flow, "piggybacked", 0),
             "deferred_sends": self.deferred.deferred_count,
             "deferred_now": self.deferred.total,
             "deferred_high_water": self.deferred.high_water,
-            "reserve_failures": self.reserve_failures,
             "credit_window_high_water": self.flow.unreturned_high_water,
             "credit_state_bytes": self.flow.credit_state_bytes(),
             "shared_credit_bytes": self.flow.shared_state_bytes(),

@@ -1,6 +1,6 @@
 """The compiled CreditLedger against the reference RankCredits / NodeCredits, event by event.
 
-The compiled path accounts credits in C (``mailrail._engine.CreditLedger``); the
+The compiled path accounts credits in C (``mailrail._ledger.CreditLedger``, Cython); the
 Python classes in :mod:`mailrail.flow` are the specification.  Hypothesis feeds
 both the same random events (sends, arrivals with piggybacked tags, releases,
 credit returns, including invalid ones) and every result, error and piece of
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mailrail import fastpath
+from mailrail.transport import compiled
 from mailrail.errors import ProtocolError
 from mailrail.flow import NodeCredits, RankCredits
 from mailrail.flow.node import LocalCounters
@@ -63,7 +63,7 @@ def assert_same_run(reference, ledger, script: list[tuple]) -> None:
 def test_rank_ledger_decides_like_rank_credits(credits_per_pair, threshold, piggyback, max_tag, data):
     script = data.draw(events(credits_per_pair))
     reference = RankCredits(RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
-    ledger = fastpath.credit_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback,
+    ledger = compiled.credit_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback,
                                     max_tag=max_tag)
     assert_same_run(reference, ledger, script)
 
@@ -86,7 +86,7 @@ def test_node_ledger_decides_like_node_credits(credits_per_pair, threshold, node
     pool = np.full(RANKS, credits_per_pair, dtype=np.int64)
     reference_pool = LocalCounters(RANKS, credits_per_pair)
     reference = NodeCredits(nodes, node_map.__getitem__, reference_pool, credits_per_pair, threshold)
-    ledger = fastpath.credit_ledger("node", RANKS, credits_per_pair, threshold, nodes=nodes,
+    ledger = compiled.credit_ledger("node", RANKS, credits_per_pair, threshold, nodes=nodes,
                                     pool=pool.ctypes.data, owner=pool, **placement)
     assert_same_run(reference, ledger, script)
     assert pool.tolist() == list(reference_pool.values)  # the ledger counts in the shared pool itself
@@ -94,7 +94,7 @@ def test_node_ledger_decides_like_node_credits(credits_per_pair, threshold, node
 
 def test_a_node_pool_is_shared_by_every_ledger_on_it():
     pool = np.full(RANKS, 3, dtype=np.int64)
-    first, second = (fastpath.credit_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS,
+    first, second = (compiled.credit_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS,
                                             pool=pool.ctypes.data, owner=pool) for _ in range(2))
     assert [first.try_acquire(2), second.try_acquire(2), second.try_acquire(2), first.try_acquire(2)] == \
         [True, True, True, False]
@@ -104,12 +104,12 @@ def test_a_node_pool_is_shared_by_every_ledger_on_it():
 
 def test_ledger_rejects_bad_input_by_value():
     with pytest.raises(ValueError, match="'bogus'"):
-        fastpath.credit_ledger("bogus", RANKS, 2, 1)
+        compiled.credit_ledger("bogus", RANKS, 2, 1)
     with pytest.raises(ValueError, match="pool address"):
-        fastpath.credit_ledger("node", RANKS, 2, 1, nodes=2)
+        compiled.credit_ledger("node", RANKS, 2, 1, nodes=2)
     with pytest.raises(ValueError, match=">= 1"):
-        fastpath.credit_ledger("rank", RANKS, 0, 1)
-    ledger = fastpath.credit_ledger("rank", RANKS, 2, 1)
+        compiled.credit_ledger("rank", RANKS, 0, 1)
+    ledger = compiled.credit_ledger("rank", RANKS, 2, 1)
     for call in (ledger.try_acquire, ledger.available, ledger.on_release):
         with pytest.raises(IndexError, match=f"rank {RANKS} is out of range 0..{RANKS - 1}"):
             call(RANKS)
@@ -117,7 +117,7 @@ def test_ledger_rejects_bad_input_by_value():
 
 def test_a_detached_node_ledger_no_longer_touches_shared_memory():
     pool = np.full(RANKS, 3, dtype=np.int64)
-    ledger = fastpath.credit_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data,
+    ledger = compiled.credit_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data,
                                     owner=pool)
     ledger.detach()
     for call in (ledger.try_acquire, ledger.available, ledger.on_release):

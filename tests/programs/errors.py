@@ -104,6 +104,48 @@ del credit_rail
 gc.collect()
 cases["finalized_rail_collected"] = collected() is None
 
+
+
+class CountingComm(MPI.Intracomm):
+    """COMM_WORLD, counting the communicators MailRail duplicates from it."""
+
+    duplicates = 0
+
+    def Dup(self, *args, **kwargs):
+        CountingComm.duplicates += 1
+        return super().Dup(*args, **kwargs)
+
+
+# Everything is validated before MPI objects exist: a bad credit budget duplicates no communicator.
+expect("budget_checked_first", lambda: MailRail(CountingComm(comm), flow_control="rank", recv_pool_slots=1))
+cases["duplicates_after_bad_budget"] = CountingComm.duplicates
+
+
+def collect_unfinalized_rail() -> dict:
+    """A rail dropped without finalize(), with a send in flight and a receive posted for it."""
+    lost = MailRail(comm, flow_control="rank", datagram_size=64, recv_pool_slots=8)
+    lost.send(1 - rank, lost.reserve_send_buffer(), 4)
+    comm.Barrier()
+    label, transport = repr(lost), weakref.ref(lost._transport)
+    collected = weakref.ref(lost)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del lost
+        gc.collect()
+    texts = [str(w.message) for w in caught if w.category is ResourceWarning]
+    del caught  # a recorded warning holds its source, the rail
+    gc.collect()
+    return {"rail_collected": collected() is None, "transport_collected": transport() is None, "label": label,
+            "warnings": texts}
+
+
+cases["unfinalized_rail"] = collect_unfinalized_rail()
+# MPI is unharmed: a new rail delivers as before.
+after = MailRail(comm, datagram_size=64)
+after.send(1 - rank, after.reserve_send_buffer(), 7)
+cases["rail_after_unfinalized"] = after.barrier(handler=lambda message: None)
+after.finalize(strict=True)
+
 if rank == 0:
     print("RESULT " + json.dumps(cases), flush=True)
 sys.stdout.flush()

@@ -52,6 +52,9 @@ class FlowControl:
         """Bytes of credit state in node-shared memory (whole node, counted once per node)."""
         return 0
 
+    def detach(self) -> None:
+        """Forget node-shared memory that is about to be freed (finalize); a no-op unless overridden."""
+
 
 class Unconstrained(FlowControl):
     """``flow_control="none"``: every send leaves at once; no credits, no returns."""

@@ -1,26 +1,25 @@
-"""The compiled message path, and the MPI facts it runs on.
+"""The compiled transport (``mailrail._engine``), and the facts of the MPI library it runs on.
 
-:mod:`mailrail._engine` implements the four per-message calls in C, with the
-same transport as the Python one in :mod:`mailrail.rail`: four interpreter calls
-per message cost about 2.5 us, several times what MPI itself needs to move a
-4 KiB message between two ranks.  In the credit modes a compiled
-``CreditLedger`` (:func:`credit_ledger`) accounts each message with the decisions
-of :mod:`mailrail.flow`'s reference classes; the engine calls the Python
-:class:`~mailrail.protocol.Endpoint` only for sends that must wait for credit.
+:class:`mailrail._engine.Engine` implements :class:`~mailrail.transport.base.Transport`
+in Cython: four interpreter calls per message cost about 2.5 us, several times
+what MPI itself needs to move a 4 KiB message between two ranks.  In the credit
+modes a compiled :class:`mailrail._ledger.CreditLedger` accounts each message
+with the decisions of :mod:`mailrail.flow`'s reference classes.
 
 The engine is compiled without MPI headers and does not care which MPI is
 underneath: it calls the functions of the MPI library that mpi4py loaded,
 resolved here at run time (``dlsym`` through mpi4py's own extension module,
 which links that library), and it is told that library's layout facts
-(``MPI_Status`` size and field offset, handle values).  Handles travel as
+(``MPI_Status`` size and field offsets, handle values).  Handles travel as
 ``intptr_t``: MPICH's ``int`` handles and Open MPI's pointer handles both fit.
 Anything that cannot be resolved or checked here leaves MailRail on the Python
-path, with :func:`unavailable_reason` saying why.
+transport, with :func:`unavailable_reason` saying why.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import importlib
 import sys
@@ -33,28 +32,40 @@ MPI_FUNCTIONS = ("MPI_Test", "MPI_Start", "MPI_Get_count", "MPI_Isend", "MPI_Sen
                  "MPI_Request_free", "MPI_Cancel", "MPI_Wait", "MPI_Test_cancelled")
 
 
+@dataclasses.dataclass(frozen=True)
+class MPILibrary:
+    """The MPI library mpi4py loaded: function addresses and the layout facts the engine needs."""
+
+    functions: dict[str, int]
+    status_size: int
+    request_size: int
+    source_offset: int  # of MPI_SOURCE in MPI_Status
+    tag_offset: int  # of MPI_TAG in MPI_Status
+    byte: int  # the MPI_BYTE handle
+    any_source: int
+    any_tag: int
+
+
 @functools.lru_cache(maxsize=None)
-def _resolve() -> tuple[Any, dict[str, int], dict[str, int]] | str:
-    """``(module, functions, layout)``, or the reason the compiled path cannot run."""
-    try:
-        module = importlib.import_module("mailrail._engine")
-    except ImportError as error:
-        return f"the compiled helper mailrail._engine is not built ({error})"
+def _resolve() -> MPILibrary | str:
+    """The library, or the reason the compiled transport cannot run."""
+    for module in ("mailrail._engine", "mailrail._ledger"):
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            return f"the compiled module {module} is not built ({error})"
     try:
         # dlsym on mpi4py's extension searches it and the libraries it links: mpi4py's MPI.
         library = ctypes.CDLL(MPI.__file__)
         functions = {name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in MPI_FUNCTIONS}
     except (OSError, AttributeError) as error:
         return f"the MPI functions of mpi4py's library cannot be resolved ({error})"
-    layout = _status_layout(library)
-    if isinstance(layout, str):
-        return layout
-    return module, functions, layout
+    return _layout(library, functions)
 
 
-def _status_layout(library: ctypes.CDLL) -> dict[str, int] | str:
+def _layout(library: ctypes.CDLL, functions: dict[str, int]) -> MPILibrary | str:
     """Where this MPI keeps ``MPI_SOURCE`` and ``MPI_TAG`` in ``MPI_Status``, found by probing a status
-    mpi4py filled."""
+    mpi4py filled, and a real call that checks the handle convention."""
     status = MPI.Status()
     status_size = MPI._sizeof(MPI.Status)
     source_marker, tag_marker = 0x5A5A5, 0x3C3C3
@@ -66,16 +77,15 @@ def _status_layout(library: ctypes.CDLL) -> dict[str, int] | str:
               for offset in range(0, status_size - 3, 4)]
     if fields.count(source_marker) != 1 or fields.count(tag_marker) != 1:
         return f"MPI_Status layout not recognized ({status_size} bytes: {raw.hex()})"
-    # Check the handle convention on a real call: MPI_Get_count(status, MPI_BYTE) must read 4321.
     get_count = library.MPI_Get_count
     get_count.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_int))
     count = ctypes.c_int(-1)
     code = get_count(MPI._addressof(status), handle(MPI.BYTE), ctypes.byref(count))
     if code != 0 or count.value != 4321:
         return f"MPI_Get_count through ctypes returned {count.value} (code {code}), expected 4321"
-    return {"status_size": status_size, "request_size": MPI._sizeof(MPI.Request),
-            "source_offset": 4 * fields.index(source_marker), "tag_offset": 4 * fields.index(tag_marker),
-            "byte": handle(MPI.BYTE), "any_source": MPI.ANY_SOURCE, "any_tag": MPI.ANY_TAG}
+    return MPILibrary(functions=functions, status_size=status_size, request_size=MPI._sizeof(MPI.Request),
+                      source_offset=4 * fields.index(source_marker), tag_offset=4 * fields.index(tag_marker),
+                      byte=handle(MPI.BYTE), any_source=MPI.ANY_SOURCE, any_tag=MPI.ANY_TAG)
 
 
 def handle(obj: Any) -> int:
@@ -84,31 +94,32 @@ def handle(obj: Any) -> int:
 
 
 def unavailable_reason() -> str | None:
-    """None when the compiled path can run here, else why not."""
+    """None when the compiled transport can run here, else why not."""
     resolved = _resolve()
     return resolved if isinstance(resolved, str) else None
 
 
 def message_type() -> type | None:
-    """The compiled :class:`Message` type, shared by both paths when it is built."""
+    """The compiled :class:`Message` type, shared by both transports when it is built."""
     try:
         return importlib.import_module("mailrail._engine").Message
     except ImportError:
         return None
 
 
-def make_engine(comm: MPI.Comm, **arguments: Any) -> Any:
-    """A ``mailrail._engine.Engine`` moving payloads on *comm* (see :class:`~mailrail.rail.MailRail`)."""
+def make(comm: MPI.Comm, credit_comm: MPI.Comm | None, **arguments: Any) -> Any:
+    """A ``mailrail._engine.Engine`` moving payloads on *comm* and credits on *credit_comm* (see
+    :class:`~mailrail.rail.MailRail` for the *arguments*)."""
     resolved = _resolve()
     if isinstance(resolved, str):
         raise RuntimeError(resolved)
-    module, functions, layout = resolved
-    layout = dict(layout, comm=handle(comm), slot_size=arguments.pop("slot_size"))
-    return module.Engine(functions=functions, layout=layout, **arguments)
+    engine = importlib.import_module("mailrail._engine").Engine
+    credits = {} if credit_comm is None else {"credit_comm": handle(credit_comm)}
+    return engine(mpi=resolved, comm=handle(comm), **credits, **arguments)
 
 
 def credit_ledger(mode: str, ranks: int, credits_per_pair: int, return_threshold: int, **placement: Any) -> Any:
-    """A compiled ``CreditLedger`` for *mode* ``"rank"`` or ``"node"``.
+    """A compiled :class:`mailrail._ledger.CreditLedger` for *mode* ``"rank"`` or ``"node"``.
 
     It has the interface of :class:`~mailrail.flow.base.FlowControl` and makes the decisions of
     :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits` (the
@@ -116,7 +127,5 @@ def credit_ledger(mode: str, ranks: int, credits_per_pair: int, return_threshold
     ``nodes``, ``ranks_per_node`` or ``node_map`` (address of an int32 rank-to-node map), ``pool``
     (address of the node's int64 credit counters) and ``owner`` (what keeps that memory alive) (node).
     """
-    from .errors import ProtocolError
-
-    module = importlib.import_module("mailrail._engine")
-    return module.CreditLedger(mode, ranks, credits_per_pair, return_threshold, ProtocolError, **placement)
+    module = importlib.import_module("mailrail._ledger")
+    return module.CreditLedger(mode, ranks, credits_per_pair, return_threshold, **placement)

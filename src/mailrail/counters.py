@@ -1,0 +1,46 @@
+"""What ``MailRail.stats()`` reports: every counter defined once, with its meaning.
+
+Both transports count :data:`TRANSPORT_COUNTERS` themselves (the Python one
+through the :class:`~mailrail.protocol.Endpoint`, the compiled one in C) with
+these meanings; :data:`PROTOCOL_COUNTERS` come from the Endpoint and its flow
+control on both paths; :data:`RAIL_FACTS` describe the rail.  The README's
+counter table is checked against these names.
+"""
+
+from __future__ import annotations
+
+#: Counted by the transport in use, with the same meaning on both paths.
+TRANSPORT_COUNTERS: dict[str, str] = {
+    "messages_sent": "messages the application handed to send(), deferred ones included",
+    "bytes_sent": "payload bytes of those messages",
+    "messages_received": "messages receive() returned",
+    "bytes_received": "payload bytes of those messages",
+    "messages_released": "messages given back with release_receive_buffer()",
+    "reserve_failures": "times reserve_send_buffer() returned None (backpressure)",
+    "held_high_water": "most messages the application held (received, not released) at once",
+    "credit_messages_sent": "credit-return messages this rank sent",
+    "credit_messages_received": "credit-return messages this rank received",
+    "credits_returned": "credits those returns carried (piggybacked ones not included)",
+}
+
+#: Counted by the sans-I/O protocol state (Endpoint, deferred queues, flow control).
+PROTOCOL_COUNTERS: dict[str, str] = {
+    "credits_piggybacked": "credits returned in the tags of payloads (rank mode)",
+    "deferred_sends": "sends that waited for credit (total)",
+    "deferred_now": "sends waiting for credit now",
+    "deferred_high_water": "most sends waiting for credit at once",
+    "credit_window_high_water": "most payloads arrived here whose credits were not yet returned",
+    "credit_state_bytes": "private credit state of this rank",
+    "shared_credit_bytes": "the node's shared credit pool and rank-to-node map (counted once per node)",
+}
+
+#: Facts about the rail; ``nodes`` and ``atomics`` only in node mode.
+RAIL_FACTS: dict[str, str] = {
+    "engine": "the transport in use: compiled or python",
+    "flow_control": "none, rank or node",
+    "credits_per_pair": "credits per (sender rank or node, receiver rank); 0 when unconstrained",
+    "recv_pool_bytes": "bytes of the receive pool",
+    "send_pool_bytes": "bytes of the send pool",
+    "nodes": "nodes the ranks form (node mode)",
+    "atomics": "how node credits are updated: cpu or mpi (node mode)",
+}

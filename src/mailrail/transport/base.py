@@ -1,0 +1,120 @@
+"""The transport seam: what MailRail asks of the code that moves bytes, and what that code asks back.
+
+:class:`~mailrail.rail.MailRail` owns what both message paths share
+(configuration, communicators, flow control, pools, ``barrier``, ``stats``,
+``finalize``) and hands the per-message work to one :class:`Transport`, chosen
+once at construction: :class:`~mailrail.transport.python.PythonTransport` or the
+compiled ``mailrail._engine.Engine``.  A transport asks the sans-I/O
+:class:`~mailrail.protocol.Endpoint` through :class:`EndpointHooks` for what
+flow control decides outside its own fast path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+#: Most in-flight sends reclaimed per progress call, oldest first.
+SEND_TEST_WINDOW = 8
+#: Progress calls an unfinished oldest send may block reclaiming before it moves to the back
+#: (a rendezvous send to a slow receiver must not pin the whole send pool).
+SEND_HEAD_PATIENCE = 64
+#: In credit modes without deferred sends, credit messages are polled every this many calls:
+#: every MPI test drives progress and contends for the shared-memory queues, so test less.
+CREDIT_POLL_INTERVAL = 8
+#: Posted zero-byte receives for credit messages.
+CREDIT_RECEIVES = 8
+#: Consecutive empty receive() calls before an idle rank yields the core (or sleeps): soon, so
+#: that on an oversubscribed machine the rank that has work runs (credit modes of the incast
+#: benchmark, 16 ranks on 2 cores: 1.5x the goodput of 16 spins).
+IDLE_SPINS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """The progress engine's constants, the same for both transports."""
+
+    send_test_window: int = SEND_TEST_WINDOW
+    head_patience: int = SEND_HEAD_PATIENCE
+    credit_poll_interval: int = CREDIT_POLL_INTERVAL
+    credit_receives: int = CREDIT_RECEIVES
+    idle_spins: int = IDLE_SPINS
+    idle_sleep_ns: int = 0  # after idle_spins empty receive() calls: 0 yields the core, > 0 sleeps
+
+    @classmethod
+    def for_idle_sleep(cls, idle_sleep_us: float) -> "Tuning":
+        return cls(idle_sleep_ns=int(idle_sleep_us * 1000))
+
+
+class Transport(Protocol):
+    """Moves one rank's messages over MPI.  MailRail calls it; the application calls its first four.
+
+    Every counter in :data:`mailrail.counters.TRANSPORT_COUNTERS` has the same meaning on
+    every transport.
+    """
+
+    #: ``"python"`` or ``"compiled"``.
+    name: str
+    #: Messages handed to the application and not yet released.
+    held: int
+
+    def reserve_send_buffer(self) -> Any:
+        """A writable slot of the send pool, or None (backpressure)."""
+
+    def send(self, dest: Any, buf: Any, nbytes: Any) -> None:
+        """Validate, count, and send now or defer until credit (the Endpoint decides)."""
+
+    def receive(self) -> Any:
+        """Progress (reclaim sends, credits, deferred sends), then one arrived message or None."""
+
+    def release_receive_buffer(self, message: Any) -> None:
+        """Re-post the message's slot; return credits when due."""
+
+    def pending_sends(self) -> int:
+        """Sends deferred or in flight."""
+
+    def reclaim_sends(self) -> int:
+        """Reclaim completed sends (a few, oldest first); return how many are still in flight."""
+
+    def stop(self) -> None:
+        """Refuse the application's calls from now on (finalize), and forget deferred sends."""
+
+    def discard_arrivals(self) -> int:
+        """Re-post arrived payloads without handing them out (and drop credit messages); return how many."""
+
+    def cancel_receives(self) -> int:
+        """Cancel every posted receive; return how many payload receives had matched a message."""
+
+    def close(self) -> None:
+        """Free every MPI request: receives cancelled and sends completed first."""
+
+    def abandon(self) -> None:
+        """Local clean-up when the rail is collected without finalize() (no collective call)."""
+
+    def counters(self) -> dict[str, int]:
+        """The values of :data:`mailrail.counters.TRANSPORT_COUNTERS`."""
+
+
+class EndpointHooks(Protocol):
+    """What a transport asks the sans-I/O :class:`~mailrail.protocol.Endpoint` (which implements it).
+
+    The compiled transport decides sends with credit, arrivals and releases itself (its
+    ledger makes the flow-control classes' decisions) and calls these only off its fast path.
+    """
+
+    def checked_rank(self, dest: object) -> int:
+        """*dest* as a valid rank, or :class:`~mailrail.errors.InvalidDestinationError` naming it."""
+
+    def checked_size(self, nbytes: object) -> int:
+        """*nbytes* as a valid payload size, or :class:`~mailrail.errors.MessageSizeError` naming it."""
+
+    def admit(self, dest: int, slot: int, nbytes: int) -> bool:
+        """A checked send: True if it may leave now (credit taken), False if it was queued (FIFO per
+        destination)."""
+
+    def mark_ready(self, source: int) -> None:
+        """Credit came back from *source*: its queued sends are worth a look at the next drain."""
+
+    def drain_ready(self) -> list[tuple[int, int, int]]:
+        """Queued sends ``(dest, slot, nbytes)`` that have credit now (their credit taken); raises
+        :class:`~mailrail.errors.CreditStallError` when they made no progress for the stall timeout."""
