@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False, binding=False
 """mailrail._engine: the compiled transport.
 
 The same transport as :class:`mailrail.transport.python.PythonTransport`: a ring
@@ -84,6 +84,7 @@ _abandoned_send_pools = []
 
 @cython.final
 @cython.freelist(64)
+@cython.no_gc  # its references (a view, the transport) never lead back to a message
 cdef class Message:
     """An arrived message: ``data`` is a read-only view of ``nbytes`` bytes in the receive pool.
 
