@@ -96,7 +96,14 @@ def test_a_finalized_rail_is_collected(errors):
 def test_the_credit_budget_is_checked_before_any_communicator_is_duplicated(errors):
     raised, message = errors["budget_checked_first"]
     assert raised == "ConfigError" and "MAILRAIL_RECV_POOL_SLOTS=1" in message
-    assert errors["duplicates_after_bad_budget"] == 0
+    assert errors["communicators_after_bad_budget"] == [0, 0]
+
+
+def test_what_construction_made_is_freed_when_a_later_check_fails(errors):
+    raised, message = errors["node_budget_checked_after_split"]
+    assert raised == "ConfigError" and "MAILRAIL_CREDITS_PER_PAIR=5" in message
+    made, freed = errors["communicators_after_bad_node_budget"]
+    assert made == 3 and freed == made  # the three duplicates (the node's split is freed by the same stack)
 
 
 def test_an_unfinalized_rail_is_collected_with_a_resource_warning(errors):

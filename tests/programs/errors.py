@@ -107,18 +107,28 @@ cases["finalized_rail_collected"] = collected() is None
 
 
 class CountingComm(MPI.Intracomm):
-    """COMM_WORLD, counting the communicators MailRail duplicates from it."""
+    """COMM_WORLD, counting the communicators duplicated from it (duplicates are of this class too) and freed."""
 
-    duplicates = 0
+    made = 0
+    freed = 0
 
     def Dup(self, *args, **kwargs):
-        CountingComm.duplicates += 1
+        CountingComm.made += 1
         return super().Dup(*args, **kwargs)
 
+    def Free(self):
+        CountingComm.freed += 1
+        super().Free()
 
-# Everything is validated before MPI objects exist: a bad credit budget duplicates no communicator.
+
+# Everything is validated before MPI objects exist: a bad credit budget makes no communicator.
 expect("budget_checked_first", lambda: MailRail(CountingComm(comm), flow_control="rank", recv_pool_slots=1))
-cases["duplicates_after_bad_budget"] = CountingComm.duplicates
+cases["communicators_after_bad_budget"] = [CountingComm.made, CountingComm.freed]
+# Node mode on real nodes must split a communicator to count the nodes before it can check the budget:
+# when the check fails, everything made so far is freed.
+expect("node_budget_checked_after_split",
+       lambda: MailRail(CountingComm(comm), flow_control="node", recv_pool_slots=4, credits_per_pair=5))
+cases["communicators_after_bad_node_budget"] = [CountingComm.made, CountingComm.freed]
 
 
 def collect_unfinalized_rail() -> dict:
