@@ -20,6 +20,10 @@ COMMANDS = {
     ("bench", "atomics"): ("mailrail.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
     ("bench", "adversarial"): ("mailrail.bench.adversarial",
                                "adversarial incast: every rank floods a few victims (mpiexec -n 2+)"),
+    ("app", "cc"): ("mailrail.apps.cc", "connected components by asynchronous label propagation, with its "
+                                        "Alltoallv peer (mailrail run -n 4 app cc)"),
+    ("app", "moe"): ("mailrail.apps.moe", "Mixture-of-Experts token routing, with its Alltoallv peer "
+                                          "(mailrail run -n 4 app moe)"),
     ("compare",): ("mailrail.bench.compare",
                    "the main job: adversarial incast under none, rank and node flow control, side by side"),
     ("sweep",): ("mailrail.bench.sweep", "weak scaling and victim sweep of the three modes (JSON + plots)"),

@@ -282,3 +282,15 @@ def test_sweep_scales_over_node_counts(tmp_path, as_root, leaves_nothing):
         victim = point["result"]["victim_ranks"][0]
         limits = [n["limit_bytes"] for n in point["result"]["cluster_nodes"]]
         assert limits[victim // 2] == 2**30 and limits.count(None) == 1
+
+
+@pytest.mark.parametrize("app, args", [("cc", ["--scale", "10", "--edge-factor", "8"]),
+                                       ("moe", ["--tokens", "64", "--hidden", "64", "--skew", "1.2"])])
+def test_the_applications_on_a_cluster(tmp_path, app, args, leaves_nothing):
+    out = tmp_path / f"{app}.json"
+    completed = mailrail("run", "-n", "4", "--cluster", "2", "app", app, *args, "--modes", "none,rank,node",
+                         "--baseline", "alltoallv", "--trials", "1", "--json", str(out))
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+    document = json.loads(out.read_text())
+    assert document["verified"] and document["ranks"] == 4 and len(document["runs"]) == 4
+    assert "on virtual cluster" in completed.stderr

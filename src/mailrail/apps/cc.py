@@ -1,0 +1,245 @@
+"""``mailrail app cc``: connected components by asynchronous min-label propagation.
+
+Vertex ``v`` lives on rank ``v mod ranks`` with its adjacency list.  Every
+vertex starts labelled with its own id and sends that label to its neighbours'
+owners; a rank that receives a smaller label for a vertex lowers it and sends
+the new label on, until nothing changes: every vertex then carries the smallest
+id of its component.  Labels travel as 8-byte records ``(vertex, label)``
+packed into datagrams by a :class:`~mailrail.coalesce.Coalescer`, as in YGM's
+connected components; ``barrier()`` detects the end.  The peer does the same
+propagation in supersteps of ``Alltoallv``.
+
+Run: ``mailrail run -n 4 app cc --scale 16 --modes none,rank,node --baseline alltoallv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+
+from .frame import add_app_arguments, run_app
+from .graph import EdgeFileError, read_edges, rmat_edges
+
+LOW32 = np.uint64(0xFFFFFFFF)
+#: Received labels are applied in batches of this many (numpy work per record, not per datagram).
+BATCH = 1 << 14
+#: Every label is checked against scipy up to this many vertices (2**20); beyond, the labels are
+#: checked for consistency along every edge.
+EXACT_CHECK_VERTICES = 1 << 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scale", type=int, default=16, help="R-MAT graph of 2**SCALE vertices (default 16)")
+    parser.add_argument("--edge-factor", type=int, default=16, help="R-MAT edges per vertex (default 16)")
+    parser.add_argument("--edges", metavar="FILE", help="read an edge list instead: 'u v' lines (.gz too) or .npy")
+    add_app_arguments(parser)
+
+
+class ConnectedComponents:
+    """One rank's part of the graph and its labels (see the module doc)."""
+
+    name = "cc"
+
+    def __init__(self, comm: Any, args: argparse.Namespace) -> None:
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm, self.rank, self.ranks = comm, comm.Get_rank(), comm.Get_size()
+        if args.edges:
+            edges = read_edges_collectively(comm, args.edges)
+            self.source = {"edges": args.edges}
+            top = comm.allreduce(int(edges.max()) if len(edges) else -1, op=MPI.MAX)
+            if top >= 1 << 32:
+                raise EdgeFileError(f"{args.edges}: vertex id {top} does not fit in 32 bits")
+            self.vertices = top + 1
+        else:
+            edges = rmat_edges(args.scale, args.edge_factor, args.seed, self.rank, self.ranks)
+            self.source = {"rmat_scale": args.scale, "edge_factor": args.edge_factor, "seed": args.seed}
+            self.vertices = 1 << args.scale
+        self.input_edges = comm.allreduce(len(edges))
+        self.rate = ("edges_per_s", float(self.input_edges))
+        self._build_adjacency(edges)
+        self.expected = self._reference_labels(edges) if self.vertices <= EXACT_CHECK_VERTICES else None
+        self.labels = np.zeros(self.owned, dtype=np.uint64)
+
+    # -- set-up (not timed) -------------------------------------------------
+
+    def _build_adjacency(self, edges: np.ndarray) -> None:
+        """Both directions of every edge at the owner of its first vertex, as CSR over owned vertices."""
+        both = np.concatenate([edges, edges[:, ::-1]]).astype(np.uint64)
+        both = both[both[:, 0] != both[:, 1]]  # a self loop never changes a label
+        received = exchange(self.comm, both[:, 0] % np.uint64(self.ranks), both)
+        pairs = np.unique(received.reshape(-1, 2), axis=0)  # duplicate edges carry nothing new
+        self.owned = len(range(self.rank, self.vertices, self.ranks))
+        local = (pairs[:, 0] // np.uint64(self.ranks)).astype(np.int64)
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(local, minlength=self.owned))])
+        self.neighbours = pairs[:, 1].copy()  # sorted by owned vertex (np.unique sorted the pairs)
+
+    def _reference_labels(self, edges: np.ndarray) -> np.ndarray | None:
+        """Rank 0: the smallest vertex id of every vertex's component, from scipy on a gathered copy."""
+        gathered = self.comm.gather(edges)
+        if self.rank != 0:
+            return None
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        allr = np.concatenate(gathered) if gathered else np.empty((0, 2), np.int64)
+        graph = coo_matrix((np.ones(len(allr), np.int8), (allr[:, 0], allr[:, 1])),
+                           shape=(self.vertices, self.vertices))
+        count, component = connected_components(graph, directed=False)
+        smallest = np.full(count, self.vertices, dtype=np.uint64)
+        np.minimum.at(smallest, component, np.arange(self.vertices, dtype=np.uint64))
+        return smallest[component]
+
+    # -- the propagation, shared by both versions ---------------------------
+
+    def reset(self) -> None:
+        self.labels[:] = np.arange(self.rank, self.vertices, self.ranks, dtype=np.uint64)
+        self.rounds = self.messages = self.records = 0
+
+    def outgoing(self, owned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Destinations and ``(vertex, label)`` records telling the neighbours of *owned* their labels."""
+        starts, ends = self.indptr[owned], self.indptr[owned + 1]
+        lengths = ends - starts
+        if not lengths.sum():
+            return np.empty(0, np.uint64), np.empty(0, np.uint64)
+        # Positions of every neighbour of every vertex in *owned*, without a Python loop.
+        offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+        targets = self.neighbours[np.arange(lengths.sum()) + offsets]
+        labels = np.repeat(self.labels[owned], lengths)
+        self.records += len(targets)
+        return targets % np.uint64(self.ranks), targets | (labels << np.uint64(32))
+
+    def lower(self, records: np.ndarray) -> np.ndarray:
+        """Apply received ``(vertex, label)`` records; the owned vertices whose label dropped."""
+        owned = ((records & LOW32) // np.uint64(self.ranks)).astype(np.intp)
+        offered = records >> np.uint64(32)
+        before = self.labels[owned]
+        np.minimum.at(self.labels, owned, offered)
+        return np.unique(owned[self.labels[owned] < before])
+
+    # -- MailRail: asynchronous ---------------------------------------------
+
+    def run_mailrail(self, rail: Any) -> dict[str, Any]:
+        from ..coalesce import Coalescer
+
+        self.reset()
+        pending: list[np.ndarray] = []
+
+        def apply_pending() -> None:
+            changed = self.lower(np.concatenate(pending))
+            pending.clear()
+            coalescer.send(*self.outgoing(changed))
+
+        def arrived(source: int, records: np.ndarray) -> None:
+            pending.append(records.copy())
+            if sum(len(p) for p in pending) >= BATCH:
+                apply_pending()
+
+        coalescer = Coalescer(rail, np.uint64, arrived)
+        sent_before = rail.stats()["messages_sent"]
+        coalescer.send(*self.outgoing(np.arange(self.owned)))
+        while True:  # labels keep travelling inside each barrier; leftovers start the next round
+            self.rounds += 1
+            coalescer.barrier()
+            had_work = bool(pending)
+            if had_work:
+                apply_pending()
+            if not self.comm.allreduce(had_work, op=self.MPI.LOR):
+                break
+        self.messages = rail.stats()["messages_sent"] - sent_before
+        return self.figures()
+
+    # -- the peer: bulk-synchronous supersteps ------------------------------
+
+    def run_alltoallv(self) -> dict[str, Any]:
+        self.reset()
+        changed = np.arange(self.owned)
+        while True:
+            self.rounds += 1
+            dests, records = self.outgoing(changed)
+            self.messages += int(np.count_nonzero(np.bincount(dests.astype(np.intp), minlength=self.ranks)))
+            changed = self.lower(exchange(self.comm, dests, records))
+            if not self.comm.allreduce(len(changed)):
+                break
+        return self.figures()
+
+    def figures(self) -> dict[str, Any]:
+        comm = self.comm
+        return {"rounds": self.rounds, "messages": comm.allreduce(self.messages),
+                "bytes": 8 * comm.allreduce(self.records)}
+
+    # -- checks --------------------------------------------------------------
+
+    def verify(self) -> bool:
+        """Collective: labels consistent along every edge, and (up to 2**20 vertices) scipy's labels."""
+        dests, records = self.outgoing(np.arange(self.owned))
+        self.records = 0
+        neighbour_view = exchange(self.comm, dests, records)
+        owned = ((neighbour_view & LOW32) // np.uint64(self.ranks)).astype(np.intp)
+        consistent = bool(np.all(self.labels[owned] == neighbour_view >> np.uint64(32)))
+        exact = True
+        if self.vertices <= EXACT_CHECK_VERTICES:
+            gathered = self.comm.gather(self.labels)
+        if self.rank == 0 and self.vertices <= EXACT_CHECK_VERTICES:
+            full = np.empty(self.vertices, dtype=np.uint64)
+            for rank, labels in enumerate(gathered):
+                full[rank::self.ranks] = labels
+            exact = bool(np.array_equal(full, self.expected))
+        return bool(self.comm.allreduce(consistent and self.comm.bcast(exact), op=self.MPI.LAND))
+
+    def components(self) -> int:
+        own_ids = np.arange(self.rank, self.vertices, self.ranks, dtype=np.uint64)
+        return self.comm.allreduce(int(np.count_nonzero(self.labels == own_ids)))
+
+    def workload(self) -> dict[str, Any]:
+        return dict(self.source, vertices=self.vertices, edges=self.input_edges,
+                    labels_checked="every label against scipy" if self.vertices <= EXACT_CHECK_VERTICES
+                    else "consistent along every edge")
+
+    def summary(self) -> dict[str, Any]:
+        return {"components": self.components()}
+
+
+def exchange(comm: Any, dests: np.ndarray, records: np.ndarray) -> np.ndarray:
+    """``Alltoallv`` of uint64 *records* (rows of any width) to ranks *dests*; what this rank received, flat."""
+    from mpi4py import MPI
+
+    ranks = comm.Get_size()
+    width = records.shape[1] if records.ndim == 2 else 1
+    order = np.argsort(dests.astype(np.uint32), kind="stable")
+    counts = np.bincount(dests.astype(np.intp), minlength=ranks) * width
+    incoming = np.empty(ranks, dtype=counts.dtype)
+    comm.Alltoall(counts, incoming)
+    received = np.empty(int(incoming.sum()), dtype=np.uint64)
+    comm.Alltoallv([np.ascontiguousarray(records[order]), counts, MPI.UINT64_T],
+                   [received, incoming, MPI.UINT64_T])
+    return received
+
+
+def read_edges_collectively(comm: Any, path: str) -> np.ndarray:
+    """Every rank reads its slice; if any rank finds an error, every rank raises the first one."""
+    try:
+        edges, error = read_edges(path, comm.Get_rank(), comm.Get_size()), None
+    except EdgeFileError as failure:
+        edges, error = np.empty((0, 2), np.int64), str(failure)
+    errors = [text for text in comm.allgather(error) if text]
+    if errors:
+        raise EdgeFileError(errors[0])
+    return edges
+
+
+def run(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    try:
+        app = ConnectedComponents(comm, args)
+    except EdgeFileError as error:
+        if comm.Get_rank() == 0:
+            print(f"mailrail app cc: {error}", file=sys.stderr, flush=True)
+        return 2
+    return run_app(comm, app, args)
