@@ -8,13 +8,17 @@ import pytest
 from mailrail.apps.graph import EdgeFileError, parse_edge_lines, read_edges, rmat_edges
 
 
-def test_rmat_shares_add_up_and_are_reproducible():
-    shares = [rmat_edges(8, 4, seed=3, rank=r, ranks=3) for r in range(3)]
-    assert sum(len(s) for s in shares) == 4 << 8
+def graph(scale: int, edge_factor: int, seed: int, ranks: int) -> set:
+    return {tuple(e) for r in range(ranks) for e in rmat_edges(scale, edge_factor, seed, r, ranks).tolist()}
+
+
+def test_rmat_is_the_same_graph_at_any_rank_count():
+    shares = [rmat_edges(13, 20, seed=3, rank=r, ranks=3) for r in range(3)]  # 163,840 edges: 3 chunks
+    assert sum(len(s) for s in shares) == 20 << 13 and all(len(s) for s in shares)
     allr = np.concatenate(shares)
-    assert allr.min() >= 0 and allr.max() < 1 << 8
-    assert np.array_equal(shares[1], rmat_edges(8, 4, seed=3, rank=1, ranks=3))
-    assert not np.array_equal(shares[1], rmat_edges(8, 4, seed=4, rank=1, ranks=3))
+    assert allr.min() >= 0 and allr.max() < 1 << 13
+    assert graph(13, 20, 3, 1) == graph(13, 20, 3, 3) == graph(13, 20, 3, 4)
+    assert graph(13, 20, 3, 1) != graph(13, 20, 4, 1)
 
 
 def test_rmat_is_skewed_like_graph500():

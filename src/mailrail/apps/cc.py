@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_app_arguments(parser)
 
 
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """The app's options from *argv* (for programs that import it; see examples/)."""
+    parser = argparse.ArgumentParser(prog="mailrail app cc")
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
 class ConnectedComponents:
     """One rank's part of the graph and its labels (see the module doc)."""
 

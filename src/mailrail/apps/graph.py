@@ -14,6 +14,8 @@ from ..errors import MailRailError
 
 #: Graph500's R-MAT quadrant probabilities (the fourth is 1 - A - B - C).
 RMAT_A, RMAT_B, RMAT_C = 0.57, 0.19, 0.19
+#: Edges per independently seeded chunk of an R-MAT graph.
+RMAT_CHUNK = 1 << 16
 
 
 class EdgeFileError(MailRailError, ValueError):
@@ -23,16 +25,24 @@ class EdgeFileError(MailRailError, ValueError):
 def rmat_edges(scale: int, edge_factor: int, seed: int, rank: int, ranks: int) -> np.ndarray:
     """This rank's share of a Graph500 R-MAT graph: ``(m, 2)`` int64 edges over ``2**scale`` vertices.
 
-    Each rank draws its edges from its own stream; the vertex labels are then permuted with one
-    permutation every rank derives from *seed*, as Graph500 does, so that vertex numbers carry no
-    locality.
+    The edges are drawn in chunks of :data:`RMAT_CHUNK`, each from its own stream, and rank *r*
+    draws chunks *r*, *r* + *ranks*, ...: the same seed gives the same graph at any rank count.
+    The vertex labels are then permuted with one permutation every rank derives from *seed*, as
+    Graph500 does, so that vertex numbers carry no locality.
     """
     if not 1 <= scale <= 31 or edge_factor < 1:
         raise ValueError(f"R-MAT needs 1 <= scale <= 31 and edge_factor >= 1, got scale {scale}, "
                          f"edge factor {edge_factor}")
     total = edge_factor << scale
-    count = total // ranks + (rank < total % ranks)
-    rng = np.random.default_rng([seed, 1 + rank])
+    chunks = [_rmat_chunk(scale, seed, chunk, min(RMAT_CHUNK, total - chunk * RMAT_CHUNK))
+              for chunk in range(rank, -(-total // RMAT_CHUNK), ranks)]
+    edges = np.concatenate(chunks) if chunks else np.empty((0, 2), dtype=np.int64)
+    permutation = np.random.default_rng([seed, 0]).permutation(1 << scale)
+    return permutation[edges]
+
+
+def _rmat_chunk(scale: int, seed: int, chunk: int, count: int) -> np.ndarray:
+    rng = np.random.default_rng([seed, 1 + chunk])
     u = np.zeros(count, dtype=np.int64)
     v = np.zeros(count, dtype=np.int64)
     for bit in range(scale):
@@ -41,8 +51,7 @@ def rmat_edges(scale: int, edge_factor: int, seed: int, rank: int, ranks: int) -
         right = ((r >= RMAT_A) & ~down) | (r >= RMAT_A + RMAT_B + RMAT_C)  # B and D: the target's bit is 1
         u |= down.astype(np.int64) << bit
         v |= right.astype(np.int64) << bit
-    permutation = np.random.default_rng([seed, 0]).permutation(1 << scale)
-    return np.stack([permutation[u], permutation[v]], axis=1)
+    return np.stack([u, v], axis=1)
 
 
 def read_edges(path: str, rank: int, ranks: int) -> np.ndarray:
