@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .frame import add_app_arguments, run_app
+from .frame import add_app_arguments, exchange, run_app
 from .graph import EdgeFileError, read_edges, rmat_edges
 
 LOW32 = np.uint64(0xFFFFFFFF)
@@ -78,8 +78,8 @@ class ConnectedComponents:
         """Both directions of every edge at the owner of its first vertex, as CSR over owned vertices."""
         both = np.concatenate([edges, edges[:, ::-1]]).astype(np.uint64)
         both = both[both[:, 0] != both[:, 1]]  # a self loop never changes a label
-        received = exchange(self.comm, both[:, 0] % np.uint64(self.ranks), both)
-        pairs = np.unique(received.reshape(-1, 2), axis=0)  # duplicate edges carry nothing new
+        received, _ = exchange(self.comm, both[:, 0] % np.uint64(self.ranks), both)
+        pairs = np.unique(received, axis=0)  # duplicate edges carry nothing new
         self.owned = len(range(self.rank, self.vertices, self.ranks))
         local = (pairs[:, 0] // np.uint64(self.ranks)).astype(np.int64)
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(local, minlength=self.owned))])
@@ -169,7 +169,7 @@ class ConnectedComponents:
             self.rounds += 1
             dests, records = self.outgoing(changed)
             self.messages += int(np.count_nonzero(np.bincount(dests.astype(np.intp), minlength=self.ranks)))
-            changed = self.lower(exchange(self.comm, dests, records))
+            changed = self.lower(exchange(self.comm, dests, records)[0])
             if not self.comm.allreduce(len(changed)):
                 break
         return self.figures()
@@ -185,7 +185,7 @@ class ConnectedComponents:
         """Collective: labels consistent along every edge, and (up to 2**20 vertices) scipy's labels."""
         dests, records = self.outgoing(np.arange(self.owned))
         self.records = 0
-        neighbour_view = exchange(self.comm, dests, records)
+        neighbour_view, _ = exchange(self.comm, dests, records)
         owned = ((neighbour_view & LOW32) // np.uint64(self.ranks)).astype(np.intp)
         consistent = bool(np.all(self.labels[owned] == neighbour_view >> np.uint64(32)))
         exact = True
@@ -209,22 +209,6 @@ class ConnectedComponents:
 
     def summary(self) -> dict[str, Any]:
         return {"components": self.components()}
-
-
-def exchange(comm: Any, dests: np.ndarray, records: np.ndarray) -> np.ndarray:
-    """``Alltoallv`` of uint64 *records* (rows of any width) to ranks *dests*; what this rank received, flat."""
-    from mpi4py import MPI
-
-    ranks = comm.Get_size()
-    width = records.shape[1] if records.ndim == 2 else 1
-    order = np.argsort(dests.astype(np.uint32), kind="stable")
-    counts = np.bincount(dests.astype(np.intp), minlength=ranks) * width
-    incoming = np.empty(ranks, dtype=counts.dtype)
-    comm.Alltoall(counts, incoming)
-    received = np.empty(int(incoming.sum()), dtype=np.uint64)
-    comm.Alltoallv([np.ascontiguousarray(records[order]), counts, MPI.UINT64_T],
-                   [received, incoming, MPI.UINT64_T])
-    return received
 
 
 def read_edges_collectively(comm: Any, path: str) -> np.ndarray:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .frame import add_app_arguments, run_app
+from .frame import add_app_arguments, exchange, run_app
 
 #: Tokens an expert collects before it multiplies them (and what it has when dispatch ends).
 EXPERT_BATCH = 256
@@ -153,24 +153,11 @@ class MixtureOfExperts:
     def run_alltoallv(self) -> dict[str, Any]:
         self.output[:] = 0
         dests, records = self.dispatch_records()
-        arrived, sources = self.exchange(dests, records)
+        arrived, incoming = exchange(self.comm, dests, records)
         results = self.apply_experts(arrived)
-        returned, _ = self.exchange(sources, results)
+        returned, _ = exchange(self.comm, np.repeat(np.arange(self.ranks), incoming), results)
         self.combine(returned)
         return self.figures(1, 2 * (self.ranks - 1))
-
-    def exchange(self, dests: np.ndarray, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``Alltoallv`` of *records* to ranks *dests*: what arrived, and from which rank."""
-        MPI = self.mpi()
-        order = np.argsort(dests.astype(np.uint32), kind="stable")
-        counts = np.bincount(dests.astype(np.intp), minlength=self.ranks)
-        incoming = np.empty(self.ranks, dtype=counts.dtype)
-        self.comm.Alltoall(counts, incoming)
-        received = np.empty(int(incoming.sum()), dtype=self.dtype)
-        size = self.dtype.itemsize
-        self.comm.Alltoallv([np.ascontiguousarray(records[order]).view(np.uint8), counts * size, MPI.BYTE],
-                            [received.view(np.uint8), incoming * size, MPI.BYTE])
-        return received, np.repeat(np.arange(self.ranks), incoming)
 
     def figures(self, rounds: int, messages: int) -> dict[str, Any]:
         pairs = len(self.tokens) * self.top_k
