@@ -105,7 +105,7 @@ def run_app(comm: Any, app: App, args: argparse.Namespace, *, rail_defaults: dic
     from ..rail import MailRail
 
     modes = chosen_modes(args)
-    options = dict(rail_defaults or {}, **rail_options(args))
+    options = rail_options(args, rail_defaults)
     options.pop("flow_control", None)
     rails = {mode: MailRail(comm, **dict(options, flow_control=mode)) for mode in modes}
     runners = {mode: (lambda rail=rail: app.run_mailrail(rail)) for mode, rail in rails.items()}

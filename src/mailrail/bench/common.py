@@ -32,13 +32,18 @@ def add_rail_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str] =
             group.add_argument("--" + knob.replace("_", "-"), dest=knob, default=None, help=help_text)
 
 
-def rail_options(args: argparse.Namespace) -> dict[str, Any]:
+def rail_options(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """The MailRail keyword arguments the user set on the command line (validated by Config).
 
     Only the flags :func:`add_rail_arguments` defines count: a command's own argument that
-    happens to share a knob's name (say ``trace``) is not a MailRail option.
+    happens to share a knob's name (say ``trace``) is not a MailRail option.  *defaults*: a
+    command's own defaults, for the knobs set neither by a flag nor by a ``MAILRAIL_*`` variable.
     """
-    return {k: getattr(args, k) for k in _FLAG_HELP if getattr(args, k, None) is not None}
+    from ..config import env_name
+
+    options = {k: v for k, v in (defaults or {}).items() if not os.environ.get(env_name(k), "").strip()}
+    options.update({k: getattr(args, k) for k in _FLAG_HELP if getattr(args, k, None) is not None})
+    return options
 
 
 def rail_flags(options: dict[str, Any]) -> list[str]:
