@@ -58,12 +58,12 @@ class MixtureOfExperts:
         rng = np.random.default_rng([args.seed, 1 + self.rank])
         self.tokens = rng.standard_normal((args.tokens, self.hidden), dtype=np.float32)
         self.choice, self.gate = self.route(rng, args.tokens)
-        # Every rank can build every expert (the same seed): the owner to compute, the rest to verify.
-        self.weights = {e: self.expert_weights(e) for e in range(self.experts)}
         self.dtype = record_type(self.hidden)
         self.output = np.zeros_like(self.tokens)
         self.rate = ("tokens_per_s", float(args.tokens * self.ranks))
         self.expected = self.local_reference()
+        # A rank keeps only its own experts' weights (any rank can rebuild any expert from the seed).
+        self.weights = {e: self.expert_weights(e) for e in range(self.rank, self.experts, self.ranks)}
 
     def route(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k distinct experts per token (Gumbel top-k over Zipf popularity) and their gate weights."""
@@ -79,11 +79,13 @@ class MixtureOfExperts:
         return (rng.standard_normal((self.hidden, self.hidden), dtype=np.float32) / np.sqrt(self.hidden))
 
     def local_reference(self) -> np.ndarray:
+        """This rank's outputs computed here, one expert at a time (its weights built and dropped)."""
         expected = np.zeros_like(self.tokens)
-        for k in range(self.top_k):
-            for expert in np.unique(self.choice[:, k]).tolist():
+        for expert in np.unique(self.choice).tolist():
+            weights = self.expert_weights(expert)
+            for k in range(self.top_k):
                 rows = np.flatnonzero(self.choice[:, k] == expert)
-                expected[rows] += self.gate[rows, k, None] * (self.tokens[rows] @ self.weights[expert])
+                expected[rows] += self.gate[rows, k, None] * (self.tokens[rows] @ weights)
         return expected
 
     def dispatch_records(self) -> tuple[np.ndarray, np.ndarray]:
