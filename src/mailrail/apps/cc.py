@@ -20,7 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from .frame import add_app_arguments, exchange, run_app
+from mpi4py import MPI
+
+from ..bench.common import alltoallv_exchange as exchange
+from .frame import add_app_arguments, run_app
 from .graph import EdgeFileError, read_edges, rmat_edges
 
 LOW32 = np.uint64(0xFFFFFFFF)
@@ -51,9 +54,6 @@ class ConnectedComponents:
     name = "cc"
 
     def __init__(self, comm: Any, args: argparse.Namespace) -> None:
-        from mpi4py import MPI
-
-        self.MPI = MPI
         self.comm, self.rank, self.ranks = comm, comm.Get_rank(), comm.Get_size()
         if args.edges:
             edges = read_edges_collectively(comm, args.edges)
@@ -117,7 +117,6 @@ class ConnectedComponents:
         offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
         targets = self.neighbours[np.arange(lengths.sum()) + offsets]
         labels = np.repeat(self.labels[owned], lengths)
-        self.records += len(targets)
         return targets % np.uint64(self.ranks), targets | (labels << np.uint64(32))
 
     def lower(self, records: np.ndarray) -> np.ndarray:
@@ -155,9 +154,10 @@ class ConnectedComponents:
             had_work = bool(pending)
             if had_work:
                 apply_pending()
-            if not self.comm.allreduce(had_work, op=self.MPI.LOR):
+            if not self.comm.allreduce(had_work, op=MPI.LOR):
                 break
         self.messages = rail.stats()["messages_sent"] - sent_before
+        self.records = coalescer.records_sent
         return self.figures()
 
     # -- the peer: bulk-synchronous supersteps ------------------------------
@@ -168,6 +168,7 @@ class ConnectedComponents:
         while True:
             self.rounds += 1
             dests, records = self.outgoing(changed)
+            self.records += len(records)
             self.messages += int(np.count_nonzero(np.bincount(dests.astype(np.intp), minlength=self.ranks)))
             changed = self.lower(exchange(self.comm, dests, records)[0])
             if not self.comm.allreduce(len(changed)):
@@ -184,7 +185,6 @@ class ConnectedComponents:
     def verify(self) -> bool:
         """Collective: labels consistent along every edge, and (up to 2**20 vertices) scipy's labels."""
         dests, records = self.outgoing(np.arange(self.owned))
-        self.records = 0
         neighbour_view, _ = exchange(self.comm, dests, records)
         owned = ((neighbour_view & LOW32) // np.uint64(self.ranks)).astype(np.intp)
         consistent = bool(np.all(self.labels[owned] == neighbour_view >> np.uint64(32)))
@@ -196,7 +196,7 @@ class ConnectedComponents:
             for rank, labels in enumerate(gathered):
                 full[rank::self.ranks] = labels
             exact = bool(np.array_equal(full, self.expected))
-        return bool(self.comm.allreduce(consistent and self.comm.bcast(exact), op=self.MPI.LAND))
+        return bool(self.comm.allreduce(consistent and self.comm.bcast(exact), op=MPI.LAND))
 
     def components(self) -> int:
         own_ids = np.arange(self.rank, self.vertices, self.ranks, dtype=np.uint64)
@@ -224,8 +224,6 @@ def read_edges_collectively(comm: Any, path: str) -> np.ndarray:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mpi4py import MPI
-
     comm = MPI.COMM_WORLD
     try:
         app = ConnectedComponents(comm, args)

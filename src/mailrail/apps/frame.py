@@ -15,8 +15,6 @@ import statistics
 import time
 from typing import Any, Protocol
 
-import numpy as np
-
 from ..bench.common import add_rail_arguments, format_table, rail_options, write_json
 from ..config import FLOW_CONTROL_MODES, Config
 
@@ -56,25 +54,6 @@ class App(Protocol):
 
     def summary(self) -> dict[str, Any]:
         """Collective: figures of the whole run for the JSON document's top level (e.g. ``components``)."""
-
-
-def exchange(comm: Any, dests: np.ndarray, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The peers' ``Alltoallv``: rows of *records* (any dtype and row shape) to ranks *dests*.
-
-    Returns the rows this rank received, in rank order, and how many came from each rank.
-    """
-    from mpi4py import MPI
-
-    ranks = comm.Get_size()
-    order = np.argsort(dests.astype(np.uint32), kind="stable")
-    counts = np.bincount(dests.astype(np.intp), minlength=ranks)
-    incoming = np.empty(ranks, dtype=counts.dtype)
-    comm.Alltoall(counts, incoming)
-    received = np.empty((int(incoming.sum()), *records.shape[1:]), dtype=records.dtype)
-    row = records.itemsize * int(np.prod(records.shape[1:], dtype=np.int64))
-    comm.Alltoallv([np.ascontiguousarray(records[order]).view(np.uint8), counts * row, MPI.BYTE],
-                   [received.view(np.uint8), incoming * row, MPI.BYTE])
-    return received, incoming
 
 
 def chosen_modes(args: argparse.Namespace) -> list[str]:

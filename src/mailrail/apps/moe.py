@@ -21,7 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from .frame import add_app_arguments, exchange, run_app
+from mpi4py import MPI
+
+from ..bench.common import alltoallv_exchange as exchange
+from .frame import add_app_arguments, run_app
 
 #: Tokens an expert collects before it multiplies them (and what it has when dispatch ends).
 EXPERT_BATCH = 256
@@ -146,7 +149,7 @@ class MixtureOfExperts:
             coalescer.barrier()
             had_work = bool(waiting)
             run_waiting()
-            if not self.comm.allreduce(had_work, op=self.mpi().LOR):
+            if not self.comm.allreduce(had_work, op=MPI.LOR):
                 break
         return self.figures(rounds, rail.stats()["messages_sent"] - sent_before)
 
@@ -166,17 +169,12 @@ class MixtureOfExperts:
         return {"rounds": rounds, "messages": self.comm.allreduce(messages),
                 "bytes": 2 * self.dtype.itemsize * self.comm.allreduce(pairs)}
 
-    @staticmethod
-    def mpi() -> Any:
-        from mpi4py import MPI
-        return MPI
-
     # -- checks ----------------------------------------------------------------
 
     def verify(self) -> bool:
         """Collective: every token's output equals the local computation (float32, rtol 1e-4)."""
         close = bool(np.allclose(self.output, self.expected, rtol=1e-4, atol=1e-4))
-        return bool(self.comm.allreduce(close, op=self.mpi().LAND))
+        return bool(self.comm.allreduce(close, op=MPI.LAND))
 
     def load(self) -> list[int]:
         """Token-expert pairs each rank's experts receive."""
@@ -193,8 +191,6 @@ class MixtureOfExperts:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mpi4py import MPI
-
     comm = MPI.COMM_WORLD
     app = MixtureOfExperts(comm, args)
     # A datagram holds several tokens unless the user chose its size.

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .common import add_rail_arguments, format_table, rail_options, write_json
+from .common import add_rail_arguments, alltoallv_exchange, format_table, rail_options, write_json
 
 RMAT_PROBABILITIES = (0.57, 0.19, 0.19, 0.05)  # Graph500 a, b, c, d
 CHUNK = 8192  # keys partitioned per step: cache-sized, and receives interleave with sends
@@ -199,21 +199,9 @@ def _check(comm, table: Table, expected: np.ndarray | None, global_inserts: int)
 
 def _alltoallv_baseline(comm, keys, owners, table: Table, expected, global_inserts: int, trials: int) -> dict:
     """Bulk-synchronous peer: partition by owner, Alltoallv the keys, bincount locally."""
-    from mpi4py import MPI
-
-    from ..coalesce import rank_sort_dtype
-
-    size = comm.Get_size()
 
     def exchange() -> None:
-        order = np.argsort(owners.astype(rank_sort_dtype(size)), kind="stable")
-        send = keys[order]
-        send_counts = np.bincount(owners.astype(np.intp), minlength=size)
-        recv_counts = np.empty(size, dtype=send_counts.dtype)
-        comm.Alltoall(send_counts, recv_counts)
-        received = np.empty(int(recv_counts.sum()), dtype=np.uint64)
-        comm.Alltoallv([send, send_counts, MPI.UINT64_T], [received, recv_counts, MPI.UINT64_T])
-        table.add(-1, received)
+        table.add(-1, alltoallv_exchange(comm, owners, keys)[0])
 
     results = []
     for trial in range(trials + 1):
