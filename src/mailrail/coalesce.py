@@ -8,6 +8,8 @@ slices into send buffers: no Python loop per record.  Full datagrams leave at
 once; the remainder waits in a per-destination staging row until
 :meth:`Coalescer.flush`.  Arriving datagrams are handed back to the
 application as record arrays (zero-copy views, valid during the handler).
+Records a rank sends to itself never touch MPI: they go to the handler at
+once, as one array (YGM delivers local messages the same way).
 """
 
 from __future__ import annotations
@@ -106,12 +108,27 @@ class Coalescer:
         order = np.argsort(ranks, kind="stable")  # radix sort for 16-bit keys: O(n)
         sorted_records = records[order]
         counts = np.bincount(ranks, minlength=self.rail.size)
-        start = 0
-        for dest in np.flatnonzero(counts).tolist():
-            end = start + int(counts[dest])
-            self._send_to(dest, sorted_records[start:end])
-            start = end
         self.records_sent += len(records)
+        ends = np.cumsum(counts)
+        # Destinations in turn from the next rank on, this one last: ranks do not all start on
+        # rank 0, and local work runs after the remote ranks have theirs.
+        rank = self.rail.rank
+        dests_used = np.flatnonzero(counts)
+        dests_used = np.roll(dests_used, -int(np.searchsorted(dests_used, rank + 1)))
+        for dest in dests_used.tolist():
+            end = int(ends[dest])
+            start = end - int(counts[dest])
+            if dest == rank:
+                self._deliver_locally(sorted_records[start:end])
+            else:
+                self._send_to(dest, sorted_records[start:end])
+
+    def _deliver_locally(self, records: np.ndarray) -> None:
+        # A copy of MPI's shared-memory copy and a datagram per few records saved: the handler
+        # gets them directly, read-only as arrivals are; what it sends meanwhile waits in _nested.
+        records.flags.writeable = False
+        self.records_received += len(records)
+        self.handler(self.rail.rank, records)
 
     def _send_to(self, dest: int, records: np.ndarray) -> None:
         per = self.per_datagram
@@ -191,9 +208,11 @@ class Coalescer:
         Records the handler sends meanwhile leave at once (no staging), so the
         barrier's message counts see them.
         """
-        self.flush()
+        # Set before the flush: a handler run by the flush's own polls may send records, and those
+        # must leave too, or the barrier could end with them still staged.
         self._flush_each_send = True
         try:
+            self.flush()
             self.rail.barrier(handler=self.deliver)
         finally:
             self._flush_each_send = False
