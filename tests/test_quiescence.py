@@ -25,9 +25,13 @@ def test_unbalanced_rounds_never_finish_even_when_they_agree():
     assert not any(detector.round_finished(9, 8) for _ in range(5))
 
 
-def test_more_released_than_sent_is_a_counting_bug():
-    with pytest.raises(AssertionError, match="more messages released"):
-        TerminationDetector().round_finished(1, 2)
+def test_a_round_that_saw_a_release_before_its_send_does_not_finish():
+    # A message sent after its sender read its counters and released before its receiver read
+    # theirs: the round counts more releases than sends (app cc hit this with 128 KiB datagrams).
+    detector = TerminationDetector()
+    assert not detector.round_finished(7, 8)
+    assert not detector.round_finished(8, 8)
+    assert detector.round_finished(8, 8)
 
 
 @pytest.mark.mpi

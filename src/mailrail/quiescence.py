@@ -21,8 +21,9 @@ class TerminationDetector:
     def round_finished(self, sent: int, released: int) -> bool:
         """True when this round proves global quiescence."""
         self.rounds += 1
-        if released > sent:
-            raise AssertionError(f"more messages released ({released}) than sent ({sent}): a counting bug")
+        # Ranks read their counters at different moments, so a round may count a message's release
+        # and not its send (sent after its sender read, released before its receiver did): more
+        # released than sent is such a round, never the end.
         current = (sent, released)
         done = sent == released and current == self._previous
         self._previous = current
