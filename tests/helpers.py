@@ -6,16 +6,18 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from mailrail.cluster import cgroups, namespaces, state
 from mailrail.cluster.spec import PREFIX
-from mailrail.launch import run_bounded
+from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
-#: The README, whose tables the tests check against the code.
-README_TEXT = open(os.path.join(os.path.dirname(__file__), os.pardir, "README.md"), encoding="utf-8").read()
+ROOT = Path(__file__).resolve().parent.parent
+#: Seconds before a hung job is killed (all its ranks) and its test fails with the output.
+MPI_TIMEOUT = float(os.environ.get("MAILRAIL_TEST_TIMEOUT", "120"))
 
 
 def program_path(name: str) -> str:
@@ -43,13 +45,96 @@ def job_environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def mailrail(*args: str, timeout: float = 240, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
-    """``python -m mailrail ARGS`` in its own process group, killed after *timeout* seconds."""
+def _fail_hung(what: str, timeout: float, expired: subprocess.TimeoutExpired) -> None:
+    pytest.fail(
+        f"{what} hung for {timeout:.0f} s and was killed\n--- stdout ---\n{(expired.output or '')[-6000:]}\n"
+        f"--- stderr ---\n{(expired.stderr or '')[-6000:]}"
+    )
+
+
+def _failed(what: str, completed: subprocess.CompletedProcess) -> None:
+    pytest.fail(
+        f"{what} exited {completed.returncode}\n--- stdout ---\n{completed.stdout[-6000:]}\n"
+        f"--- stderr ---\n{completed.stderr[-6000:]}"
+    )
+
+
+def mailrail(
+    *args: str, timeout: float = 240, prefix: list[str] | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m mailrail ARGS`` in its own process group (*env*: variables added to the job
+    environment), killed after *timeout* seconds."""
     argv = [*(prefix or []), sys.executable, "-m", "mailrail", *args]
     try:
-        return run_bounded(argv, timeout=timeout, env=job_environment(), capture=True)
+        return run_bounded(argv, timeout=timeout, env=job_environment(**(env or {})), capture=True)
     except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"mailrail {' '.join(args)} hung for {timeout} s:\n{expired.output}\n{expired.stderr}")
+        _fail_hung(f"mailrail {' '.join(args)}", timeout, expired)
+        raise  # not reached: pytest.fail raises
+
+
+def mailrail_job(
+    ranks: int, *args: object, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT
+) -> subprocess.CompletedProcess:
+    """``mpiexec -n RANKS python -m mailrail ARGS`` in the test's job environment, killed after *timeout*."""
+    argv = [str(arg) for arg in args]
+    launch = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail", *argv])
+    try:
+        return run_bounded(
+            launch, timeout=timeout, env=mpi_environment(base=job_environment(**(env or {}))), capture=True
+        )
+    except subprocess.TimeoutExpired as expired:
+        _fail_hung(f"mailrail {' '.join(argv)} on {ranks} ranks", timeout, expired)
+        raise
+
+
+def replay(ranks: int, trace: object, json_path: Path, *flags: str, env: dict[str, str] | None = None) -> dict:
+    """``mailrail replay TRACE --json JSON_PATH FLAGS``; fails the test unless it exits 0; the JSON document."""
+    completed = mailrail_job(ranks, "replay", trace, "--json", json_path, *flags, env=env)
+    if completed.returncode != 0:
+        _failed(f"replay {trace} {' '.join(flags)}", completed)
+    return json.loads(json_path.read_text())
+
+
+def run_program(
+    ranks: int, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT
+) -> subprocess.CompletedProcess:
+    """Test program *name* (tests/programs) on *ranks* ranks under mpiexec, killed after *timeout*."""
+    argv = mpiexec_argv(ranks, [*program(name), *args])
+    try:
+        return run_bounded(
+            argv, timeout=timeout, env=mpi_environment(base=job_environment(**(env or {}))), capture=True
+        )
+    except subprocess.TimeoutExpired as expired:
+        _fail_hung(f"{name} on {ranks} ranks", timeout, expired)
+        raise
+
+
+def mpirun(ranks: int, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT) -> dict:
+    """Run test program *name*; fails the test unless it exits 0; the ``RESULT`` line of rank 0."""
+    completed = run_program(ranks, name, *args, env=env, timeout=timeout)
+    if completed.returncode != 0:
+        _failed(f"{name} on {ranks} ranks", completed)
+    return result_of(completed)
+
+
+def mpirun_failing(
+    ranks: int, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT
+) -> subprocess.CompletedProcess:
+    """Run test program *name*, which must fail (exit non-zero); its output, to check the error."""
+    completed = run_program(ranks, name, *args, env=env, timeout=timeout)
+    if completed.returncode == 0:
+        pytest.fail(f"{name} was expected to fail but exited 0:\n{completed.stdout[-6000:]}")
+    return completed
+
+
+def assert_exactly_once(result: dict, engine: str = TEST_ENGINE or "compiled") -> None:
+    """A traffic.py run delivered every message once, on the *engine* message path, with nothing left over."""
+    assert result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
+    stats = result["stats"]
+    assert {s["engine"] for s in stats} == {engine}
+    assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
+    assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
+    assert all(s["deferred_now"] == 0 for s in stats)
 
 
 def leftovers() -> dict[str, list[str]]:
@@ -58,8 +143,12 @@ def leftovers() -> dict[str, list[str]]:
     groups = []
     if hierarchy and os.path.isdir(hierarchy.base):
         groups = sorted(n for n in os.listdir(hierarchy.base) if n.startswith(PREFIX))
-    return {"netns": namespaces.list_netns(PREFIX), "state": state.known_names(PREFIX), "cgroups": groups,
-            "processes": processes_mentioning(state.STATE_ROOT + "/" + PREFIX)}
+    return {
+        "netns": namespaces.list_netns(PREFIX),
+        "state": state.known_names(PREFIX),
+        "cgroups": groups,
+        "processes": processes_mentioning(state.STATE_ROOT + "/" + PREFIX),
+    }
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -91,9 +180,10 @@ def ready_pids(stdout: str) -> list[int]:
 
 def result_of(completed: subprocess.CompletedProcess) -> dict:
     """The ``RESULT <json>`` line of a job that must have exited 0 (else the test fails with its output)."""
-    assert completed.returncode == 0, (f"exit {completed.returncode}\n{completed.stdout[-4000:]}\n"
-                                       f"{completed.stderr[-4000:]}")
+    assert completed.returncode == 0, (
+        f"exit {completed.returncode}\n{completed.stdout[-4000:]}\n{completed.stderr[-4000:]}"
+    )
     for line in completed.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     pytest.fail(f"no RESULT line:\n{completed.stdout[-4000:]}\n{completed.stderr[-4000:]}")

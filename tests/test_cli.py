@@ -38,8 +38,9 @@ def test_each_bounded_job_gets_a_fresh_tmpdir_removed_afterwards(tmp_path):
     from mailrail.launch import run_bounded
 
     code = "import os, tempfile; print(tempfile.gettempdir()); print(os.path.isdir(tempfile.gettempdir()))"
-    first, second = (run_bounded([sys.executable, "-c", code], timeout=60, env=os.environ, capture=True)
-                     for _ in range(2))
+    first, second = (
+        run_bounded([sys.executable, "-c", code], timeout=60, env=os.environ, capture=True) for _ in range(2)
+    )
     (first_dir, first_exists), (second_dir, _) = first.stdout.split(), second.stdout.split()
     assert first_exists == "True" and "mailrail-job-" in first_dir
     assert first_dir != second_dir and not os.path.exists(first_dir)

@@ -2,21 +2,35 @@
 
 import pytest
 
+from helpers import mpirun
+
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("seed, mode, ranks", [
-    pytest.param(1, "none", 4, marks=pytest.mark.smoke),
-    (2, "rank", 4),
-    (3, "node", 6),
-    (4, "none", 1),
-])
-def test_records_arrive_exactly_once_with_backpressure(mpirun, seed, mode, ranks):
+@pytest.mark.parametrize(
+    "seed, mode, ranks",
+    [
+        pytest.param(1, "none", 4, marks=pytest.mark.smoke),
+        (2, "rank", 4),
+        (3, "node", 6),
+        (4, "none", 1),
+    ],
+)
+def test_records_arrive_exactly_once_with_backpressure(seed, mode, ranks):
     # 256-byte datagrams and a 2-slot send pool: many partial datagrams, constant backpressure.
-    result = mpirun(ranks, "coalesce_roundtrip.py", "--seed", str(seed),
-                    env={"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_DATAGRAM_SIZE": "256",
-                         "MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "6",
-                         "MAILRAIL_RANKS_PER_NODE": "2"})
+    result = mpirun(
+        ranks,
+        "coalesce_roundtrip.py",
+        "--seed",
+        str(seed),
+        env={
+            "MAILRAIL_FLOW_CONTROL": mode,
+            "MAILRAIL_DATAGRAM_SIZE": "256",
+            "MAILRAIL_SEND_POOL_SLOTS": "2",
+            "MAILRAIL_RECV_POOL_SLOTS": "6",
+            "MAILRAIL_RANKS_PER_NODE": "2",
+        },
+    )
     assert result["sent"] == result["received"] > 0
     assert result["forwarded"] > 0  # records sent from inside handlers made it too
     if ranks > 1:
@@ -25,7 +39,7 @@ def test_records_arrive_exactly_once_with_backpressure(mpirun, seed, mode, ranks
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("mode, ranks", [("none", 2), ("rank", 4), ("node", 4)])
-def test_replies_sent_while_the_barrier_flushes_arrive_before_it_returns(mpirun, mode, ranks):
+def test_replies_sent_while_the_barrier_flushes_arrive_before_it_returns(mode, ranks):
     # Each rank's flush finds requests already waiting; the replies its handler sends then are
     # partial datagrams, which barrier() once left staged (found by app moe's verification).
     result = mpirun(ranks, "coalesce_replies.py", env={"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2"})

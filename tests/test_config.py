@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import inspect
+
 import pytest
 
-from mailrail.config import KNOBS, Config, env_name
+from mailrail.bench.common import add_rail_arguments
+from mailrail.config import KNOBS, Config, env_name, knobs
 from mailrail.errors import ConfigError
 
 
@@ -82,8 +87,9 @@ def test_unrelated_and_blank_environment_variables_are_ignored():
 
 
 def test_environment_values_are_stripped_and_case_insensitive():
-    config = Config.from_env({"MAILRAIL_SEND_POOL_SLOTS": " 12 ", "MAILRAIL_FLOW_CONTROL": " Node ",
-                              "MAILRAIL_ATOMICS": "MPI"})
+    config = Config.from_env(
+        {"MAILRAIL_SEND_POOL_SLOTS": " 12 ", "MAILRAIL_FLOW_CONTROL": " Node ", "MAILRAIL_ATOMICS": "MPI"}
+    )
     assert config.send_pool_slots == 12
     assert config.flow_control == "node"
     assert config.atomics == "mpi"
@@ -274,3 +280,33 @@ def test_config_is_immutable():
     config = Config.from_env({})
     with pytest.raises(AttributeError):
         config.datagram_size = 1  # type: ignore[misc]
+
+
+def test_every_knob_is_a_keyword_only_parameter_of_mailrail_with_its_type():
+    from mailrail.rail import MailRail
+
+    parameters = inspect.signature(MailRail.__init__).parameters
+    keyword_only = {name: p for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    fields = dataclasses.fields(Config)
+    assert list(keyword_only) == [field.name for field in fields]
+    for field in fields:
+        optional = field.type if field.type.endswith("| None") else f"{field.type} | None"
+        assert keyword_only[field.name].annotation == optional, field.name
+        assert keyword_only[field.name].default is None  # None: left to MAILRAIL_* and the default
+
+
+def test_the_benchmark_flags_are_the_knobs_with_their_documented_meaning():
+    parser = argparse.ArgumentParser()
+    add_rail_arguments(parser)
+    flags = {action.dest: action for action in parser._actions if action.dest != "help"}
+    assert sorted(flags) == sorted(knob.name for knob in knobs() if knob.flag)
+    for knob in knobs():
+        if knob.flag:
+            assert flags[knob.name].option_strings == ["--" + knob.name.replace("_", "-")]
+            assert knob.help.replace("`", "") in flags[knob.name].help and knob.variable in flags[knob.name].help
+
+
+def test_every_knob_has_a_meaning_and_a_documented_default():
+    for knob in knobs():
+        assert knob.help and knob.default_text and knob.variable == env_name(knob.name)
+        assert "\n" not in knob.help and "|" not in knob.help  # one line, and a table cell

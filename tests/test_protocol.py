@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mailrail.errors import (BufferOwnershipError, CreditStallError, InvalidDestinationError,
-                             MessageSizeError)
+from mailrail.errors import BufferOwnershipError, CreditStallError, InvalidDestinationError, MessageSizeError
 from mailrail.flow import NodeCredits, RankCredits, Unconstrained
 from mailrail.flow.node import LocalCounters
 from mailrail.pool import SlotPool

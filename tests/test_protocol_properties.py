@@ -2,8 +2,9 @@
 
 N ranks (2..6) run the sans-I/O :class:`~mailrail.protocol.Endpoint` with rank- or
 node-based credits, accounted either by the reference classes of :mod:`mailrail.flow`
-(the Python transport's) or by the compiled ``CreditLedger`` (the compiled transport's).  An in-memory network keeps one FIFO list of payloads and one
-of credit messages per (source, destination) pair, like MPI's non-overtaking rule.
+(the Python transport's) or by the compiled ``CreditLedger`` (the compiled transport's).  An
+in-memory network keeps one FIFO list of payloads and one of credit messages per (source,
+destination) pair, like MPI's non-overtaking rule.
 Hypothesis picks the interleaving: application sends, payload deliveries,
 application releases (in any order), credit deliveries and drains.  After every
 step the credit invariants are checked; at the end everything is drained and
@@ -55,8 +56,9 @@ class Cluster:
         self.setup = setup
         n = self.n = setup.ranks
         senders = n if setup.mode == "rank" else setup.nodes
-        budget = credit_budget(setup.mode, recv_slots=setup.recv_slots, ranks=n, nodes=setup.nodes,
-                               credit_threshold=setup.credit_threshold)
+        budget = credit_budget(
+            setup.mode, recv_slots=setup.recv_slots, ranks=n, nodes=setup.nodes, credit_threshold=setup.credit_threshold
+        )
         self.per_pair = budget.credits_per_pair
         assert self.per_pair * senders <= setup.recv_slots
         if ledger == "compiled":  # node pools as the compiled ledger sees them: int64 counters in memory
@@ -66,19 +68,31 @@ class Cluster:
         self.eps: list[Endpoint] = []
         for rank in range(n):
             if setup.mode == "rank" and ledger == "compiled":
-                flow = compiled.credit_ledger("rank", n, budget.credits_per_pair, budget.return_threshold,
-                                              piggyback=setup.piggyback)
+                flow = compiled.credit_ledger(
+                    "rank", n, budget.credits_per_pair, budget.return_threshold, piggyback=setup.piggyback
+                )
             elif setup.mode == "rank":
-                flow = RankCredits(n, budget.credits_per_pair, budget.return_threshold,
-                                   piggyback=setup.piggyback)
+                flow = RankCredits(n, budget.credits_per_pair, budget.return_threshold, piggyback=setup.piggyback)
             elif ledger == "compiled":
                 pool = self.node_pools[setup.node_of(rank)]
-                flow = compiled.credit_ledger("node", n, budget.credits_per_pair, budget.return_threshold,
-                                              nodes=setup.nodes, ranks_per_node=setup.ranks_per_node,
-                                              pool=pool.ctypes.data, owner=pool)
+                flow = compiled.credit_ledger(
+                    "node",
+                    n,
+                    budget.credits_per_pair,
+                    budget.return_threshold,
+                    nodes=setup.nodes,
+                    ranks_per_node=setup.ranks_per_node,
+                    pool=pool.ctypes.data,
+                    owner=pool,
+                )
             else:
-                flow = NodeCredits(setup.nodes, setup.node_of, self.node_pools[setup.node_of(rank)],
-                                   budget.credits_per_pair, budget.return_threshold)
+                flow = NodeCredits(
+                    setup.nodes,
+                    setup.node_of,
+                    self.node_pools[setup.node_of(rank)],
+                    budget.credits_per_pair,
+                    budget.return_threshold,
+                )
             self.eps.append(Endpoint(rank, n, SlotPool(setup.send_slots, SLOT_SIZE), flow))
         pairs = [(s, d) for s in range(n) for d in range(n)]
         self.payloads: dict[tuple[int, int], deque] = {p: deque() for p in pairs}  # (seq, tag, slot)
@@ -120,8 +134,9 @@ class Cluster:
         seq = int.from_bytes(bytes(ep.send_pool.views[slot][:nbytes]), "little")
         sent = self.transmitted[src, dst]
         sent.append(seq)
-        assert sent == self.submitted[src, dst][:len(sent)], \
+        assert sent == self.submitted[src, dst][: len(sent)], (
             f"FIFO broken at transmission {src}->{dst}: sent {sent}, submitted {self.submitted[src, dst]}"
+        )
         tag = ep.tag_for(dst)
         assert tag >= 0
         self.returned[src, dst] += tag
@@ -142,7 +157,7 @@ class Cluster:
         self.delivered[src, dst, seq] += 1
         order = self.delivered_order[src, dst]
         order.append(seq)
-        assert order == self.submitted[src, dst][:len(order)], f"FIFO broken on delivery {src}->{dst}"
+        assert order == self.submitted[src, dst][: len(order)], f"FIFO broken on delivery {src}->{dst}"
         self.held[dst].append((src, seq))
         assert len(self.held[dst]) <= self.setup.recv_slots, f"rank {dst} overran its receive slots"
 
@@ -151,8 +166,9 @@ class Cluster:
         credit_return = self.eps[rank].released(src)
         if credit_return is not None:
             target, count = credit_return
-            assert target == src or (self.setup.mode == "node"
-                                     and self.setup.node_of(target) == self.setup.node_of(src))
+            assert target == src or (
+                self.setup.mode == "node" and self.setup.node_of(target) == self.setup.node_of(src)
+            )
             assert 1 <= count <= self.per_pair, f"rank {rank} returns {count} credits to {target}"
             self.returned[rank, target] += count
             self.credit_msgs[rank, target].append(count)
@@ -190,17 +206,21 @@ class Cluster:
                 in_flight = sum(len(self.payloads[s, dst]) for s in ranks)
                 # Arrived at dst but not yet given back (by credit message or tag).
                 unreturned = sum(self.arrived[s, dst] - self.returned[dst, s] for s in ranks)
-                returning = sum(sum(self.credit_msgs[dst, s]) + sum(t for _, t, _ in self.payloads[dst, s])
-                                for s in ranks)
-                assert unreturned == self.eps[dst].flow.unreturned[unit], \
-                    f"rank {dst} counts {self.eps[dst].flow.unreturned[unit]} unreturned from {ranks}, " \
+                returning = sum(
+                    sum(self.credit_msgs[dst, s]) + sum(t for _, t, _ in self.payloads[dst, s]) for s in ranks
+                )
+                assert unreturned == self.eps[dst].flow.unreturned[unit], (
+                    f"rank {dst} counts {self.eps[dst].flow.unreturned[unit]} unreturned from {ranks}, "
                     f"the network says {unreturned}"
-                assert unreturned <= self.per_pair, \
+                )
+                assert unreturned <= self.per_pair, (
                     f"{unreturned} unreturned messages at {dst} from sender unit {ranks} > {self.per_pair}"
+                )
                 assert in_flight <= self.per_pair, f"{in_flight} in flight from {ranks} to {dst} without credit"
                 total = credits + in_flight + unreturned + returning
-                assert total == self.per_pair, \
+                assert total == self.per_pair, (
                     f"credits for receiver {dst} from {ranks} not conserved: {total} != {self.per_pair}"
+                )
                 granted += total
             assert granted <= self.setup.recv_slots, f"{granted} credits granted for rank {dst}'s receive slots"
 
@@ -282,8 +302,7 @@ def step(cluster: Cluster, kind: str, a: int, b: int) -> None:
 
 @pytest.mark.parametrize("ledger", LEDGERS)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(setup=setups(),
-       events=st.lists(EVENTS, min_size=60, max_size=250))
+@given(setup=setups(), events=st.lists(EVENTS, min_size=60, max_size=250))
 def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once(ledger, setup, events):
     events = [decode(event) for event in events]
     note(f"decoded events: {events}")
@@ -295,8 +314,11 @@ def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once
 
     cluster.quiesce()
 
-    stuck = {ep.rank: {d: (ep.deferred.queued_for(d), ep.flow.available(d)) for d in ep.deferred.destinations()}
-             for ep in cluster.eps if ep.deferred.total}
+    stuck = {
+        ep.rank: {d: (ep.deferred.queued_for(d), ep.flow.available(d)) for d in ep.deferred.destinations()}
+        for ep in cluster.eps
+        if ep.deferred.total
+    }
     assert not stuck, f"deferred sends stuck after quiescence, rank: {{dest: (queued, credits)}}: {stuck}"
     sent = Counter((s, d, seq) for (s, d), seqs in cluster.submitted.items() for seq in seqs)
     assert cluster.delivered == sent, "a message was lost or duplicated"
@@ -306,16 +328,21 @@ def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once
     for ep in cluster.eps:
         assert ep.deferred.total == 0
         assert ep.send_pool.free_count == setup.send_slots, "a send slot leaked"
-        assert ep.messages_sent == ep.transport_counters(held_high_water=0)["messages_sent"] == sum(
-            len(seqs) for (s, _), seqs in cluster.submitted.items() if s == ep.rank)
+        assert (
+            ep.messages_sent
+            == ep.transport_counters(held_high_water=0)["messages_sent"]
+            == sum(len(seqs) for (s, _), seqs in cluster.submitted.items() if s == ep.rank)
+        )
         assert ep.messages_received == ep.messages_released
 
 
 @pytest.mark.parametrize("ledger", LEDGERS)
 def test_the_simulation_detects_a_send_without_credit(ledger):
     """Guard against a vacuous harness: bypassing the credit check must trip the invariants."""
-    cluster = Cluster(Setup(ranks=2, mode="rank", ranks_per_node=1, recv_slots=2, credit_threshold=1,
-                            piggyback=False, send_slots=4), ledger)
+    cluster = Cluster(
+        Setup(ranks=2, mode="rank", ranks_per_node=1, recv_slots=2, credit_threshold=1, piggyback=False, send_slots=4),
+        ledger,
+    )
     assert cluster.per_pair == 1
     cluster.app_send(0, 1)
     cluster.eps[0].flow.send_credits[1] += 1  # forge a credit

@@ -2,6 +2,7 @@
 
 import pytest
 
+from helpers import mpirun
 from mailrail.quiescence import TerminationDetector
 
 
@@ -35,15 +36,27 @@ def test_a_round_that_saw_a_release_before_its_send_does_not_finish():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("mode, ranks, rounds", [
-    pytest.param("none", 4, 2000, marks=pytest.mark.smoke),
-    ("rank", 4, 1500),
-    ("node", 8, 1500),
-])
-def test_back_to_back_barriers_neither_hang_nor_return_early(mpirun, mode, ranks, rounds):
-    result = mpirun(ranks, "barrier_stress.py", "--rounds", str(rounds),
-                    env={"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_CREDITS_PER_PAIR": "1",
-                         "MAILRAIL_RANKS_PER_NODE": "2", "MAILRAIL_SEND_POOL_SLOTS": "4"})
+@pytest.mark.parametrize(
+    "mode, ranks, rounds",
+    [
+        pytest.param("none", 4, 2000, marks=pytest.mark.smoke),
+        ("rank", 4, 1500),
+        ("node", 8, 1500),
+    ],
+)
+def test_back_to_back_barriers_neither_hang_nor_return_early(mode, ranks, rounds):
+    result = mpirun(
+        ranks,
+        "barrier_stress.py",
+        "--rounds",
+        str(rounds),
+        env={
+            "MAILRAIL_FLOW_CONTROL": mode,
+            "MAILRAIL_CREDITS_PER_PAIR": "1",
+            "MAILRAIL_RANKS_PER_NODE": "2",
+            "MAILRAIL_SEND_POOL_SLOTS": "4",
+        },
+    )
     assert result["stale"] == 0  # no message of a finished round ever arrived after its barrier
     assert result["sent"] == result["received"]
     assert result["replies"] > 0  # handlers sent inside barriers

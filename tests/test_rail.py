@@ -2,6 +2,8 @@
 
 import pytest
 
+from helpers import assert_exactly_once, mpirun
+
 pytestmark = pytest.mark.mpi
 
 TINY_POOLS = {"MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "2"}
@@ -10,7 +12,7 @@ ENGINES = ["compiled", "python"]
 
 
 @pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.smoke), 8, 16])
-def test_uniform_traffic_is_delivered_exactly_once(mpirun, ranks, assert_exactly_once):
+def test_uniform_traffic_is_delivered_exactly_once(ranks):
     result = mpirun(ranks, "traffic.py", "--pattern", "uniform", "--max-messages", "200", "--seed", str(ranks))
     assert_exactly_once(result)
 
@@ -18,20 +20,30 @@ def test_uniform_traffic_is_delivered_exactly_once(mpirun, ranks, assert_exactly
 @pytest.mark.smoke
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("pattern", ["uniform", "incast"])
-def test_tiny_pools_force_backpressure_without_loss(mpirun, pattern, engine, assert_exactly_once):
-    result = mpirun(4, "traffic.py", "--pattern", pattern, "--max-messages", "150",
-                    env=dict(TINY_POOLS, MAILRAIL_ENGINE=engine))
+def test_tiny_pools_force_backpressure_without_loss(pattern, engine):
+    result = mpirun(
+        4, "traffic.py", "--pattern", pattern, "--max-messages", "150", env=dict(TINY_POOLS, MAILRAIL_ENGINE=engine)
+    )
     assert_exactly_once(result, engine)
 
 
 @pytest.mark.parametrize("ranks", [2, 8])
-def test_python_path_delivers_exactly_once(mpirun, ranks, assert_exactly_once):
-    result = mpirun(ranks, "traffic.py", "--pattern", "uniform", "--max-messages", "200", "--seed", str(ranks),
-                    env={"MAILRAIL_ENGINE": "python"})
+def test_python_path_delivers_exactly_once(ranks):
+    result = mpirun(
+        ranks,
+        "traffic.py",
+        "--pattern",
+        "uniform",
+        "--max-messages",
+        "200",
+        "--seed",
+        str(ranks),
+        env={"MAILRAIL_ENGINE": "python"},
+    )
     assert_exactly_once(result, "python")
 
 
-def test_many_to_one_incast_at_16_ranks(mpirun, assert_exactly_once):
+def test_many_to_one_incast_at_16_ranks():
     result = mpirun(16, "traffic.py", "--pattern", "incast", "--max-messages", "150")
     assert_exactly_once(result)
     victim = result["victims"][0]
@@ -39,44 +51,52 @@ def test_many_to_one_incast_at_16_ranks(mpirun, assert_exactly_once):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_fewer_posted_receives_than_slots(mpirun, engine, assert_exactly_once):
-    result = mpirun(4, "traffic.py", "--max-messages", "150",
-                    env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3", "MAILRAIL_ENGINE": engine})
+def test_fewer_posted_receives_than_slots(engine):
+    result = mpirun(
+        4,
+        "traffic.py",
+        "--max-messages",
+        "150",
+        env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3", "MAILRAIL_ENGINE": engine},
+    )
     assert_exactly_once(result, engine)
 
 
 @pytest.fixture(scope="module", params=ENGINES)
-def errors(mpirun, request):
+def errors(request):
     result = mpirun(2, "errors.py", env={"MAILRAIL_ENGINE": request.param})
     assert result["engine"] == request.param
     return result
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("case, error, words", [
-    ("config_keyword", "ConfigError", ["MAILRAIL_DATAGRAM_SIZE", "0"]),
-    ("config_mode", "ConfigError", ["MAILRAIL_FLOW_CONTROL", "'bogus'"]),
-    ("config_unknown", "ConfigError", ["datagram_sz"]),
-    ("rank_mode_too_few_slots", "ConfigError", ["0 credits", "MAILRAIL_RECV_POOL_SLOTS=1", "node"]),
-    ("compiled_node_mode_with_mpi_atomics", "ConfigError", ["MAILRAIL_ENGINE=compiled", "MAILRAIL_ATOMICS=mpi"]),
-    ("dest_too_large", "InvalidDestinationError", ["destination 2", "0..1"]),
-    ("dest_negative", "InvalidDestinationError", ["destination -1"]),
-    ("dest_not_int", "InvalidDestinationError", ["'1'", "not an integer"]),
-    ("nbytes_negative", "MessageSizeError", ["nbytes=-1", "0..64"]),
-    ("nbytes_too_large", "MessageSizeError", ["nbytes=65", "0..64"]),
-    ("foreign_buffer", "BufferOwnershipError", ["not reserved"]),
-    ("buffer_sent_twice", "BufferOwnershipError", ["in flight", "once per reserve_send_buffer"]),
-    ("release_twice", "ReleaseError", ["already released"]),
-    ("release_foreign", "ReleaseError", ["'not a message'", "not a message received from this MailRail"]),
-    ("release_other_rails_message", "ReleaseError", ["not a message received from this MailRail"]),
-    ("reserve_after_finalize", "FinalizedError", ["reserve_send_buffer", "after finalize"]),
-    ("send_after_finalize", "FinalizedError", ["send(dest=0)", "after finalize"]),
-    ("receive_after_finalize", "FinalizedError", ["receive()"]),
-    ("release_after_finalize", "FinalizedError", ["release_receive_buffer()"]),
-    ("barrier_after_finalize", "FinalizedError", ["barrier()"]),
-    ("finalize_twice", "FinalizedError", ["twice"]),
-    ("finalize_strict", "UndeliveredError", ["1 arrived message(s) never returned by receive()"]),
-])
+@pytest.mark.parametrize(
+    "case, error, words",
+    [
+        ("config_keyword", "ConfigError", ["MAILRAIL_DATAGRAM_SIZE", "0"]),
+        ("config_mode", "ConfigError", ["MAILRAIL_FLOW_CONTROL", "'bogus'"]),
+        ("config_unknown", "TypeError", ["unexpected keyword argument", "datagram_sz"]),  # keyword-only knobs
+        ("rank_mode_too_few_slots", "ConfigError", ["0 credits", "MAILRAIL_RECV_POOL_SLOTS=1", "node"]),
+        ("compiled_node_mode_with_mpi_atomics", "ConfigError", ["MAILRAIL_ENGINE=compiled", "MAILRAIL_ATOMICS=mpi"]),
+        ("dest_too_large", "InvalidDestinationError", ["destination 2", "0..1"]),
+        ("dest_negative", "InvalidDestinationError", ["destination -1"]),
+        ("dest_not_int", "InvalidDestinationError", ["'1'", "not an integer"]),
+        ("nbytes_negative", "MessageSizeError", ["nbytes=-1", "0..64"]),
+        ("nbytes_too_large", "MessageSizeError", ["nbytes=65", "0..64"]),
+        ("foreign_buffer", "BufferOwnershipError", ["not reserved"]),
+        ("buffer_sent_twice", "BufferOwnershipError", ["in flight", "once per reserve_send_buffer"]),
+        ("release_twice", "ReleaseError", ["already released"]),
+        ("release_foreign", "ReleaseError", ["'not a message'", "not a message received from this MailRail"]),
+        ("release_other_rails_message", "ReleaseError", ["not a message received from this MailRail"]),
+        ("reserve_after_finalize", "FinalizedError", ["reserve_send_buffer", "after finalize"]),
+        ("send_after_finalize", "FinalizedError", ["send(dest=0)", "after finalize"]),
+        ("receive_after_finalize", "FinalizedError", ["receive()"]),
+        ("release_after_finalize", "FinalizedError", ["release_receive_buffer()"]),
+        ("barrier_after_finalize", "FinalizedError", ["barrier()"]),
+        ("finalize_twice", "FinalizedError", ["twice"]),
+        ("finalize_strict", "UndeliveredError", ["1 arrived message(s) never returned by receive()"]),
+    ],
+)
 def test_misuse_raises_a_precise_error(errors, case, error, words):
     raised, message = errors[case]
     assert raised == error, (case, raised, message)

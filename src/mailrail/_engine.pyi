@@ -31,10 +31,22 @@ class Engine:
     def held(self) -> int: ...
     @property
     def held_high_water(self) -> int: ...
-    def __init__(self, *, mpi: MPILibrary, comm: int, send_pool: SlotPool, recv_pool: SlotPool,
-                 recv_views: list[np.ndarray], posted_receives: int, size: int, endpoint: EndpointHooks,
-                 tuning: Tuning, ledger: CreditLedger | None = None, credit_comm: int = 0,
-                 tag_ub: int = 0) -> None: ...
+    def __init__(
+        self,
+        *,
+        mpi: MPILibrary,
+        comm: int,
+        send_pool: SlotPool,
+        recv_pool: SlotPool,
+        recv_views: list[np.ndarray],
+        posted_receives: int,
+        size: int,
+        endpoint: EndpointHooks,
+        tuning: Tuning,
+        ledger: CreditLedger | None = None,
+        credit_comm: int = 0,
+        tag_ub: int = 0,
+    ) -> None: ...
     def reserve_send_buffer(self) -> np.ndarray | None: ...
     def send(self, dest: Any, buf: Any, nbytes: Any) -> None: ...
     def receive(self) -> Message | None: ...

@@ -29,9 +29,21 @@ class CreditLedger:
     def unreturned(self) -> np.ndarray: ...
     @property
     def send_credits(self) -> np.ndarray: ...
-    def __init__(self, mode: str, ranks: int, credits_per_pair: int, return_threshold: int, *,
-                 piggyback: bool = True, max_tag: int = 32767, nodes: int = 0, ranks_per_node: int = 0,
-                 node_map: int | None = None, pool: int | None = None, owner: Any = None) -> None: ...
+    def __init__(
+        self,
+        mode: str,
+        ranks: int,
+        credits_per_pair: int,
+        return_threshold: int,
+        *,
+        piggyback: bool = True,
+        max_tag: int = 32767,
+        nodes: int = 0,
+        ranks_per_node: int = 0,
+        node_map: int | None = None,
+        pool: int | None = None,
+        owner: Any = None,
+    ) -> None: ...
     def try_acquire(self, dest: int) -> bool: ...
     def available(self, dest: int) -> int: ...
     def take_piggyback(self, dest: int) -> int: ...

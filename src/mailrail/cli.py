@@ -10,25 +10,47 @@ from .errors import ClusterError
 
 # command path -> module providing add_arguments(parser) and run(args) -> int (or "module:verb", see below)
 COMMANDS = {
-    ("run",): ("mailrail.launch", "run a mailrail command or -- any program under mpiexec, here or on a virtual "
-                                  "cluster (mailrail run -n 16 --cluster 4 bench adversarial)"),
-    ("cluster", "up"): ("mailrail.cluster.cli:up", "build a virtual cluster that stays up for many jobs (--cluster up)"),
-    ("cluster", "status"): ("mailrail.cluster.cli:status", "the virtual clusters on this machine: nodes, links, memory, jobs"),
+    ("run",): (
+        "mailrail.launch",
+        "run a mailrail command or -- any program under mpiexec, here or on a virtual "
+        "cluster (mailrail run -n 16 --cluster 4 bench adversarial)",
+    ),
+    ("cluster", "up"): (
+        "mailrail.cluster.cli:up",
+        "build a virtual cluster that stays up for many jobs (--cluster up)",
+    ),
+    ("cluster", "status"): (
+        "mailrail.cluster.cli:status",
+        "the virtual clusters on this machine: nodes, links, memory, jobs",
+    ),
     ("cluster", "down"): ("mailrail.cluster.cli:down", "remove the running virtual cluster and what killed runs left"),
     ("bench", "stream"): ("mailrail.bench.stream", "message rate and bandwidth vs raw mpi4py (mpiexec -n 2+)"),
-    ("bench", "histogram"): ("mailrail.bench.histogram", "distributed histogram: inserts/s, per-mode overhead, alltoallv peer"),
+    ("bench", "histogram"): (
+        "mailrail.bench.histogram",
+        "distributed histogram: inserts/s, per-mode overhead, alltoallv peer",
+    ),
     ("bench", "atomics"): ("mailrail.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
-    ("bench", "adversarial"): ("mailrail.bench.adversarial",
-                               "adversarial incast: every rank floods a few victims (mpiexec -n 2+)"),
-    ("app", "cc"): ("mailrail.apps.cc", "connected components by asynchronous label propagation, with its "
-                                        "Alltoallv peer (mailrail run -n 4 app cc)"),
-    ("app", "moe"): ("mailrail.apps.moe", "Mixture-of-Experts token routing, with its Alltoallv peer "
-                                          "(mailrail run -n 4 app moe)"),
-    ("compare",): ("mailrail.bench.compare",
-                   "the main job: adversarial incast under none, rank and node flow control, side by side"),
+    ("bench", "adversarial"): (
+        "mailrail.bench.adversarial",
+        "adversarial incast: every rank floods a few victims (mpiexec -n 2+)",
+    ),
+    ("app", "cc"): (
+        "mailrail.apps.cc",
+        "connected components by asynchronous label propagation, with its Alltoallv peer (mailrail run -n 4 app cc)",
+    ),
+    ("app", "moe"): (
+        "mailrail.apps.moe",
+        "Mixture-of-Experts token routing, with its Alltoallv peer (mailrail run -n 4 app moe)",
+    ),
+    ("compare",): (
+        "mailrail.bench.compare",
+        "the main job: adversarial incast under none, rank and node flow control, side by side",
+    ),
     ("sweep",): ("mailrail.bench.sweep", "weak scaling and victim sweep of the three modes (JSON + plots)"),
-    ("replay",): ("mailrail.trace.replay", "replay a recorded trace over MailRail, verify delivery "
-                                           "(mailrail run -n RANKS replay TRACE_DIR)"),
+    ("replay",): (
+        "mailrail.trace.replay",
+        "replay a recorded trace over MailRail, verify delivery (mailrail run -n RANKS replay TRACE_DIR)",
+    ),
     ("trace", "stats"): ("mailrail.trace.stats", "a trace's ranks, phases, messages, byte matrix and heatmap"),
     ("trace", "generate"): ("mailrail.trace.generate", "write a synthetic binary trace: uniform, zipf or rmat"),
 }
@@ -41,7 +63,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     takes the other commands down, and ``mailrail compare`` does not load MPI.
     """
     for path in sorted(COMMANDS, key=len, reverse=True):
-        if tuple(argv[:len(path)]) == path:
+        if tuple(argv[: len(path)]) == path:
             module_name, help_text = COMMANDS[path]
             parser = argparse.ArgumentParser(prog="mailrail " + " ".join(path), description=help_text)
             module_path, _, verb = module_name.partition(":")
@@ -52,8 +74,11 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
             parser.set_defaults(run=run, consumed=len(path))
             return parser
     parser = argparse.ArgumentParser(
-        prog="mailrail", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands:\n" + "\n".join(f"  {' '.join(path):<18} {text}" for path, (_, text) in COMMANDS.items()))
+        prog="mailrail",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n" + "\n".join(f"  {' '.join(path):<18} {text}" for path, (_, text) in COMMANDS.items()),
+    )
     parser.add_argument("command", nargs="+", help="one of the commands below")
     return parser
 
@@ -65,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)  # --help, or not a command: say which exist
         parser.error(f"unknown command {' '.join(args.command)!r}")
     parser.set_defaults(mailrail_argv=argv)  # for a command that runs itself again (in a user namespace)
-    args = parser.parse_args(argv[parser.get_default("consumed"):])
+    args = parser.parse_args(argv[parser.get_default("consumed") :])
     try:
         return int(args.run(args) or 0)
     except ClusterError as error:

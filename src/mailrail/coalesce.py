@@ -14,13 +14,12 @@ once, as one array (YGM delivers local messages the same way).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from .errors import InvalidDestinationError, MailRailError, MessageSizeError
 from .rail import MailRail, Message
-
 
 #: Most arrivals handled after each datagram sent.
 POLLS_PER_SEND = 4
@@ -39,16 +38,18 @@ class Coalescer:
     what must outlive the call.  The handler may send more records.
     """
 
-    def __init__(self, rail: MailRail, dtype: np.dtype | type | str,
-                 handler: Callable[[int, np.ndarray], object]) -> None:
+    def __init__(
+        self, rail: MailRail, dtype: np.dtype | type | str, handler: Callable[[int, np.ndarray], object]
+    ) -> None:
         self.rail = rail
         self.dtype = np.dtype(dtype)
         self.handler = handler
         self.record_size = self.dtype.itemsize
         self.per_datagram = rail.datagram_size // self.record_size
         if self.per_datagram == 0:
-            raise MessageSizeError(f"a {self.record_size}-byte record does not fit in a "
-                                   f"{rail.datagram_size}-byte datagram")
+            raise MessageSizeError(
+                f"a {self.record_size}-byte record does not fit in a {rail.datagram_size}-byte datagram"
+            )
         # Staging rows for partial datagrams, one per destination, allocated on first use:
         # holding a send buffer per destination instead could pin the whole send pool.
         self._staged: dict[int, np.ndarray] = {}
@@ -102,9 +103,8 @@ class Coalescer:
         low, high = int(dests.min()), int(dests.max())
         if low < 0 or high >= self.rail.size:
             bad = low if low < 0 else high
-            raise InvalidDestinationError(
-                f"destination {bad} is out of range: valid ranks are 0..{self.rail.size - 1}")
-        ranks = dests.astype(self._rank_dtype, copy=False)
+            raise InvalidDestinationError(f"destination {bad} is out of range: valid ranks are 0..{self.rail.size - 1}")
+        ranks: np.ndarray = dests.astype(self._rank_dtype, copy=False)
         order = np.argsort(ranks, kind="stable")  # radix sort for 16-bit keys: O(n)
         sorted_records = records[order]
         counts = np.bincount(ranks, minlength=self.rail.size)
@@ -135,7 +135,7 @@ class Coalescer:
         staged = self._staged_count.get(dest, 0)
         if staged:  # top up the partial datagram first, keeping the records in order
             take = min(per - staged, len(records))
-            self._staged[dest][staged:staged + take] = records[:take]
+            self._staged[dest][staged : staged + take] = records[:take]
             staged += take
             records = records[take:]
             if staged < per:
@@ -145,7 +145,7 @@ class Coalescer:
             staged = 0
         full = len(records) - len(records) % per
         for offset in range(0, full, per):
-            self._transmit(dest, records[offset:offset + per])
+            self._transmit(dest, records[offset : offset + per])
         rest = len(records) - full
         if rest:
             row = self._staged.get(dest)
@@ -196,8 +196,10 @@ class Coalescer:
     def deliver(self, message: Message) -> None:
         """Hand the records of *message* to the handler (for barrier handlers and custom loops)."""
         if message.nbytes % self.record_size:
-            raise MailRailError(f"a {message.nbytes}-byte datagram from rank {message.source} is not a "
-                                f"whole number of {self.record_size}-byte records")
+            raise MailRailError(
+                f"a {message.nbytes}-byte datagram from rank {message.source} is not a "
+                f"whole number of {self.record_size}-byte records"
+            )
         records = message.data.view(self.dtype)
         self.records_received += len(records)
         self.handler(message.source, records)

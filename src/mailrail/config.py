@@ -3,14 +3,17 @@
 Each knob has one environment variable (``MAILRAIL_<NAME>``) and one keyword
 argument (``<name>``).  Values are validated once, at construction, and a bad
 value raises :class:`~mailrail.errors.ConfigError` naming the variable and the
-value.  The README documents every knob; :data:`KNOBS` is the single source.
+value.  The fields of :class:`Config` are the single source of every knob: their
+metadata (see :func:`knob`) gives the parser, the default as documented and the
+meaning, from which the benchmarks' flags and the documentation's table are made.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .errors import ConfigError
 
@@ -20,57 +23,8 @@ ENGINE_MODES = ("auto", "compiled", "python")
 _TRUE = {"1", "on", "true", "yes"}
 _FALSE = {"0", "off", "false", "no"}
 
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    datagram_size: int = 4096
-    send_pool_slots: int = 256
-    recv_pool_slots: int = 512
-    max_recvs: int | None = None  # None: every receive slot is posted (= recv_pool_slots)
-    flow_control: str = "none"
-    credit_threshold: int = 2
-    piggyback: bool = True
-    ranks_per_node: int | None = None  # None: real shared-memory nodes
-    credits_per_pair: int | None = None  # None: derived from recv_pool_slots
-    stall_timeout: float = 0.0  # seconds; 0 disables stall detection
-    idle_sleep_us: float = 0.0  # after IDLE_SPINS empty progress calls: 0 yields the core, > 0 sleeps
-    atomics: str = "auto"
-    # The message path: "auto" compiled when built, "compiled" an error when it is not, "python"
-    # never.  MAILRAIL_TRACE always takes the Python path (it records each send).
-    engine: str = "auto"
-    trace: str | None = None  # directory to record a binary trace of this rank's sends
-
-    @property
-    def posted_receives(self) -> int:
-        return self.recv_pool_slots if self.max_recvs is None else self.max_recvs
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Config":
-        """Read ``MAILRAIL_*`` from *environ* (default ``os.environ``); keywords win."""
-        environ = os.environ if environ is None else environ
-        unknown = set(overrides) - set(KNOBS)
-        if unknown:
-            raise ConfigError(f"unknown MailRail option(s): {', '.join(sorted(unknown))}; "
-                              f"valid options: {', '.join(KNOBS)}")
-        values: dict[str, Any] = {}
-        for name, parse in KNOBS.items():
-            variable = env_name(name)
-            if name in overrides and overrides[name] is not None:
-                values[name] = parse(variable, overrides[name], keyword=name)
-            elif variable in environ and environ[variable].strip() != "":
-                values[name] = parse(variable, environ[variable], keyword=None)
-        config = cls(**values)
-        config.validate()
-        return config
-
-    def validate(self) -> None:
-        if self.max_recvs is not None and self.max_recvs > self.recv_pool_slots:
-            raise ConfigError(
-                f"MAILRAIL_MAX_RECVS={self.max_recvs} exceeds MAILRAIL_RECV_POOL_SLOTS="
-                f"{self.recv_pool_slots}: every posted receive needs its own slot")
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+#: A knob's parser: ``parse(variable, raw, keyword)`` -> the value, or :class:`ConfigError`.
+Parser = Callable[[str, Any, "str | None"], Any]
 
 
 def env_name(knob: str) -> str:
@@ -81,7 +35,7 @@ def _where(variable: str, keyword: str | None) -> str:
     return f"{keyword}= (keyword for {variable})" if keyword else variable
 
 
-def _int(minimum: int) -> Callable[..., int]:
+def _int(minimum: int) -> Parser:
     def parse(variable: str, raw: Any, keyword: str | None) -> int:
         if isinstance(raw, bool):
             raise ConfigError(f"{_where(variable, keyword)} must be an integer, got {raw!r}")
@@ -94,10 +48,11 @@ def _int(minimum: int) -> Callable[..., int]:
         if value < minimum:
             raise ConfigError(f"{_where(variable, keyword)} must be >= {minimum}, got {value}")
         return value
+
     return parse
 
 
-def _float(minimum: float) -> Callable[..., float]:
+def _float(minimum: float) -> Parser:
     def parse(variable: str, raw: Any, keyword: str | None) -> float:
         if isinstance(raw, bool):
             raise ConfigError(f"{_where(variable, keyword)} must be a number, got {raw!r}")
@@ -108,15 +63,17 @@ def _float(minimum: float) -> Callable[..., float]:
         if not value >= minimum or value == float("inf"):
             raise ConfigError(f"{_where(variable, keyword)} must be a finite number >= {minimum}, got {raw!r}")
         return value
+
     return parse
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[..., str]:
+def _choice(choices: tuple[str, ...]) -> Parser:
     def parse(variable: str, raw: Any, keyword: str | None) -> str:
         value = str(raw).strip().lower()
         if value not in choices:
             raise ConfigError(f"{_where(variable, keyword)} must be one of {', '.join(choices)}; got {raw!r}")
         return value
+
     return parse
 
 
@@ -139,19 +96,120 @@ def _path(variable: str, raw: Any, keyword: str | None) -> str:
     return path.decode() if isinstance(path, bytes) else path
 
 
-KNOBS: dict[str, Callable[..., Any]] = {
-    "datagram_size": _int(1),
-    "send_pool_slots": _int(1),
-    "recv_pool_slots": _int(1),
-    "max_recvs": _int(1),
-    "flow_control": _choice(FLOW_CONTROL_MODES),
-    "credit_threshold": _int(1),
-    "piggyback": _bool,
-    "ranks_per_node": _int(1),
-    "credits_per_pair": _int(1),
-    "stall_timeout": _float(0.0),
-    "idle_sleep_us": _float(0.0),
-    "atomics": _choice(ATOMICS_MODES),
-    "engine": _choice(ENGINE_MODES),
-    "trace": _path,
-}
+def knob(default: Any, parse: Parser, help: str, *, shown: str | None = None, flag: bool = True) -> Any:
+    """A :class:`Config` field: its *default*, its parser and its meaning (*help*, one line).
+
+    *shown*: the default as the documentation states it, when the value alone would not say it
+    (``None`` meaning "derived", say); *flag*: whether benchmarks take it as a ``--flag``.
+    """
+    text = shown if shown is not None else (f"`{default}`" if isinstance(default, str) else str(default))
+    return dataclasses.field(default=default, metadata={"parse": parse, "help": help, "shown": text, "flag": flag})
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every MailRail knob, validated (:meth:`from_env` reads them; :func:`knobs` describes them)."""
+
+    datagram_size: int = knob(4096, _int(1), "bytes per message slot: the largest payload")
+    send_pool_slots: int = knob(256, _int(1), "send buffers per rank: held by the application, in flight and deferred")
+    recv_pool_slots: int = knob(512, _int(1), "receive slots per rank; the credit budget of both credit modes")
+    max_recvs: int | None = knob(
+        None, _int(1), "receives kept posted (the other slots wait, unposted)", shown="all receive slots"
+    )
+    flow_control: str = knob("none", _choice(FLOW_CONTROL_MODES), "`none` (unconstrained), `rank` or `node`")
+    credit_threshold: int = knob(2, _int(1), "return credits once `credits_per_pair / THRESHOLD` were consumed")
+    piggyback: bool = knob(
+        True, _bool, "rank mode: carry owed credits in the tag of payloads going that way", shown="on"
+    )
+    ranks_per_node: int | None = knob(
+        None, _int(1), "virtual nodes: group K consecutive ranks into a node", shown="real nodes"
+    )
+    credits_per_pair: int | None = knob(
+        None, _int(1), "credits per (sender rank or node, receiver rank) instead of the derived number", shown="derived"
+    )
+    stall_timeout: float = knob(
+        0.0,
+        _float(0.0),
+        "raise `CreditStallError` after S seconds of deferred sends without progress (0: never)",
+        shown="0 (off)",
+    )
+    idle_sleep_us: float = knob(
+        0.0,
+        _float(0.0),
+        "after 4 empty `receive()` calls: 0 yields the core to a rank "
+        "that has work; > 0 sleeps this many microseconds instead "
+        "(frees the core for other programs, adds latency)",
+        shown="0",
+    )
+    atomics: str = knob(
+        "auto",
+        _choice(ATOMICS_MODES),
+        "node credit pool updates: `cpu` (compiled helper), `mpi` (RMA, Python transport), `auto`",
+    )
+    engine: str = knob(
+        "auto",
+        _choice(ENGINE_MODES),
+        "transport: `compiled` (Cython), `python`, or `auto` "
+        "(compiled when built; `MAILRAIL_TRACE` takes the Python one)",
+        flag=False,
+    )
+    trace: str | None = knob(
+        None, _path, "directory: record this rank's sends as a YGM-format binary trace", shown="unset", flag=False
+    )
+
+    @property
+    def posted_receives(self) -> int:
+        return self.recv_pool_slots if self.max_recvs is None else self.max_recvs
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+        """Read ``MAILRAIL_*`` from *environ* (default ``os.environ``); keywords win (``None`` is unset)."""
+        environ = os.environ if environ is None else environ
+        unknown = set(overrides) - set(KNOBS)
+        if unknown:
+            raise ConfigError(
+                f"unknown MailRail option(s): {', '.join(sorted(unknown))}; valid options: {', '.join(KNOBS)}"
+            )
+        values: dict[str, Any] = {}
+        for name, parse in KNOBS.items():
+            variable = env_name(name)
+            if name in overrides and overrides[name] is not None:
+                values[name] = parse(variable, overrides[name], name)
+            elif variable in environ and environ[variable].strip() != "":
+                values[name] = parse(variable, environ[variable], None)
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.max_recvs is not None and self.max_recvs > self.recv_pool_slots:
+            raise ConfigError(
+                f"MAILRAIL_MAX_RECVS={self.max_recvs} exceeds MAILRAIL_RECV_POOL_SLOTS="
+                f"{self.recv_pool_slots}: every posted receive needs its own slot"
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """What the documentation and the flags say about one knob."""
+
+    name: str  #: the keyword argument
+    variable: str  #: the environment variable
+    default_text: str  #: the default, as documented
+    help: str  #: its meaning, one line
+    flag: bool  #: whether benchmarks take it as ``--name``
+
+
+def knobs() -> list[Knob]:
+    """Every knob, in the order of :class:`Config`'s fields."""
+    return [
+        Knob(f.name, env_name(f.name), f.metadata["shown"], f.metadata["help"], f.metadata["flag"])
+        for f in dataclasses.fields(Config)
+    ]
+
+
+#: Each knob's parser, by name.
+KNOBS: dict[str, Parser] = {f.name: f.metadata["parse"] for f in dataclasses.fields(Config)}

@@ -3,8 +3,8 @@
 Both transports count :data:`TRANSPORT_COUNTERS` themselves (the Python one
 through the :class:`~mailrail.protocol.Endpoint`, the compiled one in C) with
 these meanings; :data:`PROTOCOL_COUNTERS` come from the Endpoint and its flow
-control on both paths; :data:`RAIL_FACTS` describe the rail.  The README's
-counter table is checked against these names.
+control on both paths; :data:`RAIL_FACTS` describe the rail.  The documentation's
+counter table is generated from them.
 """
 
 from __future__ import annotations

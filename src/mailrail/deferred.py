@@ -14,7 +14,7 @@ O(all destinations):
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterator
+from collections.abc import Iterator
 
 
 class DeferredSends:
@@ -23,7 +23,7 @@ class DeferredSends:
     def __init__(self, *, poll_window: int | None = None) -> None:
         #: dest -> FIFO of (slot, nbytes); a destination is a key only while it has a queue.
         #: Read it, never write it (membership tests on the hot path).
-        self.queues: dict[int, deque] = {}
+        self.queues: dict[int, deque[tuple[int, int]]] = {}
         self._ready: dict[int, None] = {}  # insertion-ordered set
         self._rotation: deque[int] = deque()  # polling mode: destinations, emptied ones dropped lazily
         self._in_rotation: set[int] = set()

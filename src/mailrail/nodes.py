@@ -8,7 +8,7 @@ the real shared-memory domains (``COMM_TYPE_SHARED``).
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from mpi4py import MPI
 
@@ -140,7 +140,9 @@ def resolve_atomics(mode: str) -> str:
         importlib.import_module("mailrail._atomics")
     except ImportError:
         if mode == "cpu":
-            raise ConfigError("MAILRAIL_ATOMICS=cpu but the compiled helper mailrail._atomics is not "
-                              "built (no C compiler at install time?): use MAILRAIL_ATOMICS=mpi") from None
+            raise ConfigError(
+                "MAILRAIL_ATOMICS=cpu but the compiled helper mailrail._atomics is not "
+                "built (no C compiler at install time?): use MAILRAIL_ATOMICS=mpi"
+            ) from None
         return "mpi"
     return "cpu"

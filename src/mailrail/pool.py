@@ -22,7 +22,7 @@ class SlotPool:
         self.slot_size = slot_size
         self.slab = np.zeros(slots * slot_size, dtype=np.uint8)
         self._base = self.slab.__array_interface__["data"][0]
-        self.views = [self.slab[i * slot_size:(i + 1) * slot_size] for i in range(slots)]
+        self.views = [self.slab[i * slot_size : (i + 1) * slot_size] for i in range(slots)]
         #: ``id(view) -> slot`` of the handed-out views (the compiled engine looks slots up here too).
         self.slot_by_id = {id(v): i for i, v in enumerate(self.views)}
         # A stack, lowest slot on top: reuse keeps the hot slots in cache.
@@ -53,7 +53,7 @@ class SlotPool:
         offset = buf.__array_interface__["data"][0] - self._base
         if offset < 0 or offset % self.slot_size or offset >= self.slots * self.slot_size:
             return None
-        return offset // self.slot_size
+        return int(offset // self.slot_size)
 
     @property
     def nbytes(self) -> int:

@@ -14,8 +14,7 @@ import operator
 import time
 
 from .deferred import DeferredSends
-from .errors import (BufferOwnershipError, CreditStallError, InvalidDestinationError,
-                     MessageSizeError, ProtocolError)
+from .errors import BufferOwnershipError, CreditStallError, InvalidDestinationError, MessageSizeError, ProtocolError
 from .flow.base import FlowControl
 from .pool import SlotPool
 
@@ -30,16 +29,16 @@ NODE_DRAIN_WINDOW = 32
 class Endpoint:
     """Send-pool ownership, deferred sends, credit bookkeeping and counters of one rank."""
 
-    def __init__(self, rank: int, size: int, send_pool: SlotPool, flow: FlowControl, *,
-                 stall_timeout: float = 0.0) -> None:
+    def __init__(
+        self, rank: int, size: int, send_pool: SlotPool, flow: FlowControl, *, stall_timeout: float = 0.0
+    ) -> None:
         self.rank = rank
         self.size = size
         self.send_pool = send_pool
         self.datagram_size = send_pool.slot_size
         self.flow = flow
         self.send_state = bytearray(send_pool.slots)
-        self.deferred = DeferredSends(
-            poll_window=NODE_DRAIN_WINDOW if flow.credits_change_silently else None)
+        self.deferred = DeferredSends(poll_window=NODE_DRAIN_WINDOW if flow.credits_change_silently else None)
         self.stall_timeout = stall_timeout
         # Hot-path shortcuts (looked up once, used per message).
         self._queued = self.deferred.queues
@@ -79,12 +78,14 @@ class Endpoint:
         if slot is None:
             raise BufferOwnershipError(
                 f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "
-                f"MailRail's send pool: use reserve_send_buffer()")
+                f"MailRail's send pool: use reserve_send_buffer()"
+            )
         state = self.send_state[slot]
         if state != HELD:
             raise BufferOwnershipError(
                 f"send buffer slot {slot} is {_STATE_NAMES[state]}, not reserved: a buffer is sent "
-                f"once per reserve_send_buffer()")
+                f"once per reserve_send_buffer()"
+            )
         self.messages_sent += 1  # submitted: deferred sends count now, as on the compiled transport
         self.bytes_sent += nbytes
         return dest, nbytes, (slot if self.admit(dest, slot, nbytes) else None)
@@ -103,30 +104,31 @@ class Endpoint:
     def checked_rank(self, dest: object) -> int:
         """A destination rank as int: numpy integers accepted, the rest rejected by value (slow path)."""
         try:
-            rank = operator.index(dest)
+            rank = operator.index(dest)  # type: ignore[arg-type]  # any object may be an index
         except TypeError:
             rank = None
         if isinstance(dest, bool) or rank is None:
-            raise InvalidDestinationError(f"destination {dest!r} is not an integer rank "
-                                          f"(valid ranks are 0..{self.size - 1})")
-        if not 0 <= rank < self.size:
             raise InvalidDestinationError(
-                f"destination {dest!r} is out of range: valid ranks are 0..{self.size - 1}")
+                f"destination {dest!r} is not an integer rank (valid ranks are 0..{self.size - 1})"
+            )
+        if not 0 <= rank < self.size:
+            raise InvalidDestinationError(f"destination {dest!r} is out of range: valid ranks are 0..{self.size - 1}")
         return rank
 
     def checked_size(self, nbytes: object) -> int:
         """A payload size as int: numpy integers accepted, the rest rejected by value (slow path)."""
         try:
-            size = operator.index(nbytes)
+            size = operator.index(nbytes)  # type: ignore[arg-type]  # any object may be an index
         except TypeError:
             size = None
         if isinstance(nbytes, bool) or size is None:
-            raise MessageSizeError(f"nbytes={nbytes!r} is not an integer byte count "
-                                   f"(a message holds 0..{self.datagram_size} bytes)")
+            raise MessageSizeError(
+                f"nbytes={nbytes!r} is not an integer byte count (a message holds 0..{self.datagram_size} bytes)"
+            )
         if not 0 <= size <= self.datagram_size:
             raise MessageSizeError(
-                f"nbytes={nbytes!r} is out of range: a message holds 0..{self.datagram_size} bytes "
-                f"(the datagram size)")
+                f"nbytes={nbytes!r} is out of range: a message holds 0..{self.datagram_size} bytes (the datagram size)"
+            )
         return size
 
     def drain(self) -> list[tuple[int, int, int]]:
@@ -203,14 +205,20 @@ class Endpoint:
             raise CreditStallError(self.stall_report(waited))
 
     def stall_report(self, waited: float) -> str:
-        lines = [f"rank {self.rank}: {self.deferred.total} deferred message(s) made no progress for "
-                 f"{waited:.1f} s ({self.flow.name} flow control, {self.flow.credits_per_pair} credits "
-                 f"per pair, return threshold {self.flow.return_threshold})"]
+        lines = [
+            f"rank {self.rank}: {self.deferred.total} deferred message(s) made no progress for "
+            f"{waited:.1f} s ({self.flow.name} flow control, {self.flow.credits_per_pair} credits "
+            f"per pair, return threshold {self.flow.return_threshold})"
+        ]
         for dest in sorted(self.deferred.destinations())[:16]:
-            lines.append(f"  destination {dest}: {self.deferred.queued_for(dest)} queued, "
-                         f"{self.flow.available(dest)} credit(s) available")
-        lines.append(f"  this rank received {self.messages_received} message(s), released "
-                     f"{self.messages_released}, got {self.credit_messages_received} credit message(s)")
+            lines.append(
+                f"  destination {dest}: {self.deferred.queued_for(dest)} queued, "
+                f"{self.flow.available(dest)} credit(s) available"
+            )
+        lines.append(
+            f"  this rank received {self.messages_received} message(s), released "
+            f"{self.messages_released}, got {self.credit_messages_received} credit message(s)"
+        )
         return "\n".join(lines)
 
     def transport_counters(self, held_high_water: int) -> dict[str, int]:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from .config import Config
+from .config import KNOBS, Config
 from .errors import ConfigError, FinalizedError, MailRailError, UndeliveredError, UndeliveredWarning
 from .flow import NodeCredits, RankCredits, Unconstrained, credit_budget
 from .flow.base import FlowControl
@@ -30,8 +31,8 @@ from .pool import SlotPool
 from .protocol import Endpoint
 from .quiescence import TerminationDetector
 from .transport import compiled
-from .transport.base import Transport, Tuning
-from .transport.python import Message, PythonTransport
+from .transport.base import Message, Transport, Tuning
+from .transport.python import PythonTransport
 
 __all__ = ["MailRail", "Message", "choose_transport"]
 
@@ -55,11 +56,36 @@ class MailRail:
     """Asynchronous, out-of-order, fire-and-forget messaging with credit-based flow control.
 
     Collective over *comm* (default ``COMM_WORLD``) at construction and at
-    :meth:`finalize`.  Keyword arguments override ``MAILRAIL_*`` environment
-    variables (see :class:`~mailrail.config.Config`).
+    :meth:`finalize`.  Each keyword is a knob of :class:`~mailrail.config.Config`
+    and overrides its ``MAILRAIL_*`` environment variable; left at None, the
+    variable, and then the default, decide (the configuration page lists them).
+    A bad value raises :class:`~mailrail.errors.ConfigError` before any MPI
+    object exists.  Also a context manager: leaving the block calls
+    :meth:`finalize`.
     """
 
-    def __init__(self, comm: MPI.Comm | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        comm: MPI.Comm | None = None,
+        *,
+        datagram_size: int | None = None,
+        send_pool_slots: int | None = None,
+        recv_pool_slots: int | None = None,
+        max_recvs: int | None = None,
+        flow_control: str | None = None,
+        credit_threshold: int | None = None,
+        piggyback: bool | None = None,
+        ranks_per_node: int | None = None,
+        credits_per_pair: int | None = None,
+        stall_timeout: float | None = None,
+        idle_sleep_us: float | None = None,
+        atomics: str | None = None,
+        engine: str | None = None,
+        trace: str | None = None,
+    ) -> None:
+        # The keywords are Config's fields (a test checks they stay so): None leaves a knob to its
+        # MAILRAIL_* variable, then to its default.
+        options = {name: value for name, value in locals().items() if name in KNOBS}
         # Everything that can be checked without MPI objects is checked first: a bad option
         # leaves nothing behind.
         self.config = config = Config.from_env(**options)
@@ -68,7 +94,7 @@ class MailRail:
         self.size = comm.Get_size()
         self.datagram_size = config.datagram_size
         # TAG_UB is only guaranteed on COMM_WORLD (the standard promises 32767 at least).
-        self.tag_ub = int(comm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB))
+        self.tag_ub = int(comm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
         self.engine, self.engine_reason = choose_transport(config)
         budget = self._credit_budget(nodes=self._known_node_count())
         self._topology: NodeTopology | None = None
@@ -83,21 +109,24 @@ class MailRail:
             self.flow = self._make_flow_control(comm, budget, resources)
             self._send_pool = SlotPool(config.send_pool_slots, config.datagram_size)
             self._recv_pool = SlotPool(config.recv_pool_slots, config.datagram_size)
-            self._endpoint = Endpoint(self.rank, self.size, self._send_pool, self.flow,
-                                      stall_timeout=config.stall_timeout)
+            self._endpoint = Endpoint(
+                self.rank, self.size, self._send_pool, self.flow, stall_timeout=config.stall_timeout
+            )
             if config.trace:
                 from .tracing import TraceWriter
+
                 self._trace = TraceWriter.for_rank(config.trace, self.rank)
                 resources.callback(self._trace.close)
             self._transport: Transport = self._make_transport()
             self._resources = resources.pop_all()
-        # The four per-message calls go straight to the transport: no extra frame per message.
+        # The four per-message calls go straight to the transport: no extra frame per message (the
+        # methods below document them and serve a rail whose instance attributes are gone).
         transport = self._transport
-        self.reserve_send_buffer = transport.reserve_send_buffer
-        self.send = transport.send
-        self.receive = transport.receive
-        self.release_receive_buffer = transport.release_receive_buffer
-        self.pending_sends = transport.pending_sends
+        self.reserve_send_buffer = transport.reserve_send_buffer  # type: ignore[method-assign]
+        self.send = transport.send  # type: ignore[method-assign]
+        self.receive = transport.receive  # type: ignore[method-assign]
+        self.release_receive_buffer = transport.release_receive_buffer  # type: ignore[method-assign]
+        self.pending_sends = transport.pending_sends  # type: ignore[method-assign]
         self._finalized = False
 
     # -- construction steps ---------------------------------------------------
@@ -112,9 +141,18 @@ class MailRail:
         config = self.config
         if config.flow_control == "none" or (config.flow_control == "node" and nodes is None):
             return None
-        return credit_budget(config.flow_control, recv_slots=config.recv_pool_slots, ranks=self.size,
-                             nodes=nodes or 0, credit_threshold=config.credit_threshold,
-                             credits_per_pair=config.credits_per_pair)
+        return self._credits_for(nodes or 0)
+
+    def _credits_for(self, nodes: int) -> CreditBudget:
+        config = self.config
+        return credit_budget(
+            config.flow_control,
+            recv_slots=config.recv_pool_slots,
+            ranks=self.size,
+            nodes=nodes or 0,
+            credit_threshold=config.credit_threshold,
+            credits_per_pair=config.credits_per_pair,
+        )
 
     @staticmethod
     def _duplicate(comm: MPI.Comm, name: str, resources: contextlib.ExitStack) -> MPI.Comm:
@@ -123,34 +161,56 @@ class MailRail:
         duplicate.Set_name(name)
         return duplicate
 
-    def _make_flow_control(self, comm: MPI.Comm, budget: CreditBudget | None,
-                           resources: contextlib.ExitStack) -> FlowControl:
+    def _make_flow_control(
+        self, comm: MPI.Comm, budget: CreditBudget | None, resources: contextlib.ExitStack
+    ) -> FlowControl:
         """The flow-control strategy: the reference classes on the Python transport, the compiled
         ledger (the same decisions in C) on the compiled one."""
         config, compiled_path = self.config, self.engine == "compiled"
         if config.flow_control == "none":
             return Unconstrained()
+        flow: FlowControl
         if config.flow_control == "rank":
+            budget = budget or self._credits_for(0)  # known at construction: never None here
             if compiled_path:
-                return compiled.credit_ledger("rank", self.size, budget.credits_per_pair, budget.return_threshold,
-                                              piggyback=config.piggyback, max_tag=self.tag_ub)
-            return RankCredits(self.size, budget.credits_per_pair, budget.return_threshold,
-                               piggyback=config.piggyback, max_tag=self.tag_ub)
+                flow = compiled.credit_ledger(
+                    "rank",
+                    self.size,
+                    budget.credits_per_pair,
+                    budget.return_threshold,
+                    piggyback=config.piggyback,
+                    max_tag=self.tag_ub,
+                )
+            else:
+                flow = RankCredits(
+                    self.size,
+                    budget.credits_per_pair,
+                    budget.return_threshold,
+                    piggyback=config.piggyback,
+                    max_tag=self.tag_ub,
+                )
+            return flow
         self._topology = topology = NodeTopology(comm, config.ranks_per_node)
         resources.callback(topology.free)
-        if budget is None:  # real nodes: counted just now
-            budget = self._credit_budget(nodes=topology.nodes)
-        self._shared = shared = SharedWindowCounters(topology.comm, self.size, budget.credits_per_pair,
-                                                     config.atomics)
+        budget = budget or self._credits_for(topology.nodes)  # real nodes: counted just now
+        self._shared = shared = SharedWindowCounters(topology.comm, self.size, budget.credits_per_pair, config.atomics)
         resources.callback(shared.free)
         if compiled_path:
-            flow: FlowControl = compiled.credit_ledger(
-                "node", self.size, budget.credits_per_pair, budget.return_threshold, nodes=topology.nodes,
-                ranks_per_node=config.ranks_per_node or 0, node_map=topology.map_address,
-                pool=shared.address, owner=(shared, topology))
+            flow = compiled.credit_ledger(
+                "node",
+                self.size,
+                budget.credits_per_pair,
+                budget.return_threshold,
+                nodes=topology.nodes,
+                ranks_per_node=config.ranks_per_node or 0,
+                node_map=topology.map_address,
+                pool=shared.address,
+                owner=(shared, topology),
+            )
         else:
-            flow = NodeCredits(topology.nodes, topology.node_of, shared, budget.credits_per_pair,
-                               budget.return_threshold)
+            flow = NodeCredits(
+                topology.nodes, topology.node_of, shared, budget.credits_per_pair, budget.return_threshold
+            )
         resources.callback(flow.detach)  # before the node memory it points into is freed
         return flow
 
@@ -159,15 +219,28 @@ class MailRail:
         recv_views = [view[:] for view in self._recv_pool.views]
         for view in recv_views:
             view.flags.writeable = False
-        common = dict(send_pool=self._send_pool, recv_pool=self._recv_pool, recv_views=recv_views,
-                      posted_receives=config.posted_receives, endpoint=self._endpoint,
-                      tuning=Tuning.for_idle_sleep(config.idle_sleep_us))
+        common: dict[str, Any] = dict(
+            send_pool=self._send_pool,
+            recv_pool=self._recv_pool,
+            recv_views=recv_views,
+            posted_receives=config.posted_receives,
+            endpoint=self._endpoint,
+            tuning=Tuning.for_idle_sleep(config.idle_sleep_us),
+        )
         credit_comm = self._credit if config.flow_control != "none" else None
         if self.engine == "compiled":
-            return compiled.make(self._data, credit_comm, size=self.size, tag_ub=self.tag_ub,
-                                 ledger=self.flow if credit_comm is not None else None, **common)
-        return PythonTransport(comm=self._data, credit_comm=credit_comm, tag_ub=self.tag_ub, trace=self._trace,
-                               **common)
+            engine: Transport = compiled.make(
+                self._data,
+                credit_comm,
+                size=self.size,
+                tag_ub=self.tag_ub,
+                ledger=self.flow if credit_comm is not None else None,
+                **common,
+            )
+            return engine
+        return PythonTransport(
+            comm=self._data, credit_comm=credit_comm, tag_ub=self.tag_ub, trace=self._trace, **common
+        )
 
     # -- application API (per instance, these are the transport's own methods) --
 
@@ -230,9 +303,10 @@ class MailRail:
                         release(message)
                         raise MailRailError(
                             f"barrier() without a handler received a message from rank {message.source} "
-                            f"({message.nbytes} bytes): pass handler= to process messages that arrive")
+                            f"({message.nbytes} bytes): pass handler= to process messages that arrive"
+                        )
                     handler(message)
-                    if message._slot >= 0:
+                    if message._slot >= 0:  # type: ignore[attr-defined]  # not released by the handler
                         release(message)
                     handled += 1
             if detector.round_finished(int(total[0]), int(total[1])):
@@ -257,7 +331,7 @@ class MailRail:
         stats["credits_per_pair"] = self.flow.credits_per_pair
         stats["recv_pool_bytes"] = self._recv_pool.nbytes
         stats["send_pool_bytes"] = self._send_pool.nbytes
-        if self._topology is not None:
+        if self._topology is not None and self._shared is not None:  # node mode
             stats["shared_credit_bytes"] += self._topology.shared_map_bytes
             stats["nodes"] = self._topology.nodes
             stats["atomics"] = self._shared.atomics
@@ -265,8 +339,10 @@ class MailRail:
 
     def __repr__(self) -> str:
         state = " finalized" if getattr(self, "_finalized", False) else ""
-        return (f"<MailRail rank {self.rank} of {self.size}, flow_control={self.config.flow_control!r}, "
-                f"engine={self.engine!r}{state}>")
+        return (
+            f"<MailRail rank {self.rank} of {self.size}, flow_control={self.config.flow_control!r}, "
+            f"engine={self.engine!r}{state}>"
+        )
 
     # -- shutdown ----------------------------------------------------------
 
@@ -305,15 +381,17 @@ class MailRail:
         self._resources.close()  # flow detached, node memory, communicators, trace: in reverse order
         report = {"deferred": dropped_deferred, "unreleased": unreleased, "unreceived": unreceived}
         if any(report.values()):
-            text = (f"MailRail.finalize() on rank {self.rank}: {dropped_deferred} deferred message(s) never "
-                    f"sent, {unreleased} received message(s) never released, {unreceived} arrived message(s) "
-                    f"never returned by receive(); call barrier() (quiescence) before finalize()")
+            text = (
+                f"MailRail.finalize() on rank {self.rank}: {dropped_deferred} deferred message(s) never "
+                f"sent, {unreleased} received message(s) never released, {unreceived} arrived message(s) "
+                f"never returned by receive(); call barrier() (quiescence) before finalize()"
+            )
             if strict:
                 raise UndeliveredError(text)
             warnings.warn(text, UndeliveredWarning, stacklevel=2)
         return report
 
-    def __enter__(self) -> "MailRail":
+    def __enter__(self) -> MailRail:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -325,8 +403,13 @@ class MailRail:
         # its pools (finalize() is collective, so it cannot run here).
         if getattr(self, "_finalized", True):  # finalized, or construction failed
             return
-        warnings.warn(f"{self!r} was collected without finalize(): call finalize() (collective) or use "
-                      f"`with MailRail(...) as rail:`", ResourceWarning, source=self)
+        warnings.warn(
+            f"{self!r} was collected without finalize(): call finalize() (collective) or use "
+            f"`with MailRail(...) as rail:`",
+            ResourceWarning,
+            stacklevel=2,
+            source=self,
+        )
         self._finalized = True
         self._transport.abandon()
 

@@ -13,7 +13,6 @@ import os
 
 from .trace.binary import BinaryTraceWriter
 
-
 #: Trace files this process has started, and the next event id of each: a later MailRail in the
 #: same process (a benchmark creating one per configuration) appends to its rank's file instead of
 #: overwriting it, and its event ids continue the sequence.
@@ -24,7 +23,7 @@ class TraceWriter(BinaryTraceWriter):
     """One rank's recording; buffered, flushed at every barrier_end and on close."""
 
     @classmethod
-    def for_rank(cls, directory: str, rank: int) -> "TraceWriter":
+    def for_rank(cls, directory: str, rank: int) -> TraceWriter:
         os.makedirs(directory, exist_ok=True)
         path = os.path.realpath(os.path.join(directory, f"trace_{rank}.bin"))
         writer = cls(path, append=path in _started)

@@ -15,8 +15,10 @@ MODES = "none,rank,node"
 GRAPHS = {
     "path": ([(v, v + 1) for v in range(9)], 1),
     "star": ([(0, leaf) for leaf in range(1, 10)], 1),
-    "cliques": ([(u, v) for group in (range(0, 3), range(3, 7), range(7, 12))
-                 for u in group for v in group if u < v], 3),
+    "cliques": (
+        [(u, v) for group in (range(0, 3), range(3, 7), range(7, 12)) for u in group for v in group if u < v],
+        3,
+    ),
     # 3, 4, 7, 8 isolated; 2 and 9 only have self loops; 0-1 three times, both ways.
     "isolated_loops_duplicates": ([(0, 1), (0, 1), (1, 0), (2, 2), (5, 6), (6, 5), (9, 9)], 8),
 }
@@ -24,8 +26,22 @@ GRAPHS = {
 
 def run_app(tmp_path, ranks: int, *args: str) -> dict:
     out = tmp_path / "app.json"
-    completed = mailrail("run", "-n", str(ranks), "app", *args, "--modes", MODES, "--baseline", "alltoallv",
-                         "--trials", "1", "--json", str(out), timeout=180)
+    completed = mailrail(
+        "run",
+        "-n",
+        str(ranks),
+        "app",
+        *args,
+        "--modes",
+        MODES,
+        "--baseline",
+        "alltoallv",
+        "--trials",
+        "1",
+        "--json",
+        str(out),
+        timeout=180,
+    )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -49,13 +49,16 @@ def test_npy_slices_cover_every_row_once(tmp_path):
     assert np.array_equal(np.concatenate(parts), edges)
 
 
-@pytest.mark.parametrize("line, words", [
-    ("1 2 3", ["line 3", "expected two vertex ids", "'1 2 3'"]),
-    ("7", ["line 3", "expected two vertex ids"]),
-    ("1 x", ["line 3", "'x' is not a non-negative integer"]),
-    ("-1 4", ["line 3", "'-1' is not a non-negative integer"]),
-    ("1.5 2", ["line 3", "'1.5'"]),
-])
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("1 2 3", ["line 3", "expected two vertex ids", "'1 2 3'"]),
+        ("7", ["line 3", "expected two vertex ids"]),
+        ("1 x", ["line 3", "'x' is not a non-negative integer"]),
+        ("-1 4", ["line 3", "'-1' is not a non-negative integer"]),
+        ("1.5 2", ["line 3", "'1.5'"]),
+    ],
+)
 def test_a_bad_line_is_named_by_file_and_line(line, words):
     with pytest.raises(EdgeFileError) as raised:
         parse_edge_lines([b"# header", b"0 1", line.encode(), b"2 3"], "graph.txt")
@@ -71,12 +74,15 @@ def test_line_numbers_count_from_the_start_of_the_file(tmp_path):
         read_edges(str(path), 1, 2)  # rank 1 reads lines 3-4 (and 5, the empty last one)
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda p: None, ["no such edge-list file"]),
-    (lambda p: np.save(p, np.zeros((3, 3), np.int64)), ["(m, 2) integer array", "(3, 3)"]),
-    (lambda p: np.save(p, np.zeros((3, 2), np.float32)), ["float32"]),
-    (lambda p: np.save(p, np.array([[0, 1], [2, -3]])), ["row 1", "negative vertex id"]),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: None, ["no such edge-list file"]),
+        (lambda p: np.save(p, np.zeros((3, 3), np.int64)), ["(m, 2) integer array", "(3, 3)"]),
+        (lambda p: np.save(p, np.zeros((3, 2), np.float32)), ["float32"]),
+        (lambda p: np.save(p, np.array([[0, 1], [2, -3]])), ["row 1", "negative vertex id"]),
+    ],
+)
 def test_bad_npy_files_are_precise_errors(tmp_path, make, words):
     path = tmp_path / "g.npy"
     make(path)

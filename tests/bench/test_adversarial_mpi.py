@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from helpers import MPI_TIMEOUT
 from mailrail.bench.jobs import run_adversarial
 from mailrail.bench.metrics import FIELDS, read_metrics
 
@@ -16,42 +15,77 @@ TRIALS = 2
 #: Scarce on purpose: one credit per rank pair (rank mode), two per node pair (node mode: 3 nodes
 #: of 2 ranks), and 4 send buffers, so credits run out and sends wait.
 SCARCE = ["--recv-pool-slots", "6", "--send-pool-slots", "4", "--ranks-per-node", "2"]
-TIMEOUT = float(os.environ.get("MAILRAIL_TEST_TIMEOUT", "120"))
 
-TOP_LEVEL = {"benchmark", "flow_control", "ranks", "nodes", "victims", "datagram_size", "messages_per_rank",
-             "receive_work_us", "trials", "ranks_detail", "config"}
+TOP_LEVEL = {
+    "benchmark",
+    "flow_control",
+    "ranks",
+    "nodes",
+    "victims",
+    "datagram_size",
+    "messages_per_rank",
+    "receive_work_us",
+    "trials",
+    "ranks_detail",
+    "config",
+}
 TRIAL_FIELDS = {"runtime_s", "goodput_bps", "bytes_received", "messages_received", "incast_ratio"}
-DETAIL_FIELDS = {"rank", "peak_rss_bytes", "credit_messages", "deferred_high_water", "credit_messages_sent",
-                 "credit_messages_received", "reserve_failures", "credit_state_bytes", "rss_growth_bytes",
-                 "internode_bytes_sent"}
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    """The run sees only the flags given: no MAILRAIL_* from the caller; starvation fails loudly."""
-    for name in [n for n in os.environ if n.startswith("MAILRAIL_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("MAILRAIL_STALL_TIMEOUT", "30")
+DETAIL_FIELDS = {
+    "rank",
+    "peak_rss_bytes",
+    "credit_messages",
+    "deferred_high_water",
+    "credit_messages_sent",
+    "credit_messages_received",
+    "reserve_failures",
+    "credit_state_bytes",
+    "rss_growth_bytes",
+    "internode_bytes_sent",
+}
 
 
 def adversarial(tmp_path, mode: str, victims: int, *amount: str) -> tuple[dict, str]:
     metrics = str(tmp_path / "metrics")
     document = run_adversarial(
-        RANKS, ["--flow-control", mode, "--victims", str(victims), "--trials", str(TRIALS), "--seed", "5",
-                "--datagram-size", "1024", "--metrics", metrics, "--metrics-interval", "0.01", *SCARCE, *amount],
-        str(tmp_path / "result.json"), time_limit=TIMEOUT)
+        RANKS,
+        [
+            "--flow-control",
+            mode,
+            "--victims",
+            str(victims),
+            "--trials",
+            str(TRIALS),
+            "--seed",
+            "5",
+            "--datagram-size",
+            "1024",
+            "--metrics",
+            metrics,
+            "--metrics-interval",
+            "0.01",
+            *SCARCE,
+            *amount,
+        ],
+        str(tmp_path / "result.json"),
+        time_limit=MPI_TIMEOUT,
+    )
     assert document["status"] == "ok", document
     return document, metrics
 
 
 @pytest.mark.parametrize("mode", ["none", "rank", "node"])
-@pytest.mark.parametrize("victims, amount, per_sender_bytes", [
-    (1, ("--messages", "150"), 150 * 1024),
-    (3, ("--bytes-per-rank", "100000"), 100000),  # 97 full messages and one of 672 bytes
-    (RANKS, ("--messages", "60"), 60 * 1024),     # every rank is a victim: no incast, all to all
-], ids=["1-victim", "3-victims", "all-victims"])
-def test_victims_receive_exactly_what_was_sent_to_them(tmp_path, clean_env, mode, victims, amount,
-                                                       per_sender_bytes):
+@pytest.mark.parametrize(
+    "victims, amount, per_sender_bytes",
+    [
+        (1, ("--messages", "150"), 150 * 1024),
+        (3, ("--bytes-per-rank", "100000"), 100000),  # 97 full messages and one of 672 bytes
+        (RANKS, ("--messages", "60"), 60 * 1024),  # every rank is a victim: no incast, all to all
+    ],
+    ids=["1-victim", "3-victims", "all-victims"],
+)
+def test_victims_receive_exactly_what_was_sent_to_them(
+    tmp_path, clean_environment, mode, victims, amount, per_sender_bytes
+):
     document, metrics = adversarial(tmp_path, mode, victims, *amount)
     senders = RANKS - 1 if victims == 1 else RANKS
 
@@ -69,8 +103,11 @@ def test_victims_receive_exactly_what_was_sent_to_them(tmp_path, clean_env, mode
     # The transport's own counters agree, over all trials, and nothing was left undelivered.
     detail = document["ranks_detail"]
     assert [d["rank"] for d in detail] == list(range(RANKS))
-    assert sum(d["bytes_sent"] for d in detail) == sum(d["bytes_received"] for d in detail) \
+    assert (
+        sum(d["bytes_sent"] for d in detail)
+        == sum(d["bytes_received"] for d in detail)
         == TRIALS * senders * per_sender_bytes
+    )
     for d in detail:
         assert d["undelivered"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
         assert d["victim"] == (d["rank"] in document["victim_ranks"])
@@ -103,14 +140,15 @@ def assert_metrics_match_totals(document: dict, metrics: str) -> None:
             assert final["bytes_received"] * TRIALS == d["bytes_received"]
             assert final["send_pct"] == final["recv_pct"] == 100.0
     for trial, totals in enumerate(document["trials"]):
-        finals = [[s for s in read_metrics(metrics, d["rank"]) if s["trial"] == trial][-1]
-                  for d in document["ranks_detail"]]
+        finals = [
+            [s for s in read_metrics(metrics, d["rank"]) if s["trial"] == trial][-1] for d in document["ranks_detail"]
+        ]
         assert sum(f["bytes_received"] for f in finals) == totals["bytes_received"]
         assert sum(f["messages_received"] for f in finals) == totals["messages_received"]
 
 
 @pytest.mark.smoke
-def test_json_document_has_the_documented_fields(tmp_path, clean_env):
+def test_json_document_has_the_documented_fields(tmp_path, clean_environment):
     document, _ = adversarial(tmp_path, "node", 2, "--messages", "40")
     assert TOP_LEVEL <= set(document)
     assert document["benchmark"] == "adversarial"
@@ -120,14 +158,19 @@ def test_json_document_has_the_documented_fields(tmp_path, clean_env):
     assert document["messages_per_rank"] == 40 and document["datagram_size"] == 1024
 
 
-@pytest.mark.parametrize("args, message", [(["--victims", "3"], "--victims must be 1..2"),
-                                           (["--receive-work-us", "-5"], "--receive-work-us must be >= 0, got -5")])
-def test_bad_arguments_exit_with_a_message(tmp_path, clean_env, args, message):
-    result = run_adversarial(2, args, str(tmp_path / "bad.json"), time_limit=TIMEOUT)
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--victims", "3"], "--victims must be 1..2"),
+        (["--receive-work-us", "-5"], "--receive-work-us must be >= 0, got -5"),
+    ],
+)
+def test_bad_arguments_exit_with_a_message(tmp_path, clean_environment, args, message):
+    result = run_adversarial(2, args, str(tmp_path / "bad.json"), time_limit=MPI_TIMEOUT)
     assert result["status"] == "failed" and result["returncode"] == 2
     assert message in result["output_tail"]
 
 
-def test_a_victim_that_works_on_each_message_still_gets_all_of_them(tmp_path, clean_env):
+def test_a_victim_that_works_on_each_message_still_gets_all_of_them(tmp_path, clean_environment):
     document, _ = adversarial(tmp_path, "node", 1, "--messages", "50", "--receive-work-us", "200")
     assert document["receive_work_us"] == 200 and document["summary"]["accounting_ok"]

@@ -12,8 +12,9 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.smoke
 def test_cpu_and_mpi_atomics_are_exact_under_contention(tmp_path):
     out = tmp_path / "atomics.json"
-    completed = run_mailrail(4, ["bench", "atomics", "--ops", "3000", "--counters", "2", "--json", str(out)],
-                             timeout=120, capture=True)
+    completed = run_mailrail(
+        4, ["bench", "atomics", "--ops", "3000", "--counters", "2", "--json", str(out)], timeout=120, capture=True
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     results = {r["atomics"]: r for r in json.loads(out.read_text())["results"]}
     assert set(results) == {"mpi", "cpu"}  # the helper is built by the package install

@@ -11,13 +11,10 @@ def parsed(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def test_a_commands_defaults_yield_to_flags_and_to_the_environment(monkeypatch):
+def test_a_commands_defaults_yield_to_flags_and_to_the_environment(clean_environment, monkeypatch):
     defaults = {"datagram_size": 131072, "recv_pool_slots": 64}
-    monkeypatch.delenv("MAILRAIL_DATAGRAM_SIZE", raising=False)
-    monkeypatch.delenv("MAILRAIL_RECV_POOL_SLOTS", raising=False)
     assert rail_options(parsed(), defaults) == defaults
-    assert rail_options(parsed("--datagram-size", "4096"), defaults) == {"datagram_size": "4096",
-                                                                          "recv_pool_slots": 64}
+    assert rail_options(parsed("--datagram-size", "4096"), defaults) == {"datagram_size": "4096", "recv_pool_slots": 64}
     monkeypatch.setenv("MAILRAIL_RECV_POOL_SLOTS", "512")
     assert rail_options(parsed(), defaults) == {"datagram_size": 131072}
     assert rail_options(parsed("--flow-control", "node")) == {"flow_control": "node"}

@@ -9,17 +9,23 @@ import pytest
 
 from mailrail.cli import main
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SMALL = ["--cluster", "off", "--ranks", "4", "--nodes", "2", "--messages", "200", "--trials", "2", "--datagram-size", "1024"]
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for name in [n for n in os.environ if n.startswith("MAILRAIL_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("MAILRAIL_STALL_TIMEOUT", "30")
+SMALL = [
+    "--cluster",
+    "off",
+    "--ranks",
+    "4",
+    "--nodes",
+    "2",
+    "--messages",
+    "200",
+    "--trials",
+    "2",
+    "--datagram-size",
+    "1024",
+]
 
 
 def read_outputs(out) -> tuple[dict, bytes]:
@@ -28,7 +34,7 @@ def read_outputs(out) -> tuple[dict, bytes]:
     return document, (out / "compare.png").read_bytes()
 
 
-def test_compare_runs_the_three_modes_side_by_side(tmp_path, clean_env, capfd):
+def test_compare_runs_the_three_modes_side_by_side(tmp_path, clean_environment, capfd):
     out = tmp_path / "results"
     assert main(["compare", *SMALL, "--out", str(out)]) == 0
     printed = capfd.readouterr().out
@@ -54,11 +60,11 @@ def test_compare_runs_the_three_modes_side_by_side(tmp_path, clean_env, capfd):
     # Progress while it ran, then the side-by-side table.
     assert "[1/3] flow control none" in printed and "[3/3] node: ok" in printed
     assert "trial 2/2" in printed
-    table = printed[printed.index("speedup vs none"):]
+    table = printed[printed.index("speedup vs none") :]
     assert all(mode in table for mode in ("none", "rank", "node"))
 
 
-def test_a_mode_past_the_time_limit_is_reported_not_hidden(tmp_path, clean_env, capfd):
+def test_a_mode_past_the_time_limit_is_reported_not_hidden(tmp_path, clean_environment, capfd):
     out = tmp_path / "results"
     # 0.5 s cannot even start mpiexec with 4 Python ranks: every mode times out.
     assert main(["compare", *SMALL, "--modes", "none,node", "--time-limit", "0.5", "--out", str(out)]) == 1

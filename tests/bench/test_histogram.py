@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from mailrail.bench.histogram import Table, make_keys
-
 from mailrail.launch import run_mailrail
 
 
@@ -46,9 +45,26 @@ def test_table_counts_more_keys_than_its_buffer_holds():
 @pytest.mark.parametrize("distribution", ["uniform", "rmat"])
 def test_histogram_is_exact_in_every_mode(tmp_path, ranks, distribution):
     out = tmp_path / "histogram.json"
-    args = ["bench", "histogram", "--log2-table", "14", "--inserts", "20000", "--trials", "1",
-            "--modes", "none,rank,node", "--ranks-per-node", "2", "--recv-pool-slots", "64",
-            "--baseline", "alltoallv", "--json", str(out)]
+    args = [
+        "bench",
+        "histogram",
+        "--log2-table",
+        "14",
+        "--inserts",
+        "20000",
+        "--trials",
+        "1",
+        "--modes",
+        "none,rank,node",
+        "--ranks-per-node",
+        "2",
+        "--recv-pool-slots",
+        "64",
+        "--baseline",
+        "alltoallv",
+        "--json",
+        str(out),
+    ]
     if distribution == "rmat":
         args.append("--rmat")
     completed = run_mailrail(ranks, args, timeout=180, capture=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import pytest
 
@@ -34,8 +33,10 @@ def test_study_points_double_ranks_and_victims():
 def test_a_run_past_the_time_limit_stays_in_the_results_and_the_plot(tmp_path):
     timed_out = {"status": "timeout", "time_limit_s": 30.0, "wall_s": 30.0, "ranks": 8}
     finished = {"status": "ok", "wall_s": 3.0, "summary": {"runtime_s_mean": 1.5, "goodput_bps_mean": 2e8}}
-    points = [sweep.sweep_point("weak", 8, 1, "none", timed_out, 30.0),
-              sweep.sweep_point("weak", 8, 1, "node", finished, 30.0)]
+    points = [
+        sweep.sweep_point("weak", 8, 1, "none", timed_out, 30.0),
+        sweep.sweep_point("weak", 8, 1, "node", finished, 30.0),
+    ]
     assert points[0]["status"] == "timeout" and "runtime_s" not in points[0]
     assert points[0]["incast_ratio"] == 7 and points[1]["goodput_bps"] == 2e8
     path = plot_sweep({"weak scaling": points}, str(tmp_path / "sweep.png"), "test")
@@ -43,12 +44,30 @@ def test_a_run_past_the_time_limit_stays_in_the_results_and_the_plot(tmp_path):
 
 
 @pytest.mark.mpi
-def test_sweep_runs_end_to_end(tmp_path, monkeypatch, capfd):
-    for name in [n for n in os.environ if n.startswith("MAILRAIL_")]:
-        monkeypatch.delenv(name)
+@pytest.mark.slow
+def test_sweep_runs_end_to_end(tmp_path, clean_environment, capfd):
     out = tmp_path / "sweep"
-    code = main(["sweep", "--min-ranks", "2", "--max-ranks", "4", "--victim-ranks", "2", "--modes", "none,node",
-                 "--messages", "100", "--trials", "1", "--datagram-size", "512", "--out", str(out)])
+    code = main(
+        [
+            "sweep",
+            "--min-ranks",
+            "2",
+            "--max-ranks",
+            "4",
+            "--victim-ranks",
+            "2",
+            "--modes",
+            "none,node",
+            "--messages",
+            "100",
+            "--trials",
+            "1",
+            "--datagram-size",
+            "512",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capfd.readouterr().out
     with open(out / "sweep.json") as source:
         document = json.load(source)
@@ -56,7 +75,11 @@ def test_sweep_runs_end_to_end(tmp_path, monkeypatch, capfd):
     assert document["benchmark"] == "sweep"
     weak, victims = document["studies"]["weak"], document["studies"]["victims"]
     assert [(p["ranks"], p["victims"], p["mode"]) for p in weak] == [
-        (2, 1, "none"), (2, 1, "node"), (4, 1, "none"), (4, 1, "node")]
+        (2, 1, "none"),
+        (2, 1, "node"),
+        (4, 1, "none"),
+        (4, 1, "node"),
+    ]
     assert [(p["ranks"], p["victims"]) for p in victims] == [(2, 1), (2, 1), (2, 2), (2, 2)]
     for point in weak + victims:
         assert point["status"] == "ok"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import leftovers
 
+from helpers import leftovers
 from mailrail.errors import ClusterError
 
 
@@ -16,6 +16,7 @@ def cluster_support() -> str:
     from mailrail.cluster.privileges import cluster_privileges
     from mailrail.cluster.spec import ClusterSpec
     from mailrail.cluster.virtual import VirtualCluster
+
     try:
         privileges = cluster_privileges()
         if privileges == "admin":

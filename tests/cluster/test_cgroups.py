@@ -42,10 +42,13 @@ def test_no_memory_hierarchy(tmp_path):
     assert cgroups.find_hierarchy(str(tmp_path), str(tmp_path)) is None
 
 
-@pytest.mark.parametrize("version, limit_file, swap_file, swap_capped, lifted", [
-    (1, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", str(2**28), "-1"),
-    (2, "memory.max", "memory.swap.max", "0", "max"),
-])
+@pytest.mark.parametrize(
+    "version, limit_file, swap_file, swap_capped, lifted",
+    [
+        (1, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", str(2**28), "-1"),
+        (2, "memory.max", "memory.swap.max", "0", "max"),
+    ],
+)
 def test_limits_leave_no_room_in_swap_and_can_be_lifted(tmp_path, version, limit_file, swap_file, swap_capped, lifted):
     hierarchy = cgroups.Hierarchy(version, str(tmp_path))
     group = tmp_path / "g"

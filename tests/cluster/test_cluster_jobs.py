@@ -12,9 +12,8 @@ import time
 
 import pytest
 
+from helpers import alive, assert_exactly_once, job_environment, leftovers, mailrail, program, ready_pids, result_of
 from mailrail.cluster import ClusterSpec, Link, VirtualCluster, namespaces
-
-from helpers import alive, job_environment, leftovers, mailrail, program, ready_pids, result_of
 
 pytestmark = [pytest.mark.mpi, pytest.mark.cluster]
 
@@ -45,11 +44,13 @@ def test_mpi_sees_the_virtual_nodes_and_only_internode_bytes_cross_the_links(lea
 def test_two_clusters_at_once_do_not_collide(leaves_nothing):
     """Same addresses, separate switches: each job sees only its own cluster's nodes, at the same time."""
     import concurrent.futures
+
     with VirtualCluster(ClusterSpec(nodes=2)) as first, VirtualCluster(ClusterSpec(nodes=2)) as second:
         assert first.layout.cluster_id != second.layout.cluster_id
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            jobs = list(pool.map(lambda c: cluster_job(c, 4, "cluster_probe.py", "--bytes", "1000000"),
-                                 (first, second)))
+            jobs = list(
+                pool.map(lambda c: cluster_job(c, 4, "cluster_probe.py", "--bytes", "1000000"), (first, second))
+            )
     for cluster, (job, result) in zip((first, second), jobs):
         assert {r["host"] for r in result["ranks"]} == {cluster.layout.hostname(0), cluster.layout.hostname(1)}
         assert 1_000_000 <= job.network_bytes < 2_000_000
@@ -65,10 +66,11 @@ def four_nodes(cluster_support):
 
 @pytest.mark.parametrize("pattern", ["uniform", "incast"])
 @pytest.mark.parametrize("mode", ["none", "rank", "node"])
-def test_exactly_once_across_four_nodes(four_nodes, assert_exactly_once, mode, pattern):
+def test_exactly_once_across_four_nodes(four_nodes, mode, pattern):
     env = {"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RECV_POOL_SLOTS": "16", "MAILRAIL_SEND_POOL_SLOTS": "8"}
-    job, result = cluster_job(four_nodes, 8, "traffic.py", "--pattern", pattern, "--max-messages", "400",
-                              "--victims", "1", env=env)
+    job, result = cluster_job(
+        four_nodes, 8, "traffic.py", "--pattern", pattern, "--max-messages", "400", "--victims", "1", env=env
+    )
     assert_exactly_once(result)
     stats = result["stats"]
     hosts = [s["host"] for s in stats]
@@ -100,13 +102,32 @@ def test_links_are_shaped_both_ways(leaves_nothing):
     assert sum(r["checked"] for r in result["ranks"]) == 1 and job.network_bytes >= 2_000_000
 
 
+@pytest.mark.slow
 def test_memory_capped_victim_node_kills_unconstrained_incast(tmp_path, as_root, leaves_nothing):
     # A victim that computes 50 us on each message cannot keep up with 7 senders: unconstrained, its MPI
     # buffered 324-701 MiB in three runs (with no work, sometimes 1 MiB: it kept up), far over the cap.
     out = tmp_path / "cmp"
-    completed = mailrail("compare", "--cluster", "2", "-n", "8", "--victims", "1", "--messages", "20000",
-                         "--receive-work-us", "50", "--trials", "1", "--modes", "none,node",
-                         "--victim-node-memory", "192M", "--out", str(out))
+    completed = mailrail(
+        "compare",
+        "--cluster",
+        "2",
+        "-n",
+        "8",
+        "--victims",
+        "1",
+        "--messages",
+        "20000",
+        "--receive-work-us",
+        "50",
+        "--trials",
+        "1",
+        "--modes",
+        "none,node",
+        "--victim-node-memory",
+        "192M",
+        "--out",
+        str(out),
+    )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     document = json.loads((out / "compare.json").read_text())
     cluster = document["cluster"]
@@ -120,8 +141,10 @@ def test_memory_capped_victim_node_kills_unconstrained_incast(tmp_path, as_root,
     assert node["cluster_nodes"][victim_node]["peak_bytes"] < 192 * 2**20
     rows = {row["mode"]: row for row in document["table"]}
     assert rows["none"]["status"].startswith("out of memory (node") and rows["node"]["status"] == "ok"
-    assert "none: out of memory" in completed.stdout and "finished, every message delivered exactly once: node" in \
-        completed.stdout
+    assert (
+        "none: out of memory" in completed.stdout
+        and "finished, every message delivered exactly once: node" in completed.stdout
+    )
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -134,9 +157,13 @@ def test_a_job_past_its_timeout_leaves_nothing(leaves_nothing):
 
 def start_sleepers(ranks: int = 4) -> tuple[subprocess.Popen, list[int], str]:
     """``mailrail run --cluster 2`` of sleeping ranks, once every rank is up: (process, rank pids, cluster id)."""
-    process = subprocess.Popen([sys.executable, "-m", "mailrail", "run", "-n", str(ranks), "--cluster", "2", "--",
-                                *program("sleeper.py")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=job_environment())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mailrail", "run", "-n", str(ranks), "--cluster", "2", "--", *program("sleeper.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_environment(),
+    )
     pids, deadline = [], time.monotonic() + 120
     while len(pids) < ranks and time.monotonic() < deadline:
         line = process.stdout.readline()
@@ -177,16 +204,19 @@ def test_cluster_down_removes_what_a_killed_run_left(leaves_nothing):
     assert not any(alive(pid) for pid in pids)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-n", "4", "--cluster", "0"], "--cluster takes a node count >= 1"),
-    (["-n", "4", "--cluster", "8"], "4 rank(s) cannot fill 8 nodes"),
-    (["-n", "8", "--cluster", "2", "--node-slots", "2"], "8 ranks do not fit on 2 nodes of 2 slots"),
-    (["-n", "4", "--cluster", "2", "--link-rate", "10gbits"], "--link-rate: unknown rate unit 'gbits'"),
-    (["-n", "4", "--cluster", "2", "--node-memory", "1Q"], "--node-memory: unknown memory unit 'q'"),
-    (["-n", "4", "--cluster", "2", "--victim-node-memory", "1G"], "say which with --victim-ranks"),
-    (["-n", "4", "--link-rate", "1gbit"], "--link-rate describe a virtual cluster: add --cluster N"),
-    (["-n", "4", "--cluster", "up:nosuch"], "no virtual cluster named nosuch is up"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-n", "4", "--cluster", "0"], "--cluster takes a node count >= 1"),
+        (["-n", "4", "--cluster", "8"], "4 rank(s) cannot fill 8 nodes"),
+        (["-n", "8", "--cluster", "2", "--node-slots", "2"], "8 ranks do not fit on 2 nodes of 2 slots"),
+        (["-n", "4", "--cluster", "2", "--link-rate", "10gbits"], "--link-rate: unknown rate unit 'gbits'"),
+        (["-n", "4", "--cluster", "2", "--node-memory", "1Q"], "--node-memory: unknown memory unit 'q'"),
+        (["-n", "4", "--cluster", "2", "--victim-node-memory", "1G"], "say which with --victim-ranks"),
+        (["-n", "4", "--link-rate", "1gbit"], "--link-rate describe a virtual cluster: add --cluster N"),
+        (["-n", "4", "--cluster", "up:nosuch"], "no virtual cluster named nosuch is up"),
+    ],
+)
 def test_bad_input_is_a_precise_error_and_leaves_nothing(args, message, leaves_nothing):
     completed = mailrail("run", *args, "--", "true", timeout=60)
     assert completed.returncode == 2
@@ -194,8 +224,9 @@ def test_bad_input_is_a_precise_error_and_leaves_nothing(args, message, leaves_n
 
 
 def test_a_delay_needs_netem_and_a_failed_build_leaves_nothing(leaves_nothing):
-    completed = mailrail("run", "-n", "2", "--cluster", "2", "--link-delay", "50us", "--", *program("cluster_probe.py"),
-                         timeout=120)
+    completed = mailrail(
+        "run", "-n", "2", "--cluster", "2", "--link-delay", "50us", "--", *program("cluster_probe.py"), timeout=120
+    )
     if completed.returncode != 0:  # this kernel has no netem: say so, precisely, and undo the half-built cluster
         assert completed.returncode == 2 and "--link-delay needs the kernel's netem" in completed.stderr
     else:
@@ -207,9 +238,8 @@ def unprivileged(*setup: str) -> list[str]:
     return ["unshare", "--user", "--map-user=65534", "--map-group=65534", *setup]
 
 
-def test_without_root_the_cluster_is_built_in_a_user_namespace(as_root, assert_exactly_once, leaves_nothing):
-    completed = mailrail("run", "-n", "4", "--cluster", "2", "--", *program("traffic.py"),
-                         prefix=unprivileged())
+def test_without_root_the_cluster_is_built_in_a_user_namespace(as_root, leaves_nothing):
+    completed = mailrail("run", "-n", "4", "--cluster", "2", "--", *program("traffic.py"), prefix=unprivileged())
     result = result_of(completed)
     assert_exactly_once(result)
     assert len({s["host"] for s in result["stats"]}) == 2
@@ -220,15 +250,35 @@ def test_without_root_the_cluster_is_built_in_a_user_namespace(as_root, assert_e
 
 def test_with_neither_root_nor_user_namespaces_a_clear_error(tmp_path, as_root, leaves_nothing):
     # Root in a user namespace that forbids further ones, its capabilities dropped: a user who can do neither.
-    no_userns = ["unshare", "--user", "--map-root-user", "/bin/sh", "-c",
-                 'echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --inh-caps=-all --bounding-set=-all "$@"',
-                 "sh"]
+    no_userns = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "/bin/sh",
+        "-c",
+        'echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --inh-caps=-all --bounding-set=-all "$@"',
+        "sh",
+    ]
     completed = mailrail("run", "-n", "2", "--cluster", "2", "--", "true", prefix=no_userns)
     assert completed.returncode == 2
     assert "needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN)" in completed.stderr and "neither" in completed.stderr
     out = tmp_path / "cmp"
-    fallback = mailrail("compare", "-n", "2", "--nodes", "1", "--messages", "50", "--trials", "1", "--modes", "none",
-                        "--out", str(out), prefix=no_userns)
+    fallback = mailrail(
+        "compare",
+        "-n",
+        "2",
+        "--nodes",
+        "1",
+        "--messages",
+        "50",
+        "--trials",
+        "1",
+        "--modes",
+        "none",
+        "--out",
+        str(out),
+        prefix=no_userns,
+    )
     assert fallback.returncode == 0, fallback.stdout[-2000:] + fallback.stderr[-2000:]
     assert "mailrail compare: on shared memory: a virtual cluster needs root" in fallback.stdout
     document = json.loads((out / "compare.json").read_text())
@@ -245,8 +295,9 @@ def test_a_cluster_that_stays_up(as_root, leaves_nothing):
         assert (entry["kind"], entry["state"], entry["nodes"]) == ("persistent", "up", 2)
         assert entry["link"]["rate_bps"] == 5 * 10**9
         for _ in range(2):  # jobs come and go; the cluster stays
-            result = result_of(mailrail("run", "-n", "4", "--cluster", f"up:{name}", "--",
-                                        *program("cluster_probe.py")))
+            result = result_of(
+                mailrail("run", "-n", "4", "--cluster", f"up:{name}", "--", *program("cluster_probe.py"))
+            )
             assert {r["host"] for r in result["ranks"]} == {f"{name}-n0", f"{name}-n1"}
         refused = mailrail("run", "-n", "4", "--cluster", f"up:{name}", "--link-rate", "1gbit", "--", "true")
         assert refused.returncode == 2 and "shape a cluster when it is made" in refused.stderr
@@ -259,23 +310,53 @@ def test_a_cluster_that_stays_up(as_root, leaves_nothing):
 
 def test_replay_on_a_cluster(tmp_path, leaves_nothing):
     out = tmp_path / "replay.json"
-    completed = mailrail("replay", os.path.join(TRACES, "ygm-histogram-binary-2ranks"), "--cluster", "2",
-                         "--flow-control", "node", "--json", str(out))
+    completed = mailrail(
+        "replay",
+        os.path.join(TRACES, "ygm-histogram-binary-2ranks"),
+        "--cluster",
+        "2",
+        "--flow-control",
+        "node",
+        "--json",
+        str(out),
+    )
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     document = json.loads(out.read_text())
     assert document["verified"] and document["ranks"] == 2 and document["flow_control"] == "node"
     assert "2 ranks on virtual cluster" in completed.stderr
 
 
+@pytest.mark.slow
 def test_sweep_scales_over_node_counts(tmp_path, as_root, leaves_nothing):
     out = tmp_path / "sweep"
-    completed = mailrail("sweep", "--cluster", "2", "--node-ranks", "2", "--studies", "weak", "--messages", "200",
-                         "--trials", "1", "--modes", "none,node", "--victim-node-memory", "1G", "--out", str(out))
+    completed = mailrail(
+        "sweep",
+        "--cluster",
+        "2",
+        "--node-ranks",
+        "2",
+        "--studies",
+        "weak",
+        "--messages",
+        "200",
+        "--trials",
+        "1",
+        "--modes",
+        "none,node",
+        "--victim-node-memory",
+        "1G",
+        "--out",
+        str(out),
+    )
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     document = json.loads((out / "sweep.json").read_text())
     points = document["studies"]["weak"]
-    assert [(p["ranks"], p["nodes"], p["mode"]) for p in points] == [(2, 1, "none"), (2, 1, "node"),
-                                                                      (4, 2, "none"), (4, 2, "node")]
+    assert [(p["ranks"], p["nodes"], p["mode"]) for p in points] == [
+        (2, 1, "none"),
+        (2, 1, "node"),
+        (4, 2, "none"),
+        (4, 2, "node"),
+    ]
     assert all(p["status"] == "ok" for p in points) and document["cluster"]["nodes"] == 2
     assert points[2]["result"]["network_bytes"] > 0 and points[0]["result"]["network_bytes"] < 100_000
     for point in points:  # each run capped the node of its own victim, and only that node, during the run
@@ -284,12 +365,30 @@ def test_sweep_scales_over_node_counts(tmp_path, as_root, leaves_nothing):
         assert limits[victim // 2] == 2**30 and limits.count(None) == 1
 
 
-@pytest.mark.parametrize("app, args", [("cc", ["--scale", "10", "--edge-factor", "8"]),
-                                       ("moe", ["--tokens", "64", "--hidden", "64", "--skew", "1.2"])])
+@pytest.mark.parametrize(
+    "app, args",
+    [("cc", ["--scale", "10", "--edge-factor", "8"]), ("moe", ["--tokens", "64", "--hidden", "64", "--skew", "1.2"])],
+)
 def test_the_applications_on_a_cluster(tmp_path, app, args, leaves_nothing):
     out = tmp_path / f"{app}.json"
-    completed = mailrail("run", "-n", "4", "--cluster", "2", "app", app, *args, "--modes", "none,rank,node",
-                         "--baseline", "alltoallv", "--trials", "1", "--json", str(out))
+    completed = mailrail(
+        "run",
+        "-n",
+        "4",
+        "--cluster",
+        "2",
+        "app",
+        app,
+        *args,
+        "--modes",
+        "none,rank,node",
+        "--baseline",
+        "alltoallv",
+        "--trials",
+        "1",
+        "--json",
+        str(out),
+    )
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     document = json.loads(out.read_text())
     assert document["verified"] and document["ranks"] == 4 and len(document["runs"]) == 4

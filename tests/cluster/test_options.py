@@ -6,8 +6,14 @@ import argparse
 
 import pytest
 
-from mailrail.cluster.options import (ClusterChoice, add_cluster_arguments, build_spec, node_flags_given,
-                                      parse_ranks, without_cluster_flags)
+from mailrail.cluster.options import (
+    ClusterChoice,
+    add_cluster_arguments,
+    build_spec,
+    node_flags_given,
+    parse_ranks,
+    without_cluster_flags,
+)
 from mailrail.errors import ClusterError
 
 
@@ -25,12 +31,15 @@ def test_cluster_choices():
     assert ClusterChoice.parse("auto", allow_auto=True) == ClusterChoice("auto")
 
 
-@pytest.mark.parametrize("text, allow_auto, words", [
-    ("0", False, ["--cluster takes a node count >= 1", "got '0'", "must be a node count >= 1, got 0"]),
-    ("auto", False, ["--cluster takes", "got 'auto'"]),
-    ("many", True, ["'auto' or 'off'", "got 'many'"]),
-    ("300", False, ["at most 250 nodes"]),
-])
+@pytest.mark.parametrize(
+    "text, allow_auto, words",
+    [
+        ("0", False, ["--cluster takes a node count >= 1", "got '0'", "must be a node count >= 1, got 0"]),
+        ("auto", False, ["--cluster takes", "got 'auto'"]),
+        ("many", True, ["'auto' or 'off'", "got 'many'"]),
+        ("300", False, ["at most 250 nodes"]),
+    ],
+)
 def test_bad_cluster_values(text, allow_auto, words):
     with pytest.raises(ClusterError) as error:
         ClusterChoice.parse(text, allow_auto=allow_auto)
@@ -39,8 +48,19 @@ def test_bad_cluster_values(text, allow_auto, words):
 
 
 def test_each_rank_runs_the_command_without_the_cluster_flags():
-    argv = ["replay", "DIR", "--cluster", "4", "--flow-control", "node", "--link-rate=1gbit", "--node-memory", "1G",
-            "--json", "r.json"]
+    argv = [
+        "replay",
+        "DIR",
+        "--cluster",
+        "4",
+        "--flow-control",
+        "node",
+        "--link-rate=1gbit",
+        "--node-memory",
+        "1G",
+        "--json",
+        "r.json",
+    ]
     assert without_cluster_flags(argv) == ["replay", "DIR", "--flow-control", "node", "--json", "r.json"]
 
 
@@ -50,19 +70,27 @@ def test_node_flags_without_a_cluster_are_reported():
 
 
 def test_job_spec_caps_the_nodes_of_the_victims():
-    spec = build_spec(parse("--victim-node-memory", "384M", "--link-rate", "1gbit"), nodes=4, ranks=16,
-                      victim_ranks=[7, 13])
+    spec = build_spec(
+        parse("--victim-node-memory", "384M", "--link-rate", "1gbit"), nodes=4, ranks=16, victim_ranks=[7, 13]
+    )
     assert spec.victim_nodes == (1, 3) and spec.victim_node_memory == 384 * 2**20
     assert spec.link.rate_bps == 10**9 and spec.memory_limit(0) is None
 
 
-@pytest.mark.parametrize("argv, ranks, victims, words", [
-    (["--victim-node-memory", "1G"], 8, [], ["--victim-node-memory caps the nodes of the victim ranks",
-                                             "--victim-ranks"]),
-    (["--node-memory", "lots"], 8, [], ["--node-memory", "'lots' is not a memory such as 1G"]),
-    ([], 8, [9], ["--victim-ranks [9] outside the job's ranks 0..7"]),
-    (["--node-slots", "1"], 8, [], ["8 ranks do not fit on 4 nodes of 1 slots"]),
-])
+@pytest.mark.parametrize(
+    "argv, ranks, victims, words",
+    [
+        (
+            ["--victim-node-memory", "1G"],
+            8,
+            [],
+            ["--victim-node-memory caps the nodes of the victim ranks", "--victim-ranks"],
+        ),
+        (["--node-memory", "lots"], 8, [], ["--node-memory", "'lots' is not a memory such as 1G"]),
+        ([], 8, [9], ["--victim-ranks [9] outside the job's ranks 0..7"]),
+        (["--node-slots", "1"], 8, [], ["8 ranks do not fit on 4 nodes of 1 slots"]),
+    ],
+)
 def test_bad_job_specs(argv, ranks, victims, words):
     with pytest.raises(ClusterError) as error:
         build_spec(parse(*argv), nodes=4, ranks=ranks, victim_ranks=victims)

@@ -9,51 +9,88 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mailrail.cluster.spec import (MAX_NODES, ClusterSpec, Layout, Link, Queue, agent_script, hostfile,
-                                   new_cluster_id, node_of_rank, parse_duration, parse_memory, parse_node_count,
-                                   parse_queue, parse_rate, ranks_per_node, tc_commands)
+from mailrail.cluster.spec import (
+    MAX_NODES,
+    ClusterSpec,
+    Layout,
+    Link,
+    Queue,
+    agent_script,
+    hostfile,
+    new_cluster_id,
+    node_of_rank,
+    parse_duration,
+    parse_memory,
+    parse_node_count,
+    parse_queue,
+    parse_rate,
+    ranks_per_node,
+    tc_commands,
+)
 from mailrail.errors import ClusterError
 
 
-@pytest.mark.parametrize("text, bits", [("10gbit", 10**10), ("500mbit", 5 * 10**8), ("1.5gbit", 15 * 10**8),
-                                        ("125mbps", 10**9), ("8000bit", 8000), ("2 Gbit", 2 * 10**9)])
+@pytest.mark.parametrize(
+    "text, bits",
+    [
+        ("10gbit", 10**10),
+        ("500mbit", 5 * 10**8),
+        ("1.5gbit", 15 * 10**8),
+        ("125mbps", 10**9),
+        ("8000bit", 8000),
+        ("2 Gbit", 2 * 10**9),
+    ],
+)
 def test_rates_in_tc_units(text, bits):
     assert parse_rate(text) == bits
 
 
-@pytest.mark.parametrize("text, seconds", [("50us", 50e-6), ("1ms", 1e-3), ("2s", 2.0), ("100usec", 1e-4),
-                                           ("500ns", 5e-7)])
+@pytest.mark.parametrize(
+    "text, seconds", [("50us", 50e-6), ("1ms", 1e-3), ("2s", 2.0), ("100usec", 1e-4), ("500ns", 5e-7)]
+)
 def test_delays_in_tc_units(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text, size", [("1G", 2**30), ("512M", 2**29), ("384MiB", 384 * 2**20),
-                                        ("2gb", 2**31), ("67108864", 2**26), ("1.5G", 3 * 2**29)])
+@pytest.mark.parametrize(
+    "text, size",
+    [("1G", 2**30), ("512M", 2**29), ("384MiB", 384 * 2**20), ("2gb", 2**31), ("67108864", 2**26), ("1.5G", 3 * 2**29)],
+)
 def test_memory_sizes_are_powers_of_1024(text, size):
     assert parse_memory(text) == size
 
 
-@pytest.mark.parametrize("text, queue", [("100p", Queue(100, "packets")), ("64packets", Queue(64, "packets")),
-                                         ("256kb", Queue(256 * 1024, "bytes")), ("1mb", Queue(2**20, "bytes")),
-                                         ("65536", Queue(65536, "bytes"))])
+@pytest.mark.parametrize(
+    "text, queue",
+    [
+        ("100p", Queue(100, "packets")),
+        ("64packets", Queue(64, "packets")),
+        ("256kb", Queue(256 * 1024, "bytes")),
+        ("1mb", Queue(2**20, "bytes")),
+        ("65536", Queue(65536, "bytes")),
+    ],
+)
 def test_queues_in_packets_or_bytes(text, queue):
     assert parse_queue(text) == queue
 
 
-@pytest.mark.parametrize("parse, text, words", [
-    (parse_rate, "10gbits", ["--link-rate", "unknown rate unit 'gbits'", "'10gbits'"]),
-    (parse_rate, "10", ["--link-rate", "unknown rate unit '(none)'"]),
-    (parse_rate, "fast", ["--link-rate", "'fast' is not a rate such as 10gbit"]),
-    (parse_rate, "100bit", ["--link-rate", "below 8kbit"]),
-    (parse_duration, "5", ["--link-delay", "unknown time unit '(none)'"]),
-    (parse_duration, "5 min", ["--link-delay", "unknown time unit 'min'"]),
-    (parse_memory, "1Q", ["--node-memory", "unknown memory unit 'q'", "'1Q'"]),
-    (parse_memory, "1M", ["--node-memory", "below 16M"]),
-    (parse_memory, "-1G", ["--node-memory", "'-1G' is not a memory such as 1G"]),
-    (parse_queue, "1.5p", ["--link-queue", "whole number of packets"]),
-    (parse_queue, "100x", ["--link-queue", "unknown queue unit 'x'"]),
-    (parse_queue, "100b", ["--link-queue", "less than one full-size packet"]),
-])
+@pytest.mark.parametrize(
+    "parse, text, words",
+    [
+        (parse_rate, "10gbits", ["--link-rate", "unknown rate unit 'gbits'", "'10gbits'"]),
+        (parse_rate, "10", ["--link-rate", "unknown rate unit '(none)'"]),
+        (parse_rate, "fast", ["--link-rate", "'fast' is not a rate such as 10gbit"]),
+        (parse_rate, "100bit", ["--link-rate", "below 8kbit"]),
+        (parse_duration, "5", ["--link-delay", "unknown time unit '(none)'"]),
+        (parse_duration, "5 min", ["--link-delay", "unknown time unit 'min'"]),
+        (parse_memory, "1Q", ["--node-memory", "unknown memory unit 'q'", "'1Q'"]),
+        (parse_memory, "1M", ["--node-memory", "below 16M"]),
+        (parse_memory, "-1G", ["--node-memory", "'-1G' is not a memory such as 1G"]),
+        (parse_queue, "1.5p", ["--link-queue", "whole number of packets"]),
+        (parse_queue, "100x", ["--link-queue", "unknown queue unit 'x'"]),
+        (parse_queue, "100b", ["--link-queue", "less than one full-size packet"]),
+    ],
+)
 def test_bad_units_name_the_option_and_the_value(parse, text, words):
     with pytest.raises(ClusterError) as error:
         parse(text)
@@ -87,11 +124,14 @@ def test_ranks_fill_nodes_in_blocks():
     assert node_of_rank([3, 3, 2]) == [0, 0, 0, 1, 1, 1, 2, 2]
 
 
-@pytest.mark.parametrize("ranks, nodes, slots, words", [
-    (4, 8, None, ["4 rank(s) cannot fill 8 nodes"]),
-    (16, 4, 2, ["16 ranks do not fit on 4 nodes of 2 slots", "at most 8"]),
-    (0, 1, None, ["-n must be >= 1"]),
-])
+@pytest.mark.parametrize(
+    "ranks, nodes, slots, words",
+    [
+        (4, 8, None, ["4 rank(s) cannot fill 8 nodes"]),
+        (16, 4, 2, ["16 ranks do not fit on 4 nodes of 2 slots", "at most 8"]),
+        (0, 1, None, ["-n must be >= 1"]),
+    ],
+)
 def test_jobs_that_do_not_fit_are_refused_with_the_numbers(ranks, nodes, slots, words):
     with pytest.raises(ClusterError) as error:
         ranks_per_node(ranks, nodes, slots)
@@ -113,8 +153,12 @@ def test_layout_names_everything_from_the_id():
     assert layout.netns(None) == "mailrail-j1a2b3-head" and layout.netns(2) == "mailrail-j1a2b3-n2"
     assert layout.hostname(0) == "j1a2b3-n0" and layout.address(0) == "10.213.0.1"
     assert layout.address(None) == "10.213.0.254"
-    assert layout.all_netns() == ["mailrail-j1a2b3-head", "mailrail-j1a2b3-n0", "mailrail-j1a2b3-n1",
-                                  "mailrail-j1a2b3-n2"]
+    assert layout.all_netns() == [
+        "mailrail-j1a2b3-head",
+        "mailrail-j1a2b3-n0",
+        "mailrail-j1a2b3-n1",
+        "mailrail-j1a2b3-n2",
+    ]
     with pytest.raises(ClusterError, match="1-12 lower-case letters or digits"):
         Layout("Bad-Name", 1)
 
@@ -129,12 +173,43 @@ def test_job_cluster_ids_are_valid_and_distinct():
 def test_tc_rate_delay_and_queue():
     assert tc_commands("eth0", Link()) == []
     rate = tc_commands("eth0", Link(rate_bps=10**9))
-    assert rate == [["tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "tbf", "rate", "1000000000bit",
-                     "burst", "125000", "limit", "1250000"]]
+    assert rate == [
+        [
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            "eth0",
+            "root",
+            "handle",
+            "1:",
+            "tbf",
+            "rate",
+            "1000000000bit",
+            "burst",
+            "125000",
+            "limit",
+            "1250000",
+        ]
+    ]
     both = tc_commands("n0", Link(rate_bps=10**8, delay_s=50e-6, queue=Queue(100, "packets")))
     assert both[0][5:9] == ["root", "handle", "1:", "tbf"]
-    assert both[1] == ["tc", "qdisc", "replace", "dev", "n0", "parent", "1:1", "handle", "10:", "netem",
-                       "delay", "50us", "limit", "100"]
+    assert both[1] == [
+        "tc",
+        "qdisc",
+        "replace",
+        "dev",
+        "n0",
+        "parent",
+        "1:1",
+        "handle",
+        "10:",
+        "netem",
+        "delay",
+        "50us",
+        "limit",
+        "100",
+    ]
     queue_only = tc_commands("eth0", Link(queue=Queue(65536, "bytes")))
     assert queue_only == [["tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "bfifo", "limit", "65536"]]
     bytes_with_rate = tc_commands("eth0", Link(rate_bps=10**9, queue=Queue(2**20, "bytes")))
@@ -157,8 +232,11 @@ def test_the_ssh_stand_in_enters_the_node_it_is_asked_for(tmp_path):
     for group in groups:
         group.mkdir()
     agent = tmp_path / "agent"
-    agent.write_text(agent_script(layout, [f"/state/{n}.uts" for n in ("n0", "n1", "head")],
-                                  [[str(g)] for g in groups], str(fake_nsenter)))
+    agent.write_text(
+        agent_script(
+            layout, [f"/state/{n}.uts" for n in ("n0", "n1", "head")], [[str(g)] for g in groups], str(fake_nsenter)
+        )
+    )
     agent.chmod(0o755)
 
     def call(*args):
@@ -166,13 +244,26 @@ def test_the_ssh_stand_in_enters_the_node_it_is_asked_for(tmp_path):
 
     shell = call("-x", "-o", "BatchMode=yes", "10.213.0.2", "prted", "--flag", "x y")
     assert shell.returncode == 0, shell.stderr
-    assert shell.stdout.splitlines() == ["--net=/run/netns/mailrail-t1-n1", "--uts=/state/n1.uts", "--",
-                                         "/bin/sh", "-c", "prted --flag x y"]
+    assert shell.stdout.splitlines() == [
+        "--net=/run/netns/mailrail-t1-n1",
+        "--uts=/state/n1.uts",
+        "--",
+        "/bin/sh",
+        "-c",
+        "prted --flag x y",
+    ]
     pid_line = (groups[1] / "cgroup.procs").read_text().strip()
     assert pid_line.isdigit()  # the stand-in joined node 1's cgroup before entering it
     direct = call("--exec", "head", "mpiexec", "-n", "2", "a b")
-    assert direct.stdout.splitlines() == ["--net=/run/netns/mailrail-t1-head", "--uts=/state/head.uts", "--",
-                                          "mpiexec", "-n", "2", "a b"]
+    assert direct.stdout.splitlines() == [
+        "--net=/run/netns/mailrail-t1-head",
+        "--uts=/state/head.uts",
+        "--",
+        "mpiexec",
+        "-n",
+        "2",
+        "a b",
+    ]
     unknown = call("10.213.0.77", "true")
     assert unknown.returncode == 255 and "no node named 10.213.0.77" in unknown.stderr
     assert os.access(agent, os.X_OK)

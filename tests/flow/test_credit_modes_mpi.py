@@ -2,6 +2,8 @@
 
 import pytest
 
+from helpers import assert_exactly_once, mpirun
+
 pytestmark = pytest.mark.mpi
 
 
@@ -11,15 +13,17 @@ def env(mode: str, **knobs) -> dict[str, str]:
     return variables
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["rank", "node"])
 @pytest.mark.parametrize("ranks", [16, 32])
-def test_incast_with_one_credit_per_pair(mpirun, mode, ranks, assert_exactly_once):
+def test_incast_with_one_credit_per_pair(mode, ranks):
     """Incast 15:1 and 31:1, one credit per pair, tiny send pools: slow, but nothing lost."""
     knobs = dict(credits_per_pair=1, send_pool_slots=2, recv_pool_slots=64)
     if mode == "node":
         knobs["ranks_per_node"] = 4
-    result = mpirun(ranks, "traffic.py", "--pattern", "incast", "--max-messages", "60",
-                    env=env(mode, **knobs), timeout=240)
+    result = mpirun(
+        ranks, "traffic.py", "--pattern", "incast", "--max-messages", "60", env=env(mode, **knobs), timeout=240
+    )
     assert_exactly_once(result)
     victim = result["stats"][result["victims"][0]]
     assert victim["credit_window_high_water"] <= 64
@@ -30,36 +34,56 @@ def test_incast_with_one_credit_per_pair(mpirun, mode, ranks, assert_exactly_onc
 @pytest.mark.smoke
 @pytest.mark.parametrize("engine", ["compiled", "python"])
 @pytest.mark.parametrize("piggyback", ["on", "off"])
-def test_rank_mode_uniform_traffic_with_and_without_piggybacking(mpirun, piggyback, engine, assert_exactly_once):
-    result = mpirun(8, "traffic.py", "--pattern", "uniform", "--max-messages", "300",
-                    env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4, engine=engine))
+def test_rank_mode_uniform_traffic_with_and_without_piggybacking(piggyback, engine):
+    result = mpirun(
+        8,
+        "traffic.py",
+        "--pattern",
+        "uniform",
+        "--max-messages",
+        "300",
+        env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4, engine=engine),
+    )
     assert_exactly_once(result, engine)
     piggybacked = sum(s["credits_piggybacked"] for s in result["stats"])
     assert (piggybacked > 0) == (piggyback == "on")
 
 
-@pytest.mark.parametrize("ranks_per_node, engine", [
-    (2, "compiled"), (4, "compiled"), (4, "python"), pytest.param(8, "compiled", marks=pytest.mark.smoke)])
-def test_node_mode_with_virtual_nodes(mpirun, ranks_per_node, engine, assert_exactly_once):
-    result = mpirun(16, "traffic.py", "--pattern", "uniform", "--max-messages", "150",
-                    env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4,
-                            engine=engine))
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "ranks_per_node, engine",
+    [(2, "compiled"), (4, "compiled"), (4, "python"), pytest.param(8, "compiled", marks=pytest.mark.smoke)],
+)
+def test_node_mode_with_virtual_nodes(ranks_per_node, engine):
+    result = mpirun(
+        16,
+        "traffic.py",
+        "--pattern",
+        "uniform",
+        "--max-messages",
+        "150",
+        env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4, engine=engine),
+    )
     assert_exactly_once(result, engine)
     stats = result["stats"]
     assert {s["nodes"] for s in stats} == {16 // ranks_per_node}
     assert {s["credits_per_pair"] for s in stats} == {16 // (16 // ranks_per_node)}
 
 
-@pytest.mark.parametrize("mode, knobs", [
-    ("rank", dict(recv_pool_slots=32)),  # 4 credits per pair at 8 ranks
-    ("node", dict(recv_pool_slots=32, ranks_per_node=2)),  # 8 credits per node
-])
-def test_unreturned_messages_never_exceed_receive_slots(mpirun, mode, knobs, assert_exactly_once):
+@pytest.mark.parametrize(
+    "mode, knobs",
+    [
+        ("rank", dict(recv_pool_slots=32)),  # 4 credits per pair at 8 ranks
+        ("node", dict(recv_pool_slots=32, ranks_per_node=2)),  # 8 credits per node
+    ],
+)
+def test_unreturned_messages_never_exceed_receive_slots(mode, knobs):
     """The victim holds what arrives (filling the credit window) and checks, on every arrival,
     that no sender exceeded its credits; its peak of arrived-but-unreturned messages stays
     within its receive slots, and the window really filled."""
-    result = mpirun(8, "traffic.py", "--pattern", "incast", "--max-messages", "200", "--hold-seconds", "0.1",
-                    env=env(mode, **knobs))
+    result = mpirun(
+        8, "traffic.py", "--pattern", "incast", "--max-messages", "200", "--hold-seconds", "0.1", env=env(mode, **knobs)
+    )
     assert_exactly_once(result)
     victim = result["stats"][result["victims"][0]]
     assert victim["held_high_water"] <= 32
@@ -67,7 +91,7 @@ def test_unreturned_messages_never_exceed_receive_slots(mpirun, mode, knobs, ass
     assert victim["credit_window_high_water"] > 32 // 2  # the test pushed the window, it was not idle
 
 
-def test_node_neighbours_use_the_credits_a_quiet_rank_freed(mpirun):
+def test_node_neighbours_use_the_credits_a_quiet_rank_freed():
     result = mpirun(4, "node_share.py")
     credits = result["credits"]
     assert result["pool_after_rank2"][2] == 0 or result["pool_after_rank2"][3] == 0
@@ -81,7 +105,7 @@ def test_node_neighbours_use_the_credits_a_quiet_rank_freed(mpirun):
 
 
 @pytest.mark.smoke
-def test_credit_starvation_raises_a_diagnostic_not_a_hang(mpirun):
+def test_credit_starvation_raises_a_diagnostic_not_a_hang():
     result = mpirun(2, "stall.py")
     error = result["error"]
     assert error is not None
@@ -91,11 +115,18 @@ def test_credit_starvation_raises_a_diagnostic_not_a_hang(mpirun):
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("pattern", ["incast", "uniform"])
-def test_node_mode_on_the_real_shared_memory_node(mpirun, pattern, assert_exactly_once):
+def test_node_mode_on_the_real_shared_memory_node(pattern):
     """Without MAILRAIL_RANKS_PER_NODE the node is COMM_TYPE_SHARED: here, all ranks in one node,
     whose rank-to-node map lives once in shared memory."""
-    result = mpirun(8, "traffic.py", "--pattern", pattern, "--max-messages", "200",
-                    env=env("node", recv_pool_slots=16, send_pool_slots=4))
+    result = mpirun(
+        8,
+        "traffic.py",
+        "--pattern",
+        pattern,
+        "--max-messages",
+        "200",
+        env=env("node", recv_pool_slots=16, send_pool_slots=4),
+    )
     assert_exactly_once(result)
     stats = result["stats"]
     assert {s["nodes"] for s in stats} == {1}
@@ -104,10 +135,17 @@ def test_node_mode_on_the_real_shared_memory_node(mpirun, pattern, assert_exactl
     assert {s["shared_credit_bytes"] for s in stats} == {8 * 8 + 8 * 4}  # pool + map, once per node
 
 
-def test_node_mode_with_portable_mpi_atomics(mpirun, assert_exactly_once):
+def test_node_mode_with_portable_mpi_atomics():
     """The no-compiler path: MPI Fetch_and_op on the shared window instead of CPU atomics (Python path)."""
-    result = mpirun(8, "traffic.py", "--pattern", "incast", "--max-messages", "150",
-                    env=env("node", recv_pool_slots=16, send_pool_slots=4, ranks_per_node=4, atomics="mpi"))
+    result = mpirun(
+        8,
+        "traffic.py",
+        "--pattern",
+        "incast",
+        "--max-messages",
+        "150",
+        env=env("node", recv_pool_slots=16, send_pool_slots=4, ranks_per_node=4, atomics="mpi"),
+    )
     assert_exactly_once(result, engine="python")
     assert {s["atomics"] for s in result["stats"]} == {"mpi"}
     assert sum(s["deferred_sends"] for s in result["stats"]) > 0

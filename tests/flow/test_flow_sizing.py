@@ -67,28 +67,42 @@ def test_explicit_credits_per_pair_beyond_the_pool_is_rejected_rank_mode():
 
 def test_explicit_credits_per_pair_is_checked_against_nodes_in_node_mode():
     # 9 x 2 nodes = 18 <= 64 even though 9 x 8 ranks would not fit.
-    assert credit_budget("node", recv_slots=64, ranks=8, nodes=2, credit_threshold=2,
-                         credits_per_pair=9).credits_per_pair == 9
+    assert (
+        credit_budget("node", recv_slots=64, ranks=8, nodes=2, credit_threshold=2, credits_per_pair=9).credits_per_pair
+        == 9
+    )
     with pytest.raises(ConfigError, match="MAILRAIL_CREDITS_PER_PAIR=33"):
         credit_budget("node", recv_slots=64, ranks=8, nodes=2, credit_threshold=2, credits_per_pair=33)
 
 
-@pytest.mark.parametrize("per_pair, threshold, expected", [
-    (8, 1, 8), (8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 100, 1), (1, 2, 1),
-])
+@pytest.mark.parametrize(
+    "per_pair, threshold, expected",
+    [
+        (8, 1, 8),
+        (8, 2, 4),
+        (8, 3, 2),
+        (8, 8, 1),
+        (8, 100, 1),
+        (1, 2, 1),
+    ],
+)
 def test_return_threshold_is_a_fraction_of_the_window_and_at_least_one(per_pair, threshold, expected):
     budget = credit_budget("rank", recv_slots=per_pair * 4, ranks=4, nodes=1, credit_threshold=threshold)
     assert budget.credits_per_pair == per_pair
     assert budget.return_threshold == expected
 
 
-@given(mode=st.sampled_from(["rank", "node"]), recv_slots=st.integers(1, 4096),
-       ranks=st.integers(1, 512), nodes=st.integers(1, 64), credit_threshold=st.integers(1, 64))
+@given(
+    mode=st.sampled_from(["rank", "node"]),
+    recv_slots=st.integers(1, 4096),
+    ranks=st.integers(1, 512),
+    nodes=st.integers(1, 64),
+    credit_threshold=st.integers(1, 64),
+)
 def test_granted_credits_never_exceed_receive_slots(mode, recv_slots, ranks, nodes, credit_threshold):
     senders = ranks if mode == "rank" else nodes
     try:
-        budget = credit_budget(mode, recv_slots=recv_slots, ranks=ranks, nodes=nodes,
-                               credit_threshold=credit_threshold)
+        budget = credit_budget(mode, recv_slots=recv_slots, ranks=ranks, nodes=nodes, credit_threshold=credit_threshold)
     except ConfigError:
         assert recv_slots < senders
         return

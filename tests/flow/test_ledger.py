@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mailrail.transport import compiled
 from mailrail.errors import ProtocolError
 from mailrail.flow import NodeCredits, RankCredits
 from mailrail.flow.node import LocalCounters
+from mailrail.transport import compiled
 
 RANKS = 4  # few ranks: events pile up on each, reaching thresholds and bounds
 
@@ -26,11 +26,19 @@ def events(credits_per_pair: int) -> st.SearchStrategy:
     """Scripts of events, arrivals and releases twice as likely (they move the thresholds and bounds)."""
     rank = st.integers(0, RANKS - 1)
     tag = st.one_of(st.just(0), st.integers(1, credits_per_pair + 1))
-    kinds = ["on_arrival", "on_arrival", "on_release", "on_release", "try_acquire", "take_piggyback",
-             "on_credit_return"]
+    kinds = [
+        "on_arrival",
+        "on_arrival",
+        "on_release",
+        "on_release",
+        "try_acquire",
+        "take_piggyback",
+        "on_credit_return",
+    ]
     arguments = {"on_arrival": st.tuples(rank, tag), "on_credit_return": st.tuples(rank, st.integers(1, 4))}
     event = st.sampled_from(kinds).flatmap(
-        lambda kind: st.tuples(st.just(kind), arguments.get(kind, st.tuples(rank))).map(lambda e: (e[0], *e[1])))
+        lambda kind: st.tuples(st.just(kind), arguments.get(kind, st.tuples(rank))).map(lambda e: (e[0], *e[1]))
+    )
     return st.lists(event, min_size=10, max_size=150)
 
 
@@ -43,9 +51,14 @@ def outcome(flow, event: tuple):
 
 
 def observable(flow) -> dict:
-    return {"available": [flow.available(d) for d in range(RANKS)], "total": flow.unreturned_total,
-            "high_water": flow.unreturned_high_water, "piggybacked": getattr(flow, "piggybacked", 0),
-            "private_bytes": flow.credit_state_bytes(), "shared_bytes": flow.shared_state_bytes()}
+    return {
+        "available": [flow.available(d) for d in range(RANKS)],
+        "total": flow.unreturned_total,
+        "high_water": flow.unreturned_high_water,
+        "piggybacked": getattr(flow, "piggybacked", 0),
+        "private_bytes": flow.credit_state_bytes(),
+        "shared_bytes": flow.shared_state_bytes(),
+    }
 
 
 def assert_same_run(reference, ledger, script: list[tuple]) -> None:
@@ -58,20 +71,28 @@ def assert_same_run(reference, ledger, script: list[tuple]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(credits_per_pair=st.integers(1, 8), threshold=st.integers(1, 8), piggyback=st.booleans(),
-       max_tag=st.integers(1, 4), data=st.data())
+@given(
+    credits_per_pair=st.integers(1, 8),
+    threshold=st.integers(1, 8),
+    piggyback=st.booleans(),
+    max_tag=st.integers(1, 4),
+    data=st.data(),
+)
 def test_rank_ledger_decides_like_rank_credits(credits_per_pair, threshold, piggyback, max_tag, data):
     script = data.draw(events(credits_per_pair))
     reference = RankCredits(RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
-    ledger = compiled.credit_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback,
-                                    max_tag=max_tag)
+    ledger = compiled.credit_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
     assert_same_run(reference, ledger, script)
 
 
 @settings(max_examples=300, deadline=None)
-@given(credits_per_pair=st.integers(1, 8), threshold=st.integers(1, 8),
-       node_of_rank=st.lists(st.integers(0, 2), min_size=RANKS, max_size=RANKS),
-       virtual=st.booleans(), data=st.data())
+@given(
+    credits_per_pair=st.integers(1, 8),
+    threshold=st.integers(1, 8),
+    node_of_rank=st.lists(st.integers(0, 2), min_size=RANKS, max_size=RANKS),
+    virtual=st.booleans(),
+    data=st.data(),
+)
 def test_node_ledger_decides_like_node_credits(credits_per_pair, threshold, node_of_rank, virtual, data):
     script = data.draw(events(credits_per_pair))
     if virtual:  # consecutive ranks per node, computed
@@ -86,18 +107,25 @@ def test_node_ledger_decides_like_node_credits(credits_per_pair, threshold, node
     pool = np.full(RANKS, credits_per_pair, dtype=np.int64)
     reference_pool = LocalCounters(RANKS, credits_per_pair)
     reference = NodeCredits(nodes, node_map.__getitem__, reference_pool, credits_per_pair, threshold)
-    ledger = compiled.credit_ledger("node", RANKS, credits_per_pair, threshold, nodes=nodes,
-                                    pool=pool.ctypes.data, owner=pool, **placement)
+    ledger = compiled.credit_ledger(
+        "node", RANKS, credits_per_pair, threshold, nodes=nodes, pool=pool.ctypes.data, owner=pool, **placement
+    )
     assert_same_run(reference, ledger, script)
     assert pool.tolist() == list(reference_pool.values)  # the ledger counts in the shared pool itself
 
 
 def test_a_node_pool_is_shared_by_every_ledger_on_it():
     pool = np.full(RANKS, 3, dtype=np.int64)
-    first, second = (compiled.credit_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS,
-                                            pool=pool.ctypes.data, owner=pool) for _ in range(2))
-    assert [first.try_acquire(2), second.try_acquire(2), second.try_acquire(2), first.try_acquire(2)] == \
-        [True, True, True, False]
+    first, second = (
+        compiled.credit_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data, owner=pool)
+        for _ in range(2)
+    )
+    assert [first.try_acquire(2), second.try_acquire(2), second.try_acquire(2), first.try_acquire(2)] == [
+        True,
+        True,
+        True,
+        False,
+    ]
     second.on_credit_return(2, 2)
     assert first.available(2) == 2 and pool[2] == 2
 
@@ -117,8 +145,9 @@ def test_ledger_rejects_bad_input_by_value():
 
 def test_a_detached_node_ledger_no_longer_touches_shared_memory():
     pool = np.full(RANKS, 3, dtype=np.int64)
-    ledger = compiled.credit_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data,
-                                    owner=pool)
+    ledger = compiled.credit_ledger(
+        "node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data, owner=pool
+    )
     ledger.detach()
     for call in (ledger.try_acquire, ledger.available, ledger.on_release):
         with pytest.raises(RuntimeError, match="detached"):

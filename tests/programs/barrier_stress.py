@@ -67,6 +67,16 @@ for current in range(args.rounds):
 totals = comm.allreduce(np.array([sent, received, replies, stale]), op=MPI.SUM)
 rail.finalize(strict=True)
 if rank == 0:
-    print("RESULT " + json.dumps({"sent": int(totals[0]), "received": int(totals[1]),
-                                  "replies": int(totals[2]), "stale": int(totals[3]),
-                                  "rounds": args.rounds}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "sent": int(totals[0]),
+                "received": int(totals[1]),
+                "replies": int(totals[2]),
+                "stale": int(totals[3]),
+                "rounds": args.rounds,
+            }
+        ),
+        flush=True,
+    )

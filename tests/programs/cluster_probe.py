@@ -24,8 +24,13 @@ def main() -> None:
     rank, size = comm.Get_rank(), comm.Get_size()
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     topology = NodeTopology(comm, None)
-    me = {"rank": rank, "host": socket.gethostname(), "shared_size": shared.Get_size(), "nodes": topology.nodes,
-          "node": topology.node}
+    me = {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "shared_size": shared.Get_size(),
+        "nodes": topology.nodes,
+        "node": topology.node,
+    }
     topology.free()
     same_node = comm.bcast(shared.Get_size() > 1 and size > 1, root=0)
     checked = 0

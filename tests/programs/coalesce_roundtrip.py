@@ -67,9 +67,22 @@ coalescer.barrier()
 expected = comm.alltoall([sorted(rows) for rows in sent_to])
 mismatched = [source for source in range(size) if sorted(received_from[source]) != expected[source]]
 assert not mismatched, f"rank {rank}: records from {mismatched} differ"
-totals = comm.allreduce(np.array([coalescer.records_sent, coalescer.records_received, forwarded,
-                                  rail.stats()["reserve_failures"]]), op=MPI.SUM)
+totals = comm.allreduce(
+    np.array([coalescer.records_sent, coalescer.records_received, forwarded, rail.stats()["reserve_failures"]]),
+    op=MPI.SUM,
+)
 rail.finalize(strict=True)
 if rank == 0:
-    print("RESULT " + json.dumps({"record_size": record_size, "sent": int(totals[0]), "received": int(totals[1]),
-                                  "forwarded": int(totals[2]), "reserve_failures": int(totals[3])}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "record_size": record_size,
+                "sent": int(totals[0]),
+                "received": int(totals[1]),
+                "forwarded": int(totals[2]),
+                "reserve_failures": int(totals[3]),
+            }
+        ),
+        flush=True,
+    )

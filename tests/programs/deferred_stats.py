@@ -19,8 +19,14 @@ parser.add_argument("--messages", type=int, default=10)
 args = parser.parse_args()
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
-rail = MailRail(comm, flow_control="rank", recv_pool_slots=4, credit_threshold=1, datagram_size=16,
-                send_pool_slots=args.messages + 1)
+rail = MailRail(
+    comm,
+    flow_control="rank",
+    recv_pool_slots=4,
+    credit_threshold=1,
+    datagram_size=16,
+    send_pool_slots=args.messages + 1,
+)
 result: dict = {"engine": rail.stats()["engine"]}
 checksum = 0
 if rank == 0:
@@ -30,8 +36,10 @@ if rank == 0:
         checksum ^= zlib.crc32(bytes(buf[:8]))
         rail.send(1, buf, 8)
     stats = rail.stats()
-    result["while_deferred"] = {key: stats[key] for key in ("messages_sent", "bytes_sent", "deferred_now",
-                                                            "deferred_sends", "messages_received")}
+    result["while_deferred"] = {
+        key: stats[key]
+        for key in ("messages_sent", "bytes_sent", "deferred_now", "deferred_sends", "messages_received")
+    }
     result["pending_while_deferred"] = rail.pending_sends()
     result["keys"] = sorted(stats)
 comm.Barrier()  # rank 1 starts receiving only now
@@ -44,12 +52,25 @@ def handle(message) -> None:
 
 rail.barrier(handle)
 stats = rail.stats()
-after = {key: stats[key] for key in ("messages_sent", "messages_received", "deferred_now", "deferred_sends",
-                                     "credit_messages_sent", "credit_messages_received")}
+after = {
+    key: stats[key]
+    for key in (
+        "messages_sent",
+        "messages_received",
+        "deferred_now",
+        "deferred_sends",
+        "credit_messages_sent",
+        "credit_messages_received",
+    )
+}
 afters = comm.gather(after)
 checksums = comm.gather(checksum)
 report = rail.finalize(strict=True)
 if rank == 0:
-    result.update(after=afters, checksum_match=checksums[0] == checksums[1], finalize=report,
-                  documented=sorted({*TRANSPORT_COUNTERS, *PROTOCOL_COUNTERS, *RAIL_FACTS} - {"nodes", "atomics"}))
+    result.update(
+        after=afters,
+        checksum_match=checksums[0] == checksums[1],
+        finalize=report,
+        documented=sorted({*TRANSPORT_COUNTERS, *PROTOCOL_COUNTERS, *RAIL_FACTS} - {"nodes", "atomics"}),
+    )
     print("RESULT " + json.dumps(result), flush=True)

@@ -37,8 +37,9 @@ expect("config_keyword", lambda: MailRail(comm, datagram_size=0))
 expect("config_mode", lambda: MailRail(comm, flow_control="bogus"))
 expect("config_unknown", lambda: MailRail(comm, datagram_sz=5))
 expect("rank_mode_too_few_slots", lambda: MailRail(comm, flow_control="rank", recv_pool_slots=1))
-expect("compiled_node_mode_with_mpi_atomics",
-       lambda: MailRail(comm, flow_control="node", atomics="mpi", engine="compiled"))
+expect(
+    "compiled_node_mode_with_mpi_atomics", lambda: MailRail(comm, flow_control="node", atomics="mpi", engine="compiled")
+)
 
 rail = MailRail(comm, datagram_size=64, send_pool_slots=4, recv_pool_slots=4)
 cases["engine"] = rail.stats()["engine"]
@@ -105,7 +106,6 @@ gc.collect()
 cases["finalized_rail_collected"] = collected() is None
 
 
-
 class CountingComm(MPI.Intracomm):
     """COMM_WORLD, counting the communicators duplicated from it (duplicates are of this class too) and freed."""
 
@@ -126,8 +126,10 @@ expect("budget_checked_first", lambda: MailRail(CountingComm(comm), flow_control
 cases["communicators_after_bad_budget"] = [CountingComm.made, CountingComm.freed]
 # Node mode on real nodes must split a communicator to count the nodes before it can check the budget:
 # when the check fails, everything made so far is freed.
-expect("node_budget_checked_after_split",
-       lambda: MailRail(CountingComm(comm), flow_control="node", recv_pool_slots=4, credits_per_pair=5))
+expect(
+    "node_budget_checked_after_split",
+    lambda: MailRail(CountingComm(comm), flow_control="node", recv_pool_slots=4, credits_per_pair=5),
+)
 cases["communicators_after_bad_node_budget"] = [CountingComm.made, CountingComm.freed]
 
 
@@ -145,8 +147,12 @@ def collect_unfinalized_rail() -> dict:
     texts = [str(w.message) for w in caught if w.category is ResourceWarning]
     del caught  # a recorded warning holds its source, the rail
     gc.collect()
-    return {"rail_collected": collected() is None, "transport_collected": transport() is None, "label": label,
-            "warnings": texts}
+    return {
+        "rail_collected": collected() is None,
+        "transport_collected": transport() is None,
+        "label": label,
+        "warnings": texts,
+    }
 
 
 cases["unfinalized_rail"] = collect_unfinalized_rail()

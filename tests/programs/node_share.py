@@ -72,5 +72,8 @@ stats = comm.gather(rail.stats(), root=0)
 pools = comm.gather(pool_after_rank2, root=0)
 rail.finalize(strict=True)
 if rank == 0:
-    print("RESULT " + json.dumps({"peak_from": peak_from.tolist(), "stats": stats, "pool_after_rank2": pools,
-                                  "credits": CREDITS}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps({"peak_from": peak_from.tolist(), "stats": stats, "pool_after_rank2": pools, "credits": CREDITS}),
+        flush=True,
+    )

@@ -29,6 +29,7 @@ def main() -> None:
     sends = 0
 
     with MailRail(comm) as rail:
+
         def send(dest: int, nbytes: int) -> bool:
             nonlocal sends
             buf = rail.reserve_send_buffer()
@@ -51,8 +52,9 @@ def main() -> None:
 
         for phase in range(args.phases):
             count = 0 if phase == 1 else args.messages  # phase 1: nothing to send
-            for dest, nbytes in zip(rng.integers(0, size, count).tolist(),
-                                    rng.integers(0, rail.datagram_size + 1, count).tolist()):
+            for dest, nbytes in zip(
+                rng.integers(0, size, count).tolist(), rng.integers(0, rail.datagram_size + 1, count).tolist()
+            ):
                 while not send(dest, nbytes):
                     receive_one()
                 receive_one()
@@ -61,8 +63,7 @@ def main() -> None:
     matrix = comm.gather(sent.tolist(), root=0)
     total_sends = comm.reduce(sends, root=0)
     if rank == 0:
-        print("RESULT " + json.dumps({"byte_matrix": matrix, "phases": args.phases, "sends": total_sends}),
-              flush=True)
+        print("RESULT " + json.dumps({"byte_matrix": matrix, "phases": args.phases, "sends": total_sends}), flush=True)
 
 
 if __name__ == "__main__":

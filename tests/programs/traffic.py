@@ -24,7 +24,7 @@ from mailrail import MailRail
 def payload(source: int, seq: int, nbytes: int) -> np.ndarray:
     data = ((np.arange(nbytes, dtype=np.uint32) * 2654435761 + seq * 40503 + source * 977) >> 11).astype(np.uint8)
     header = np.array([source, seq], dtype="<u4").view(np.uint8)
-    data[:min(8, nbytes)] = header[:min(8, nbytes)]
+    data[: min(8, nbytes)] = header[: min(8, nbytes)]
     return data
 
 
@@ -34,9 +34,13 @@ def main() -> None:
     parser.add_argument("--max-messages", type=int, default=300)
     parser.add_argument("--victims", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--hold-seconds", type=float, default=0.0,
-                        help="hold received messages until nothing new arrived for this long, "
-                             "then release them all (fills the credit window)")
+    parser.add_argument(
+        "--hold-seconds",
+        type=float,
+        default=0.0,
+        help="hold received messages until nothing new arrived for this long, "
+        "then release them all (fills the credit window)",
+    )
     args = parser.parse_args()
 
     comm = MPI.COMM_WORLD
@@ -119,7 +123,10 @@ def main() -> None:
     # Every (sender, receiver) pair agrees on counts, bytes and checksums.
     sent_to_me = np.array(comm.alltoall([tuple(row) for row in sent.tolist()]), dtype=np.int64)
     mismatches = np.argwhere((sent_to_me != got).any(axis=1)).ravel().tolist()
-    assert not mismatches, f"rank {rank}: pairs differ for sources {mismatches}: sent {sent_to_me[mismatches].tolist()} got {got[mismatches].tolist()}"
+    assert not mismatches, (
+        f"rank {rank}: pairs differ for sources {mismatches}: "
+        f"sent {sent_to_me[mismatches].tolist()} got {got[mismatches].tolist()}"
+    )
     stats = dict(rail.stats(), host=socket.gethostname())
     report = rail.finalize(strict=True)
     all_stats = comm.gather(stats, root=0)

@@ -33,8 +33,10 @@ def test_truncated_final_record(binary_trace, tmp_path):
     path = tmp_path / "trace_0.bin"
     path.write_bytes(data[:-7])  # the last record is a 52-byte barrier_end
     message = error_of(read_binary(str(path), 0, 2))
-    assert message == (f"{path}: byte offset {len(data) - 52}: truncated barrier_end record: 45 of its 52 bytes "
-                       f"before the end of the file")
+    assert message == (
+        f"{path}: byte offset {len(data) - 52}: truncated barrier_end record: 45 of its 52 bytes "
+        f"before the end of the file"
+    )
 
 
 def test_truncated_record_index(tmp_path):
@@ -42,14 +44,16 @@ def test_truncated_record_index(tmp_path):
     with open(path, "ab") as out:
         out.write(b"\x00\x00")
     assert error_of(read_binary(path, 0, 2)) == (
-        f"{path}: byte offset 20: truncated record: 2 byte(s) left where a 4-byte record index should start")
+        f"{path}: byte offset 20: truncated record: 2 byte(s) left where a 4-byte record index should start"
+    )
 
 
 def test_truncated_message_record(tmp_path):
     path = tmp_path / "trace_0.bin"
     path.write_bytes(struct.pack("<iQiI", 0, 1, 1, 8) + struct.pack("<iQ", 0, 2))
     assert error_of(read_binary(str(path), 0, 2)) == (
-        f"{path}: byte offset 20: truncated ygm_async record: 12 of its 20 bytes before the end of the file")
+        f"{path}: byte offset 20: truncated ygm_async record: 12 of its 20 bytes before the end of the file"
+    )
 
 
 def test_unknown_variant_index(tmp_path):
@@ -57,13 +61,15 @@ def test_unknown_variant_index(tmp_path):
     path.write_bytes(struct.pack("<iQiI", 0, 1, 1, 8) + struct.pack("<iQiI", 7, 2, 1, 8))
     assert error_of(read_binary(str(path), 0, 2)) == (
         f"{path}: byte offset 20: unknown record type 7 (expected 0..4: ygm_async, mpi_send, mpi_recv, "
-        f"barrier_begin, barrier_end)")
+        f"barrier_begin, barrier_end)"
+    )
 
 
 def test_destination_outside_the_rank_count(tmp_path):
     path = write_binary(tmp_path / "trace_0.bin", lambda w: (w.message(1, 8), w.message(0, 8), w.message(2, 8)))
     assert error_of(read_binary(path, 0, 2)) == (
-        f"{path}: byte offset 40: ygm_async to rank 2, outside 0..1 (the trace has 2 ranks)")
+        f"{path}: byte offset 40: ygm_async to rank 2, outside 0..1 (the trace has 2 ranks)"
+    )
     negative = write_binary(tmp_path / "trace_1.bin", lambda w: w.message(-3, 8))
     assert "ygm_async to rank -3" in error_of(read_binary(negative, 1, None))
 
@@ -71,16 +77,24 @@ def test_destination_outside_the_rank_count(tmp_path):
 def test_mpi_recv_from_outside_the_rank_count(tmp_path):
     path = write_binary(tmp_path / "trace_0.bin", lambda w: w.mpi_recv(5, 100))
     assert error_of(read_binary(path, 0, 2)) == (
-        f"{path}: byte offset 0: mpi_recv from rank 5, outside 0..1 (the trace has 2 ranks)")
+        f"{path}: byte offset 0: mpi_recv from rank 5, outside 0..1 (the trace has 2 ranks)"
+    )
 
 
-@pytest.mark.parametrize("build, expected", [
-    (lambda w: w.barrier_end(), "byte offset 0: barrier_end without a barrier_begin before it"),
-    (lambda w: (w.barrier_begin(), w.barrier_begin()),
-     "byte offset 52: barrier_begin inside the barrier begun at byte offset 0 (no barrier_end between them)"),
-    (lambda w: (w.message(0, 1), w.barrier_begin()),
-     "byte offset 20: barrier_begin has no barrier_end: the trace ends inside a barrier (truncated?)"),
-])
+@pytest.mark.parametrize(
+    "build, expected",
+    [
+        (lambda w: w.barrier_end(), "byte offset 0: barrier_end without a barrier_begin before it"),
+        (
+            lambda w: (w.barrier_begin(), w.barrier_begin()),
+            "byte offset 52: barrier_begin inside the barrier begun at byte offset 0 (no barrier_end between them)",
+        ),
+        (
+            lambda w: (w.message(0, 1), w.barrier_begin()),
+            "byte offset 20: barrier_begin has no barrier_end: the trace ends inside a barrier (truncated?)",
+        ),
+    ],
+)
 def test_unbalanced_barrier_records(tmp_path, build, expected):
     path = write_binary(tmp_path / "trace_0.bin", build)
     assert error_of(read_binary(path, 0, 2)) == f"{path}: {expected}"
@@ -90,17 +104,28 @@ def test_corrupt_gzip_stream(binary_trace, tmp_path):
     packed = gzip.compress((binary_trace / "trace_0.bin").read_bytes())
     path = tmp_path / "trace_0.bin.gz"
     path.write_bytes(packed[: len(packed) // 2])
-    assert re.fullmatch(rf"{re.escape(str(path))}: corrupt gzip stream after \d+ decompressed bytes: .+",
-                        error_of(read_binary(str(path), 0, 2)))
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: corrupt gzip stream after \d+ decompressed bytes: .+",
+        error_of(read_binary(str(path), 0, 2)),
+    )
     path.write_bytes(b"this is not gzip")
     assert "corrupt gzip stream after 0 decompressed bytes" in error_of(read_binary(str(path), 0, 2))
 
 
 # -- JSON lines -----------------------------------------------------------
 
+
 def json_line(**fields) -> str:
-    record = {"name": "async", "cat": "ygm", "pid": "0", "tid": "send", "ts": "100", "dur": "1", "ph": "X",
-              "args": {"to": "1", "from": "0", "message_size": "15"}}
+    record = {
+        "name": "async",
+        "cat": "ygm",
+        "pid": "0",
+        "tid": "send",
+        "ts": "100",
+        "dur": "1",
+        "ph": "X",
+        "args": {"to": "1", "from": "0", "message_size": "15"},
+    }
     record.update(fields)
     return json.dumps(record) + ",\n"
 
@@ -117,23 +142,30 @@ def test_bad_json_line_names_the_line(tmp_path):
     assert message.startswith(f"{path}: line 2: not a JSON object: ")
 
 
-@pytest.mark.parametrize("line, expected", [
-    ('["async"],\n', "expected a JSON object, found list"),
-    (json_line(name="ping"), "unknown record name 'ping'; expected async, barrier, mpi_send or mpi_receive"),
-    (json_line(tid="forward"), "async record with tid 'forward'; expected 'send' or 'receive'"),
-    (json_line(args={"to": "2", "message_size": "15"}), "async send to rank 2, outside 0..1 (the trace has 2 ranks)"),
-    (json_line(args={"to": "1"}), "async record has no args.message_size"),
-    (json_line(args={"to": "one", "message_size": "15"}), "args.to is not a 64-bit integer: 'one'"),
-    (json_line(args={"to": "1", "message_size": "-4"}), "negative args.message_size -4"),
-    (json_line(ts="99999999999999999999999"), "ts is not a 64-bit integer: '99999999999999999999999'"),
-    (json_line(pid="1"), "record of rank 1 (pid) in the file of rank 0"),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ('["async"],\n', "expected a JSON object, found list"),
+        (json_line(name="ping"), "unknown record name 'ping'; expected async, barrier, mpi_send or mpi_receive"),
+        (json_line(tid="forward"), "async record with tid 'forward'; expected 'send' or 'receive'"),
+        (
+            json_line(args={"to": "2", "message_size": "15"}),
+            "async send to rank 2, outside 0..1 (the trace has 2 ranks)",
+        ),
+        (json_line(args={"to": "1"}), "async record has no args.message_size"),
+        (json_line(args={"to": "one", "message_size": "15"}), "args.to is not a 64-bit integer: 'one'"),
+        (json_line(args={"to": "1", "message_size": "-4"}), "negative args.message_size -4"),
+        (json_line(ts="99999999999999999999999"), "ts is not a 64-bit integer: '99999999999999999999999'"),
+        (json_line(pid="1"), "record of rank 1 (pid) in the file of rank 0"),
+    ],
+)
 def test_invalid_json_records(tmp_path, line, expected):
     path = json_file(tmp_path, json_line(), line)
     assert error_of(read_jsonl(path, 0, 2)) == f"{path}: line 2: {expected}"
 
 
 # -- directories and jobs -------------------------------------------------
+
 
 def copy_trace(source, target, names=None):
     target.mkdir(exist_ok=True)
@@ -148,8 +180,10 @@ def test_missing_rank_file(binary_trace, tmp_path):
     shutil.copy(trace / "trace_1.bin", trace / "trace_3.bin")
     with pytest.raises(TraceFormatError) as info:
         TraceDir.open(trace)
-    assert str(info.value) == (f"{trace}: missing rank file(s) trace_2: the files go up to trace_3, so the trace "
-                               f"has 4 ranks and needs one file for each")
+    assert str(info.value) == (
+        f"{trace}: missing rank file(s) trace_2: the files go up to trace_3, so the trace "
+        f"has 4 ranks and needs one file for each"
+    )
 
 
 def test_no_trace_files_and_not_a_directory(tmp_path):
@@ -176,8 +210,10 @@ def test_wrong_rank_count_for_the_job(binary_trace):
     trace.require_ranks(2)
     with pytest.raises(TraceFormatError) as info:
         trace.require_ranks(3)
-    assert str(info.value) == (f"{binary_trace}: the trace has 2 rank(s) (trace_0 .. trace_1) but the job has 3: "
-                               f"replay it on 2 (mailrail run -n 2 replay {binary_trace})")
+    assert str(info.value) == (
+        f"{binary_trace}: the trace has 2 rank(s) (trace_0 .. trace_1) but the job has 3: "
+        f"replay it on 2 (mailrail run -n 2 replay {binary_trace})"
+    )
 
 
 def test_destination_beyond_the_directory_rank_count(binary_trace, tmp_path):

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,12 +18,17 @@ YGM_TRACES = Path(__file__).resolve().parent / "ygm-traces"
 BINARY_TRACE = YGM_TRACES / "ygm-histogram-binary-2ranks"
 JSON_TRACE = YGM_TRACES / "ygm-histogram-json-2ranks"
 # Examples per run stay few (the suite's time budget); MAILRAIL_FUZZ_EXAMPLES=5000 for a long session.
-FUZZ = settings(max_examples=int(os.environ.get("MAILRAIL_FUZZ_EXAMPLES", "100")), deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=int(os.environ.get("MAILRAIL_FUZZ_EXAMPLES", "100")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 REAL_BINARY = (BINARY_TRACE / "trace_0.bin").read_bytes()
 # A real JSON trace's head: the barriers, sends, receives and mpi records of the busy phase.
-REAL_JSON = b"".join((JSON_TRACE / "trace_0.txt").read_bytes().splitlines(keepends=True)[:12]
-                     + (JSON_TRACE / "trace_0.txt").read_bytes().splitlines(keepends=True)[1008:1016])
+REAL_JSON = b"".join(
+    (JSON_TRACE / "trace_0.txt").read_bytes().splitlines(keepends=True)[:12]
+    + (JSON_TRACE / "trace_0.txt").read_bytes().splitlines(keepends=True)[1008:1016]
+)
 
 
 def decode(read, path, ranks, **options) -> None:
@@ -48,9 +52,9 @@ def mutated(draw, original: bytes):
         at = draw(st.integers(0, max(0, len(data) - 1)))
         if action == "overwrite" and data:
             chunk = draw(st.binary(min_size=1, max_size=8))
-            data[at:at + len(chunk)] = chunk
+            data[at : at + len(chunk)] = chunk
         elif action == "delete":
-            del data[at:at + draw(st.integers(1, 60))]
+            del data[at : at + draw(st.integers(1, 60))]
         elif action == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=60))
         else:
@@ -59,8 +63,11 @@ def mutated(draw, original: bytes):
 
 
 @FUZZ
-@given(data=st.binary(max_size=600), ranks=st.sampled_from([None, 1, 2, 1 << 30]),
-       chunk=st.sampled_from([1, 7, 20, 52, 1 << 20]))
+@given(
+    data=st.binary(max_size=600),
+    ranks=st.sampled_from([None, 1, 2, 1 << 30]),
+    chunk=st.sampled_from([1, 7, 20, 52, 1 << 20]),
+)
 def test_random_bytes(tmp_path, data, ranks, chunk):
     path = tmp_path / "trace_0.bin"
     path.write_bytes(data)

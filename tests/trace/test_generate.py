@@ -24,11 +24,14 @@ def flatten(events):
     return np.concatenate(dests or [np.zeros(0, np.int64)]), np.concatenate(sizes or [np.zeros(0, np.int64)]), phases
 
 
-@pytest.mark.parametrize("workload", [
-    Workload("uniform", ranks=3, messages=1000, phases=4, min_size=0, max_size=9000, seed=2),
-    Workload("zipf", ranks=5, messages=777, phases=2, seed=3),
-    Workload("rmat", ranks=4, phases=3, scale=8, edge_factor=4, min_size=16, max_size=16, seed=4),
-])
+@pytest.mark.parametrize(
+    "workload",
+    [
+        Workload("uniform", ranks=3, messages=1000, phases=4, min_size=0, max_size=9000, seed=2),
+        Workload("zipf", ranks=5, messages=777, phases=2, seed=3),
+        Workload("rmat", ranks=4, phases=3, scale=8, edge_factor=4, min_size=16, max_size=16, seed=4),
+    ],
+)
 def test_generated_traces_round_trip_through_the_reader(workload, tmp_path):
     paths = write_trace(workload, str(tmp_path))
     trace = TraceDir.open(tmp_path)
@@ -46,8 +49,9 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     workload = Workload("zipf", ranks=3, messages=500, phases=2, min_size=1, max_size=100, seed=11)
     write_trace(workload, str(tmp_path / "a"))
     write_trace(workload, str(tmp_path / "b"))
-    write_trace(Workload("zipf", ranks=3, messages=500, phases=2, min_size=1, max_size=100, seed=12),
-                str(tmp_path / "c"))
+    write_trace(
+        Workload("zipf", ranks=3, messages=500, phases=2, min_size=1, max_size=100, seed=12), str(tmp_path / "c")
+    )
     for rank in range(3):
         a, b, c = ((tmp_path / d / f"trace_{rank}.bin").read_bytes() for d in "abc")
         assert a == b and a != c
@@ -103,8 +107,26 @@ def test_gzip_output_and_stale_files(tmp_path):
 
 def test_generate_command(tmp_path, capsys):
     out = tmp_path / "t"
-    assert main(["trace", "generate", str(out), "--pattern", "rmat", "--ranks", "3", "--scale", "6",
-                 "--edge-factor", "2", "--phases", "2"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "generate",
+                str(out),
+                "--pattern",
+                "rmat",
+                "--ranks",
+                "3",
+                "--scale",
+                "6",
+                "--edge-factor",
+                "2",
+                "--phases",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "wrote 3 rank files" in capsys.readouterr().out
     assert TraceDir.open(out).ranks == 3
     assert main(["trace", "generate", str(tmp_path / "u"), "--message-size", "9-3"]) == 2

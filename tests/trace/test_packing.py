@@ -33,8 +33,9 @@ def test_block_input_matches_message_by_message():
     rng = np.random.default_rng(1)
     dests, sizes = rng.integers(0, 3, 500), rng.integers(0, 300, 500)
     packer = DatagramPacker(256)
-    blocks = [d for start in range(0, 500, 64)
-              for d in packer.add_block(dests[start:start + 64], sizes[start:start + 64])]
+    blocks = [
+        d for start in range(0, 500, 64) for d in packer.add_block(dests[start : start + 64], sizes[start : start + 64])
+    ]
     blocks += list(packer.flush())
     assert blocks == datagrams(256, zip(dests.tolist(), sizes.tolist()))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import mpirun, replay
 from mailrail.trace import TraceDir, load_phases, read_binary
 from mailrail.trace.binary import MESSAGE_RECORD
 from mailrail.trace.stats import compute
@@ -42,10 +43,17 @@ def test_trace_writer_buffers_writes(tmp_path, monkeypatch):
 
 
 @pytest.mark.mpi
-def test_recorded_run_replays_to_the_same_byte_matrix(mpirun, mailrail_run, tmp_path):
+def test_recorded_run_replays_to_the_same_byte_matrix(tmp_path):
     trace = tmp_path / "recorded"
-    result = mpirun(2, "record.py", "--phases", "3", "--messages", "150",
-                    env={"MAILRAIL_TRACE": str(trace), "MAILRAIL_DATAGRAM_SIZE": "2048"})
+    result = mpirun(
+        2,
+        "record.py",
+        "--phases",
+        "3",
+        "--messages",
+        "150",
+        env={"MAILRAIL_TRACE": str(trace), "MAILRAIL_DATAGRAM_SIZE": "2048"},
+    )
     recorded = TraceDir.open(trace)
     assert (recorded.ranks, recorded.format) == (2, "binary")
     stats = compute(recorded)
@@ -57,7 +65,7 @@ def test_recorded_run_replays_to_the_same_byte_matrix(mpirun, mailrail_run, tmp_
     assert stats.phase_messages[0] >= 300 and stats.phase_messages[2] >= 300
 
     for mode in ("rank", "node"):
-        document = mailrail_run.replay(2, trace, tmp_path / f"{mode}.json", "--flow-control", mode)
+        document = replay(2, trace, tmp_path / f"{mode}.json", "--flow-control", mode)
         assert document["verified"] is True
         assert document["byte_matrix"] == result["byte_matrix"]
         assert document["messages_replayed"] == result["sends"]

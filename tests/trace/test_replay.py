@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
+from helpers import mailrail_job, replay
 from mailrail.errors import ConfigError, TraceFormatError
 from mailrail.trace import MessageBlock, PhaseEnd, TraceDir
 from mailrail.trace.generate import Workload, write_trace
@@ -16,11 +17,23 @@ from mailrail.trace.spool import Spool
 
 MODES = ("none", "rank", "node")
 HISTOGRAM_BYTE_MATRIX = [[7560, 7440], [7350, 7650]]
-DOCUMENT_KEYS = {"benchmark", "trace", "ranks", "flow_control", "runtime_s", "goodput_bps", "messages_replayed",
-                 "bytes_replayed", "credit_messages", "phases", "verified"}
+DOCUMENT_KEYS = {
+    "benchmark",
+    "trace",
+    "ranks",
+    "flow_control",
+    "runtime_s",
+    "goodput_bps",
+    "messages_replayed",
+    "bytes_replayed",
+    "credit_messages",
+    "phases",
+    "verified",
+}
 
 
 # -- verification logic (no MPI) -----------------------------------------
+
 
 def tallies(sent_bytes, crc=7):
     """What an intact delivery of *sent_bytes[s]* (one datagram per source) looks like."""
@@ -53,7 +66,8 @@ def test_check_delivery_reports_a_barrier_that_returned_early():
     expected = np.array([[4, 6]])
     sent, received = tallies([10])
     assert check_delivery(0, expected, sent, received, [[3], [10]]) == [
-        "rank 0: barrier 0 returned with 3 of the 4 bytes rank 0 sent in phases 0..0"]
+        "rank 0: barrier 0 returned with 3 of the 4 bytes rank 0 sent in phases 0..0"
+    ]
 
 
 def test_payload_is_deterministic_and_differs_per_datagram():
@@ -85,9 +99,7 @@ def replay_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args([str(a) for a in argv])
 
 
-def test_plan_checks_before_any_message_flies(binary_trace, json_trace, monkeypatch, tmp_path):
-    monkeypatch.delenv("MAILRAIL_DATAGRAM_SIZE", raising=False)
-    monkeypatch.delenv("MAILRAIL_TRACE", raising=False)
+def test_plan_checks_before_any_message_flies(binary_trace, json_trace, clean_environment, monkeypatch, tmp_path):
     plan = _plan(replay_args(binary_trace, "--flow-control", "rank"), 0, 2)
     assert plan.options == {"flow_control": "rank", "datagram_size": DEFAULT_DATAGRAM_SIZE}
     assert plan.summary.bytes.sum(axis=0).tolist() == HISTOGRAM_BYTE_MATRIX[0]
@@ -95,8 +107,10 @@ def test_plan_checks_before_any_message_flies(binary_trace, json_trace, monkeypa
         _plan(replay_args(binary_trace), 0, 3)
     with pytest.raises(TraceFormatError) as info:
         _plan(replay_args(binary_trace, "--pacing"), 0, 2)
-    assert str(info.value) == (f"{binary_trace}: --pacing needs recorded timestamps, which only JSON-lines traces "
-                               f"(trace_<rank>.txt) have; this trace is binary")
+    assert str(info.value) == (
+        f"{binary_trace}: --pacing needs recorded timestamps, which only JSON-lines traces "
+        f"(trace_<rank>.txt) have; this trace is binary"
+    )
     assert _plan(replay_args(json_trace, "--pacing"), 1, 2).spool is not None
     with pytest.raises(ConfigError, match="MAILRAIL_FLOW_CONTROL"):
         _plan(replay_args(binary_trace, "--flow-control", "credit"), 0, 2)
@@ -110,12 +124,13 @@ def test_plan_checks_before_any_message_flies(binary_trace, json_trace, monkeypa
 
 # -- real replays under mpiexec ------------------------------------------
 
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", ["binary", "json"])
-def test_shared_traces_replay_verified_in_every_mode(kind, mode, binary_trace, json_trace, mailrail_run, tmp_path):
+def test_shared_traces_replay_verified_in_every_mode(kind, mode, binary_trace, json_trace, tmp_path):
     trace = binary_trace if kind == "binary" else json_trace
-    document = mailrail_run.replay(2, trace, tmp_path / "replay.json", "--flow-control", mode)
+    document = replay(2, trace, tmp_path / "replay.json", "--flow-control", mode)
     assert DOCUMENT_KEYS <= set(document)
     assert document["verified"] is True and document["problems"] == []
     assert (document["benchmark"], document["ranks"], document["flow_control"]) == ("replay", 2, mode)
@@ -129,11 +144,20 @@ def test_shared_traces_replay_verified_in_every_mode(kind, mode, binary_trace, j
 
 
 @pytest.mark.mpi
-def test_replay_splits_large_messages_and_coalesces_small_ones(mailrail_run, tmp_path):
+def test_replay_splits_large_messages_and_coalesces_small_ones(tmp_path):
     workload = Workload("uniform", ranks=3, messages=300, phases=3, min_size=0, max_size=20000, seed=8)
     write_trace(workload, str(tmp_path / "trace"))
-    document = mailrail_run.replay(3, tmp_path / "trace", tmp_path / "replay.json", "--flow-control", "node",
-                                   "--datagram-size", "4096", "--recv-pool-slots", "24")
+    document = replay(
+        3,
+        tmp_path / "trace",
+        tmp_path / "replay.json",
+        "--flow-control",
+        "node",
+        "--datagram-size",
+        "4096",
+        "--recv-pool-slots",
+        "24",
+    )
     assert document["verified"] is True
     assert document["messages_replayed"] == 900 and len(document["phases"]) == 3
     assert document["datagrams"] >= document["bytes_replayed"] / 4096
@@ -141,27 +165,29 @@ def test_replay_splits_large_messages_and_coalesces_small_ones(mailrail_run, tmp
 
 
 @pytest.mark.mpi
-def test_paced_json_replay_keeps_the_recorded_gaps(json_trace, mailrail_run, tmp_path):
-    document = mailrail_run.replay(2, json_trace, tmp_path / "replay.json", "--pacing", "--flow-control", "rank")
+def test_paced_json_replay_keeps_the_recorded_gaps(json_trace, tmp_path):
+    document = replay(2, json_trace, tmp_path / "replay.json", "--pacing", "--flow-control", "rank")
     assert document["verified"] is True and document["pacing"] is True
     # Pacing only ever delays: the busy phase lasts at least the 1990 us rank 0 spent sending.
     assert document["phases"][10]["runtime_s"] >= 1990e-6
 
 
 @pytest.mark.mpi
-def test_wrong_rank_count_is_a_clean_error(binary_trace, mailrail_run):
-    completed = mailrail_run(3, "replay", binary_trace)
+def test_wrong_rank_count_is_a_clean_error(binary_trace):
+    completed = mailrail_job(3, "replay", binary_trace)
     assert completed.returncode != 0
-    assert (f"mailrail replay: {binary_trace}: the trace has 2 rank(s) (trace_0 .. trace_1) but the job has 3"
-            in completed.stderr)
+    assert (
+        f"mailrail replay: {binary_trace}: the trace has 2 rank(s) (trace_0 .. trace_1) but the job has 3"
+        in completed.stderr
+    )
 
 
 @pytest.mark.mpi
-def test_a_corrupt_rank_file_stops_every_rank(binary_trace, mailrail_run, tmp_path):
+def test_a_corrupt_rank_file_stops_every_rank(binary_trace, tmp_path):
     shutil.copy(binary_trace / "trace_0.bin", tmp_path / "trace_0.bin")
     data = bytearray((binary_trace / "trace_1.bin").read_bytes())
     data[1040:1044] = (9).to_bytes(4, "little")  # the index of a ygm_async record
     (tmp_path / "trace_1.bin").write_bytes(data)
-    completed = mailrail_run(2, "replay", tmp_path)
+    completed = mailrail_job(2, "replay", tmp_path)
     assert completed.returncode != 0
     assert f"mailrail replay: {tmp_path}/trace_1.bin: byte offset 1040: unknown record type 9" in completed.stderr

@@ -33,8 +33,7 @@ def test_matrix_summary():
     assert summary["send_imbalance"] == pytest.approx(60 / 100 * 3)
     assert summary["pair_imbalance"] == pytest.approx(50 / (100 / 9))
     assert (summary["zero_pairs"], summary["pairs"], summary["self_bytes"]) == (5, 9, 0)
-    assert summary["top_receivers"] == [{"rank": 0, "bytes": 80, "share": 0.8},
-                                        {"rank": 1, "bytes": 20, "share": 0.2}]
+    assert summary["top_receivers"] == [{"rank": 0, "bytes": 80, "share": 0.8}, {"rank": 1, "bytes": 20, "share": 0.2}]
     assert matrix_summary(np.zeros((2, 2), np.int64))["receive_imbalance"] == 0.0
 
 
@@ -45,8 +44,10 @@ def test_ranks_that_disagree_on_barriers_are_reported(tmp_path):
         writer.message(0, 4)
     with pytest.raises(TraceFormatError) as info:
         compute(TraceDir.open(tmp_path))
-    assert str(info.value) == (f"{tmp_path}: the ranks recorded different numbers of barriers "
-                               f"(rank 0: 1, rank 1: 0); barriers are global, so the rank files do not belong to one run")
+    assert str(info.value) == (
+        f"{tmp_path}: the ranks recorded different numbers of barriers "
+        f"(rank 0: 1, rank 1: 0); barriers are global, so the rank files do not belong to one run"
+    )
 
 
 def test_trailing_messages_after_the_last_barrier_form_a_phase(tmp_path):
@@ -77,5 +78,7 @@ def test_stats_command_reports_a_corrupt_trace(binary_trace, tmp_path, capsys):
     (tmp_path / "trace_0.bin").write_bytes((binary_trace / "trace_0.bin").read_bytes()[:-1])
     (tmp_path / "trace_1.bin").write_bytes((binary_trace / "trace_1.bin").read_bytes())
     assert main(["trace", "stats", str(tmp_path), "--no-heatmap"]) == 2
-    assert f"mailrail trace stats: {tmp_path}/trace_0.bin: byte offset 21732: truncated barrier_end" \
+    assert (
+        f"mailrail trace stats: {tmp_path}/trace_0.bin: byte offset 21732: truncated barrier_end"
         in capsys.readouterr().err
+    )

@@ -19,7 +19,6 @@ import sys
 from typing import Any
 
 import numpy as np
-
 from mpi4py import MPI
 
 from ..bench.common import alltoallv_exchange as exchange
@@ -95,8 +94,9 @@ class ConnectedComponents:
         from scipy.sparse.csgraph import connected_components
 
         allr = np.concatenate(gathered) if gathered else np.empty((0, 2), np.int64)
-        graph = coo_matrix((np.ones(len(allr), np.int8), (allr[:, 0], allr[:, 1])),
-                           shape=(self.vertices, self.vertices))
+        graph = coo_matrix(
+            (np.ones(len(allr), np.int8), (allr[:, 0], allr[:, 1])), shape=(self.vertices, self.vertices)
+        )
         count, component = connected_components(graph, directed=False)
         smallest = np.full(count, self.vertices, dtype=np.uint64)
         np.minimum.at(smallest, component, np.arange(self.vertices, dtype=np.uint64))
@@ -200,8 +200,11 @@ class ConnectedComponents:
 
     def figures(self) -> dict[str, Any]:
         comm = self.comm
-        return {"rounds": self.rounds, "messages": comm.allreduce(self.messages),
-                "bytes": 8 * comm.allreduce(self.records)}
+        return {
+            "rounds": self.rounds,
+            "messages": comm.allreduce(self.messages),
+            "bytes": 8 * comm.allreduce(self.records),
+        }
 
     # -- checks --------------------------------------------------------------
 
@@ -217,7 +220,7 @@ class ConnectedComponents:
         if self.rank == 0 and self.vertices <= EXACT_CHECK_VERTICES:
             full = np.empty(self.vertices, dtype=np.uint64)
             for rank, labels in enumerate(gathered):
-                full[rank::self.ranks] = labels
+                full[rank :: self.ranks] = labels
             exact = bool(np.array_equal(full, self.expected))
         return bool(self.comm.allreduce(consistent and self.comm.bcast(exact), op=MPI.LAND))
 
@@ -226,9 +229,14 @@ class ConnectedComponents:
         return self.comm.allreduce(int(np.count_nonzero(self.labels == own_ids)))
 
     def workload(self) -> dict[str, Any]:
-        return dict(self.source, vertices=self.vertices, edges=self.input_edges,
-                    labels_checked="every label against scipy" if self.vertices <= EXACT_CHECK_VERTICES
-                    else "consistent along every edge")
+        return dict(
+            self.source,
+            vertices=self.vertices,
+            edges=self.input_edges,
+            labels_checked="every label against scipy"
+            if self.vertices <= EXACT_CHECK_VERTICES
+            else "consistent along every edge",
+        )
 
     def summary(self) -> dict[str, Any]:
         return {"components": self.components()}
@@ -255,5 +263,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"mailrail app cc: {error}", file=sys.stderr, flush=True)
         return 2
     # 128 KiB datagrams (16,384 labels) and a send pool that holds a rank's bursts, unless chosen.
-    return run_app(comm, app, args, rail_defaults={"datagram_size": 1 << 17, "recv_pool_slots": 64,
-                                                   "send_pool_slots": 256})
+    return run_app(
+        comm, app, args, rail_defaults={"datagram_size": 1 << 17, "recv_pool_slots": 64, "send_pool_slots": 256}
+    )

@@ -23,10 +23,14 @@ BASELINES = ("alltoallv",)
 
 
 def add_app_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--modes", default=None,
-                        help="flow-control modes to run, comma-separated: none,rank,node (default: the configured one)")
-    parser.add_argument("--baseline", choices=BASELINES, default=None,
-                        help="also run the bulk-synchronous peer in the same run")
+    parser.add_argument(
+        "--modes",
+        default=None,
+        help="flow-control modes to run, comma-separated: none,rank,node (default: the configured one)",
+    )
+    parser.add_argument(
+        "--baseline", choices=BASELINES, default=None, help="also run the bulk-synchronous peer in the same run"
+    )
     parser.add_argument("--trials", type=int, default=3, help="timed trials per mode, after one warm-up (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
@@ -104,9 +108,16 @@ def run_app(comm: Any, app: App, args: argparse.Namespace, *, rail_defaults: dic
             verified = verified and correct
             peaks = comm.gather(peak_rss_bytes())
             if trial:
-                trials[mode].append(dict(figures, runtime_s=runtime, **{rate_key: units / runtime},
-                                         correct=correct, peak_rss_bytes=max(peaks) if peaks else None,
-                                         peak_rss_bytes_per_rank=peaks))
+                trials[mode].append(
+                    dict(
+                        figures,
+                        runtime_s=runtime,
+                        **{rate_key: units / runtime},
+                        correct=correct,
+                        peak_rss_bytes=max(peaks) if peaks else None,
+                        peak_rss_bytes_per_rank=peaks,
+                    )
+                )
     stats = {mode: comm.gather(rail.stats()) for mode, rail in rails.items()}
     for rail in rails.values():
         rail.finalize()
@@ -114,17 +125,32 @@ def run_app(comm: Any, app: App, args: argparse.Namespace, *, rail_defaults: dic
     if comm.Get_rank() == 0:
         runs = []
         for mode, mode_trials in trials.items():
-            run = {"mode": mode, "trials": mode_trials,
-                   "runtime_s_median": statistics.median(t["runtime_s"] for t in mode_trials),
-                   rate_key + "_median": statistics.median(t[rate_key] for t in mode_trials)}
+            run = {
+                "mode": mode,
+                "trials": mode_trials,
+                "runtime_s_median": statistics.median(t["runtime_s"] for t in mode_trials),
+                rate_key + "_median": statistics.median(t[rate_key] for t in mode_trials),
+            }
             if mode in stats:
                 run["credit_messages"] = sum(s["credit_messages_sent"] for s in stats[mode])
                 run["deferred_sends"] = sum(s["deferred_sends"] for s in stats[mode])
             runs.append(run)
-        document = {"app": app.name, "ranks": comm.Get_size(), "verified": verified, **summary,
-                    "workload": workload, "runs": runs,
-                    "config": dict(options, modes=modes, baseline=args.baseline, seed=args.seed,
-                                   trials=args.trials, trace=os.environ.get("MAILRAIL_TRACE"))}
+        document = {
+            "app": app.name,
+            "ranks": comm.Get_size(),
+            "verified": verified,
+            **summary,
+            "workload": workload,
+            "runs": runs,
+            "config": dict(
+                options,
+                modes=modes,
+                baseline=args.baseline,
+                seed=args.seed,
+                trials=args.trials,
+                trace=os.environ.get("MAILRAIL_TRACE"),
+            ),
+        }
         write_json(args.json, document)
         print_summary(document, rate_key)
     return 0 if verified else 1
@@ -134,13 +160,34 @@ def print_summary(document: dict, rate_key: str) -> None:
     rows = []
     for run in document["runs"]:
         first = run["trials"][0]
-        rows.append((run["mode"], run["runtime_s_median"], run[rate_key + "_median"] / 1e6,
-                     first.get("rounds", ""), first.get("messages", ""), first.get("bytes", 0) / 1e6,
-                     max(t["peak_rss_bytes"] for t in run["trials"]) / 2**20,
-                     all(t["correct"] for t in run["trials"])))
+        rows.append(
+            (
+                run["mode"],
+                run["runtime_s_median"],
+                run[rate_key + "_median"] / 1e6,
+                first.get("rounds", ""),
+                first.get("messages", ""),
+                first.get("bytes", 0) / 1e6,
+                max(t["peak_rss_bytes"] for t in run["trials"]) / 2**20,
+                all(t["correct"] for t in run["trials"]),
+            )
+        )
     print(f"app {document['app']}: {document['ranks']} ranks, {document['workload']}")
-    print(format_table(["mode", "runtime s", f"M {rate_key.replace('_per_s', '')}/s", "rounds", "messages",
-                        "MB moved", "peak MiB (max rank)", "correct"], rows))
+    print(
+        format_table(
+            [
+                "mode",
+                "runtime s",
+                f"M {rate_key.replace('_per_s', '')}/s",
+                "rounds",
+                "messages",
+                "MB moved",
+                "peak MiB (max rank)",
+                "correct",
+            ],
+            rows,
+        )
+    )
     peer = next((run for run in document["runs"] if run["mode"] in BASELINES), None)
     if peer:
         for run in document["runs"]:

@@ -31,11 +31,14 @@ def rmat_edges(scale: int, edge_factor: int, seed: int, rank: int, ranks: int) -
     Graph500 does, so that vertex numbers carry no locality.
     """
     if not 1 <= scale <= 31 or edge_factor < 1:
-        raise ValueError(f"R-MAT needs 1 <= scale <= 31 and edge_factor >= 1, got scale {scale}, "
-                         f"edge factor {edge_factor}")
+        raise ValueError(
+            f"R-MAT needs 1 <= scale <= 31 and edge_factor >= 1, got scale {scale}, edge factor {edge_factor}"
+        )
     total = edge_factor << scale
-    chunks = [_rmat_chunk(scale, seed, chunk, min(RMAT_CHUNK, total - chunk * RMAT_CHUNK))
-              for chunk in range(rank, -(-total // RMAT_CHUNK), ranks)]
+    chunks = [
+        _rmat_chunk(scale, seed, chunk, min(RMAT_CHUNK, total - chunk * RMAT_CHUNK))
+        for chunk in range(rank, -(-total // RMAT_CHUNK), ranks)
+    ]
     edges = np.concatenate(chunks) if chunks else np.empty((0, 2), dtype=np.int64)
     permutation = np.random.default_rng([seed, 0]).permutation(1 << scale)
     return permutation[edges]
@@ -96,8 +99,10 @@ def parse_edge_lines(lines: list[bytes], path: str, first_line: int = 1) -> np.n
             raise EdgeFileError(f"{path}, line {number}: expected two vertex ids 'u v', found {text!r}")
         for field in fields:
             if not field.isdigit():
-                raise EdgeFileError(f"{path}, line {number}: {field.decode(errors='replace')!r} is not a "
-                                    f"non-negative integer vertex id (line {text!r})")
+                raise EdgeFileError(
+                    f"{path}, line {number}: {field.decode(errors='replace')!r} is not a "
+                    f"non-negative integer vertex id (line {text!r})"
+                )
     raise EdgeFileError(f"{path}: vertex ids do not fit in 64 bits")
 
 
@@ -107,8 +112,9 @@ def _read_npy(path: str, rank: int, ranks: int) -> np.ndarray:
     except (OSError, ValueError) as error:
         raise EdgeFileError(f"{path}: not a readable .npy array ({error})") from None
     if array.ndim != 2 or array.shape[1] != 2 or array.dtype.kind not in "iu":
-        raise EdgeFileError(f"{path}: expected an (m, 2) integer array of edges, found shape {array.shape} "
-                            f"of {array.dtype}")
+        raise EdgeFileError(
+            f"{path}: expected an (m, 2) integer array of edges, found shape {array.shape} of {array.dtype}"
+        )
     begin, end = _block(len(array), rank, ranks)
     edges = np.asarray(array[begin:end], dtype=np.int64)
     if len(edges) and edges.min() < 0:

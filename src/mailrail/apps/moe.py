@@ -20,7 +20,6 @@ import argparse
 from typing import Any
 
 import numpy as np
-
 from mpi4py import MPI
 
 from ..bench.common import alltoallv_exchange as exchange
@@ -42,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def record_type(hidden: int) -> np.dtype:
     """One datagram record: a token's features going to an expert, or its result coming home."""
-    return np.dtype([("token", "<u4"), ("expert", "<u2"), ("choice", "u1"), ("kind", "u1"),
-                     ("features", "<f4", (hidden,))])
+    return np.dtype(
+        [("token", "<u4"), ("expert", "<u2"), ("choice", "u1"), ("kind", "u1"), ("features", "<f4", (hidden,))]
+    )
 
 
 class MixtureOfExperts:
@@ -56,8 +56,9 @@ class MixtureOfExperts:
         self.hidden, self.top_k, self.skew, self.seed = args.hidden, args.top_k, args.skew, args.seed
         self.experts = args.experts or 4 * self.ranks
         if not 1 <= self.top_k <= self.experts or self.experts > 1 << 16 or args.tokens < 1 or self.hidden < 1:
-            raise SystemExit(f"app moe: need tokens, hidden >= 1 and 1 <= top-k ({self.top_k}) <= experts "
-                             f"({self.experts}) <= 65536")
+            raise SystemExit(
+                f"app moe: need tokens, hidden >= 1 and 1 <= top-k ({self.top_k}) <= experts ({self.experts}) <= 65536"
+            )
         rng = np.random.default_rng([args.seed, 1 + self.rank])
         self.tokens = rng.standard_normal((args.tokens, self.hidden), dtype=np.float32)
         self.choice, self.gate = self.route(rng, args.tokens)
@@ -75,7 +76,7 @@ class MixtureOfExperts:
         """Top-k distinct experts per token (Gumbel top-k over Zipf popularity) and their gate weights."""
         popularity = -self.skew * np.log(np.arange(1, self.experts + 1))
         keys = popularity + rng.gumbel(size=(count, self.experts))
-        choice = np.argsort(-keys, axis=1)[:, :self.top_k].astype(np.uint16)
+        choice = np.argsort(-keys, axis=1)[:, : self.top_k].astype(np.uint16)
         logits = rng.standard_normal((count, self.top_k)).astype(np.float32)
         gate = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
         return choice, gate.astype(np.float32)
@@ -108,7 +109,7 @@ class MixtureOfExperts:
         records["kind"] = DISPATCH
         tokens, features = records["token"], records["features"]
         for start in range(0, len(records), 256):  # gathered in cache-sized pieces: 4x faster than at once
-            features[start:start + 256] = self.tokens[tokens[start:start + 256]]
+            features[start : start + 256] = self.tokens[tokens[start : start + 256]]
         return records["expert"] % self.ranks, records
 
     def apply_expert(self, expert: int, records: np.ndarray) -> np.ndarray:
@@ -196,8 +197,11 @@ class MixtureOfExperts:
 
     def figures(self, rounds: int, messages: int) -> dict[str, Any]:
         pairs = len(self.tokens) * self.top_k
-        return {"rounds": rounds, "messages": self.comm.allreduce(messages),
-                "bytes": 2 * self.dtype.itemsize * self.comm.allreduce(pairs)}
+        return {
+            "rounds": rounds,
+            "messages": self.comm.allreduce(messages),
+            "bytes": 2 * self.dtype.itemsize * self.comm.allreduce(pairs),
+        }
 
     # -- checks ----------------------------------------------------------------
 
@@ -209,11 +213,18 @@ class MixtureOfExperts:
     def load(self) -> list[int]:
         """Collective: token-expert pairs each rank's experts receive."""
         per_expert = self.pairs_per_expert()
-        return [int(per_expert[rank::self.ranks].sum()) for rank in range(self.ranks)]
+        return [int(per_expert[rank :: self.ranks].sum()) for rank in range(self.ranks)]
 
     def workload(self) -> dict[str, Any]:
-        return {"tokens_per_rank": len(self.tokens), "hidden": self.hidden, "experts": self.experts,
-                "top_k": self.top_k, "skew": self.skew, "seed": self.seed, "pairs_per_rank_of_experts": self.load()}
+        return {
+            "tokens_per_rank": len(self.tokens),
+            "hidden": self.hidden,
+            "experts": self.experts,
+            "top_k": self.top_k,
+            "skew": self.skew,
+            "seed": self.seed,
+            "pairs_per_rank_of_experts": self.load(),
+        }
 
     def summary(self) -> dict[str, Any]:
         load = self.load()
@@ -225,5 +236,9 @@ def run(args: argparse.Namespace) -> int:
     app = MixtureOfExperts(comm, args)
     # 64 tokens a datagram (256 KiB at hidden 1024: 8 tokens cost 0.7x the peer's speed in per-datagram
     # work), with pools sized to match, unless chosen.
-    return run_app(comm, app, args, rail_defaults={"datagram_size": 64 * app.dtype.itemsize,
-                                                   "recv_pool_slots": 64, "send_pool_slots": 32})
+    return run_app(
+        comm,
+        app,
+        args,
+        rail_defaults={"datagram_size": 64 * app.dtype.itemsize, "recv_pool_slots": 64, "send_pool_slots": 32},
+    )

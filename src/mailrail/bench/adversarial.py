@@ -13,7 +13,7 @@ rank of the sending node) and an MPI barrier separate the trials.
 Goodput is the bits received by all victims divided by the trial's runtime
 (the slowest rank's).  One MailRail serves every trial, so later trials reuse
 warm pools.  Rank 0 prints a summary and, with ``--json``, writes the document
-described in the README ("Adversarial benchmark").
+described on the documentation's benchmarks page.
 """
 
 from __future__ import annotations
@@ -32,32 +32,60 @@ DEFAULT_MESSAGES = 1000
 
 #: rail.stats() counters copied into each rank's entry of ``ranks_detail``.
 DETAIL_COUNTERS = (
-    "messages_sent", "bytes_sent", "messages_received", "bytes_received",
-    "credit_messages_sent", "credit_messages_received", "credits_returned", "credits_piggybacked",
-    "deferred_sends", "deferred_high_water", "reserve_failures", "credit_window_high_water",
-    "held_high_water", "credit_state_bytes", "shared_credit_bytes", "recv_pool_bytes", "send_pool_bytes",
+    "messages_sent",
+    "bytes_sent",
+    "messages_received",
+    "bytes_received",
+    "credit_messages_sent",
+    "credit_messages_received",
+    "credits_returned",
+    "credits_piggybacked",
+    "deferred_sends",
+    "deferred_high_water",
+    "reserve_failures",
+    "credit_window_high_water",
+    "held_high_water",
+    "credit_state_bytes",
+    "shared_credit_bytes",
+    "recv_pool_bytes",
+    "send_pool_bytes",
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--victims", type=int, default=1,
-                        help="ranks that receive all traffic, chosen at random from --seed (default: %(default)s)")
+    parser.add_argument(
+        "--victims",
+        type=int,
+        default=1,
+        help="ranks that receive all traffic, chosen at random from --seed (default: %(default)s)",
+    )
     amount = parser.add_mutually_exclusive_group()
-    amount.add_argument("--messages", type=int, default=None,
-                        help=f"messages per sending rank (default: {DEFAULT_MESSAGES})")
-    amount.add_argument("--bytes-per-rank", type=int, default=None,
-                        help="payload bytes per sending rank, in datagram-size messages (instead of --messages)")
+    amount.add_argument(
+        "--messages", type=int, default=None, help=f"messages per sending rank (default: {DEFAULT_MESSAGES})"
+    )
+    amount.add_argument(
+        "--bytes-per-rank",
+        type=int,
+        default=None,
+        help="payload bytes per sending rank, in datagram-size messages (instead of --messages)",
+    )
     parser.add_argument("--trials", type=int, default=3, help="timed trials (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
-    parser.add_argument("--receive-work-us", type=float, default=0.0,
-                        help="microseconds a rank computes on each message it receives, as an application "
-                             "would (default: none: receive as fast as possible)")
+    parser.add_argument(
+        "--receive-work-us",
+        type=float,
+        default=0.0,
+        help="microseconds a rank computes on each message it receives, as an application "
+        "would (default: none: receive as fast as possible)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON (rank 0)")
     parser.add_argument("--metrics", metavar="DIR", help="write sub-second metrics, one JSON-lines file per rank")
-    parser.add_argument("--metrics-interval", type=float, default=0.1,
-                        help="seconds between metrics samples (default: %(default)s)")
-    parser.add_argument("--quiet", action="store_true",
-                        help="rank 0 prints only its progress lines, not the summary table")
+    parser.add_argument(
+        "--metrics-interval", type=float, default=0.1, help="seconds between metrics samples (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="rank 0 prints only its progress lines, not the summary table"
+    )
     add_rail_arguments(parser)
 
 
@@ -66,8 +94,8 @@ class Plan:
     """What one rank sends and receives in every trial (the same in each)."""
 
     victims: list[int]
-    dests: list[int]        # destination of each message, in send order
-    sizes: list[int]        # payload bytes of each message
+    dests: list[int]  # destination of each message, in send order
+    sizes: list[int]  # payload bytes of each message
     expected_messages: int  # messages this rank receives (victims only)
     expected_bytes: int
 
@@ -109,12 +137,21 @@ def make_plan(comm, victims: list[int], sizes: list[int], seed: int) -> Plan:
     # Spread evenly over the victims, then shuffle: every rank hits every victim in its own order.
     dests = np.resize(np.array(targets, dtype=np.int64), len(sizes))
     np.random.default_rng([seed, rank]).shuffle(dests)
-    to_each = np.stack([np.bincount(dests, minlength=size),
-                        np.bincount(dests, weights=np.array(sizes, dtype=np.float64), minlength=size)],
-                       axis=1).astype(np.int64)
+    to_each = np.stack(
+        [
+            np.bincount(dests, minlength=size),
+            np.bincount(dests, weights=np.array(sizes, dtype=np.float64), minlength=size),
+        ],
+        axis=1,
+    ).astype(np.int64)
     from_each = comm.alltoall(to_each.tolist())
-    return Plan(victims, dests.tolist(), list(sizes),
-                expected_messages=sum(m for m, _ in from_each), expected_bytes=sum(b for _, b in from_each))
+    return Plan(
+        victims,
+        dests.tolist(),
+        list(sizes),
+        expected_messages=sum(m for m, _ in from_each),
+        expected_bytes=sum(b for _, b in from_each),
+    )
 
 
 @dataclasses.dataclass
@@ -129,8 +166,9 @@ class TrialResult:
     stragglers: int  # messages that arrived after the rank's timed part (should be none)
 
 
-def run_trial(comm, rail, plan: Plan, recorder: MetricsRecorder | None, trial: int,
-              receive_work_s: float = 0.0) -> TrialResult:
+def run_trial(
+    comm, rail, plan: Plan, recorder: MetricsRecorder | None, trial: int, receive_work_s: float = 0.0
+) -> TrialResult:
     """Send the plan, receive what this rank expects, time it; then quiesce (untimed).
 
     With *receive_work_s* each received message costs that much computing (a busy loop, as
@@ -239,10 +277,13 @@ def run(args: argparse.Namespace) -> int:
         recorder = MetricsRecorder(rank, args.metrics_interval)
         recorder.truncate(args.metrics)
     if rank == 0:
-        print(f"adversarial incast, flow control {config.flow_control}: {size} ranks on {nodes} node(s), "
-              f"{len(victims)} victim(s) {_ranks_text(victims)}, {senders} senders "
-              f"(incast {senders / len(victims):g}:1), {len(sizes)} x {config.datagram_size} B "
-              f"per sending rank, {args.trials} trial(s)", flush=True)
+        print(
+            f"adversarial incast, flow control {config.flow_control}: {size} ranks on {nodes} node(s), "
+            f"{len(victims)} victim(s) {_ranks_text(victims)}, {senders} senders "
+            f"(incast {senders / len(victims):g}:1), {len(sizes)} x {config.datagram_size} B "
+            f"per sending rank, {args.trials} trial(s)",
+            flush=True,
+        )
 
     trials = []
     for trial in range(args.trials):
@@ -253,17 +294,26 @@ def run(args: argparse.Namespace) -> int:
         if rank == 0:
             record = summarize_trial(results, senders, len(victims))
             trials.append(record)
-            print(f"  trial {trial + 1}/{args.trials}: {record['runtime_s']:.3f} s, "
-                  f"goodput {record['goodput_bps'] / 1e6:,.1f} Mb/s", flush=True)
+            print(
+                f"  trial {trial + 1}/{args.trials}: {record['runtime_s']:.3f} s, "
+                f"goodput {record['goodput_bps'] / 1e6:,.1f} Mb/s",
+                flush=True,
+            )
 
     stats = rail.stats()
     undelivered = rail.finalize()
     peak_rss = peak_rss_bytes()
-    detail = {"rank": rank, "victim": rank in victims, "peak_rss_bytes": peak_rss, "rss_start_bytes": rss_start,
-              "rss_growth_bytes": max(0, peak_rss - rss_start),
-              "credit_messages": stats["credit_messages_sent"] + stats["credit_messages_received"],
-              "internode_bytes_sent": internode_bytes,
-              **{k: stats[k] for k in DETAIL_COUNTERS}, "undelivered": undelivered}
+    detail = {
+        "rank": rank,
+        "victim": rank in victims,
+        "peak_rss_bytes": peak_rss,
+        "rss_start_bytes": rss_start,
+        "rss_growth_bytes": max(0, peak_rss - rss_start),
+        "credit_messages": stats["credit_messages_sent"] + stats["credit_messages_received"],
+        "internode_bytes_sent": internode_bytes,
+        **{k: stats[k] for k in DETAIL_COUNTERS},
+        "undelivered": undelivered,
+    }
     details = comm.gather(detail, root=0)
     if rank != 0:
         return 0
@@ -315,21 +365,29 @@ def summarize_run(trials: list[dict], details: list[dict]) -> dict[str, Any]:
         # Payload that crossed between nodes, all trials: what a network has to carry.
         "internode_payload_bytes": sum(d["internode_bytes_sent"] for d in details),
         # Exactly what was sent to the victims arrived, in every trial, and nothing else.
-        "accounting_ok": all(t["bytes_received"] == t["bytes_sent"] and t["messages_received"] == t["messages_sent"]
-                             and t["stragglers"] == 0 for t in trials),
+        "accounting_ok": all(
+            t["bytes_received"] == t["bytes_sent"]
+            and t["messages_received"] == t["messages_sent"]
+            and t["stragglers"] == 0
+            for t in trials
+        ),
     }
 
 
 def summary_text(document: dict) -> str:
     summary = document["summary"]
-    rows = [(i + 1, t["runtime_s"], t["goodput_bps"] / 1e6, t["messages_received"], t["bytes_received"] / 1e6)
-            for i, t in enumerate(document["trials"])]
-    lines = [format_table(["trial", "runtime s", "goodput Mb/s", "messages", "MB received"], rows),
-             f"peak RSS: victim {summary['peak_victim_rss_bytes'] / 2**20:.1f} MiB "
-             f"(+{summary['victim_rss_growth_bytes'] / 2**20:.1f} during the trials), sender "
-             f"{summary['peak_sender_rss_bytes'] / 2**20:.1f} MiB "
-             f"(+{summary['sender_rss_growth_bytes'] / 2**20:.1f}); credit messages {summary['credit_messages']:,}; "
-             f"deferred high water {summary['deferred_high_water']:,}"]
+    rows = [
+        (i + 1, t["runtime_s"], t["goodput_bps"] / 1e6, t["messages_received"], t["bytes_received"] / 1e6)
+        for i, t in enumerate(document["trials"])
+    ]
+    lines = [
+        format_table(["trial", "runtime s", "goodput Mb/s", "messages", "MB received"], rows),
+        f"peak RSS: victim {summary['peak_victim_rss_bytes'] / 2**20:.1f} MiB "
+        f"(+{summary['victim_rss_growth_bytes'] / 2**20:.1f} during the trials), sender "
+        f"{summary['peak_sender_rss_bytes'] / 2**20:.1f} MiB "
+        f"(+{summary['sender_rss_growth_bytes'] / 2**20:.1f}); credit messages {summary['credit_messages']:,}; "
+        f"deferred high water {summary['deferred_high_water']:,}",
+    ]
     if not summary["accounting_ok"]:
         lines.append("ACCOUNTING MISMATCH: the victims did not receive exactly what was sent to them")
     return "\n".join(lines)
@@ -360,8 +418,9 @@ def _ranks_text(ranks: list[int]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mailrail.bench.adversarial``: what ``compare`` and ``sweep`` launch under mpiexec."""
-    parser = argparse.ArgumentParser(prog="mailrail bench adversarial", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mailrail bench adversarial", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

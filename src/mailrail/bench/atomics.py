@@ -44,12 +44,17 @@ def run(args: argparse.Namespace) -> int:
         exact = all(pool.load(i) == initial for i in range(args.counters))
         slowest = node.allreduce(elapsed, op=MPI.MAX)
         exact = node.allreduce(exact, op=MPI.LAND)
-        results.append({"atomics": mode, "us_per_op": slowest / (2 * args.ops) * 1e6, "exact": exact,
-                        "ranks": node.Get_size()})
+        results.append(
+            {"atomics": mode, "us_per_op": slowest / (2 * args.ops) * 1e6, "exact": exact, "ranks": node.Get_size()}
+        )
         pool.free()
     if comm.Get_rank() == 0:
-        print(format_table(["atomics", "ranks", "us/op", "exact"],
-                           [(r["atomics"], r["ranks"], r["us_per_op"], r["exact"]) for r in results]))
+        print(
+            format_table(
+                ["atomics", "ranks", "us/op", "exact"],
+                [(r["atomics"], r["ranks"], r["us_per_op"], r["exact"]) for r in results],
+            )
+        )
         if len(results) == 2:
             print(f"CPU atomics are {results[0]['us_per_op'] / results[1]['us_per_op']:.1f}x faster than MPI atomics")
         write_json(args.json, {"benchmark": "atomics", "results": results, "ops_per_rank": args.ops})

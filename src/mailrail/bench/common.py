@@ -5,31 +5,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-
-_FLAG_HELP = {
-    "datagram_size": "bytes per message slot (MAILRAIL_DATAGRAM_SIZE)",
-    "send_pool_slots": "send buffers per rank",
-    "recv_pool_slots": "receive slots per rank (the credit budget)",
-    "max_recvs": "receives kept posted (default: all receive slots)",
-    "flow_control": "none | rank | node",
-    "credit_threshold": "return credits after credits_per_pair/THRESHOLD are consumed",
-    "piggyback": "carry owed credits in payload tags (rank mode): on/off",
-    "ranks_per_node": "virtual nodes of K consecutive ranks (default: real nodes)",
-    "credits_per_pair": "override the credits per (sender, receiver) pair",
-    "stall_timeout": "raise if deferred sends make no progress for S seconds (0: off)",
-    "idle_sleep_us": "sleep after repeated empty receive() calls, microseconds (0: only yield)",
-    "atomics": "node credit pool atomics: auto | cpu | mpi",
-}
+from ..config import Knob, knobs
 
 
 def add_rail_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
-    """One ``--flag`` per MailRail knob; unset flags fall back to ``MAILRAIL_*`` / defaults."""
+    """One ``--flag`` per MailRail knob (:func:`mailrail.config.knobs`, with their meanings); unset
+    flags fall back to ``MAILRAIL_*`` / defaults."""
     group = parser.add_argument_group("MailRail options (override MAILRAIL_* variables)")
-    for knob, help_text in _FLAG_HELP.items():
-        if knob not in skip:
-            group.add_argument("--" + knob.replace("_", "-"), dest=knob, default=None, help=help_text)
+    for knob in flag_knobs():
+        if knob.name not in skip:
+            group.add_argument(
+                "--" + knob.name.replace("_", "-"),
+                dest=knob.name,
+                default=None,
+                help=f"{knob.help} ({knob.variable}; default {knob.default_text})".replace("`", "").replace("%", "%%"),
+            )
+
+
+def flag_knobs() -> list[Knob]:
+    """The knobs benchmarks take as flags."""
+    return [knob for knob in knobs() if knob.flag]
 
 
 def rail_options(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -42,7 +40,7 @@ def rail_options(args: argparse.Namespace, defaults: dict[str, Any] | None = Non
     from ..config import env_name
 
     options = {k: v for k, v in (defaults or {}).items() if not os.environ.get(env_name(k), "").strip()}
-    options.update({k: getattr(args, k) for k in _FLAG_HELP if getattr(args, k, None) is not None})
+    options.update({k.name: getattr(args, k.name) for k in flag_knobs() if getattr(args, k.name, None) is not None})
     return options
 
 
@@ -73,8 +71,9 @@ def alltoallv_exchange(comm: Any, dests: Any, records: Any) -> tuple[Any, Any]:
     row = MPI.BYTE.Create_contiguous(records.itemsize * int(np.prod(records.shape[1:], dtype=np.int64)))
     row.Commit()  # counts stay in rows, so a large exchange does not overflow a byte count
     try:
-        comm.Alltoallv([np.ascontiguousarray(records[order]).view(np.uint8), counts, row],
-                       [received.view(np.uint8), incoming, row])
+        comm.Alltoallv(
+            [np.ascontiguousarray(records[order]).view(np.uint8), counts, row], [received.view(np.uint8), incoming, row]
+        )
     finally:
         row.Free()
     return received, incoming
@@ -90,6 +89,7 @@ def peak_rss_bytes() -> int:
     except OSError:
         pass
     import resource
+
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

@@ -31,8 +31,14 @@ from ..config import Config
 from ..errors import ClusterError, ConfigError
 from .adversarial import choose_victims
 from .common import add_rail_arguments, format_table, rail_options, write_json
-from .jobs import (DEFAULT_TIME_LIMIT, add_workload_arguments, adversarial_args, all_finished, run_adversarial,
-                   status_text)
+from .jobs import (
+    DEFAULT_TIME_LIMIT,
+    add_workload_arguments,
+    adversarial_args,
+    all_finished,
+    run_adversarial,
+    status_text,
+)
 
 DEFAULT_RANKS = 16
 DEFAULT_NODES = 4
@@ -43,28 +49,48 @@ DEFAULT_RECV_POOL_SLOTS = 64
 #: credit-mode ranks peaks at (90 MiB), and about half of what MPI buffers at an unconstrained
 #: victim of the default workload (the victim alone grows by 630 MiB).
 DEFAULT_VICTIM_NODE_MEMORY = "384M"
-_MIB = 2 ** 20
+_MIB = 2**20
 #: The table's figures per mode ("-" for a mode that did not finish).
-COLUMNS = ("runtime s", "goodput Mb/s", "speedup vs none", "victim RSS MiB", "victim growth MiB", "sender RSS MiB",
-           "credit msgs", "deferred peak")
+COLUMNS = (
+    "runtime s",
+    "goodput Mb/s",
+    "speedup vs none",
+    "victim RSS MiB",
+    "victim growth MiB",
+    "sender RSS MiB",
+    "credit msgs",
+    "deferred peak",
+)
 #: Added on a virtual cluster: what crossed the links and the victim node's memory high-water mark.
 CLUSTER_COLUMNS = ("network MB", "net B / payload B", "victim node peak MiB")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--ranks", type=int, default=DEFAULT_RANKS, help="MPI ranks (default: %(default)s)")
-    parser.add_argument("--nodes", type=int, default=DEFAULT_NODES,
-                        help="nodes the ranks are split into: virtual cluster nodes, or virtual nodes on shared "
-                             "memory (default: %(default)s; --ranks-per-node overrides on shared memory)")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=DEFAULT_NODES,
+        help="nodes the ranks are split into: virtual cluster nodes, or virtual nodes on shared "
+        "memory (default: %(default)s; --ranks-per-node overrides on shared memory)",
+    )
     parser.add_argument("--victims", type=int, default=1, help="victim ranks (default: %(default)s)")
     add_workload_arguments(parser, messages=DEFAULT_MESSAGES, trials=4, per="mode")
     parser.add_argument("--modes", default=",".join(MODES), help="modes to run, comma-separated (default: %(default)s)")
-    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
-                        help="seconds each mode may run, start-up included (default: %(default)s)")
-    parser.add_argument("--metrics-interval", type=float, default=0.1,
-                        help="seconds between metrics samples (default: %(default)s)")
-    parser.add_argument("--out", default="mailrail-results",
-                        help="directory for compare.json, compare.png and the runs' files (default: %(default)s)")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT,
+        help="seconds each mode may run, start-up included (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--metrics-interval", type=float, default=0.1, help="seconds between metrics samples (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--out",
+        default="mailrail-results",
+        help="directory for compare.json, compare.png and the runs' files (default: %(default)s)",
+    )
     add_cluster_arguments(parser, default="auto", victim_memory=DEFAULT_VICTIM_NODE_MEMORY)
     add_rail_arguments(parser, skip=("flow_control",))
 
@@ -75,8 +101,10 @@ def workload(args: argparse.Namespace, cluster_nodes: int | None = None) -> dict
     options.setdefault("recv_pool_slots", DEFAULT_RECV_POOL_SLOTS)
     if cluster_nodes is not None:
         if options.get("ranks_per_node") is not None:
-            raise ConfigError("--ranks-per-node groups ranks into virtual nodes on one host; on a virtual cluster "
-                              "the nodes are real (use --cluster off for virtual nodes)")
+            raise ConfigError(
+                "--ranks-per-node groups ranks into virtual nodes on one host; on a virtual cluster "
+                "the nodes are real (use --cluster off for virtual nodes)"
+            )
         nodes = cluster_nodes
         rank_nodes = node_of_rank(ranks_per_node(args.ranks, nodes))
     else:
@@ -109,11 +137,16 @@ def workload(args: argparse.Namespace, cluster_nodes: int | None = None) -> dict
 
 def benchmark_args(load: dict[str, Any], mode: str, metrics_dir: str) -> list[str]:
     """The ``bench adversarial`` command line of one mode."""
-    return adversarial_args(victims=load["victims"], trials=load["trials"], seed=load["seed"],
-                            messages=load["messages_per_rank"], bytes_per_rank=load["bytes_per_rank"],
-                            knobs=dict(load["rail_options"], flow_control=mode),
-                            receive_work_us=load["receive_work_us"],
-                            extra=("--metrics", metrics_dir, "--metrics-interval", str(load["metrics_interval_s"])))
+    return adversarial_args(
+        victims=load["victims"],
+        trials=load["trials"],
+        seed=load["seed"],
+        messages=load["messages_per_rank"],
+        bytes_per_rank=load["bytes_per_rank"],
+        knobs=dict(load["rail_options"], flow_control=mode),
+        receive_work_us=load["receive_work_us"],
+        extra=("--metrics", metrics_dir, "--metrics-interval", str(load["metrics_interval_s"])),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,13 +156,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"mailrail compare: --modes takes {', '.join(MODES)}; got {args.modes!r}")
         return 2
     if not 1 <= args.victims <= args.ranks or args.ranks < 2 or args.nodes < 1:
-        print(f"mailrail compare: need ranks >= 2, nodes >= 1 and 1 <= victims <= ranks "
-              f"(got {args.ranks} ranks, {args.nodes} nodes, {args.victims} victims)")
+        print(
+            f"mailrail compare: need ranks >= 2, nodes >= 1 and 1 <= victims <= ranks "
+            f"(got {args.ranks} ranks, {args.nodes} nodes, {args.victims} victims)"
+        )
         return 2
     choice = ClusterChoice.parse(args.cluster, allow_auto=True)
     placement, reason = choose_placement(choice)
     if placement == "userns":
         from ..cluster.privileges import rerun_in_user_namespace
+
         return rerun_in_user_namespace(args.mailrail_argv)
     out = os.path.abspath(args.out)
     with contextlib.ExitStack() as stack:
@@ -148,24 +184,35 @@ def run(args: argparse.Namespace) -> int:
             return 2
         os.makedirs(out, exist_ok=True)
         described = cluster.describe() if cluster else None
-        print(f"mailrail compare: adversarial incast, {load['ranks']} ranks on {_where_text(load, described)}, "
-              f"{load['victims']} victim(s), {_amount_text(load)} per sending rank, {load['trials']} trial(s) per "
-              f"mode; memory budget {load['recv_pool_slots']} receive + {load['send_pool_slots']} send slots per rank; "
-              f"results in {out}", flush=True)
+        print(
+            f"mailrail compare: adversarial incast, {load['ranks']} ranks on {_where_text(load, described)}, "
+            f"{load['victims']} victim(s), {_amount_text(load)} per sending rank, {load['trials']} trial(s) per "
+            f"mode; memory budget {load['recv_pool_slots']} receive + {load['send_pool_slots']} send slots per rank; "
+            f"results in {out}",
+            flush=True,
+        )
         if reason:
             print(f"mailrail compare: on shared memory: {reason}", flush=True)
         elif cluster and not cluster.spec.memory_capped and args.victim_node_memory is None:
-            print("mailrail compare: the victim's node has no memory cap: a user namespace has no memory cgroups "
-                  "(as root the cap is --victim-node-memory, default " + DEFAULT_VICTIM_NODE_MEMORY + ")", flush=True)
+            print(
+                "mailrail compare: the victim's node has no memory cap: a user namespace has no memory cgroups "
+                "(as root the cap is --victim-node-memory, default " + DEFAULT_VICTIM_NODE_MEMORY + ")",
+                flush=True,
+            )
         results: dict[str, dict[str, Any]] = {}
         metrics_dirs: dict[str, str] = {}
         started = time.monotonic()
         for index, mode in enumerate(modes, 1):
             metrics_dirs[mode] = os.path.join(out, "metrics", mode)
             print(f"\n[{index}/{len(modes)}] flow control {mode} (limit {args.time_limit:g} s)", flush=True)
-            result = run_adversarial(load["ranks"], benchmark_args(load, mode, metrics_dirs[mode]),
-                                     os.path.join(out, f"adversarial-{mode}.json"), time_limit=args.time_limit,
-                                     capture=False, cluster=cluster)  # the job's progress lines show live
+            result = run_adversarial(
+                load["ranks"],
+                benchmark_args(load, mode, metrics_dirs[mode]),
+                os.path.join(out, f"adversarial-{mode}.json"),
+                time_limit=args.time_limit,
+                capture=False,
+                cluster=cluster,
+            )  # the job's progress lines show live
             results[mode] = result
             print(f"[{index}/{len(modes)}] {mode}: {status_text(result)} after {result['wall_s']:.1f} s", flush=True)
             if result["status"] in ("failed", "timeout"):
@@ -173,25 +220,37 @@ def run(args: argparse.Namespace) -> int:
         wall = time.monotonic() - started
 
     rows = table_rows(results, load)
-    document = {"benchmark": "compare", "workload": load, "cluster": described, "shared_memory_reason": reason,
-                "modes": results, "table": rows, "wall_s": wall}
+    document = {
+        "benchmark": "compare",
+        "workload": load,
+        "cluster": described,
+        "shared_memory_reason": reason,
+        "modes": results,
+        "table": rows,
+        "wall_s": wall,
+    }
     write_json(os.path.join(out, "compare.json"), document)
     print()
     print(format_table(list(rows[0]), [list(r.values()) for r in rows]))
     for line in observations(results, load, described, reason):
         print(line)
     figure = _plot(results, metrics_dirs, load, described, out)
-    print(f"\n{len(modes)} mode(s) in {wall:.0f} s; wrote {os.path.join(out, 'compare.json')}"
-          + (f" and {figure}" if figure else ""))
+    print(
+        f"\n{len(modes)} mode(s) in {wall:.0f} s; wrote {os.path.join(out, 'compare.json')}"
+        + (f" and {figure}" if figure else "")
+    )
     capped = bool(described and described["victim_node_memory"])
     return 0 if all_finished((r["status"] for r in results.values()), capped) else 1
 
 
 def choose_placement(choice: ClusterChoice) -> tuple[str, str | None]:
-    """``("cluster" | "userns" | "shared", reason for shared memory)``; an explicit --cluster that cannot be is an error."""
+    """``("cluster" | "userns" | "shared", reason for shared memory)``.
+
+    An explicit ``--cluster`` that cannot be built is an error."""
     if choice.kind == "off":
         return "shared", None
     from ..cluster.privileges import cluster_privileges
+
     try:
         privileges = cluster_privileges()
     except ClusterError as error:
@@ -201,9 +260,12 @@ def choose_placement(choice: ClusterChoice) -> tuple[str, str | None]:
     return ("userns" if privileges == "userns" else "cluster"), None
 
 
-def cluster_request(args: argparse.Namespace, choice: ClusterChoice) -> tuple[argparse.Namespace, ClusterChoice, int, list[int]]:
+def cluster_request(
+    args: argparse.Namespace, choice: ClusterChoice
+) -> tuple[argparse.Namespace, ClusterChoice, int, list[int]]:
     """What :func:`open_cluster` needs: the arguments with compare's defaults, the choice, ranks, victims."""
     from ..cluster.virtual import USERNS_VARIABLE
+
     request = copy.copy(args)
     if request.victim_node_memory is None and not os.environ.get(USERNS_VARIABLE):
         request.victim_node_memory = DEFAULT_VICTIM_NODE_MEMORY  # (a user namespace has no memory cgroups)
@@ -230,16 +292,18 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
         if result["status"] == "ok":
             summary = result["summary"]
             goodput = summary["goodput_bps_mean"]
-            row.update({
-                "runtime s": summary["runtime_s_mean"],
-                "goodput Mb/s": goodput / 1e6,
-                "speedup vs none": f"{goodput / base_goodput:.2f}x" if base_goodput else "n/a",
-                "victim RSS MiB": summary["peak_victim_rss_bytes"] / _MIB,
-                "victim growth MiB": summary["victim_rss_growth_bytes"] / _MIB,
-                "sender RSS MiB": summary["peak_sender_rss_bytes"] / _MIB,
-                "credit msgs": summary["credit_messages"],
-                "deferred peak": summary["deferred_high_water"],
-            })
+            row.update(
+                {
+                    "runtime s": summary["runtime_s_mean"],
+                    "goodput Mb/s": goodput / 1e6,
+                    "speedup vs none": f"{goodput / base_goodput:.2f}x" if base_goodput else "n/a",
+                    "victim RSS MiB": summary["peak_victim_rss_bytes"] / _MIB,
+                    "victim growth MiB": summary["victim_rss_growth_bytes"] / _MIB,
+                    "sender RSS MiB": summary["peak_sender_rss_bytes"] / _MIB,
+                    "credit msgs": summary["credit_messages"],
+                    "deferred peak": summary["deferred_high_water"],
+                }
+            )
             ratio = network_per_payload_byte(result)
             if on_cluster and ratio is not None:
                 row["net B / payload B"] = ratio
@@ -268,8 +332,9 @@ def median_goodput(result: dict[str, Any]) -> float:
     return statistics.median(t["goodput_bps"] for t in result["trials"])
 
 
-def observations(results: dict[str, dict[str, Any]], load: dict[str, Any], cluster: dict[str, Any] | None,
-                 reason: str | None) -> list[str]:
+def observations(
+    results: dict[str, dict[str, Any]], load: dict[str, Any], cluster: dict[str, Any] | None, reason: str | None
+) -> list[str]:
     """What the numbers say, in plain words, computed from them (nothing here is a canned claim)."""
     ok = {m: r for m, r in results.items() if r["status"] == "ok"}
     killed = {m: r for m, r in results.items() if r["status"] == "out_of_memory"}
@@ -277,8 +342,10 @@ def observations(results: dict[str, dict[str, Any]], load: dict[str, Any], clust
     if ok:
         lines.append(f"- finished, every message delivered exactly once: {', '.join(ok)}")
     for mode, result in killed.items():
-        lines.append(f"- {mode}: {status_text(result)}: the kernel killed a rank on the victim's node when what MPI "
-                     f"buffered for the incast outgrew it")
+        lines.append(
+            f"- {mode}: {status_text(result)}: the kernel killed a rank on the victim's node when what MPI "
+            f"buffered for the incast outgrew it"
+        )
     for mode, result in results.items():
         if result["status"] not in ("ok", "out_of_memory"):
             lines.append(f"- {mode}: {status_text(result)}; see {mode}'s output above")
@@ -286,31 +353,43 @@ def observations(results: dict[str, dict[str, Any]], load: dict[str, Any], clust
         if mode == "none":
             continue  # nothing to bound: unconstrained mode does not count
         window = max(d["credit_window_high_water"] for d in result["ranks_detail"] if d["victim"])
-        lines.append(f"- {mode}: at most {window} messages arrived at a victim before their credits went back "
-                     f"(bound: its {load['recv_pool_slots']} receive slots); a sender held up to "
-                     f"{result['summary']['deferred_high_water']} messages back, waiting for credit")
+        lines.append(
+            f"- {mode}: at most {window} messages arrived at a victim before their credits went back "
+            f"(bound: its {load['recv_pool_slots']} receive slots); a sender held up to "
+            f"{result['summary']['deferred_high_water']} messages back, waiting for credit"
+        )
     if len(ok) > 1:
         goodputs = {m: median_goodput(r) for m, r in ok.items()}
         pairs = [(a, b) for a, b in (("node", "rank"), ("node", "none"), ("rank", "none")) if a in ok and b in ok]
-        lines.append("- goodput (median of trials): " + ", ".join(f"{m} {g / 1e6:,.0f} Mb/s" for m, g in goodputs.items())
-                     + "; " + ", ".join(f"{a} {goodputs[a] / goodputs[b]:.2f}x {b}" for a, b in pairs))
+        lines.append(
+            "- goodput (median of trials): "
+            + ", ".join(f"{m} {g / 1e6:,.0f} Mb/s" for m, g in goodputs.items())
+            + "; "
+            + ", ".join(f"{a} {goodputs[a] / goodputs[b]:.2f}x {b}" for a, b in pairs)
+        )
     if "rank" in ok and "node" in ok:
         rank_credits = ok["rank"]["summary"]["credit_messages"]
         node_credits = ok["node"]["summary"]["credit_messages"]
         if node_credits:
-            lines.append(f"- node credits needed {rank_credits / node_credits:.1f}x fewer credit messages than rank "
-                         f"credits ({node_credits:,} vs {rank_credits:,}) for the same traffic")
+            lines.append(
+                f"- node credits needed {rank_credits / node_credits:.1f}x fewer credit messages than rank "
+                f"credits ({node_credits:,} vs {rank_credits:,}) for the same traffic"
+            )
     if ok:
         growth = {m: r["summary"]["victim_rss_growth_bytes"] for m, r in ok.items()}
         text = ", ".join(f"{m} +{g / _MIB:.1f} MiB" for m, g in growth.items())
         if "none" in growth and growth.get("node"):
             text += f": unconstrained grew {growth['none'] / growth['node']:,.0f}x as much as node"
-        lines.append("- victim memory growth during the trials (peak RSS minus RSS before the first trial; what MPI "
-                     "buffered for it shows here): " + text)
+        lines.append(
+            "- victim memory growth during the trials (peak RSS minus RSS before the first trial; what MPI "
+            "buffered for it shows here): " + text
+        )
     ratios = {m: network_per_payload_byte(r) for m, r in ok.items()}
     if any(v is not None for v in ratios.values()):
-        lines.append("- network bytes per payload byte crossing between nodes (TCP/IP headers, credit returns, MPI's "
-                     "own traffic): " + ", ".join(f"{m} {v:.3f}" for m, v in ratios.items() if v is not None))
+        lines.append(
+            "- network bytes per payload byte crossing between nodes (TCP/IP headers, credit returns, MPI's "
+            "own traffic): " + ", ".join(f"{m} {v:.3f}" for m, v in ratios.items() if v is not None)
+        )
     return lines
 
 
@@ -318,22 +397,37 @@ def _where_text(load: dict[str, Any], cluster: dict[str, Any] | None) -> str:
     if cluster is None:
         return f"{load['nodes']} virtual node(s) of {load['ranks_per_node']} ranks on this host's shared memory"
     from ..cluster.jobs import summary
+
     return summary(cluster)
 
 
-def _plot(results: dict[str, dict[str, Any]], metrics_dirs: dict[str, str], load: dict[str, Any],
-          cluster: dict[str, Any] | None, out: str) -> str | None:
+def _plot(
+    results: dict[str, dict[str, Any]],
+    metrics_dirs: dict[str, str],
+    load: dict[str, Any],
+    cluster: dict[str, Any] | None,
+    out: str,
+) -> str | None:
     from .plots import missing, plot_compare
+
     reason = missing()
     if reason:
         print(reason)
         return None
-    title = (f"adversarial incast: {load['ranks']} ranks on {_where_text(load, cluster)}\n{load['victims']} "
-             f"victim(s), {_amount_text(load)} per sender, {load['recv_pool_slots']} receive slots per rank")
+    title = (
+        f"adversarial incast: {load['ranks']} ranks on {_where_text(load, cluster)}\n{load['victims']} "
+        f"victim(s), {_amount_text(load)} per sender, {load['recv_pool_slots']} receive slots per rank"
+    )
     peaks = {mode: victim_node_peak(result, load) for mode, result in results.items()}
     cap = cluster["victim_node_memory"] if cluster else None
-    return plot_compare(results, metrics_dirs, os.path.join(out, "compare.png"), title,
-                        node_peaks=peaks if cluster else None, node_cap=cap)
+    return plot_compare(
+        results,
+        metrics_dirs,
+        os.path.join(out, "compare.png"),
+        title,
+        node_peaks=peaks if cluster else None,
+        node_cap=cap,
+    )
 
 
 def _amount_text(load: dict[str, Any]) -> str:

@@ -37,10 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rmat", action="store_true", help="skewed R-MAT keys instead of uniform")
     parser.add_argument("--trials", type=int, default=5, help="timed trials after one warm-up (default 5)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--modes", default=None,
-                        help="comma-separated flow-control modes to run on the same keys, e.g. none,rank,node")
-    parser.add_argument("--baseline", choices=("alltoallv",), default=None,
-                        help="also run a bulk-synchronous mpi4py histogram on the same keys")
+    parser.add_argument(
+        "--modes", default=None, help="comma-separated flow-control modes to run on the same keys, e.g. none,rank,node"
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=("alltoallv",),
+        default=None,
+        help="also run a bulk-synchronous mpi4py histogram on the same keys",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     add_rail_arguments(parser)
 
@@ -85,12 +90,12 @@ class Table:
             if len(keys) > len(self._pending):
                 self._count(keys)
                 return
-        self._pending[self._filled:self._filled + len(keys)] = keys
+        self._pending[self._filled : self._filled + len(keys)] = keys
         self._filled += len(keys)
 
     def settle(self) -> None:
         """Count every buffered key into ``counts``."""
-        self._count(self._pending[:self._filled])
+        self._count(self._pending[: self._filled])
         self._filled = 0
 
     def _count(self, keys: np.ndarray) -> None:
@@ -127,9 +132,10 @@ def run(args: argparse.Namespace) -> int:
     trials: dict[str, list] = {mode: [] for mode in modes}
     for trial in range(args.trials + 1):  # trial 0 warms up and is discarded
         for mode, coalescer in coalescers.items():
+
             def insert(coalescer=coalescer) -> None:
                 for offset in range(0, len(keys), CHUNK):
-                    coalescer.send(owners[offset:offset + CHUNK], keys[offset:offset + CHUNK])
+                    coalescer.send(owners[offset : offset + CHUNK], keys[offset : offset + CHUNK])
                 coalescer.barrier()
 
             result = _timed_trial(comm, table, expected, global_inserts, insert)
@@ -139,23 +145,34 @@ def run(args: argparse.Namespace) -> int:
     for mode, rail in rails.items():
         stats = comm.gather(rail.stats(), root=0)
         rail.finalize()
-        results[mode] = {"flow_control": mode, "trials": trials[mode],
-                         "median_inserts_per_s": statistics.median(t["inserts_per_s"] for t in trials[mode]),
-                         "credit_messages": sum(s["credit_messages_sent"] for s in stats) if rank == 0 else None}
-    baseline = _alltoallv_baseline(comm, keys, owners, table, expected, global_inserts, args.trials) \
-        if args.baseline else None
+        results[mode] = {
+            "flow_control": mode,
+            "trials": trials[mode],
+            "median_inserts_per_s": statistics.median(t["inserts_per_s"] for t in trials[mode]),
+            "credit_messages": sum(s["credit_messages_sent"] for s in stats) if rank == 0 else None,
+        }
+    baseline = (
+        _alltoallv_baseline(comm, keys, owners, table, expected, global_inserts, args.trials) if args.baseline else None
+    )
 
     if rank == 0:
         reference = results.get("none", results[modes[0]])["median_inserts_per_s"]
         for result in results.values():
             result["overhead_pct"] = (reference / result["median_inserts_per_s"] - 1) * 100
         first = results[modes[0]]
-        document = {"benchmark": "histogram", "flow_control": modes[0], "ranks": size,
-                    "log2_table": args.log2_table, "inserts_per_rank": args.inserts,
-                    "distribution": "rmat" if args.rmat else "uniform",
-                    "datagram_size": config.datagram_size,
-                    "trials": first["trials"], "modes": results, "baseline": baseline,
-                    "config": dict(options, modes=modes, seed=args.seed)}
+        document = {
+            "benchmark": "histogram",
+            "flow_control": modes[0],
+            "ranks": size,
+            "log2_table": args.log2_table,
+            "inserts_per_rank": args.inserts,
+            "distribution": "rmat" if args.rmat else "uniform",
+            "datagram_size": config.datagram_size,
+            "trials": first["trials"],
+            "modes": results,
+            "baseline": baseline,
+            "config": dict(options, modes=modes, seed=args.seed),
+        }
         write_json(args.json, document)
         _print_summary(document)
     all_correct = all(t["correct"] for r in results.values() for t in r["trials"])
@@ -172,7 +189,7 @@ def _direct_count(comm, keys: np.ndarray, table: Table) -> np.ndarray:
     full = np.bincount(keys.astype(np.intp), minlength=padded).astype(np.int64)
     mine = np.empty(table.block, dtype=np.int64)
     comm.Reduce_scatter_block(full, mine, op=MPI.SUM)
-    return mine[:len(table.counts)]
+    return mine[: len(table.counts)]
 
 
 def _timed_trial(comm, table: Table, expected: np.ndarray | None, global_inserts: int, insert) -> dict:
@@ -185,8 +202,11 @@ def _timed_trial(comm, table: Table, expected: np.ndarray | None, global_inserts
     insert()
     table.settle()
     runtime = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-    return {"runtime_s": runtime, "inserts_per_s": global_inserts / runtime,
-            "correct": _check(comm, table, expected, global_inserts)}
+    return {
+        "runtime_s": runtime,
+        "inserts_per_s": global_inserts / runtime,
+        "correct": _check(comm, table, expected, global_inserts),
+    }
 
 
 def _check(comm, table: Table, expected: np.ndarray | None, global_inserts: int) -> bool:
@@ -208,22 +228,41 @@ def _alltoallv_baseline(comm, keys, owners, table: Table, expected, global_inser
         result = _timed_trial(comm, table, expected, global_inserts, exchange)
         if trial:
             results.append(result)
-    return {"method": "alltoallv", "trials": results,
-            "median_inserts_per_s": statistics.median(t["inserts_per_s"] for t in results)}
+    return {
+        "method": "alltoallv",
+        "trials": results,
+        "median_inserts_per_s": statistics.median(t["inserts_per_s"] for t in results),
+    }
 
 
 def _print_summary(document: dict) -> None:
     rows = []
     for mode, result in document["modes"].items():
-        rows.append((mode, result["median_inserts_per_s"] / 1e6, result["overhead_pct"],
-                     all(t["correct"] for t in result["trials"]), result["credit_messages"]))
+        rows.append(
+            (
+                mode,
+                result["median_inserts_per_s"] / 1e6,
+                result["overhead_pct"],
+                all(t["correct"] for t in result["trials"]),
+                result["credit_messages"],
+            )
+        )
     baseline = document["baseline"]
     if baseline:
-        rows.append(("alltoallv", baseline["median_inserts_per_s"] / 1e6, float("nan"),
-                     all(t["correct"] for t in baseline["trials"]), 0))
-    print(f"histogram: {document['ranks']} ranks, table 2^{document['log2_table']}, "
-          f"{document['inserts_per_rank']:,} {document['distribution']} inserts per rank, "
-          f"{document['datagram_size']} B datagrams, median of {len(document['trials'])} trials")
+        rows.append(
+            (
+                "alltoallv",
+                baseline["median_inserts_per_s"] / 1e6,
+                float("nan"),
+                all(t["correct"] for t in baseline["trials"]),
+                0,
+            )
+        )
+    print(
+        f"histogram: {document['ranks']} ranks, table 2^{document['log2_table']}, "
+        f"{document['inserts_per_rank']:,} {document['distribution']} inserts per rank, "
+        f"{document['datagram_size']} B datagrams, median of {len(document['trials'])} trials"
+    )
     print(format_table(["mode", "M inserts/s", "overhead % vs none", "correct", "credit msgs"], rows))
     if baseline:
         best = max(r["median_inserts_per_s"] for r in document["modes"].values())

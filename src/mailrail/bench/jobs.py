@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..launch import mpi_environment, mpiexec_argv, run_bounded
 from .common import rail_flags
@@ -32,18 +33,41 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, tr
     amount.add_argument("--bytes-per-rank", type=int, default=None, help="payload bytes per sending rank instead")
     parser.add_argument("--trials", type=int, default=trials, help=f"timed trials per {per} (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
-    parser.add_argument("--receive-work-us", type=float, default=0.0,
-                        help="microseconds of work a victim spends on each message it receives (default: none)")
+    parser.add_argument(
+        "--receive-work-us",
+        type=float,
+        default=0.0,
+        help="microseconds of work a victim spends on each message it receives (default: none)",
+    )
 
 
-def adversarial_args(*, victims: int, trials: int, seed: int, messages: int | None, bytes_per_rank: int | None,
-                     knobs: Mapping[str, Any], receive_work_us: float = 0.0, extra: Sequence[str] = ()) -> list[str]:
+def adversarial_args(
+    *,
+    victims: int,
+    trials: int,
+    seed: int,
+    messages: int | None,
+    bytes_per_rank: int | None,
+    knobs: Mapping[str, Any],
+    receive_work_us: float = 0.0,
+    extra: Sequence[str] = (),
+) -> list[str]:
     """The ``bench adversarial`` command line of one run (*bytes_per_rank*, when given, wins over *messages*)."""
-    amount = (["--bytes-per-rank", str(bytes_per_rank)] if bytes_per_rank is not None
-              else ["--messages", str(messages)])
+    amount = ["--bytes-per-rank", str(bytes_per_rank)] if bytes_per_rank is not None else ["--messages", str(messages)]
     work = ["--receive-work-us", f"{receive_work_us:g}"] if receive_work_us else []
-    return ["--victims", str(victims), "--trials", str(trials), "--seed", str(seed), "--quiet", *extra,
-            *amount, *work, *rail_flags(knobs)]
+    return [
+        "--victims",
+        str(victims),
+        "--trials",
+        str(trials),
+        "--seed",
+        str(seed),
+        "--quiet",
+        *extra,
+        *amount,
+        *work,
+        *rail_flags(knobs),
+    ]
 
 
 def adversarial_program(args: Sequence[str]) -> list[str]:
@@ -52,9 +76,16 @@ def adversarial_program(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "mpi4py", "-m", "mailrail.bench.adversarial", *args]
 
 
-def run_adversarial(ranks: int, args: Sequence[str], json_path: str, *, time_limit: float = DEFAULT_TIME_LIMIT,
-                    capture: bool = True, cluster: "VirtualCluster | None" = None,
-                    nodes: int | None = None) -> dict[str, Any]:
+def run_adversarial(
+    ranks: int,
+    args: Sequence[str],
+    json_path: str,
+    *,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    capture: bool = True,
+    cluster: VirtualCluster | None = None,
+    nodes: int | None = None,
+) -> dict[str, Any]:
     """Run ``bench adversarial ARGS --json JSON_PATH`` on *ranks* ranks, here or on *cluster*.
 
     Returns the benchmark's JSON document with ``status="ok"`` and ``wall_s``
@@ -71,8 +102,13 @@ def run_adversarial(ranks: int, args: Sequence[str], json_path: str, *, time_lim
     if cluster is None:
         start = time.monotonic()
         try:
-            completed = run_bounded(mpiexec_argv(ranks, program), timeout=time_limit, env=mpi_environment(),
-                                    capture=capture, capture_stderr=True)
+            completed = run_bounded(
+                mpiexec_argv(ranks, program),
+                timeout=time_limit,
+                env=mpi_environment(),
+                capture=capture,
+                capture_stderr=True,
+            )
             returncode, timed_out, stdout, stderr = completed.returncode, False, completed.stdout, completed.stderr
         except subprocess.TimeoutExpired as expired:
             returncode, timed_out, stdout, stderr = None, True, expired.output, expired.stderr
@@ -82,15 +118,30 @@ def run_adversarial(ranks: int, args: Sequence[str], json_path: str, *, time_lim
         returncode, timed_out, stdout, stderr, wall = job.returncode, job.timed_out, job.stdout, job.stderr, job.wall_s
         outcome.update(network_bytes=job.network_bytes, cluster_nodes=job.nodes)
         if job.out_of_memory:
-            return {**outcome, "status": "out_of_memory", "returncode": returncode, "wall_s": wall,
-                    "oom_nodes": [n["node"] for n in job.nodes if n["oom_kills"]],
-                    "output_tail": _tail(stdout, stderr)}
+            return {
+                **outcome,
+                "status": "out_of_memory",
+                "returncode": returncode,
+                "wall_s": wall,
+                "oom_nodes": [n["node"] for n in job.nodes if n["oom_kills"]],
+                "output_tail": _tail(stdout, stderr),
+            }
     if timed_out:
-        return {**outcome, "status": "timeout", "time_limit_s": time_limit, "wall_s": wall,
-                "output_tail": _tail(stdout, stderr)}
+        return {
+            **outcome,
+            "status": "timeout",
+            "time_limit_s": time_limit,
+            "wall_s": wall,
+            "output_tail": _tail(stdout, stderr),
+        }
     if returncode != 0 or not os.path.exists(json_path):
-        return {**outcome, "status": "failed", "returncode": returncode, "wall_s": wall,
-                "output_tail": _tail(stdout, stderr)}
+        return {
+            **outcome,
+            "status": "failed",
+            "returncode": returncode,
+            "wall_s": wall,
+            "output_tail": _tail(stdout, stderr),
+        }
     with open(json_path) as source:
         document = json.load(source)
     document.update(outcome, status="ok", wall_s=wall)
@@ -111,13 +162,16 @@ def status_text(result: dict[str, Any]) -> str:
         return f"failed (exit {result['returncode']})"
     if result["status"] == "out_of_memory":
         nodes = [n for n in result.get("cluster_nodes", []) if n["node"] in result["oom_nodes"]]
-        caps = ", ".join(f"node {n['node']}, cap {n['limit_bytes'] / 2**20:,.0f} MiB" if n["limit_bytes"]
-                         else f"node {n['node']}" for n in nodes)
+        caps = ", ".join(
+            f"node {n['node']}, cap {n['limit_bytes'] / 2**20:,.0f} MiB" if n["limit_bytes"] else f"node {n['node']}"
+            for n in nodes
+        )
         return f"out of memory ({caps})"
     return "ok"
 
 
 def _tail(stdout: str | bytes | None, stderr: str | bytes | None, limit: int = 2000) -> str:
-    text = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part
-                   for part in (stdout, stderr) if part)
+    text = "".join(
+        part.decode(errors="replace") if isinstance(part, bytes) else part for part in (stdout, stderr) if part
+    )
     return text[-limit:]

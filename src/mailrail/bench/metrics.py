@@ -18,22 +18,23 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 #: The fields of one sample, in file order.
 FIELDS = (
-    "rank",               # MPI rank
-    "trial",              # trial index, from 0
-    "elapsed_s",          # seconds since the trial started on this rank
-    "messages_sent",      # send() calls so far in this trial
-    "bytes_sent",         # payload bytes handed to send() so far
+    "rank",  # MPI rank
+    "trial",  # trial index, from 0
+    "elapsed_s",  # seconds since the trial started on this rank
+    "messages_sent",  # send() calls so far in this trial
+    "bytes_sent",  # payload bytes handed to send() so far
     "messages_received",  # messages receive() returned so far
-    "bytes_received",     # payload bytes of those messages
-    "send_pct",           # messages_sent / messages this rank must send, in % (100 if none)
-    "recv_pct",           # messages_received / messages this rank expects, in % (100 if none)
-    "max_send_gap_s",     # longest time between two successive send() calls since the last sample
-    "max_recv_gap_s",     # longest time between two successive receive() calls since the last sample
-    "rss_bytes",          # resident memory now (VmRSS): what the victim's MPI library buffers shows here
+    "bytes_received",  # payload bytes of those messages
+    "send_pct",  # messages_sent / messages this rank must send, in % (100 if none)
+    "recv_pct",  # messages_received / messages this rank expects, in % (100 if none)
+    "max_send_gap_s",  # longest time between two successive send() calls since the last sample
+    "max_recv_gap_s",  # longest time between two successive receive() calls since the last sample
+    "rss_bytes",  # resident memory now (VmRSS): what the victim's MPI library buffers shows here
 )
 
 
@@ -90,12 +91,22 @@ class MetricsRecorder:
         self._sample(time.perf_counter())
 
     def _sample(self, now: float) -> None:
-        self._samples.append((
-            self.rank, self.trial, now - self.start,
-            self.messages_sent, self.bytes_sent, self.messages_received, self.bytes_received,
-            _percent(self.messages_sent, self.to_send), _percent(self.messages_received, self.to_receive),
-            self._send_gap, self._recv_gap, current_rss_bytes(),
-        ))
+        self._samples.append(
+            (
+                self.rank,
+                self.trial,
+                now - self.start,
+                self.messages_sent,
+                self.bytes_sent,
+                self.messages_received,
+                self.bytes_received,
+                _percent(self.messages_sent, self.to_send),
+                _percent(self.messages_received, self.to_receive),
+                self._send_gap,
+                self._recv_gap,
+                current_rss_bytes(),
+            )
+        )
         self._send_gap = self._recv_gap = 0.0
         self._next_sample += self.interval
         if self._next_sample <= now:  # the rank was busy past a whole interval: re-anchor, don't replay

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -11,7 +12,7 @@ from .metrics import trial_samples
 
 MODE_COLORS = {"none": "tab:red", "rank": "tab:blue", "node": "tab:green"}
 MODE_LABELS = {"none": "none (unconstrained)", "rank": "rank credits", "node": "node credits"}
-_MIB = 2 ** 20
+_MIB = 2**20
 
 
 def missing() -> str | None:
@@ -26,15 +27,17 @@ def missing() -> str | None:
 def pyplot():
     """matplotlib.pyplot on the Agg backend (imported on demand: the benchmarks do not need it)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
 # -- metrics time series -------------------------------------------------------
 
-def summed_series(samples: Mapping[int, list[dict]], ranks: Sequence[int], field: str,
-                  grid: np.ndarray) -> np.ndarray:
+
+def summed_series(samples: Mapping[int, list[dict]], ranks: Sequence[int], field: str, grid: np.ndarray) -> np.ndarray:
     """Sum over *ranks* of a cumulative *field*, linear between a rank's samples (from 0 at t=0)."""
     total = np.zeros_like(grid)
     for rank in ranks:
@@ -46,8 +49,9 @@ def summed_series(samples: Mapping[int, list[dict]], ranks: Sequence[int], field
     return total
 
 
-def binned_max(samples: Mapping[int, list[dict]], ranks: Sequence[int], field: str,
-               width: float) -> tuple[np.ndarray, np.ndarray]:
+def binned_max(
+    samples: Mapping[int, list[dict]], ranks: Sequence[int], field: str, width: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Max over *ranks* of a per-interval *field* (a gap), in time bins of *width* seconds."""
     times, values = [], []
     for rank in ranks:
@@ -66,8 +70,15 @@ def binned_max(samples: Mapping[int, list[dict]], ranks: Sequence[int], field: s
 
 # -- compare ---------------------------------------------------------------------
 
-def plot_compare(results: Mapping[str, dict[str, Any]], metrics_dirs: Mapping[str, str], path: str,
-                 title: str, node_peaks: Mapping[str, int | None] | None = None, node_cap: int | None = None) -> str:
+
+def plot_compare(
+    results: Mapping[str, dict[str, Any]],
+    metrics_dirs: Mapping[str, str],
+    path: str,
+    title: str,
+    node_peaks: Mapping[str, int | None] | None = None,
+    node_cap: int | None = None,
+) -> str:
     """Goodput, memory and credit messages per mode, and the metrics of each mode's last trial.
 
     On a virtual cluster *node_peaks* (the victim node's memory high-water mark per mode) and
@@ -128,8 +139,7 @@ def plot_compare(results: Mapping[str, dict[str, Any]], metrics_dirs: Mapping[st
 
 def _failed_label(axis, x: float, result: dict) -> None:
     text = {"timeout": "timed out", "out_of_memory": "out of memory"}.get(result.get("status"), "failed")
-    axis.text(x, 0.02, text, ha="center", va="bottom", rotation=90, color="black",
-              transform=axis.get_xaxis_transform())
+    axis.text(x, 0.02, text, ha="center", va="bottom", rotation=90, color="black", transform=axis.get_xaxis_transform())
 
 
 def _bars_goodput(axis, results: Mapping[str, dict]) -> None:
@@ -158,10 +168,24 @@ def _bars_memory(axis, results: Mapping[str, dict]) -> None:
         color = MODE_COLORS.get(mode)
         victim = summary["victim_rss_growth_bytes"] / _MIB
         axis.bar(x - width / 2, victim, width, color=color, alpha=0.9, label=None if labeled else "victim")
-        axis.bar(x + width / 2, summary["sender_rss_growth_bytes"] / _MIB, width, color=color, alpha=0.4,
-                 hatch="//", label=None if labeled else "sender (max)")
-        axis.annotate(f"peak {summary['peak_victim_rss_bytes'] / _MIB:.0f} MiB", (x - width / 2, victim),
-                      xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+        axis.bar(
+            x + width / 2,
+            summary["sender_rss_growth_bytes"] / _MIB,
+            width,
+            color=color,
+            alpha=0.4,
+            hatch="//",
+            label=None if labeled else "sender (max)",
+        )
+        axis.annotate(
+            f"peak {summary['peak_victim_rss_bytes'] / _MIB:.0f} MiB",
+            (x - width / 2, victim),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
         labeled = True
     _mode_axis(axis, results)
     axis.set_ylabel("MiB (peak RSS minus RSS before the trials)")
@@ -179,16 +203,31 @@ def _bars_node_memory(axis, results: Mapping[str, dict], peaks: Mapping[str, int
         color = MODE_COLORS.get(mode)
         peak = peaks.get(mode)
         if peak is not None:
-            axis.bar(x - width / 2, peak / _MIB, width, color=color, alpha=0.9,
-                     label=None if labeled_peak else "node peak")
+            axis.bar(
+                x - width / 2, peak / _MIB, width, color=color, alpha=0.9, label=None if labeled_peak else "node peak"
+            )
             labeled_peak = True
             text = "killed: out of memory" if result.get("status") == "out_of_memory" else f"{peak / _MIB:.0f} MiB"
-            axis.annotate(text, (x - width / 2, peak / _MIB), xytext=(0, 2), textcoords="offset points",
-                          ha="center", va="bottom", fontsize=8)
+            axis.annotate(
+                text,
+                (x - width / 2, peak / _MIB),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         if result.get("status") == "ok":
             growth = result["summary"]["victim_rss_growth_bytes"] / _MIB
-            axis.bar(x + width / 2, growth, width, color=color, alpha=0.4, hatch="//",
-                     label=None if labeled_growth else "victim RSS growth")
+            axis.bar(
+                x + width / 2,
+                growth,
+                width,
+                color=color,
+                alpha=0.4,
+                hatch="//",
+                label=None if labeled_growth else "victim RSS growth",
+            )
             labeled_growth = True
         elif peak is None:
             _failed_label(axis, x, result)
@@ -222,6 +261,7 @@ def _mode_axis(axis, results: Mapping[str, dict]) -> None:
 
 # -- sweep -----------------------------------------------------------------------
 
+
 def plot_sweep(studies: Mapping[str, list[dict[str, Any]]], path: str, title: str) -> str:
     """Runtime and goodput vs incast ratio, one line per mode and one row per study.
 
@@ -239,19 +279,29 @@ def plot_sweep(studies: Mapping[str, list[dict[str, Any]]], path: str, title: st
         above = 1.15 * max(finished) if finished else 1.0
         for mode in modes:
             color, label = MODE_COLORS.get(mode), MODE_LABELS.get(mode, mode)
-            ok = sorted((p for p in points if p["mode"] == mode and p["status"] == "ok"),
-                        key=lambda p: p["incast_ratio"])
+            ok = sorted(
+                (p for p in points if p["mode"] == mode and p["status"] == "ok"), key=lambda p: p["incast_ratio"]
+            )
             bad = [p for p in points if p["mode"] == mode and p["status"] != "ok"]
-            runtime_axis.plot([p["incast_ratio"] for p in ok], [p["runtime_s"] for p in ok], "o-",
-                              color=color, label=label)
-            goodput_axis.plot([p["incast_ratio"] for p in ok], [p["goodput_bps"] / 1e6 for p in ok], "o-",
-                              color=color, label=label)
+            runtime_axis.plot(
+                [p["incast_ratio"] for p in ok], [p["runtime_s"] for p in ok], "o-", color=color, label=label
+            )
+            goodput_axis.plot(
+                [p["incast_ratio"] for p in ok], [p["goodput_bps"] / 1e6 for p in ok], "o-", color=color, label=label
+            )
             for p in bad:
                 text = {"timeout": "timed out", "out_of_memory": "out of memory"}.get(p["status"], "failed")
                 y = p["time_limit_s"] if p["status"] == "timeout" else above
                 runtime_axis.plot([p["incast_ratio"]], [y], "x", color=color, markersize=12, mew=2)
-                runtime_axis.annotate(f"{mode}: {text}", (p["incast_ratio"], y), xytext=(-6, 6),
-                                      textcoords="offset points", ha="right", fontsize=8, color=color)
+                runtime_axis.annotate(
+                    f"{mode}: {text}",
+                    (p["incast_ratio"], y),
+                    xytext=(-6, 6),
+                    textcoords="offset points",
+                    ha="right",
+                    fontsize=8,
+                    color=color,
+                )
                 goodput_axis.plot([p["incast_ratio"]], [0], "x", color=color, markersize=12, mew=2, clip_on=False)
         if any(p["status"] not in ("ok", "timeout") for p in points):
             runtime_axis.set_ylim(top=max(runtime_axis.get_ylim()[1], above * 1.12))  # room for the labels
@@ -280,5 +330,13 @@ def _label_points(axis, points: list[dict]) -> None:
     for p in points:
         seen.setdefault(p["incast_ratio"], f"{p['ranks']}r/{p['victims']}v")
     for ratio, text in seen.items():
-        axis.annotate(text, (ratio, 0), xycoords=("data", "axes fraction"), xytext=(0, 3),
-                      textcoords="offset points", ha="center", fontsize=7, color="gray")
+        axis.annotate(
+            text,
+            (ratio, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+            color="gray",
+        )

@@ -23,13 +23,21 @@ RAW_WINDOW = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
-                        help="payload sizes in bytes, comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--sizes",
+        default=",".join(map(str, DEFAULT_SIZES)),
+        help="payload sizes in bytes, comma-separated (default: %(default)s)",
+    )
     parser.add_argument("--messages", type=int, default=20000, help="messages per size and sender")
-    parser.add_argument("--max-recvs-compare", default="64,4096",
-                        help="two MAILRAIL_MAX_RECVS values compared at 4096 B ('' to skip)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of each measurement, interleaved; the median is reported (default %(default)s)")
+    parser.add_argument(
+        "--max-recvs-compare", default="64,4096", help="two MAILRAIL_MAX_RECVS values compared at 4096 B ('' to skip)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each measurement, interleaved; the median is reported (default %(default)s)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     add_rail_arguments(parser, skip=("datagram_size", "max_recvs"))
 
@@ -54,14 +62,26 @@ def run(args: argparse.Namespace) -> int:
     repeats = range(args.repeats)
     for nbytes in sizes:
         with MailRail(comm, datagram_size=nbytes, **options) as rail:
-            runs = [(_mailrail_rate(comm, rail, peer, sender, nbytes, n),
-                     _raw_rate(comm, peer, sender, nbytes, n, batched=False),
-                     _raw_rate(comm, peer, sender, nbytes, n, batched=True)) for _ in repeats]
+            runs = [
+                (
+                    _mailrail_rate(comm, rail, peer, sender, nbytes, n),
+                    _raw_rate(comm, peer, sender, nbytes, n, batched=False),
+                    _raw_rate(comm, peer, sender, nbytes, n, batched=True),
+                )
+                for _ in repeats
+            ]
         mailrail_rate, raw_rate, batched_rate = (statistics.median(column) for column in zip(*runs))
-        results.append({"size": nbytes, "mailrail_msgs_per_s": mailrail_rate, "raw_msgs_per_s": raw_rate,
-                        "ratio": mailrail_rate / raw_rate, "raw_batched_msgs_per_s": batched_rate,
-                        "ratio_batched": mailrail_rate / batched_rate,
-                        "mailrail_bytes_per_s": mailrail_rate * nbytes})
+        results.append(
+            {
+                "size": nbytes,
+                "mailrail_msgs_per_s": mailrail_rate,
+                "raw_msgs_per_s": raw_rate,
+                "ratio": mailrail_rate / raw_rate,
+                "raw_batched_msgs_per_s": batched_rate,
+                "ratio_batched": mailrail_rate / batched_rate,
+                "mailrail_bytes_per_s": mailrail_rate * nbytes,
+            }
+        )
     max_recvs = []
     if args.max_recvs_compare:
         posted_counts = [int(v) for v in args.max_recvs_compare.split(",")]
@@ -71,29 +91,61 @@ def run(args: argparse.Namespace) -> int:
                 slot_options = dict(options, recv_pool_slots=max(posted, int(options.get("recv_pool_slots", 0))))
                 with MailRail(comm, datagram_size=4096, max_recvs=posted, **slot_options) as rail:
                     rates[posted].append(_mailrail_rate(comm, rail, peer, sender, 4096, n))
-        max_recvs = [{"max_recvs": posted, "size": 4096, "mailrail_msgs_per_s": statistics.median(rates[posted]),
-                      "runs": rates[posted]} for posted in posted_counts]
+        max_recvs = [
+            {
+                "max_recvs": posted,
+                "size": 4096,
+                "mailrail_msgs_per_s": statistics.median(rates[posted]),
+                "runs": rates[posted],
+            }
+            for posted in posted_counts
+        ]
     if rank == 0:
-        document = {"benchmark": "stream", "mpi": MPI.Get_library_version().strip().splitlines()[0],
-                    "ranks": size, "messages": n, "repeats": args.repeats, "flow_control": _mode(options),
-                    "results": results, "max_recvs": max_recvs, "config": options}
+        document = {
+            "benchmark": "stream",
+            "mpi": MPI.Get_library_version().strip().splitlines()[0],
+            "ranks": size,
+            "messages": n,
+            "repeats": args.repeats,
+            "flow_control": _mode(options),
+            "results": results,
+            "max_recvs": max_recvs,
+            "config": options,
+        }
         write_json(args.json, document)
-        print(format_table(["size B", "MailRail msg/s", "raw msg/s", "ratio", "raw batched msg/s",
-                            "ratio", "MailRail MB/s"],
-                           [(r["size"], r["mailrail_msgs_per_s"], r["raw_msgs_per_s"], r["ratio"],
-                             r["raw_batched_msgs_per_s"], r["ratio_batched"], r["mailrail_bytes_per_s"] / 1e6)
-                            for r in results]))
-        print("raw: plain mpi4py, one persistent request restarted per message; raw batched: "
-              f"Startall/Waitall over {RAW_WINDOW} requests")
+        print(
+            format_table(
+                ["size B", "MailRail msg/s", "raw msg/s", "ratio", "raw batched msg/s", "ratio", "MailRail MB/s"],
+                [
+                    (
+                        r["size"],
+                        r["mailrail_msgs_per_s"],
+                        r["raw_msgs_per_s"],
+                        r["ratio"],
+                        r["raw_batched_msgs_per_s"],
+                        r["ratio_batched"],
+                        r["mailrail_bytes_per_s"] / 1e6,
+                    )
+                    for r in results
+                ],
+            )
+        )
+        print(
+            "raw: plain mpi4py, one persistent request restarted per message; raw batched: "
+            f"Startall/Waitall over {RAW_WINDOW} requests"
+        )
         if len(max_recvs) == 2:
             a, b = max_recvs
-            print(f"MAX_RECVS={b['max_recvs']} vs {a['max_recvs']} at 4096 B: "
-                  f"{b['mailrail_msgs_per_s'] / a['mailrail_msgs_per_s']:.2f}x the message rate")
+            print(
+                f"MAX_RECVS={b['max_recvs']} vs {a['max_recvs']} at 4096 B: "
+                f"{b['mailrail_msgs_per_s'] / a['mailrail_msgs_per_s']:.2f}x the message rate"
+            )
     return 0
 
 
 def _mode(options: dict) -> str:
     from ..config import Config
+
     return Config.from_env(**options).flow_control
 
 
@@ -149,7 +201,7 @@ def _raw_rate(comm, peer: int, sender: bool, nbytes: int, n: int, *, batched: bo
     if batched:
         done = 0
         while done < n:
-            batch = requests[:min(window, n - done)]
+            batch = requests[: min(window, n - done)]
             MPI.Prequest.Startall(batch)
             MPI.Request.Waitall(batch)
             done += len(batch)
@@ -170,4 +222,5 @@ def _raw_rate(comm, peer: int, sender: bool, nbytes: int, n: int, *, batched: bo
 
 def _max():
     from mpi4py import MPI
+
     return MPI.MAX

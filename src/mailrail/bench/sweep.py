@@ -28,7 +28,6 @@ from ..cluster.jobs import describe, summary
 from ..cluster.options import ClusterChoice, add_cluster_arguments, memory_option, open_cluster
 from ..cluster.spec import node_of_rank, ranks_per_node
 from ..errors import ClusterError
-
 from .adversarial import choose_victims, incast_ratio
 from .common import add_rail_arguments, format_table, rail_options, write_json
 from .compare import DEFAULT_RECV_POOL_SLOTS, MODES
@@ -41,24 +40,45 @@ DEFAULT_MESSAGES = 2000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--studies", default=",".join(STUDIES),
-                        help="weak (weak scaling), victims (victim sweep) or both (default: %(default)s)")
-    parser.add_argument("--min-ranks", type=int, default=2,
-                        help="weak scaling: first rank count (default: %(default)s)")
-    parser.add_argument("--max-ranks", type=int, default=16,
-                        help="weak scaling: ranks double up to this (default: %(default)s)")
-    parser.add_argument("--weak-victims", type=int, default=1,
-                        help="weak scaling: victims at every size (default: %(default)s)")
-    parser.add_argument("--victim-ranks", type=int, default=None,
-                        help="victim sweep: ranks (default: --max-ranks); victims go 1, 2, 4, ... up to all of them")
+    parser.add_argument(
+        "--studies",
+        default=",".join(STUDIES),
+        help="weak (weak scaling), victims (victim sweep) or both (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--min-ranks", type=int, default=2, help="weak scaling: first rank count (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-ranks", type=int, default=16, help="weak scaling: ranks double up to this (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--weak-victims", type=int, default=1, help="weak scaling: victims at every size (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--victim-ranks",
+        type=int,
+        default=None,
+        help="victim sweep: ranks (default: --max-ranks); victims go 1, 2, 4, ... up to all of them",
+    )
     add_workload_arguments(parser, messages=DEFAULT_MESSAGES, trials=2, per="run")
     parser.add_argument("--modes", default=",".join(MODES), help="modes, comma-separated (default: %(default)s)")
-    parser.add_argument("--time-limit", type=float, default=60.0,
-                        help="seconds each run may take, start-up included (default: %(default)s)")
-    parser.add_argument("--out", default=os.path.join("mailrail-results", "sweep"),
-                        help="directory for sweep.json, sweep.png and the runs' files (default: %(default)s)")
-    parser.add_argument("--node-ranks", type=int, default=DEFAULT_RANKS_PER_NODE,
-                        help="with --cluster: ranks on each node (default: %(default)s)")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        help="seconds each run may take, start-up included (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.join("mailrail-results", "sweep"),
+        help="directory for sweep.json, sweep.png and the runs' files (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--node-ranks",
+        type=int,
+        default=DEFAULT_RANKS_PER_NODE,
+        help="with --cluster: ranks on each node (default: %(default)s)",
+    )
     add_cluster_arguments(parser)
     add_rail_arguments(parser, skip=("flow_control",))
 
@@ -72,7 +92,9 @@ def study_points(study: str, args: argparse.Namespace, nodes: int | None = None)
             count *= 2
         counts.append(nodes)
         if study == "weak":
-            return [(k * args.node_ranks, args.weak_victims) for k in counts if args.weak_victims <= k * args.node_ranks]
+            return [
+                (k * args.node_ranks, args.weak_victims) for k in counts if args.weak_victims <= k * args.node_ranks
+            ]
         ranks, victims, points = nodes * args.node_ranks, 1, []
         while victims < ranks:
             points.append((ranks, victims))
@@ -105,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     choice = ClusterChoice.parse(args.cluster)
     if choice.kind != "off":
         from ..cluster.privileges import rerun_without_root
+
         status = rerun_without_root(args.mailrail_argv)
         if status is not None:
             return status
@@ -118,65 +141,120 @@ def run(args: argparse.Namespace) -> int:
             if options.get("ranks_per_node") is not None:
                 raise ClusterError("--ranks-per-node makes virtual nodes on one host; on --cluster the nodes are real")
             from ..cluster.virtual import VirtualCluster
+
             nodes = choice.nodes if choice.kind == "nodes" else VirtualCluster.attach(choice.name).spec.nodes
             request = copy.copy(args)
             request.victim_node_memory = None  # each run caps the nodes of its own victims (victim_node_caps)
             cluster = stack.enter_context(open_cluster(request, choice, nodes * args.node_ranks))
         nodes = cluster.spec.nodes if cluster else None
-        plan = [(study, ranks, victims, mode) for study in studies for ranks, victims in study_points(study, args, nodes)
-                for mode in modes]
+        plan = [
+            (study, ranks, victims, mode)
+            for study in studies
+            for ranks, victims in study_points(study, args, nodes)
+            for mode in modes
+        ]
         where = f"on {describe(cluster)}, {args.node_ranks} ranks a node" if cluster else "on this host's shared memory"
-        print(f"mailrail sweep: {len(plan)} runs ({', '.join(STUDY_TITLES[s] for s in studies)}; modes "
-              f"{', '.join(modes)}) {where}, each limited to {args.time_limit:g} s; results in {out}", flush=True)
+        print(
+            f"mailrail sweep: {len(plan)} runs ({', '.join(STUDY_TITLES[s] for s in studies)}; modes "
+            f"{', '.join(modes)}) {where}, each limited to {args.time_limit:g} s; results in {out}",
+            flush=True,
+        )
         results: dict[str, list[dict[str, Any]]] = {study: [] for study in studies}
         started = time.monotonic()
         for index, (study, ranks, victims, mode) in enumerate(plan, 1):
             name = f"{study}-r{ranks}-v{victims}-{mode}"
             used = min(-(-ranks // args.node_ranks), ranks) if cluster else None
             with victim_node_caps(cluster, args, ranks, used, victims):
-                result = run_adversarial(ranks, benchmark_args(args, options, ranks, victims, mode, cluster is not None),
-                                         os.path.join(out, "runs", name + ".json"), time_limit=args.time_limit,
-                                         cluster=cluster, nodes=used)
+                result = run_adversarial(
+                    ranks,
+                    benchmark_args(args, options, ranks, victims, mode, cluster is not None),
+                    os.path.join(out, "runs", name + ".json"),
+                    time_limit=args.time_limit,
+                    cluster=cluster,
+                    nodes=used,
+                )
             point = sweep_point(study, ranks, victims, mode, result, args.time_limit)
             point["nodes"] = used
             results[study].append(point)
-            measured = (f"{point['runtime_s']:.3f} s/trial, {point['goodput_bps'] / 1e6:,.0f} Mb/s"
-                        if point["status"] == "ok" else status_text(result))
-            print(f"[{index}/{len(plan)}] {STUDY_TITLES[study]}: {ranks} ranks"
-                  + (f" on {used} node(s)" if cluster else "") + f", {victims} victim(s), {mode}: "
-                  f"{measured} ({result['wall_s']:.1f} s)", flush=True)
+            measured = (
+                f"{point['runtime_s']:.3f} s/trial, {point['goodput_bps'] / 1e6:,.0f} Mb/s"
+                if point["status"] == "ok"
+                else status_text(result)
+            )
+            print(
+                f"[{index}/{len(plan)}] {STUDY_TITLES[study]}: {ranks} ranks"
+                + (f" on {used} node(s)" if cluster else "")
+                + f", {victims} victim(s), {mode}: "
+                f"{measured} ({result['wall_s']:.1f} s)",
+                flush=True,
+            )
             if point["status"] == "failed":
                 print(result.get("output_tail", "")[-800:], flush=True)
         described = cluster.describe() if cluster else None
         wall = time.monotonic() - started
 
-    document = {"benchmark": "sweep", "cluster": described, "workload": {
-        "messages_per_rank": _messages(args) if args.bytes_per_rank is None else None,
-        "bytes_per_rank": args.bytes_per_rank, "trials": args.trials, "seed": args.seed, "modes": modes,
-        "receive_work_us": args.receive_work_us,
-        "time_limit_s": args.time_limit, "rail_options": options}, "studies": results, "wall_s": wall}
+    document = {
+        "benchmark": "sweep",
+        "cluster": described,
+        "workload": {
+            "messages_per_rank": _messages(args) if args.bytes_per_rank is None else None,
+            "bytes_per_rank": args.bytes_per_rank,
+            "trials": args.trials,
+            "seed": args.seed,
+            "modes": modes,
+            "receive_work_us": args.receive_work_us,
+            "time_limit_s": args.time_limit,
+            "rail_options": options,
+        },
+        "studies": results,
+        "wall_s": wall,
+    }
     write_json(os.path.join(out, "sweep.json"), document)
     for study, points in results.items():
         print(f"\n{STUDY_TITLES[study]}")
-        print(format_table(["ranks", "nodes", "victims", "incast", "mode", "status", "runtime s", "goodput Mb/s"],
-                           [(p["ranks"], p["nodes"] or "-", p["victims"], p["incast_ratio"], p["mode"],
-                             status_text(p["result"]), p.get("runtime_s", "-"),
-                             p["goodput_bps"] / 1e6 if p["status"] == "ok" else "-") for p in points]))
+        print(
+            format_table(
+                ["ranks", "nodes", "victims", "incast", "mode", "status", "runtime s", "goodput Mb/s"],
+                [
+                    (
+                        p["ranks"],
+                        p["nodes"] or "-",
+                        p["victims"],
+                        p["incast_ratio"],
+                        p["mode"],
+                        status_text(p["result"]),
+                        p.get("runtime_s", "-"),
+                        p["goodput_bps"] / 1e6 if p["status"] == "ok" else "-",
+                    )
+                    for p in points
+                ],
+            )
+        )
     where = f"{summary(described)}, {args.node_ranks} ranks a node" if described else "one host, shared memory"
     figure = _plot(results, os.path.join(out, "sweep.png"), where)
-    print(f"\n{len(plan)} runs in {wall:.0f} s; wrote {os.path.join(out, 'sweep.json')}"
-          + (f" and {figure}" if figure else ""))
+    print(
+        f"\n{len(plan)} runs in {wall:.0f} s; wrote {os.path.join(out, 'sweep.json')}"
+        + (f" and {figure}" if figure else "")
+    )
     capped = memory_option(args.victim_node_memory, "--victim-node-memory") is not None
     return 0 if all_finished((p["status"] for points in results.values() for p in points), capped) else 1
 
 
-def benchmark_args(args: argparse.Namespace, options: dict[str, Any], ranks: int, victims: int,
-                   mode: str, on_cluster: bool = False) -> list[str]:
+def benchmark_args(
+    args: argparse.Namespace, options: dict[str, Any], ranks: int, victims: int, mode: str, on_cluster: bool = False
+) -> list[str]:
     knobs = dict(options, flow_control=mode)
     if not on_cluster:  # the cluster's nodes are real; here virtual nodes of 4 ranks, a smaller job is one node
         knobs["ranks_per_node"] = min(int(options.get("ranks_per_node") or DEFAULT_RANKS_PER_NODE), ranks)
-    return adversarial_args(victims=victims, trials=args.trials, seed=args.seed, messages=_messages(args),
-                            bytes_per_rank=args.bytes_per_rank, knobs=knobs, receive_work_us=args.receive_work_us)
+    return adversarial_args(
+        victims=victims,
+        trials=args.trials,
+        seed=args.seed,
+        messages=_messages(args),
+        bytes_per_rank=args.bytes_per_rank,
+        knobs=knobs,
+        receive_work_us=args.receive_work_us,
+    )
 
 
 def _messages(args: argparse.Namespace) -> int:
@@ -195,12 +273,20 @@ def victim_node_caps(cluster, args: argparse.Namespace, ranks: int, nodes: int |
         yield
 
 
-def sweep_point(study: str, ranks: int, victims: int, mode: str, result: dict[str, Any],
-                time_limit: float) -> dict[str, Any]:
+def sweep_point(
+    study: str, ranks: int, victims: int, mode: str, result: dict[str, Any], time_limit: float
+) -> dict[str, Any]:
     """One point of a study: its coordinates, outcome and (when it ran) mean runtime and goodput."""
-    point: dict[str, Any] = {"study": study, "ranks": ranks, "victims": victims, "mode": mode,
-                             "incast_ratio": incast_ratio(ranks, victims), "status": result["status"],
-                             "time_limit_s": time_limit, "wall_s": result["wall_s"]}
+    point: dict[str, Any] = {
+        "study": study,
+        "ranks": ranks,
+        "victims": victims,
+        "mode": mode,
+        "incast_ratio": incast_ratio(ranks, victims),
+        "status": result["status"],
+        "time_limit_s": time_limit,
+        "wall_s": result["wall_s"],
+    }
     if result["status"] == "ok":
         point["runtime_s"] = result["summary"]["runtime_s_mean"]
         point["goodput_bps"] = result["summary"]["goodput_bps_mean"]
@@ -210,9 +296,12 @@ def sweep_point(study: str, ranks: int, victims: int, mode: str, result: dict[st
 
 def _plot(results: dict[str, list[dict[str, Any]]], path: str, where: str) -> str | None:
     from .plots import missing, plot_sweep
+
     reason = missing()
     if reason:
         print(reason)
         return None
     studies = {f"{STUDY_TITLES[s]}": points for s, points in results.items() if points}
-    return plot_sweep(studies, path, f"adversarial incast sweeps on {where} (runs past the time limit or failed: crosses)")
+    return plot_sweep(
+        studies, path, f"adversarial incast sweeps on {where} (runs past the time limit or failed: crosses)"
+    )

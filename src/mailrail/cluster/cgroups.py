@@ -24,8 +24,8 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 class Hierarchy:
     """Where memory cgroups live on this machine and which files mean what."""
 
-    version: int   # 1 or 2
-    base: str      # the directory new groups are made in
+    version: int  # 1 or 2
+    base: str  # the directory new groups are made in
 
     @property
     def limit_file(self) -> str:
@@ -64,11 +64,14 @@ def create(hierarchy: Hierarchy, path: str, limit: int | None) -> None:
     try:
         os.mkdir(path)
     except FileExistsError:
-        raise ClusterError(f"cgroup {path} exists already: a cluster of that name is up "
-                           f"(mailrail cluster down removes it)") from None
+        raise ClusterError(
+            f"cgroup {path} exists already: a cluster of that name is up (mailrail cluster down removes it)"
+        ) from None
     except OSError as error:
-        raise ClusterError(f"cannot create the memory cgroup {path}: {error.strerror} "
-                           f"(memory caps need root on a machine with memory cgroups)") from None
+        raise ClusterError(
+            f"cannot create the memory cgroup {path}: {error.strerror} "
+            f"(memory caps need root on a machine with memory cgroups)"
+        ) from None
     if limit is not None:
         set_limit(hierarchy, path, limit)
 

@@ -14,41 +14,56 @@ from .options import DEFAULT_NAME, add_node_arguments, memory_option
 from .spec import PREFIX, ClusterSpec, Layout, Link, parse_node_count
 from .virtual import VirtualCluster, remove_cluster
 
-_MIB = 2 ** 20
+_MIB = 2**20
 
 
 # -- up ------------------------------------------------------------------------------
 
+
 def add_up_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", default="4", help="virtual nodes (default: %(default)s)")
-    parser.add_argument("--name", default=DEFAULT_NAME,
-                        help="the cluster's name; jobs use it with --cluster up:NAME (default: %(default)s, "
-                             "which --cluster up means)")
+    parser.add_argument(
+        "--name",
+        default=DEFAULT_NAME,
+        help="the cluster's name; jobs use it with --cluster up:NAME (default: %(default)s, which --cluster up means)",
+    )
     add_node_arguments(parser)
 
 
 def up(args: argparse.Namespace) -> int:
     if not namespaces.has_admin_capabilities():
-        raise ClusterError("a cluster that outlives the command needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN); "
-                           "without root, `mailrail run --cluster N` builds one per job in a user namespace")
+        raise ClusterError(
+            "a cluster that outlives the command needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN); "
+            "without root, `mailrail run --cluster N` builds one per job in a user namespace"
+        )
     if args.victim_node_memory is not None:
-        raise ClusterError("--victim-node-memory caps the nodes of one job's victims: give it to the job "
-                           "(mailrail run --cluster up --victim-node-memory 1G bench adversarial ...)")
-    spec = ClusterSpec(nodes=parse_node_count(args.nodes, "--nodes"),
-                       link=Link.parse(args.link_rate, args.link_delay, args.link_queue),
-                       node_memory=memory_option(args.node_memory, "--node-memory"), node_slots=args.node_slots)
+        raise ClusterError(
+            "--victim-node-memory caps the nodes of one job's victims: give it to the job "
+            "(mailrail run --cluster up --victim-node-memory 1G bench adversarial ...)"
+        )
+    spec = ClusterSpec(
+        nodes=parse_node_count(args.nodes, "--nodes"),
+        link=Link.parse(args.link_rate, args.link_delay, args.link_queue),
+        node_memory=memory_option(args.node_memory, "--node-memory"),
+        node_slots=args.node_slots,
+    )
     cluster = VirtualCluster(spec, name=args.name, persistent=True)
     cluster.up()
-    print(f"virtual cluster {args.name} is up: {spec.nodes} nodes "
-          + ", ".join(f"{cluster.layout.hostname(n)} ({cluster.layout.address(n)})" for n in range(spec.nodes)))
+    print(
+        f"virtual cluster {args.name} is up: {spec.nodes} nodes "
+        + ", ".join(f"{cluster.layout.hostname(n)} ({cluster.layout.address(n)})" for n in range(spec.nodes))
+    )
     use = "--cluster up" if args.name == DEFAULT_NAME else f"--cluster up:{args.name}"
     down = "" if args.name == DEFAULT_NAME else f" --name {args.name}"
-    print(f"run jobs on it with `mailrail run -n N {use} ...` or `mailrail compare {use}`; "
-          f"`mailrail cluster down{down}` removes it")
+    print(
+        f"run jobs on it with `mailrail run -n N {use} ...` or `mailrail compare {use}`; "
+        f"`mailrail cluster down{down}` removes it"
+    )
     return 0
 
 
 # -- status ----------------------------------------------------------------------------
+
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -56,8 +71,8 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cluster_ids() -> list[str]:
     """Every cluster with something left on this machine: a record, a state directory or a namespace."""
-    ids = {name[len(PREFIX):] for name in state.known_names(PREFIX)}
-    ids.update(name[len(PREFIX):].rsplit("-", 1)[0] for name in namespaces.list_netns(PREFIX))
+    ids = {name[len(PREFIX) :] for name in state.known_names(PREFIX)}
+    ids.update(name[len(PREFIX) :].rsplit("-", 1)[0] for name in namespaces.list_netns(PREFIX))
     return sorted(ids)
 
 
@@ -69,18 +84,28 @@ def describe(cluster_id: str) -> dict[str, Any]:
     if record is None:
         entry.update(kind="unknown", state="left over (no owner record)", nodes=max(0, len(netns) - 1))
         return entry
-    entry.update(kind=record.kind, nodes=record.spec["nodes"], link=record.spec["link"],
-                 node_memory=record.spec.get("node_memory"), owner_pid=record.owner_pid,
-                 state="stale (owner gone)" if record.stale else ("up" if record.kind == "persistent" else "job running"))
+    entry.update(
+        kind=record.kind,
+        nodes=record.spec["nodes"],
+        link=record.spec["link"],
+        node_memory=record.spec.get("node_memory"),
+        owner_pid=record.owner_pid,
+        state="stale (owner gone)" if record.stale else ("up" if record.kind == "persistent" else "job running"),
+    )
     processes, nodes = 0, []
     layout = Layout(cluster_id, record.spec["nodes"])
-    hierarchy = (cgroups.Hierarchy(record.cgroup_version, record.cgroup_group.rsplit("/", 1)[0])
-                 if record.cgroup_group else None)
+    hierarchy = (
+        cgroups.Hierarchy(record.cgroup_version, record.cgroup_group.rsplit("/", 1)[0]) if record.cgroup_group else None
+    )
     for node in range(layout.nodes):
         count = len(namespaces.pids_in_netns(layout.netns(node)))
         processes += count
-        row: dict[str, Any] = {"node": node, "host": layout.hostname(node), "address": layout.address(node),
-                               "processes": count}
+        row: dict[str, Any] = {
+            "node": node,
+            "host": layout.hostname(node),
+            "address": layout.address(node),
+            "processes": count,
+        }
         if hierarchy:
             group = f"{record.cgroup_group}/n{node}"
             row.update(peak_bytes=cgroups.peak_bytes(hierarchy, group), oom_kills=cgroups.oom_kills(hierarchy, group))
@@ -100,19 +125,31 @@ def status(args: argparse.Namespace) -> int:
     rows = []
     for e in entries:
         link = e.get("link") or {}
-        rows.append((e["name"], e["kind"], e["state"], e.get("nodes", "-"), e.get("processes", "-"),
-                     f"{link['rate_bps'] / 1e9:g} Gb/s" if link.get("rate_bps") else "host speed",
-                     f"{e['node_memory'] / _MIB:,.0f} MiB" if e.get("node_memory") else "-"))
+        rows.append(
+            (
+                e["name"],
+                e["kind"],
+                e["state"],
+                e.get("nodes", "-"),
+                e.get("processes", "-"),
+                f"{link['rate_bps'] / 1e9:g} Gb/s" if link.get("rate_bps") else "host speed",
+                f"{e['node_memory'] / _MIB:,.0f} MiB" if e.get("node_memory") else "-",
+            )
+        )
     print(format_table(["name", "kind", "state", "nodes", "processes", "links", "node memory"], rows))
     return 0
 
 
 # -- down ------------------------------------------------------------------------------
 
+
 def add_down_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--name", default=None,
-                        help=f"remove this cluster only (default: the running cluster {DEFAULT_NAME!r} and "
-                             f"whatever killed runs left behind)")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help=f"remove this cluster only (default: the running cluster {DEFAULT_NAME!r} and "
+        f"whatever killed runs left behind)",
+    )
 
 
 def down(args: argparse.Namespace) -> int:
@@ -124,11 +161,12 @@ def down(args: argparse.Namespace) -> int:
             return 1
         entry = describe(args.name)
         if entry["kind"] == "job" and entry["state"] == "job running":
-            raise ClusterError(f"cluster {args.name} belongs to the running job of process {entry['owner_pid']}: "
-                               f"end that job and it removes its cluster")
+            raise ClusterError(
+                f"cluster {args.name} belongs to the running job of process {entry['owner_pid']}: "
+                f"end that job and it removes its cluster"
+            )
     else:
-        targets = [cid for cid in cluster_ids()
-                   if cid == DEFAULT_NAME or describe(cid)["state"] != "job running"]
+        targets = [cid for cid in cluster_ids() if cid == DEFAULT_NAME or describe(cid)["state"] != "job running"]
     if not targets:
         print("nothing to remove")
         return 0
@@ -144,5 +182,4 @@ def down(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-VERBS = {"up": (add_up_arguments, up), "status": (add_status_arguments, status),
-         "down": (add_down_arguments, down)}
+VERBS = {"up": (add_up_arguments, up), "status": (add_status_arguments, status), "down": (add_down_arguments, down)}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .options import ClusterChoice, open_cluster, parse_ranks
 from .privileges import rerun_without_root
 from .virtual import ClusterJob, VirtualCluster
 
-_MIB = 2 ** 20
+_MIB = 2**20
 
 
 def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:
@@ -21,12 +21,19 @@ def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Seq
     victims = parse_ranks(args.victim_ranks)
     if not victims and args.command[:2] == ["bench", "adversarial"]:
         from ..bench.adversarial import victims_of_command
+
         victims = victims_of_command(args.command[2:], args.ranks)
     return run_job(args, choice, args.ranks, program, victims)
 
 
-def run_job(args: argparse.Namespace, choice: ClusterChoice, ranks: int, program: Sequence[str],
-            victims: Sequence[int] = (), command: str = "mailrail run") -> int:
+def run_job(
+    args: argparse.Namespace,
+    choice: ClusterChoice,
+    ranks: int,
+    program: Sequence[str],
+    victims: Sequence[int] = (),
+    command: str = "mailrail run",
+) -> int:
     """Run *program* on *ranks* ranks of the cluster *choice* names (bounded by ``args.timeout``), say
     where and what happened in plain words on standard error, and return the command's exit status."""
     with open_cluster(args, choice, ranks, victims) as cluster:
@@ -63,19 +70,25 @@ def summary(described: dict) -> str:
     if described["node_memory"]:
         extras.append(f"node memory {described['node_memory'] / _MIB:,.0f} MiB")
     if described["victim_node_memory"] and described["victim_nodes"]:
-        extras.append(f"victim node(s) {described['victim_nodes']} capped at "
-                      f"{described['victim_node_memory'] / _MIB:,.0f} MiB")
+        extras.append(
+            f"victim node(s) {described['victim_nodes']} capped at {described['victim_node_memory'] / _MIB:,.0f} MiB"
+        )
     flavor = {"openmpi": "Open MPI", "mpich": "MPICH"}[described["mpi"]]
-    return (f"virtual cluster {described['name']} ({described['nodes']} nodes, {flavor} over TCP between nodes"
-            + "".join(", " + e for e in extras) + ")")
+    return (
+        f"virtual cluster {described['name']} ({described['nodes']} nodes, {flavor} over TCP between nodes"
+        + "".join(", " + e for e in extras)
+        + ")"
+    )
 
 
 def outcome(job: ClusterJob, timeout: float | None) -> list[str]:
     lines = []
     for node in job.nodes:
         if node["oom_kills"]:
-            lines.append(f"node {node['node']} ran out of memory (cap {node['limit_bytes'] / _MIB:,.0f} MiB): the "
-                         f"kernel killed {node['oom_kills']} process(es) there")
+            lines.append(
+                f"node {node['node']} ran out of memory (cap {node['limit_bytes'] / _MIB:,.0f} MiB): the "
+                f"kernel killed {node['oom_kills']} process(es) there"
+            )
     if job.timed_out:
         lines.append(f"killed after {timeout:g} s")
     lines.append(f"{job.network_bytes / 1e6:,.1f} MB crossed the network in {job.wall_s:.1f} s")

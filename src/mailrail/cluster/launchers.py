@@ -33,22 +33,38 @@ from .spec import NODE_INTERFACE, SUBNET
 
 @dataclasses.dataclass(frozen=True)
 class Launcher:
-    flavor: str   # "openmpi" | "mpich"
+    flavor: str  # "openmpi" | "mpich"
     mpiexec: str
 
     def argv(self, agent: str, hostfile: str, head_address: str, ranks: int) -> list[str]:
         """``mpiexec ...`` up to the program: placement from *hostfile*, remote starts through *agent*."""
         if self.flavor == "openmpi":
             return [self.mpiexec, "--hostfile", hostfile, "--map-by", "slot", "--bind-to", "none", "-n", str(ranks)]
-        return [self.mpiexec, "-launcher", "ssh", "-launcher-exec", agent, "-localhost", head_address,
-                "-f", hostfile, "-n", str(ranks)]
+        return [
+            self.mpiexec,
+            "-launcher",
+            "ssh",
+            "-launcher-exec",
+            agent,
+            "-localhost",
+            head_address,
+            "-f",
+            hostfile,
+            "-n",
+            str(ranks),
+        ]
 
     def environment(self, agent: str) -> dict[str, str]:
         if self.flavor == "openmpi":
-            return {"PRTE_MCA_plm_ssh_agent": agent, "OMPI_MCA_mpi_yield_when_idle": "1",
-                    "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp",
-                    "OMPI_MCA_btl_tcp_if_include": SUBNET, "PRTE_MCA_oob_tcp_if_include": SUBNET,
-                    "PMIX_MCA_ptl_tcp_if_include": SUBNET}
+            return {
+                "PRTE_MCA_plm_ssh_agent": agent,
+                "OMPI_MCA_mpi_yield_when_idle": "1",
+                "OMPI_MCA_pml": "ob1",
+                "OMPI_MCA_btl": "self,sm,tcp",
+                "OMPI_MCA_btl_tcp_if_include": SUBNET,
+                "PRTE_MCA_oob_tcp_if_include": SUBNET,
+                "PMIX_MCA_ptl_tcp_if_include": SUBNET,
+            }
         return {"MPICH_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": NODE_INTERFACE}
 
 

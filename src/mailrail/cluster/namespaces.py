@@ -15,14 +15,13 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..errors import ClusterError
 
 #: Where ``ip netns`` keeps its named network namespaces.
 NETNS_DIR = "/var/run/netns"
-TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux",
-         "umount": "util-linux"}
+TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "umount": "util-linux"}
 _CAP_NET_ADMIN, _CAP_SYS_ADMIN = 12, 21
 
 
@@ -32,8 +31,10 @@ def tool(name: str) -> str:
         found = shutil.which(name, path=directory)
         if found:
             return found
-    raise ClusterError(f"the virtual cluster needs `{name}` ({TOOLS.get(name, 'a system package')}), "
-                       f"which is not installed or not on PATH")
+    raise ClusterError(
+        f"the virtual cluster needs `{name}` ({TOOLS.get(name, 'a system package')}), "
+        f"which is not installed or not on PATH"
+    )
 
 
 def run(argv: Sequence[str], step: str) -> str:
@@ -47,6 +48,7 @@ def run(argv: Sequence[str], step: str) -> str:
 
 
 # -- privileges ---------------------------------------------------------------------
+
 
 def has_admin_capabilities() -> bool:
     """CAP_NET_ADMIN and CAP_SYS_ADMIN in effect, as root has them (what namespaces, links and mounts need)."""
@@ -67,14 +69,16 @@ def user_namespaces_work() -> str | None:
         unshare = tool("unshare")
     except ClusterError as error:
         return str(error)
-    completed = subprocess.run([unshare, "--user", "--map-root-user", "--mount", "--net", "true"],
-                               capture_output=True, text=True)
+    completed = subprocess.run(
+        [unshare, "--user", "--map-root-user", "--mount", "--net", "true"], capture_output=True, text=True
+    )
     if completed.returncode == 0:
         return None
     return (completed.stderr or f"exit status {completed.returncode}").strip()
 
 
 # -- network namespaces ----------------------------------------------------------------
+
 
 def netns_path(name: str) -> str:
     return os.path.join(NETNS_DIR, name)
@@ -89,8 +93,9 @@ def list_netns(prefix: str = "") -> list[str]:
 
 def add_netns(name: str) -> None:
     if os.path.exists(netns_path(name)):
-        raise ClusterError(f"network namespace {name} exists already: a cluster of that name is up "
-                           f"(mailrail cluster down removes it)")
+        raise ClusterError(
+            f"network namespace {name} exists already: a cluster of that name is up (mailrail cluster down removes it)"
+        )
     run(["ip", "netns", "add", name], f"creating network namespace {name}")
     run(["ip", "-n", name, "link", "set", "lo", "up"], f"bringing up loopback in {name}")
 
@@ -120,23 +125,33 @@ def pids_in_netns(name: str) -> list[int]:
 
 def link_statistics(netns: str, device: str) -> dict[str, int]:
     """Bytes and packets *device* in *netns* sent and received (the kernel's interface counters)."""
-    output = run(["ip", "-n", netns, "-json", "-statistics", "link", "show", "dev", device],
-                 f"reading the counters of {device} in {netns}")
+    output = run(
+        ["ip", "-n", netns, "-json", "-statistics", "link", "show", "dev", device],
+        f"reading the counters of {device} in {netns}",
+    )
     stats = json.loads(output)[0]["stats64"]
-    return {"tx_bytes": stats["tx"]["bytes"], "rx_bytes": stats["rx"]["bytes"],
-            "tx_packets": stats["tx"]["packets"], "rx_packets": stats["rx"]["packets"],
-            "tx_dropped": stats["tx"]["dropped"], "rx_dropped": stats["rx"]["dropped"]}
+    return {
+        "tx_bytes": stats["tx"]["bytes"],
+        "rx_bytes": stats["rx"]["bytes"],
+        "tx_packets": stats["tx"]["packets"],
+        "rx_packets": stats["rx"]["packets"],
+        "tx_dropped": stats["tx"]["dropped"],
+        "rx_dropped": stats["rx"]["dropped"],
+    }
 
 
 # -- UTS namespaces (a node's own host name) ------------------------------------------------
+
 
 def add_uts(path: str, hostname: str) -> None:
     """A persistent UTS namespace at *path* (a bind mount) whose host name is *hostname*."""
     with open(path, "w"):
         pass
     # The host name is written by the kernel's own file: no dependency on a `hostname` program.
-    run(["unshare", f"--uts={path}", "/bin/sh", "-c", f"echo {hostname} > /proc/sys/kernel/hostname"],
-        f"creating the UTS namespace of {hostname}")
+    run(
+        ["unshare", f"--uts={path}", "/bin/sh", "-c", f"echo {hostname} > /proc/sys/kernel/hostname"],
+        f"creating the UTS namespace of {hostname}",
+    )
 
 
 def remove_uts(path: str) -> None:
@@ -157,6 +172,7 @@ def _is_mount_point(path: str) -> bool:
 
 
 # -- processes ---------------------------------------------------------------------------
+
 
 def end_processes(pids: Iterable[int], timeout: float = 10.0) -> list[int]:
     """SIGKILL each process by id and wait until it is gone; returns those still there after *timeout*."""

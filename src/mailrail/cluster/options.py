@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-from typing import TYPE_CHECKING, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import ClusterError
 from .spec import ClusterSpec, Link, node_of_rank, parse_memory, parse_node_count, ranks_per_node
@@ -22,12 +23,12 @@ _OFF = ("off", "none")
 class ClusterChoice:
     """What ``--cluster`` asked for: ``nodes`` new nodes, the running cluster ``name``, ``auto`` or ``off``."""
 
-    kind: str               # "nodes" | "up" | "auto" | "off"
+    kind: str  # "nodes" | "up" | "auto" | "off"
     nodes: int | None = None
     name: str | None = None
 
     @classmethod
-    def parse(cls, text: str | None, *, allow_auto: bool = False) -> "ClusterChoice":
+    def parse(cls, text: str | None, *, allow_auto: bool = False) -> ClusterChoice:
         if text is None:
             return cls("off")
         value = str(text).strip().lower()
@@ -39,12 +40,18 @@ class ClusterChoice:
         try:
             return cls("nodes", nodes=parse_node_count(value))
         except ClusterError as error:
-            raise ClusterError(f"--cluster takes {accepted}; got {text!r}"
-                               + (f" ({error})" if value.lstrip("-").isdigit() else "")) from None
+            raise ClusterError(
+                f"--cluster takes {accepted}; got {text!r}" + (f" ({error})" if value.lstrip("-").isdigit() else "")
+            ) from None
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser, *, default: str | None = None,
-                          victims: bool = False, victim_memory: str | None = None) -> None:
+def add_cluster_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    default: str | None = None,
+    victims: bool = False,
+    victim_memory: str | None = None,
+) -> None:
     """``--cluster`` and the options of the cluster it builds (also valid with ``--cluster up`` for memory).
 
     *default* is the command's ``--cluster`` when not given (``auto`` also accepts ``auto`` and ``off``);
@@ -52,33 +59,67 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default: str | Non
     """
     group = parser.add_argument_group("virtual cluster (nodes as network namespaces; needs root or user namespaces)")
     auto = default is not None
-    group.add_argument("--cluster", default=default, metavar="N|up" + ("|auto|off" if auto else ""),
-                       help="run on a virtual cluster of N nodes built for this job and removed after it, or on the "
-                            "running one ('up', made by `mailrail cluster up`)"
-                            + (f" (default: {default}: a 4-node cluster where the machine allows it, else shared "
-                               f"memory; off: shared memory)" if auto else ""))
+    group.add_argument(
+        "--cluster",
+        default=default,
+        metavar="N|up" + ("|auto|off" if auto else ""),
+        help="run on a virtual cluster of N nodes built for this job and removed after it, or on the "
+        "running one ('up', made by `mailrail cluster up`)"
+        + (
+            f" (default: {default}: a 4-node cluster where the machine allows it, else shared "
+            f"memory; off: shared memory)"
+            if auto
+            else ""
+        ),
+    )
     add_node_arguments(group, victim_memory)
     if victims:
-        group.add_argument("--victim-ranks", default=None, metavar="R[,R...]",
-                           help="the victim ranks whose nodes --victim-node-memory caps (default for "
-                                "`bench adversarial`: its own victims)")
+        group.add_argument(
+            "--victim-ranks",
+            default=None,
+            metavar="R[,R...]",
+            help="the victim ranks whose nodes --victim-node-memory caps (default for "
+            "`bench adversarial`: its own victims)",
+        )
 
 
 def add_node_arguments(group, victim_memory: str | None = None) -> None:
     """The options of the nodes and links themselves (also what ``mailrail cluster up`` takes)."""
-    group.add_argument("--link-rate", default=None, metavar="RATE",
-                       help="each node's link speed, both directions, in tc units (10gbit, 500mbit; bps = bytes/s)")
-    group.add_argument("--link-delay", default=None, metavar="DELAY",
-                       help="one-way delay added on each link (50us, 1ms; needs the kernel's netem)")
-    group.add_argument("--link-queue", default=None, metavar="QUEUE",
-                       help="each link's queue: packets (100p) or bytes (256kb)")
-    group.add_argument("--node-memory", default=None, metavar="SIZE",
-                       help="memory cap of every node, through its cgroup (1G, 512M; needs root)")
-    group.add_argument("--victim-node-memory", default=None, metavar="SIZE",
-                       help="memory cap of the nodes that hold victim ranks only"
-                            + (f" (default: {victim_memory}; off: none)" if victim_memory else ""))
-    group.add_argument("--node-slots", type=int, default=None, metavar="K",
-                       help="ranks a node holds at most (default: as many as the job puts there)")
+    group.add_argument(
+        "--link-rate",
+        default=None,
+        metavar="RATE",
+        help="each node's link speed, both directions, in tc units (10gbit, 500mbit; bps = bytes/s)",
+    )
+    group.add_argument(
+        "--link-delay",
+        default=None,
+        metavar="DELAY",
+        help="one-way delay added on each link (50us, 1ms; needs the kernel's netem)",
+    )
+    group.add_argument(
+        "--link-queue", default=None, metavar="QUEUE", help="each link's queue: packets (100p) or bytes (256kb)"
+    )
+    group.add_argument(
+        "--node-memory",
+        default=None,
+        metavar="SIZE",
+        help="memory cap of every node, through its cgroup (1G, 512M; needs root)",
+    )
+    group.add_argument(
+        "--victim-node-memory",
+        default=None,
+        metavar="SIZE",
+        help="memory cap of the nodes that hold victim ranks only"
+        + (f" (default: {victim_memory}; off: none)" if victim_memory else ""),
+    )
+    group.add_argument(
+        "--node-slots",
+        type=int,
+        default=None,
+        metavar="K",
+        help="ranks a node holds at most (default: as many as the job puts there)",
+    )
 
 
 def memory_option(text: str | None, option: str) -> int | None:
@@ -97,10 +138,14 @@ def build_spec(args: argparse.Namespace, nodes: int, ranks: int, victim_ranks: S
     victim_memory = memory_option(args.victim_node_memory, "--victim-node-memory")
     if victim_memory is not None and not victim_ranks:
         raise ClusterError("--victim-node-memory caps the nodes of the victim ranks: say which with --victim-ranks")
-    return ClusterSpec(nodes=nodes, link=Link.parse(args.link_rate, args.link_delay, args.link_queue),
-                       node_memory=memory_option(args.node_memory, "--node-memory"),
-                       victim_node_memory=victim_memory,
-                       victim_nodes=tuple(sorted({placement[r] for r in victim_ranks})), node_slots=args.node_slots)
+    return ClusterSpec(
+        nodes=nodes,
+        link=Link.parse(args.link_rate, args.link_delay, args.link_queue),
+        node_memory=memory_option(args.node_memory, "--node-memory"),
+        victim_node_memory=victim_memory,
+        victim_nodes=tuple(sorted({placement[r] for r in victim_ranks})),
+        node_slots=args.node_slots,
+    )
 
 
 def parse_ranks(text: str | None, option: str = "--victim-ranks") -> list[int]:
@@ -113,24 +158,35 @@ def parse_ranks(text: str | None, option: str = "--victim-ranks") -> list[int]:
 
 
 @contextlib.contextmanager
-def open_cluster(args: argparse.Namespace, choice: ClusterChoice, ranks: int,
-                 victim_ranks: Sequence[int] = ()) -> Iterator["VirtualCluster"]:
+def open_cluster(
+    args: argparse.Namespace, choice: ClusterChoice, ranks: int, victim_ranks: Sequence[int] = ()
+) -> Iterator[VirtualCluster]:
     """The cluster a command runs on: a new one for the job (removed after it) or the running one.
 
     On the running one, memory caps given for this job apply during it and are lifted after.
     """
     from .virtual import VirtualCluster
+
     if choice.kind == "nodes":
         with VirtualCluster(build_spec(args, choice.nodes, ranks, victim_ranks)) as cluster:
             yield cluster
         return
     cluster = VirtualCluster.attach(choice.name)
-    shaping = [flag for flag, value in (("--link-rate", args.link_rate), ("--link-delay", args.link_delay),
-                                        ("--link-queue", args.link_queue), ("--node-slots", args.node_slots))
-               if value is not None]
+    shaping = [
+        flag
+        for flag, value in (
+            ("--link-rate", args.link_rate),
+            ("--link-delay", args.link_delay),
+            ("--link-queue", args.link_queue),
+            ("--node-slots", args.node_slots),
+        )
+        if value is not None
+    ]
     if shaping:
-        raise ClusterError(f"{', '.join(shaping)} shape a cluster when it is made: give them to "
-                           f"`mailrail cluster up`, not to a job on the running cluster {choice.name}")
+        raise ClusterError(
+            f"{', '.join(shaping)} shape a cluster when it is made: give them to "
+            f"`mailrail cluster up`, not to a job on the running cluster {choice.name}"
+        )
     job_spec = build_spec(args, min(cluster.spec.nodes, ranks), ranks, victim_ranks)  # a small job: first nodes
     caps = {node: job_spec.memory_limit(node) for node in range(job_spec.nodes)}
     with cluster.memory_caps({node: cap for node, cap in caps.items() if cap is not None}):
@@ -139,14 +195,21 @@ def open_cluster(args: argparse.Namespace, choice: ClusterChoice, ranks: int,
 
 def node_flags_given(args: argparse.Namespace) -> list[str]:
     """The node and link flags set on the command line (meaningless without a cluster)."""
-    names = ("link_rate", "link_delay", "link_queue", "node_memory", "victim_node_memory", "node_slots",
-             "victim_ranks")
+    names = ("link_rate", "link_delay", "link_queue", "node_memory", "victim_node_memory", "node_slots", "victim_ranks")
     return ["--" + name.replace("_", "-") for name in names if getattr(args, name, None) is not None]
 
 
 #: The flags of :func:`add_cluster_arguments`, each taking one value.
-CLUSTER_FLAGS = ("--cluster", "--link-rate", "--link-delay", "--link-queue", "--node-memory", "--victim-node-memory",
-                 "--node-slots", "--victim-ranks")
+CLUSTER_FLAGS = (
+    "--cluster",
+    "--link-rate",
+    "--link-delay",
+    "--link-queue",
+    "--node-memory",
+    "--victim-node-memory",
+    "--node-slots",
+    "--victim-ranks",
+)
 
 
 def without_cluster_flags(argv: Sequence[str]) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import ClusterError
 from . import namespaces
@@ -30,14 +30,18 @@ def cluster_privileges() -> str:
     if namespaces.has_admin_capabilities():
         return "admin"
     if os.environ.get(USERNS_VARIABLE):
-        raise ClusterError("inside MailRail's user namespace without CAP_NET_ADMIN/CAP_SYS_ADMIN: "
-                           "the kernel refused the capabilities there")
+        raise ClusterError(
+            "inside MailRail's user namespace without CAP_NET_ADMIN/CAP_SYS_ADMIN: "
+            "the kernel refused the capabilities there"
+        )
     problem = namespaces.user_namespaces_work()
     if problem is None:
         return "userns"
-    raise ClusterError("a virtual cluster needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), or a kernel that lets "
-                       f"unprivileged users create user namespaces, and neither is available here (unshare: "
-                       f"{problem}); the shared-memory comparison still runs: mailrail compare --cluster off")
+    raise ClusterError(
+        "a virtual cluster needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), or a kernel that lets "
+        f"unprivileged users create user namespaces, and neither is available here (unshare: "
+        f"{problem}); the shared-memory comparison still runs: mailrail compare --cluster off"
+    )
 
 
 def rerun_without_root(mailrail_args: Sequence[str]) -> int | None:
@@ -53,11 +57,33 @@ def rerun_in_user_namespace(mailrail_args: Sequence[str]) -> int:
     The network namespace is the command's own: ``ip netns add`` returns to it after making a
     node, which it may only do in a namespace this user namespace owns.
     """
-    argv = [namespaces.tool("unshare"), "--user", "--map-root-user", "--mount", "--propagation", "private", "--net",
-            "--pid", "--fork", "--mount-proc", "--kill-child", "--", "/bin/sh", "-c", _PREPARE, "sh",
-            sys.executable, "-m", "mailrail", *mailrail_args]
-    print("mailrail: no root here; building the virtual cluster inside a user namespace "
-          "(no memory caps there)", file=sys.stderr, flush=True)
+    argv = [
+        namespaces.tool("unshare"),
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--propagation",
+        "private",
+        "--net",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--kill-child",
+        "--",
+        "/bin/sh",
+        "-c",
+        _PREPARE,
+        "sh",
+        sys.executable,
+        "-m",
+        "mailrail",
+        *mailrail_args,
+    ]
+    print(
+        "mailrail: no root here; building the virtual cluster inside a user namespace (no memory caps there)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         return subprocess.run(argv, env=dict(os.environ, **{USERNS_VARIABLE: "1"})).returncode
     except KeyboardInterrupt:

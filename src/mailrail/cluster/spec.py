@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..errors import ClusterError
 
@@ -29,11 +29,35 @@ BRIDGE = "br0"
 PREFIX = "mailrail-"
 _ID = re.compile(r"^[a-z0-9]{1,12}$")
 
-_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
-               "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9, "tbps": 8 * 10**12}
+_RATE_UNITS = {
+    "bit": 1,
+    "kbit": 10**3,
+    "mbit": 10**6,
+    "gbit": 10**9,
+    "tbit": 10**12,
+    "bps": 8,
+    "kbps": 8 * 10**3,
+    "mbps": 8 * 10**6,
+    "gbps": 8 * 10**9,
+    "tbps": 8 * 10**12,
+}
 _TIME_UNITS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "msec": 1e-3, "us": 1e-6, "usec": 1e-6, "ns": 1e-9, "nsec": 1e-9}
-_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
-               "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kb": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mb": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gb": 2**30,
+    "gib": 2**30,
+    "t": 2**40,
+    "tb": 2**40,
+    "tib": 2**40,
+}
 _PACKET_UNITS = ("p", "pkt", "pkts", "packets")
 _NUMBER = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*$")
 
@@ -55,8 +79,16 @@ def _quantity(option: str, text: str, kind: str, example: str, units: dict, acce
 
 def parse_rate(text: str, option: str = "--link-rate") -> int:
     """``10gbit`` -> bits per second (tc's units: bit, kbit, mbit, gbit, tbit; bps, kbps, ... are bytes/s)."""
-    bits = int(_quantity(option, text, "rate", "10gbit or 500mbit", _RATE_UNITS,
-                         f"one of {', '.join(_RATE_UNITS)} (tc's units: bps is bytes per second)"))
+    bits = int(
+        _quantity(
+            option,
+            text,
+            "rate",
+            "10gbit or 500mbit",
+            _RATE_UNITS,
+            f"one of {', '.join(_RATE_UNITS)} (tc's units: bps is bytes per second)",
+        )
+    )
     if bits < 8000:
         raise ClusterError(f"{option}: {text!r} is below 8kbit, the slowest link tc shapes well")
     return bits
@@ -69,8 +101,16 @@ def parse_duration(text: str, option: str = "--link-delay") -> float:
 
 def parse_memory(text: str, option: str = "--node-memory") -> int:
     """``1G`` / ``512MiB`` / ``2147483648`` -> bytes (K, M, G, T are powers of 1024, as cgroups take them)."""
-    size = int(_quantity(option, text, "memory", "1G or 512M", _SIZE_UNITS,
-                         "bytes or K, M, G, T (powers of 1024; KiB, MiB, GiB also accepted)"))
+    size = int(
+        _quantity(
+            option,
+            text,
+            "memory",
+            "1G or 512M",
+            _SIZE_UNITS,
+            "bytes or K, M, G, T (powers of 1024; KiB, MiB, GiB also accepted)",
+        )
+    )
     if size < 16 * 2**20:
         raise ClusterError(f"{option}: {text!r} is below 16M, too small for even one Python rank")
     return size
@@ -96,8 +136,9 @@ def parse_queue(text: str, option: str = "--link-queue") -> Queue:
             raise ClusterError(f"{option}: {text!r} must be a whole number of packets >= 1")
         return Queue(packets, "packets")
     if unit not in _SIZE_UNITS:
-        raise ClusterError(f"{option}: unknown queue unit {unit!r} in {text!r}; use p (packets) or a size "
-                           f"in b, kb, mb (bytes)")
+        raise ClusterError(
+            f"{option}: unknown queue unit {unit!r} in {text!r}; use p (packets) or a size in b, kb, mb (bytes)"
+        )
     size = int(value * _SIZE_UNITS[unit])
     if size < 2048:
         raise ClusterError(f"{option}: {text!r} holds less than one full-size packet (1514 bytes)")
@@ -113,17 +154,23 @@ class Link:
     queue: Queue | None = None
 
     @classmethod
-    def parse(cls, rate: str | None = None, delay: str | None = None, queue: str | None = None) -> "Link":
-        return cls(parse_rate(rate) if rate else None, parse_duration(delay) if delay else None,
-                   parse_queue(queue) if queue else None)
+    def parse(cls, rate: str | None = None, delay: str | None = None, queue: str | None = None) -> Link:
+        return cls(
+            parse_rate(rate) if rate else None,
+            parse_duration(delay) if delay else None,
+            parse_queue(queue) if queue else None,
+        )
 
     @property
     def shaped(self) -> bool:
         return self.rate_bps is not None or self.delay_s is not None or self.queue is not None
 
     def describe(self) -> dict:
-        return {"rate_bps": self.rate_bps, "delay_s": self.delay_s,
-                "queue": None if self.queue is None else dataclasses.asdict(self.queue)}
+        return {
+            "rate_bps": self.rate_bps,
+            "delay_s": self.delay_s,
+            "queue": None if self.queue is None else dataclasses.asdict(self.queue),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,10 +179,10 @@ class ClusterSpec:
 
     nodes: int
     link: Link = Link()
-    node_memory: int | None = None          # bytes, every node
-    victim_node_memory: int | None = None   # bytes, only the nodes in victim_nodes
+    node_memory: int | None = None  # bytes, every node
+    victim_node_memory: int | None = None  # bytes, only the nodes in victim_nodes
     victim_nodes: tuple[int, ...] = ()
-    node_slots: int | None = None           # ranks a node takes at most (None: as many as asked)
+    node_slots: int | None = None  # ranks a node takes at most (None: as many as asked)
 
     def __post_init__(self) -> None:
         check_node_count(self.nodes)
@@ -157,9 +204,15 @@ class ClusterSpec:
 
     def describe(self) -> dict:
         """The ``"cluster"`` entry of a benchmark's JSON."""
-        return {"nodes": self.nodes, "transport": "tcp", "link": self.link.describe(),
-                "node_memory": self.node_memory, "victim_node_memory": self.victim_node_memory,
-                "victim_nodes": list(self.victim_nodes), "node_slots": self.node_slots}
+        return {
+            "nodes": self.nodes,
+            "transport": "tcp",
+            "link": self.link.describe(),
+            "node_memory": self.node_memory,
+            "victim_node_memory": self.victim_node_memory,
+            "victim_nodes": list(self.victim_nodes),
+            "node_slots": self.node_slots,
+        }
 
 
 def check_node_count(nodes: int, option: str = "--cluster") -> None:
@@ -188,13 +241,17 @@ def ranks_per_node(ranks: int, nodes: int, node_slots: int | None = None) -> lis
     if ranks < 1:
         raise ClusterError(f"-n must be >= 1 rank, got {ranks}")
     if nodes > ranks:
-        raise ClusterError(f"{ranks} rank(s) cannot fill {nodes} nodes: every virtual node needs at least one "
-                           f"rank (use --cluster {ranks} or more ranks)")
+        raise ClusterError(
+            f"{ranks} rank(s) cannot fill {nodes} nodes: every virtual node needs at least one "
+            f"rank (use --cluster {ranks} or more ranks)"
+        )
     base, extra = divmod(ranks, nodes)
     counts = [base + 1] * extra + [base] * (nodes - extra)
     if node_slots is not None and counts[0] > node_slots:
-        raise ClusterError(f"{ranks} ranks do not fit on {nodes} nodes of {node_slots} slots "
-                           f"(at most {nodes * node_slots}); add nodes or raise --node-slots")
+        raise ClusterError(
+            f"{ranks} ranks do not fit on {nodes} nodes of {node_slots} slots "
+            f"(at most {nodes * node_slots}); add nodes or raise --node-slots"
+        )
     return counts
 
 
@@ -238,7 +295,7 @@ class Layout:
 
 def new_cluster_id(pid: int, entropy: int) -> str:
     """A job cluster's id: the owner's pid and random bits (two jobs never share one)."""
-    return f"j{pid:x}{entropy & 0xfffff:05x}"[:12]
+    return f"j{pid:x}{entropy & 0xFFFFF:05x}"[:12]
 
 
 # -- tc ---------------------------------------------------------------------------
@@ -264,8 +321,10 @@ def tc_commands(device: str, link: Link) -> list[list[str]]:
     if link.rate_bps is not None:
         burst = max(64 * 1024 + MTU, link.rate_bps // 8 // 1000)
         limit = queue.limit if queue and queue.unit == "bytes" else max(2 * burst, link.rate_bps // 8 // 100)
-        commands.append(base + ["root", "handle", "1:", "tbf", "rate", f"{link.rate_bps}bit",
-                                "burst", str(burst), "limit", str(limit)])
+        commands.append(
+            base
+            + ["root", "handle", "1:", "tbf", "rate", f"{link.rate_bps}bit", "burst", str(burst), "limit", str(limit)]
+        )
         parent = ["parent", "1:1", "handle", "10:"]
     else:
         parent = ["root", "handle", "1:"]
@@ -282,6 +341,7 @@ def tc_commands(device: str, link: Link) -> list[list[str]]:
 
 # -- launcher inputs ---------------------------------------------------------------
 
+
 def hostfile(layout: Layout, counts: Sequence[int], flavor: str) -> str:
     """The hostfile of a job placed as *counts* (ranks per node), in the launcher's syntax."""
     lines = []
@@ -292,8 +352,7 @@ def hostfile(layout: Layout, counts: Sequence[int], flavor: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def agent_script(layout: Layout, uts_files: Sequence[str], cgroup_dirs: Sequence[Sequence[str]],
-                 nsenter: str) -> str:
+def agent_script(layout: Layout, uts_files: Sequence[str], cgroup_dirs: Sequence[Sequence[str]], nsenter: str) -> str:
     """The ssh stand-in: ``AGENT [ssh options] HOST COMMAND`` runs COMMAND on virtual node HOST.
 
     It joins the node's cgroups (so the node's memory cap covers it and cleanup finds it),
@@ -303,14 +362,17 @@ def agent_script(layout: Layout, uts_files: Sequence[str], cgroup_dirs: Sequence
     *cgroup_dirs* is the head; the others are the nodes in order.
     """
     cases = []
-    hosts: list[tuple[int | None, Iterable[str]]] = [(n, (layout.address(n), layout.hostname(n)))
-                                                    for n in range(layout.nodes)]
+    hosts: list[tuple[int | None, Iterable[str]]] = [
+        (n, (layout.address(n), layout.hostname(n))) for n in range(layout.nodes)
+    ]
     hosts.append((None, (layout.address(None), layout.hostname(None), "head")))
     for index, (node, names) in enumerate(hosts):
         joins = " ".join(f"echo $$ > {shlex.quote(d + '/cgroup.procs')} &&" for d in cgroup_dirs[index])
-        cases.append(f"  {'|'.join(names)})\n"
-                     f"    netns=/run/netns/{layout.netns(node)}; uts={shlex.quote(uts_files[index])}\n"
-                     f"    join() {{ {joins} :; }} ;;")
+        cases.append(
+            f"  {'|'.join(names)})\n"
+            f"    netns=/run/netns/{layout.netns(node)}; uts={shlex.quote(uts_files[index])}\n"
+            f"    join() {{ {joins} :; }} ;;"
+        )
     return f"""#!/bin/sh
 # ssh stand-in of MailRail virtual cluster {layout.cluster_id} (written by mailrail.cluster; removed with it).
 # mpiexec calls it as it would call ssh: AGENT [ssh options] HOST COMMAND...

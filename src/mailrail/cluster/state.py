@@ -26,16 +26,16 @@ RECORD = "owner.json"
 @dataclasses.dataclass
 class OwnerRecord:
     cluster_id: str
-    kind: str                      # "job" (removed with its owner) or "persistent" (cluster up)
+    kind: str  # "job" (removed with its owner) or "persistent" (cluster up)
     owner_pid: int
     owner_start: int | None
     created: float
-    spec: dict[str, Any]           # ClusterSpec.describe()
+    spec: dict[str, Any]  # ClusterSpec.describe()
     cgroup_version: int | None = None
     cgroup_group: str | None = None  # the cluster's cgroup directory, None without cgroups
 
     @classmethod
-    def for_this_process(cls, cluster_id: str, kind: str, spec: dict[str, Any]) -> "OwnerRecord":
+    def for_this_process(cls, cluster_id: str, kind: str, spec: dict[str, Any]) -> OwnerRecord:
         return cls(cluster_id, kind, os.getpid(), process_start_time(os.getpid()), time.time(), spec)
 
     @property

@@ -24,14 +24,27 @@ import secrets
 import signal
 import subprocess
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from ..errors import ClusterError
 from ..launch import find_mpiexec, mpi_environment, run_bounded
 from . import cgroups, namespaces, state
 from .launchers import Launcher, detect
-from .spec import (BRIDGE, NODE_INTERFACE, PREFIX, ClusterSpec, Layout, Link, Queue, agent_script, hostfile,
-                   new_cluster_id, ranks_per_node, tc_commands)
+from .spec import (
+    BRIDGE,
+    NODE_INTERFACE,
+    PREFIX,
+    ClusterSpec,
+    Layout,
+    Link,
+    Queue,
+    agent_script,
+    hostfile,
+    new_cluster_id,
+    ranks_per_node,
+    tc_commands,
+)
 
 #: The variable set inside the user namespace that ``mailrail`` re-executes itself in without root.
 USERNS_VARIABLE = "MAILRAIL_CLUSTER_USERNS"
@@ -78,7 +91,7 @@ class VirtualCluster:
 
     # -- life cycle ------------------------------------------------------------------
 
-    def __enter__(self) -> "VirtualCluster":
+    def __enter__(self) -> VirtualCluster:
         self._catch_termination()
         try:
             self.up()
@@ -99,10 +112,13 @@ class VirtualCluster:
         for name in ("ip", "unshare", "nsenter", "umount") + (("tc",) if self.spec.link.shaped else ()):
             namespaces.tool(name)
         if os.path.exists(self.state_dir) or namespaces.list_netns(self.layout.name + "-"):
-            raise ClusterError(f"a cluster named {self.layout.cluster_id} exists already "
-                               f"(mailrail cluster status lists it; mailrail cluster down removes it)")
+            raise ClusterError(
+                f"a cluster named {self.layout.cluster_id} exists already "
+                f"(mailrail cluster status lists it; mailrail cluster down removes it)"
+            )
         self.record = state.OwnerRecord.for_this_process(
-            self.layout.cluster_id, "persistent" if self.persistent else "job", self.spec.describe())
+            self.layout.cluster_id, "persistent" if self.persistent else "job", self.spec.describe()
+        )
         state.save(self.state_dir, self.record)  # before anything exists: a killed run stays removable
         try:
             self._make_cgroups()
@@ -119,13 +135,15 @@ class VirtualCluster:
         remove_cluster(self.layout.cluster_id)
 
     @classmethod
-    def attach(cls, name: str) -> "VirtualCluster":
+    def attach(cls, name: str) -> VirtualCluster:
         """The running cluster *name* (made by ``mailrail cluster up``), to run jobs on."""
         layout_name = Layout(name, 1).name
         record = state.load(state.state_dir(layout_name))
         if record is None:
-            raise ClusterError(f"no virtual cluster named {name} is up (mailrail cluster up --name {name} "
-                               f"makes one; mailrail cluster status lists them)")
+            raise ClusterError(
+                f"no virtual cluster named {name} is up (mailrail cluster up --name {name} "
+                f"makes one; mailrail cluster status lists them)"
+            )
         cluster = cls(spec_from_record(record), name=name, persistent=record.kind == "persistent")
         cluster.record = record
         if record.cgroup_group:
@@ -138,8 +156,10 @@ class VirtualCluster:
         hierarchy = cgroups.find_hierarchy() if not os.environ.get(USERNS_VARIABLE) else None
         if hierarchy is None:
             if self.spec.memory_capped:
-                raise ClusterError("--node-memory / --victim-node-memory need memory cgroups, and this machine "
-                                   "offers none to this process (they need root; a user namespace has none)")
+                raise ClusterError(
+                    "--node-memory / --victim-node-memory need memory cgroups, and this machine "
+                    "offers none to this process (they need root; a user namespace has none)"
+                )
             return
         group = hierarchy.group(self.layout.name)
         self.record.cgroup_version, self.record.cgroup_group = hierarchy.version, group
@@ -164,8 +184,9 @@ class VirtualCluster:
         namespaces.add_uts(self._uts(None), self.layout.hostname(None))
         namespaces.run(["ip", "-n", head, "link", "add", BRIDGE, "type", "bridge"], "creating the switch")
         self._quiet_ipv6(head, BRIDGE)
-        namespaces.run(["ip", "-n", head, "addr", "add", f"{self.layout.address(None)}/24", "dev", BRIDGE],
-                       "addressing the head")
+        namespaces.run(
+            ["ip", "-n", head, "addr", "add", f"{self.layout.address(None)}/24", "dev", BRIDGE], "addressing the head"
+        )
         namespaces.run(["ip", "-n", head, "link", "set", BRIDGE, "up"], "starting the switch")
 
     def _make_node(self, node: int) -> None:
@@ -173,14 +194,19 @@ class VirtualCluster:
         netns, head, port = layout.netns(node), layout.netns(None), layout.switch_port(node)
         namespaces.add_netns(netns)
         namespaces.add_uts(self._uts(node), layout.hostname(node))
-        namespaces.run(["ip", "-n", netns, "link", "add", NODE_INTERFACE, "type", "veth", "peer", "name", port,
-                        "netns", head], f"linking node {node} to the switch")
+        namespaces.run(
+            ["ip", "-n", netns, "link", "add", NODE_INTERFACE, "type", "veth", "peer", "name", port, "netns", head],
+            f"linking node {node} to the switch",
+        )
         self._quiet_ipv6(netns, NODE_INTERFACE)
         self._quiet_ipv6(head, port)
-        namespaces.run(["ip", "-n", head, "link", "set", port, "master", BRIDGE, "up"],
-                       f"plugging node {node} into the switch")
-        namespaces.run(["ip", "-n", netns, "addr", "add", f"{layout.address(node)}/24", "dev", NODE_INTERFACE],
-                       f"addressing node {node}")
+        namespaces.run(
+            ["ip", "-n", head, "link", "set", port, "master", BRIDGE, "up"], f"plugging node {node} into the switch"
+        )
+        namespaces.run(
+            ["ip", "-n", netns, "addr", "add", f"{layout.address(node)}/24", "dev", NODE_INTERFACE],
+            f"addressing node {node}",
+        )
         namespaces.run(["ip", "-n", netns, "link", "set", NODE_INTERFACE, "up"], f"starting node {node}'s link")
         # The link's rate, delay and queue, in both directions: the node's uplink and its switch port.
         for where, device in ((netns, NODE_INTERFACE), (head, port)):
@@ -191,7 +217,8 @@ class VirtualCluster:
                     if "netem" in command and "unknown" in str(error).lower():
                         raise ClusterError(
                             "--link-delay needs the kernel's netem queueing discipline (sch_netem), which this "
-                            f"kernel does not have ({error}); run without --link-delay") from None
+                            f"kernel does not have ({error}); run without --link-delay"
+                        ) from None
                     raise
 
     @staticmethod
@@ -221,8 +248,9 @@ class VirtualCluster:
             self._launcher = detect(find_mpiexec())
         return self._launcher
 
-    def command(self, ranks: int, program: Sequence[str], *, nodes: int | None = None,
-                env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    def command(
+        self, ranks: int, program: Sequence[str], *, nodes: int | None = None, env: Mapping[str, str] | None = None
+    ) -> tuple[list[str], dict[str, str]]:
         """The argv (run on the head, through the ssh stand-in) and environment of an mpiexec job.
 
         The ranks fill the first *nodes* nodes (default: all, or one per rank when the job
@@ -236,13 +264,26 @@ class VirtualCluster:
         path = os.path.join(self.state_dir, f"hosts-{launcher.flavor}-{'-'.join(map(str, counts))}")
         with open(path, "w") as out:
             out.write(hostfile(self.layout, counts, launcher.flavor))
-        argv = [self.agent, "--exec", "head",
-                *launcher.argv(self.agent, path, self.layout.address(None), ranks), *program]
+        argv = [
+            self.agent,
+            "--exec",
+            "head",
+            *launcher.argv(self.agent, path, self.layout.address(None), ranks),
+            *program,
+        ]
         return argv, mpi_environment({**launcher.environment(self.agent), **(env or {})})
 
-    def run(self, ranks: int, program: Sequence[str], *, timeout: float | None = None,
-            env: Mapping[str, str] | None = None, capture: bool = False, capture_stderr: bool = False,
-            nodes: int | None = None) -> ClusterJob:
+    def run(
+        self,
+        ranks: int,
+        program: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        capture: bool = False,
+        capture_stderr: bool = False,
+        nodes: int | None = None,
+    ) -> ClusterJob:
         """Run *program* on *ranks* ranks; wait, bounded by *timeout*; say what happened.
 
         *capture* and *capture_stderr* keep the job's output, as in :func:`mailrail.launch.run_bounded`.
@@ -256,12 +297,10 @@ class VirtualCluster:
         start = time.monotonic()
         timed_out = False
         try:
-            completed = run_bounded(argv, timeout=timeout, env=job_env, capture=capture,
-                                    capture_stderr=capture_stderr)
+            completed = run_bounded(argv, timeout=timeout, env=job_env, capture=capture, capture_stderr=capture_stderr)
         except subprocess.TimeoutExpired as expired:
             timed_out = True
-            completed = subprocess.CompletedProcess(argv, -signal.SIGKILL, _text(expired.output),
-                                                    _text(expired.stderr))
+            completed = subprocess.CompletedProcess(argv, -signal.SIGKILL, _text(expired.output), _text(expired.stderr))
         except BaseException:
             self.end_processes()
             raise
@@ -270,10 +309,25 @@ class VirtualCluster:
             self.end_processes()
         after_kills = self.oom_kills()
         peaks, limits = self.memory_peaks(), self.memory_limits()
-        per_node = [{"node": node, "oom_kills": after_kills[node] - before_kills[node], "peak_bytes": peaks[node],
-                     "limit_bytes": limits[node]} for node in range(self.spec.nodes)]
-        return ClusterJob(argv, completed.returncode, timed_out, wall, completed.stdout, completed.stderr,
-                          self.network_bytes() - before_bytes, per_node)
+        per_node = [
+            {
+                "node": node,
+                "oom_kills": after_kills[node] - before_kills[node],
+                "peak_bytes": peaks[node],
+                "limit_bytes": limits[node],
+            }
+            for node in range(self.spec.nodes)
+        ]
+        return ClusterJob(
+            argv,
+            completed.returncode,
+            timed_out,
+            wall,
+            completed.stdout,
+            completed.stderr,
+            self.network_bytes() - before_bytes,
+            per_node,
+        )
 
     def end_processes(self) -> None:
         """End every process in the cluster's namespaces and cgroups (all were started through it)."""
@@ -358,6 +412,7 @@ def _raise_system_exit(signum: int, frame: Any) -> None:
 
 def _main_thread() -> bool:
     import threading
+
     return threading.current_thread() is threading.main_thread()
 
 
@@ -370,7 +425,8 @@ def check_privileges() -> None:
     if not namespaces.has_admin_capabilities():
         raise ClusterError(
             "a virtual cluster needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN); the mailrail command makes one "
-            "without root inside a user namespace where the kernel allows that (see mailrail.cluster.privileges)")
+            "without root inside a user namespace where the kernel allows that (see mailrail.cluster.privileges)"
+        )
 
 
 def spec_from_record(record: state.OwnerRecord) -> ClusterSpec:
@@ -380,8 +436,11 @@ def spec_from_record(record: state.OwnerRecord) -> ClusterSpec:
     return ClusterSpec(
         nodes=described["nodes"],
         link=Link(link.get("rate_bps"), link.get("delay_s"), Queue(**queue) if queue else None),
-        node_memory=described.get("node_memory"), victim_node_memory=described.get("victim_node_memory"),
-        victim_nodes=tuple(described.get("victim_nodes", ())), node_slots=described.get("node_slots"))
+        node_memory=described.get("node_memory"),
+        victim_node_memory=described.get("victim_node_memory"),
+        victim_nodes=tuple(described.get("victim_nodes", ())),
+        node_slots=described.get("node_slots"),
+    )
 
 
 def remove_cluster(cluster_id: str) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from array import array
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import ProtocolError
 from .base import FlowControl
@@ -63,8 +64,14 @@ class NodeCredits(FlowControl):
     name = "node"
     credits_change_silently = True
 
-    def __init__(self, nodes: int, node_of: Callable[[int], int], pool: SharedCounters,
-                 credits_per_pair: int, return_threshold: int) -> None:
+    def __init__(
+        self,
+        nodes: int,
+        node_of: Callable[[int], int],
+        pool: SharedCounters,
+        credits_per_pair: int,
+        return_threshold: int,
+    ) -> None:
         self.nodes = nodes
         self.node_of = node_of
         self.pool = pool
@@ -89,7 +96,8 @@ class NodeCredits(FlowControl):
         if unreturned[node] > self.credits_per_pair:
             raise ProtocolError(
                 f"node {node} (via rank {source}) has {unreturned[node]} unreturned messages here "
-                f"but only {self.credits_per_pair} credits per node: a send without credit")
+                f"but only {self.credits_per_pair} credits per node: a send without credit"
+            )
         return False
 
     def on_release(self, source: int) -> tuple[int, int] | None:
@@ -108,8 +116,10 @@ class NodeCredits(FlowControl):
         self.pool.add(source, count)
         now = self.pool.load(source)
         if now > self.credits_per_pair:
-            raise ProtocolError(f"rank {source} returned {count} credits, leaving this node {now} "
-                                f"> {self.credits_per_pair} credits per node")
+            raise ProtocolError(
+                f"rank {source} returned {count} credits, leaving this node {now} "
+                f"> {self.credits_per_pair} credits per node"
+            )
 
     def credit_state_bytes(self) -> int:
         return sum(a.itemsize * len(a) for a in (self.owed, self.unreturned))

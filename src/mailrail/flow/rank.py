@@ -19,8 +19,9 @@ class RankCredits(FlowControl):
 
     name = "rank"
 
-    def __init__(self, ranks: int, credits_per_pair: int, return_threshold: int, *,
-                 piggyback: bool = True, max_tag: int = 32767) -> None:
+    def __init__(
+        self, ranks: int, credits_per_pair: int, return_threshold: int, *, piggyback: bool = True, max_tag: int = 32767
+    ) -> None:
         self.credits_per_pair = credits_per_pair
         self.return_threshold = return_threshold
         self.piggyback = piggyback
@@ -61,7 +62,8 @@ class RankCredits(FlowControl):
         if unreturned[source] > self.credits_per_pair:
             raise ProtocolError(
                 f"rank {source} has {unreturned[source]} unreturned messages here but only "
-                f"{self.credits_per_pair} credits per pair: a send without credit")
+                f"{self.credits_per_pair} credits per pair: a send without credit"
+            )
         if tag:
             self.on_credit_return(source, tag)  # piggybacked credits obey the same bound
             return True
@@ -83,7 +85,8 @@ class RankCredits(FlowControl):
         if self.send_credits[source] > self.credits_per_pair:
             raise ProtocolError(
                 f"rank {source} returned {count} credits, leaving {self.send_credits[source]} "
-                f"> {self.credits_per_pair} credits per pair")
+                f"> {self.credits_per_pair} credits per pair"
+            )
 
     def credit_state_bytes(self) -> int:
         return sum(a.itemsize * len(a) for a in (self.send_credits, self.owed, self.unreturned))

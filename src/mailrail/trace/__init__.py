@@ -18,5 +18,16 @@ from .events import MessageBlock, PhaseEnd, iter_messages, load_phases
 from .jsonl import read_jsonl
 from .summary import RankSummary, summarize
 
-__all__ = ["TraceDir", "MessageBlock", "PhaseEnd", "BinaryTraceWriter", "TraceFormatError", "RankSummary",
-           "read_binary", "read_jsonl", "iter_messages", "load_phases", "summarize"]
+__all__ = [
+    "TraceDir",
+    "MessageBlock",
+    "PhaseEnd",
+    "BinaryTraceWriter",
+    "TraceFormatError",
+    "RankSummary",
+    "read_binary",
+    "read_jsonl",
+    "iter_messages",
+    "load_phases",
+    "summarize",
+]

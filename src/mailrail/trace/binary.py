@@ -18,7 +18,7 @@ so a multi-GB trace streams through in fixed-size chunks at C speed.
 from __future__ import annotations
 
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -45,8 +45,7 @@ FIRST_RUN_WINDOW = 256
 MAX_RUN_WINDOW = 1 << 16
 
 
-def read_binary(path: str, rank: int, ranks: int | None = None, *,
-                chunk_bytes: int = CHUNK_BYTES) -> Iterator[Event]:
+def read_binary(path: str, rank: int, ranks: int | None = None, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Event]:
     """Stream the events of one rank's binary trace.
 
     *ranks* (the trace's rank count) bounds destinations; every malformed record
@@ -70,7 +69,7 @@ def read_binary(path: str, rank: int, ranks: int | None = None, *,
                 if remaining < 4:
                     break
                 offset = base + position
-                variant = int.from_bytes(buffer[position:position + 4], "little", signed=True)
+                variant = int.from_bytes(buffer[position : position + 4], "little", signed=True)
                 if variant == YGM_ASYNC:
                     count = _async_run(buffer, position, remaining // MESSAGE_RECORD.itemsize)
                     if count == 0:
@@ -84,34 +83,39 @@ def read_binary(path: str, rank: int, ranks: int | None = None, *,
                 if not 0 <= variant < len(RECORD_SIZES):
                     raise TraceFormatError(
                         f"{path}: byte offset {offset}: unknown record type {variant} "
-                        f"(expected 0..4: {', '.join(RECORD_NAMES)})")
+                        f"(expected 0..4: {', '.join(RECORD_NAMES)})"
+                    )
                 if remaining < RECORD_SIZES[variant]:
                     break
                 if variant == MPI_RECV:
                     source = MESSAGE_STRUCT.unpack_from(buffer, position)[2]
                     if source < 0 or (ranks is not None and source >= ranks):
                         raise TraceFormatError(
-                            f"{path}: byte offset {offset}: mpi_recv from rank {source}, "
-                            f"outside {_rank_range(ranks)}")
+                            f"{path}: byte offset {offset}: mpi_recv from rank {source}, outside {_rank_range(ranks)}"
+                        )
                 # mpi_send is only skipped: its completion record holds a request id, not a rank.
                 elif variant == BARRIER_BEGIN:
                     if pending is not None:
                         raise TraceFormatError(
                             f"{path}: byte offset {offset}: barrier_begin inside the barrier begun at "
-                            f"byte offset {pending} (no barrier_end between them)")
+                            f"byte offset {pending} (no barrier_end between them)"
+                        )
                     pending = offset
                 elif variant == BARRIER_END:
                     if pending is None:
-                        raise TraceFormatError(f"{path}: byte offset {offset}: barrier_end without a "
-                                               f"barrier_begin before it")
+                        raise TraceFormatError(
+                            f"{path}: byte offset {offset}: barrier_end without a barrier_begin before it"
+                        )
                     pending = None
                     yield PhaseEnd(f"byte offset {offset}")
                 position += RECORD_SIZES[variant]
     if position < len(buffer):
         _raise_truncated(path, base + position, buffer[position:])
     if pending is not None:
-        raise TraceFormatError(f"{path}: byte offset {pending}: barrier_begin has no barrier_end: "
-                               f"the trace ends inside a barrier (truncated?)")
+        raise TraceFormatError(
+            f"{path}: byte offset {pending}: barrier_begin has no barrier_end: "
+            f"the trace ends inside a barrier (truncated?)"
+        )
 
 
 def _async_run(buffer: bytes, position: int, available: int) -> int:
@@ -136,7 +140,8 @@ def _check_destinations(path: str, offset: int, dests: np.ndarray, ranks: int | 
         index = int(np.argmax(bad))
         raise TraceFormatError(
             f"{path}: byte offset {offset + index * MESSAGE_RECORD.itemsize}: ygm_async to rank "
-            f"{int(dests[index])}, outside {_rank_range(ranks)}")
+            f"{int(dests[index])}, outside {_rank_range(ranks)}"
+        )
 
 
 def _rank_range(ranks: int | None) -> str:
@@ -145,12 +150,16 @@ def _rank_range(ranks: int | None) -> str:
 
 def _raise_truncated(path: str, offset: int, tail: bytes) -> None:
     if len(tail) < 4:
-        raise TraceFormatError(f"{path}: byte offset {offset}: truncated record: {len(tail)} byte(s) "
-                               f"left where a 4-byte record index should start")
+        raise TraceFormatError(
+            f"{path}: byte offset {offset}: truncated record: {len(tail)} byte(s) "
+            f"left where a 4-byte record index should start"
+        )
     variant = int.from_bytes(tail[:4], "little", signed=True)
     needed = RECORD_SIZES[variant]  # the loop only stops early on a known variant
-    raise TraceFormatError(f"{path}: byte offset {offset}: truncated {RECORD_NAMES[variant]} record: "
-                           f"{len(tail)} of its {needed} bytes before the end of the file")
+    raise TraceFormatError(
+        f"{path}: byte offset {offset}: truncated {RECORD_NAMES[variant]} record: "
+        f"{len(tail)} of its {needed} bytes before the end of the file"
+    )
 
 
 class BinaryTraceWriter:
@@ -218,7 +227,7 @@ class BinaryTraceWriter:
             self.flush()
             self._file.close()
 
-    def __enter__(self) -> "BinaryTraceWriter":
+    def __enter__(self) -> BinaryTraceWriter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -7,7 +7,8 @@ Python object per message; a :class:`PhaseEnd` closes the phase before it.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Union
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,7 +30,7 @@ class PhaseEnd(NamedTuple):
     where: str  # "byte offset N" or "line N" of the barrier record, for messages
 
 
-Event = Union[MessageBlock, PhaseEnd]
+Event = MessageBlock | PhaseEnd
 
 
 def iter_messages(events: Iterator[Event]) -> Iterator[tuple[int, int, int | None]]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from ..errors import TraceFormatError
 
@@ -34,8 +35,9 @@ def read_chunk(stream: BinaryIO, path: str, size: int, offset: int) -> bytes:
     try:
         return stream.read(size)
     except GZIP_ERRORS as error:
-        raise TraceFormatError(f"{path}: corrupt gzip stream after {offset} decompressed bytes: "
-                               f"{error or type(error).__name__}") from None
+        raise TraceFormatError(
+            f"{path}: corrupt gzip stream after {offset} decompressed bytes: {error or type(error).__name__}"
+        ) from None
 
 
 def read_lines(path: str) -> Iterator[bytes]:
@@ -46,8 +48,9 @@ def read_lines(path: str) -> Iterator[bytes]:
             try:
                 line = stream.readline()
             except GZIP_ERRORS as error:
-                raise TraceFormatError(f"{path}: corrupt gzip stream after line {number}: "
-                                       f"{error or type(error).__name__}") from None
+                raise TraceFormatError(
+                    f"{path}: corrupt gzip stream after line {number}: {error or type(error).__name__}"
+                ) from None
             if not line:
                 return
             number += 1

@@ -22,8 +22,8 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -56,14 +56,16 @@ class Workload:
         if self.pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {self.pattern!r}")
         if self.ranks < 1 or self.phases < 1 or self.messages < 0:
-            raise ValueError(f"need ranks >= 1, phases >= 1, messages >= 0; got {self.ranks}, "
-                             f"{self.phases}, {self.messages}")
+            raise ValueError(
+                f"need ranks >= 1, phases >= 1, messages >= 0; got {self.ranks}, {self.phases}, {self.messages}"
+            )
         if not 0 <= self.min_size <= self.max_size < 1 << 32:
-            raise ValueError(f"message sizes must satisfy 0 <= min <= max < 2**32, "
-                             f"got {self.min_size}-{self.max_size}")
+            raise ValueError(f"message sizes must satisfy 0 <= min <= max < 2**32, got {self.min_size}-{self.max_size}")
         if not 1 <= self.scale <= 40 or self.edge_factor < 1 or self.zipf_exponent < 0:
-            raise ValueError(f"need 1 <= scale <= 40, edge_factor >= 1, zipf_exponent >= 0; got {self.scale}, "
-                             f"{self.edge_factor}, {self.zipf_exponent}")
+            raise ValueError(
+                f"need 1 <= scale <= 40, edge_factor >= 1, zipf_exponent >= 0; got {self.scale}, "
+                f"{self.edge_factor}, {self.zipf_exponent}"
+            )
 
     def messages_of(self, rank: int) -> int:
         """Messages rank *rank* sends in total (two per edge for rmat)."""
@@ -130,11 +132,16 @@ def write_trace(workload: Workload, directory: str, *, compress: bool = False) -
     os.makedirs(directory, exist_ok=True)
     suffix = ".bin.gz" if compress else ".bin"
     paths = [os.path.join(directory, f"trace_{rank}{suffix}") for rank in range(workload.ranks)]
-    stale = sorted(name for name in os.listdir(directory)
-                   if TRACE_FILE.fullmatch(name) and os.path.join(directory, name) not in paths)
+    stale = sorted(
+        name
+        for name in os.listdir(directory)
+        if TRACE_FILE.fullmatch(name) and os.path.join(directory, name) not in paths
+    )
     if stale:  # they would become extra (or conflicting) ranks of the new trace
-        raise TraceFormatError(f"{directory}: already holds other trace files ({', '.join(stale[:6])}"
-                               f"{' ...' if len(stale) > 6 else ''}); remove them or pick another directory")
+        raise TraceFormatError(
+            f"{directory}: already holds other trace files ({', '.join(stale[:6])}"
+            f"{' ...' if len(stale) > 6 else ''}); remove them or pick another directory"
+        )
     for rank, path in enumerate(paths):
         with BinaryTraceWriter(path) as writer:
             sent = 0
@@ -152,11 +159,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", metavar="OUT_DIR", help="directory for trace_<rank>.bin")
     parser.add_argument("--pattern", choices=PATTERNS, default="uniform", help="workload (default: %(default)s)")
     parser.add_argument("--ranks", type=int, default=4, help="rank files to write (default: %(default)s)")
-    parser.add_argument("--messages", type=int, default=10000,
-                        help="messages per rank for uniform/zipf (rmat: 2 per edge) (default: %(default)s)")
-    parser.add_argument("--message-size", default=None,
-                        help="bytes per message: N, or MIN-MAX drawn uniformly (default: 64; rmat: 16, "
-                             "two 8-byte vertex ids)")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=10000,
+        help="messages per rank for uniform/zipf (rmat: 2 per edge) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--message-size",
+        default=None,
+        help="bytes per message: N, or MIN-MAX drawn uniformly (default: 64; rmat: 16, two 8-byte vertex ids)",
+    )
     parser.add_argument("--phases", type=int, default=1, help="phases, each ending with a barrier (default: 1)")
     parser.add_argument("--seed", type=int, default=1, help="the trace is a function of the seed (default: 1)")
     parser.add_argument("--zipf-exponent", type=float, default=1.2, help="zipf: exponent s (default: %(default)s)")
@@ -177,13 +190,25 @@ def run(args: argparse.Namespace) -> int:
     try:
         size = args.message_size or ("16" if args.pattern == "rmat" else "64")
         low, high = parse_size(size)
-        workload = Workload(args.pattern, args.ranks, args.messages, args.phases, low, high, args.seed,
-                            args.zipf_exponent, args.scale, args.edge_factor)
+        workload = Workload(
+            args.pattern,
+            args.ranks,
+            args.messages,
+            args.phases,
+            low,
+            high,
+            args.seed,
+            args.zipf_exponent,
+            args.scale,
+            args.edge_factor,
+        )
         paths = write_trace(workload, args.out, compress=args.gzip)
     except (ValueError, OSError) as error:  # TraceFormatError is a ValueError
         print(f"mailrail trace generate: {error}", file=sys.stderr)
         return 2
     messages = sum(workload.messages_of(rank) for rank in range(workload.ranks))
-    print(f"wrote {len(paths)} rank files to {args.out}: {workload.pattern}, {messages:,} messages in "
-          f"{workload.phases} phase(s) (seed {workload.seed}); see: mailrail trace stats {args.out}")
+    print(
+        f"wrote {len(paths)} rank files to {args.out}: {workload.pattern}, {messages:,} messages in "
+        f"{workload.phases} phase(s) (seed {workload.seed}); see: mailrail trace stats {args.out}"
+    )
     return 0

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -26,8 +27,9 @@ _DECIMAL = re.compile(r"[+-]?[0-9]+")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def read_jsonl(path: str, rank: int, ranks: int | None = None, *,
-               block_messages: int = BLOCK_MESSAGES) -> Iterator[Event]:
+def read_jsonl(
+    path: str, rank: int, ranks: int | None = None, *, block_messages: int = BLOCK_MESSAGES
+) -> Iterator[Event]:
     """Stream the events of one rank's JSON-lines trace; a bad line raises :class:`TraceFormatError`."""
     dests: list[int] = []
     sizes: list[int] = []
@@ -52,14 +54,14 @@ def read_jsonl(path: str, rank: int, ranks: int | None = None, *,
             if tid == "receive":
                 continue
             if tid != "send":
-                raise TraceFormatError(f"{path}: line {number}: async record with tid {tid!r}; "
-                                       f"expected 'send' or 'receive'")
+                raise TraceFormatError(
+                    f"{path}: line {number}: async record with tid {tid!r}; expected 'send' or 'receive'"
+                )
             args = record.get("args")
             if not isinstance(args, dict):
                 raise TraceFormatError(f"{path}: line {number}: async record without an args object")
             dest = _integer(path, number, "args.to", _field(path, number, args, "to", "args."))
-            size = _integer(path, number, "args.message_size",
-                            _field(path, number, args, "message_size", "args."))
+            size = _integer(path, number, "args.message_size", _field(path, number, args, "message_size", "args."))
             stamp = _integer(path, number, "ts", _field(path, number, record, "ts", ""))
             if dest < 0 or (ranks is not None and dest >= ranks):
                 where = "negative" if ranks is None else f"outside 0..{ranks - 1} (the trace has {ranks} ranks)"
@@ -74,8 +76,9 @@ def read_jsonl(path: str, rank: int, ranks: int | None = None, *,
                 yield block()
             yield PhaseEnd(f"line {number}")
         elif name not in SKIPPED_NAMES:
-            raise TraceFormatError(f"{path}: line {number}: unknown record name {name!r}; "
-                                   f"expected async, barrier, mpi_send or mpi_receive")
+            raise TraceFormatError(
+                f"{path}: line {number}: unknown record name {name!r}; expected async, barrier, mpi_send or mpi_receive"
+            )
     if dests:
         yield block()
 

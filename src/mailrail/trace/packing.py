@@ -9,7 +9,7 @@ sends one empty datagram, so a recorded message never vanishes.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

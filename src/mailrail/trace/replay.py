@@ -19,8 +19,9 @@ import sys
 import time
 import traceback
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -41,16 +42,23 @@ MAX_PROBLEMS = 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # dest is not "trace": that is the MAILRAIL_TRACE knob, which rail_options() would pick up
-    parser.add_argument("trace_dir", metavar="TRACE_DIR",
-                        help="directory of trace_<rank>.bin or .txt files (.gz too)")
-    parser.add_argument("--datagram-size", type=int, default=None,
-                        help=f"bytes per datagram: messages are coalesced/split into these "
-                             f"(default {DEFAULT_DATAGRAM_SIZE}, or MAILRAIL_DATAGRAM_SIZE if set)")
-    parser.add_argument("--pacing", action="store_true",
-                        help="keep the recorded gaps between messages (JSON-lines traces: they have timestamps)")
+    parser.add_argument("trace_dir", metavar="TRACE_DIR", help="directory of trace_<rank>.bin or .txt files (.gz too)")
+    parser.add_argument(
+        "--datagram-size",
+        type=int,
+        default=None,
+        help=f"bytes per datagram: messages are coalesced/split into these "
+        f"(default {DEFAULT_DATAGRAM_SIZE}, or MAILRAIL_DATAGRAM_SIZE if set)",
+    )
+    parser.add_argument(
+        "--pacing",
+        action="store_true",
+        help="keep the recorded gaps between messages (JSON-lines traces: they have timestamps)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the result document as JSON")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="with --cluster: kill every rank after this many seconds")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="with --cluster: kill every rank after this many seconds"
+    )
     add_cluster_arguments(parser)
     add_rail_arguments(parser, skip=("datagram_size",))
 
@@ -72,7 +80,7 @@ class Payload:
         """Write *nbytes* into *buf*; return their CRC-32."""
         start = (source * 0x9E3779B1 + dest * 0x85EBCA77 + sequence * 0xC2B2AE3D) % self.PERIOD
         view = buf[:nbytes]
-        view[:] = self._pattern[start:start + nbytes]
+        view[:] = self._pattern[start : start + nbytes]
         return zlib.crc32(view)
 
 
@@ -85,7 +93,7 @@ class PeerTally:
     crc: list[int]
 
     @classmethod
-    def zeros(cls, ranks: int) -> "PeerTally":
+    def zeros(cls, ranks: int) -> PeerTally:
         return cls([0] * ranks, [0] * ranks, [0] * ranks)
 
     def add(self, peer: int, nbytes: int, crc: int) -> None:
@@ -178,8 +186,9 @@ class Replayer:
         self.received.add(message.source, message.nbytes, zlib.crc32(message.data))
 
 
-def check_delivery(rank: int, expected: np.ndarray, sent: list[tuple[int, int]], received: PeerTally,
-                   snapshots: list[list[int]]) -> list[str]:
+def check_delivery(
+    rank: int, expected: np.ndarray, sent: list[tuple[int, int]], received: PeerTally, snapshots: list[list[int]]
+) -> list[str]:
     """What went wrong with the messages to *rank*; empty if every recorded byte arrived intact.
 
     *expected[s, p]*: bytes the trace says rank *s* sends to *rank* in phase *p*;
@@ -190,19 +199,26 @@ def check_delivery(rank: int, expected: np.ndarray, sent: list[tuple[int, int]],
     for source, (datagrams, crc) in enumerate(sent):
         want = int(expected[source].sum())
         if received.bytes[source] != want:
-            problems.append(f"rank {rank} received {received.bytes[source]} bytes from rank {source}; "
-                            f"the trace records {want}")
+            problems.append(
+                f"rank {rank} received {received.bytes[source]} bytes from rank {source}; the trace records {want}"
+            )
         if received.datagrams[source] != datagrams:
-            problems.append(f"rank {rank} received {received.datagrams[source]} datagrams from rank {source}, "
-                            f"which sent {datagrams}")
+            problems.append(
+                f"rank {rank} received {received.datagrams[source]} datagrams from rank {source}, "
+                f"which sent {datagrams}"
+            )
         if received.crc[source] != crc:
-            problems.append(f"rank {rank}: CRC-32 sum of the datagrams from rank {source} is "
-                            f"{received.crc[source]}, the sender's is {crc} (corrupt or misdelivered payload)")
+            problems.append(
+                f"rank {rank}: CRC-32 sum of the datagrams from rank {source} is "
+                f"{received.crc[source]}, the sender's is {crc} (corrupt or misdelivered payload)"
+            )
         cumulative = np.cumsum(expected[source])
         for phase, snapshot in enumerate(snapshots):
             if snapshot[source] < cumulative[phase]:
-                problems.append(f"rank {rank}: barrier {phase} returned with {snapshot[source]} of the "
-                                f"{int(cumulative[phase])} bytes rank {source} sent in phases 0..{phase}")
+                problems.append(
+                    f"rank {rank}: barrier {phase} returned with {snapshot[source]} of the "
+                    f"{int(cumulative[phase])} bytes rank {source} sent in phases 0..{phase}"
+                )
                 break
     return problems
 
@@ -226,8 +242,10 @@ def _plan(args: argparse.Namespace, rank: int, size: int) -> Plan:
     trace = TraceDir.open(args.trace_dir)
     trace.require_ranks(size)
     if args.pacing and trace.format != "json":
-        raise TraceFormatError(f"{args.trace_dir}: --pacing needs recorded timestamps, which only JSON-lines "
-                               f"traces (trace_<rank>.txt) have; this trace is {trace.format}")
+        raise TraceFormatError(
+            f"{args.trace_dir}: --pacing needs recorded timestamps, which only JSON-lines "
+            f"traces (trace_<rank>.txt) have; this trace is {trace.format}"
+        )
     options = rail_options(args)
     if args.datagram_size is None and not os.environ.get(env_name("datagram_size"), "").strip():
         options["datagram_size"] = DEFAULT_DATAGRAM_SIZE
@@ -300,14 +318,16 @@ def _replay(comm, args: argparse.Namespace, plan: Plan, phases: int) -> dict[str
     expected = np.array(comm.alltoall(list(plan.summary.bytes[:phases].T)), dtype=np.int64).reshape(size, phases)
     sent = comm.alltoall(list(zip(replayer.sent.datagrams, replayer.sent.crc)))
     problems = check_delivery(rank, expected, sent, replayer.received, replayer.snapshots)
-    problems += [f"rank {rank}: finalize() found {count} {kind} message(s)"
-                 for kind, count in finalize.items() if count]
+    problems += [
+        f"rank {rank}: finalize() found {count} {kind} message(s)" for kind, count in finalize.items() if count
+    ]
 
     counts = np.array([[r.messages, r.bytes, r.datagrams] for r in replayer.results], np.int64).reshape(phases, 3)
     seconds = np.array([r.seconds for r in replayer.results], np.float64)
     # A few problems per rank are enough to diagnose; the count says how many there were.
-    gathered = comm.gather((problems[:MAX_PROBLEMS], len(problems), stats, replayer.received.bytes, counts, seconds,
-                            elapsed), root=0)
+    gathered = comm.gather(
+        (problems[:MAX_PROBLEMS], len(problems), stats, replayer.received.bytes, counts, seconds, elapsed), root=0
+    )
     if rank != 0:
         return None
     all_problems = [p for g in gathered for p in g[0]]
@@ -333,8 +353,16 @@ def _replay(comm, args: argparse.Namespace, plan: Plan, phases: int) -> dict[str
         "datagrams": int(totals[:, 2].sum()),
         "credit_messages": sum(g[0]["credit_messages_sent"] for g in gathered),
         "deferred_sends": sum(g[0]["deferred_sends"] for g in gathered),
-        "phases": [{"phase": p, "messages": int(totals[p, 0]), "bytes": int(totals[p, 1]),
-                    "datagrams": int(totals[p, 2]), "runtime_s": float(phase_seconds[p])} for p in range(phases)],
+        "phases": [
+            {
+                "phase": p,
+                "messages": int(totals[p, 0]),
+                "bytes": int(totals[p, 1]),
+                "datagrams": int(totals[p, 2]),
+                "runtime_s": float(phase_seconds[p]),
+            }
+            for p in range(phases)
+        ],
         "byte_matrix": matrix.tolist(),
         "verified": problem_count == 0,
         "problem_count": problem_count,
@@ -345,16 +373,34 @@ def _replay(comm, args: argparse.Namespace, plan: Plan, phases: int) -> dict[str
 
 def _print_summary(document: dict[str, Any]) -> None:
     busy = [p for p in document["phases"] if p["messages"]]
-    print(f"replay {document['trace']} ({document['format']}, {document['ranks']} ranks, "
-          f"{len(document['phases'])} phases, {len(busy)} with messages)")
-    print(format_table(
-        ["flow control", "runtime s", "goodput MB/s", "messages", "bytes", "datagrams", "credit msgs", "verified"],
-        [(document["flow_control"], document["runtime_s"], document["goodput_bps"] / 1e6,
-          document["messages_replayed"], document["bytes_replayed"], document["datagrams"],
-          document["credit_messages"], "yes" if document["verified"] else "NO")]))
+    print(
+        f"replay {document['trace']} ({document['format']}, {document['ranks']} ranks, "
+        f"{len(document['phases'])} phases, {len(busy)} with messages)"
+    )
+    print(
+        format_table(
+            ["flow control", "runtime s", "goodput MB/s", "messages", "bytes", "datagrams", "credit msgs", "verified"],
+            [
+                (
+                    document["flow_control"],
+                    document["runtime_s"],
+                    document["goodput_bps"] / 1e6,
+                    document["messages_replayed"],
+                    document["bytes_replayed"],
+                    document["datagrams"],
+                    document["credit_messages"],
+                    "yes" if document["verified"] else "NO",
+                )
+            ],
+        )
+    )
     if 1 < len(busy) <= 20:
-        print(format_table(["phase", "messages", "bytes", "datagrams", "runtime s"],
-                           [(p["phase"], p["messages"], p["bytes"], p["datagrams"], p["runtime_s"]) for p in busy]))
+        print(
+            format_table(
+                ["phase", "messages", "bytes", "datagrams", "runtime s"],
+                [(p["phase"], p["messages"], p["bytes"], p["datagrams"], p["runtime_s"]) for p in busy],
+            )
+        )
     for problem in document["problems"]:
         print(f"  {problem}", file=sys.stderr)
 
@@ -364,6 +410,7 @@ def run_on_cluster(args: argparse.Namespace) -> int:
     from ..cluster.jobs import run_job
     from ..cluster.options import ClusterChoice, without_cluster_flags
     from ..cluster.privileges import rerun_without_root
+
     choice = ClusterChoice.parse(args.cluster)
     status = rerun_without_root(args.mailrail_argv)
     if status is not None:

@@ -10,7 +10,7 @@ them back at disk-cache speed.
 from __future__ import annotations
 
 import tempfile
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 

@@ -69,9 +69,17 @@ def compute(trace: TraceDir) -> TraceStats:
         if summary.messages.any():
             sizes.append((summary.min_size, summary.max_size))
     phases = phase_count(trace.path, shapes)
-    return TraceStats(trace.path, trace.format, ranks, phase_bytes[:phases], phase_messages[:phases],
-                      byte_matrix, message_matrix, min((s[0] for s in sizes), default=0),
-                      max((s[1] for s in sizes), default=0))
+    return TraceStats(
+        trace.path,
+        trace.format,
+        ranks,
+        phase_bytes[:phases],
+        phase_messages[:phases],
+        byte_matrix,
+        message_matrix,
+        min((s[0] for s in sizes), default=0),
+        max((s[1] for s in sizes), default=0),
+    )
 
 
 def matrix_summary(matrix: np.ndarray, top: int = 5) -> dict[str, Any]:
@@ -91,8 +99,10 @@ def matrix_summary(matrix: np.ndarray, top: int = 5) -> dict[str, Any]:
         "zero_pairs": int((matrix == 0).sum()),
         "pairs": int(matrix.size),
         "self_bytes": int(np.trace(matrix)),
-        "top_receivers": [{"rank": int(r), "bytes": int(received[r]),
-                           "share": float(received[r]) / total if total else 0.0} for r in order],
+        "top_receivers": [
+            {"rank": int(r), "bytes": int(received[r]), "share": float(received[r]) / total if total else 0.0}
+            for r in order
+        ],
     }
 
 
@@ -116,8 +126,15 @@ def heatmap(stats: TraceStats, path: str) -> None:
         figure.colorbar(image, ax=axes, label="bytes sent" + (" (log scale)" if logarithmic else ""))
         if stats.ranks <= 8:  # small matrices: print the numbers too
             for (sender, receiver), value in np.ndenumerate(stats.byte_matrix):
-                axes.text(receiver, sender, f"{value:,}", ha="center", va="center", fontsize=8,
-                          color="black" if value and norm(value) > 0.6 else "white" if value else "grey")
+                axes.text(
+                    receiver,
+                    sender,
+                    f"{value:,}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="black" if value and norm(value) > 0.6 else "white" if value else "grey",
+                )
     else:
         axes.imshow(np.zeros_like(stats.byte_matrix), cmap="Greys", vmin=0, vmax=1)
     axes.set_xlabel("receiver rank")
@@ -158,23 +175,44 @@ def run(args: argparse.Namespace) -> int:
     mean_size = stats.bytes / stats.messages if stats.messages else 0.0
     print(f"trace      {stats.path} ({stats.format}, {stats.ranks} ranks)")
     print(f"phases     {stats.phases} ({busy} with messages)")
-    print(f"messages   {stats.messages:,}  bytes {stats.bytes:,}  message size {stats.min_size}..{stats.max_size} "
-          f"(mean {mean_size:,.1f})")
-    print(f"imbalance  max/mean bytes received per rank {summary['receive_imbalance']:.2f}, sent "
-          f"{summary['send_imbalance']:.2f}, per pair {summary['pair_imbalance']:.2f}")
-    print(f"pairs      {summary['zero_pairs']} of {summary['pairs']} exchange nothing; "
-          f"{summary['self_bytes']:,} bytes to self")
-    print(format_table(["top receiver", "bytes", "share"],
-                       [(f"rank {t['rank']}", t["bytes"], f"{100 * t['share']:.1f}%")
-                        for t in summary["top_receivers"]]))
+    print(
+        f"messages   {stats.messages:,}  bytes {stats.bytes:,}  message size {stats.min_size}..{stats.max_size} "
+        f"(mean {mean_size:,.1f})"
+    )
+    print(
+        f"imbalance  max/mean bytes received per rank {summary['receive_imbalance']:.2f}, sent "
+        f"{summary['send_imbalance']:.2f}, per pair {summary['pair_imbalance']:.2f}"
+    )
+    print(
+        f"pairs      {summary['zero_pairs']} of {summary['pairs']} exchange nothing; "
+        f"{summary['self_bytes']:,} bytes to self"
+    )
+    print(
+        format_table(
+            ["top receiver", "bytes", "share"],
+            [(f"rank {t['rank']}", t["bytes"], f"{100 * t['share']:.1f}%") for t in summary["top_receivers"]],
+        )
+    )
     if heatmap_path:
         print(f"heatmap    {heatmap_path}")
-    write_json(args.json, {
-        "trace": os.path.abspath(stats.path), "format": stats.format, "ranks": stats.ranks,
-        "phases": stats.phases, "busy_phases": busy, "messages": stats.messages, "bytes": stats.bytes,
-        "min_message_size": stats.min_size, "max_message_size": stats.max_size,
-        "phase_messages": stats.phase_messages.tolist(), "phase_bytes": stats.phase_bytes.tolist(),
-        **summary, "byte_matrix": stats.byte_matrix.tolist(), "message_matrix": stats.message_matrix.tolist(),
-        "heatmap": heatmap_path,
-    })
+    write_json(
+        args.json,
+        {
+            "trace": os.path.abspath(stats.path),
+            "format": stats.format,
+            "ranks": stats.ranks,
+            "phases": stats.phases,
+            "busy_phases": busy,
+            "messages": stats.messages,
+            "bytes": stats.bytes,
+            "min_message_size": stats.min_size,
+            "max_message_size": stats.max_size,
+            "phase_messages": stats.phase_messages.tolist(),
+            "phase_bytes": stats.phase_bytes.tolist(),
+            **summary,
+            "byte_matrix": stats.byte_matrix.tolist(),
+            "message_matrix": stats.message_matrix.tolist(),
+            "heatmap": heatmap_path,
+        },
+    )
     return 0

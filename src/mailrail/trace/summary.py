@@ -6,8 +6,8 @@ what every receiver must get; ``trace stats`` adds the ranks up.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -73,6 +73,8 @@ def phase_count(trace_path: str, shapes: list[tuple[int, int]]) -> int:
     barriers = {b for b, _ in shapes}
     if len(barriers) > 1:
         listing = ", ".join(f"rank {rank}: {b}" for rank, (b, _) in enumerate(shapes))
-        raise TraceFormatError(f"{trace_path}: the ranks recorded different numbers of barriers ({listing}); "
-                               f"barriers are global, so the rank files do not belong to one run")
+        raise TraceFormatError(
+            f"{trace_path}: the ranks recorded different numbers of barriers ({listing}); "
+            f"barriers are global, so the rank files do not belong to one run"
+        )
     return barriers.pop() + (1 if any(trailing for _, trailing in shapes) else 0)

@@ -4,7 +4,7 @@ See :mod:`mailrail.transport.base` for the interface, :mod:`.python` and
 :mod:`.compiled` for the two implementations.
 """
 
-from .base import EndpointHooks, Transport, Tuning
-from .python import Message, PythonTransport
+from .base import EndpointHooks, Message, Transport, Tuning
+from .python import PythonTransport
 
 __all__ = ["EndpointHooks", "Message", "PythonTransport", "Transport", "Tuning"]

@@ -12,7 +12,9 @@ flow control decides outside its own fast path.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 #: Most in-flight sends reclaimed per progress call, oldest first.
 SEND_TEST_WINDOW = 8
@@ -30,6 +32,26 @@ CREDIT_RECEIVES = 8
 IDLE_SPINS = 4
 
 
+@runtime_checkable
+class Message(Protocol):
+    """An arrived message: ``data`` is a read-only view of ``nbytes`` bytes from rank ``source``.
+
+    ``data`` lies in the receive pool and is valid until
+    :meth:`~mailrail.rail.MailRail.release_receive_buffer`; copy what must outlive it.  Both
+    transports hand out the compiled ``mailrail._engine.Message`` when it is built, else
+    :class:`~mailrail.transport.python.PyMessage`; each has these three attributes.
+    """
+
+    @property
+    def source(self) -> int: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    @property
+    def data(self) -> np.ndarray: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Tuning:
     """The progress engine's constants, the same for both transports."""
@@ -42,7 +64,7 @@ class Tuning:
     idle_sleep_ns: int = 0  # after idle_spins empty receive() calls: 0 yields the core, > 0 sleeps
 
     @classmethod
-    def for_idle_sleep(cls, idle_sleep_us: float) -> "Tuning":
+    def for_idle_sleep(cls, idle_sleep_us: float) -> Tuning:
         return cls(idle_sleep_ns=int(idle_sleep_us * 1000))
 
 
@@ -58,13 +80,13 @@ class Transport(Protocol):
     #: Messages handed to the application and not yet released.
     held: int
 
-    def reserve_send_buffer(self) -> Any:
+    def reserve_send_buffer(self) -> np.ndarray | None:
         """A writable slot of the send pool, or None (backpressure)."""
 
     def send(self, dest: Any, buf: Any, nbytes: Any) -> None:
         """Validate, count, and send now or defer until credit (the Endpoint decides)."""
 
-    def receive(self) -> Any:
+    def receive(self) -> Message | None:
         """Progress (reclaim sends, credits, deferred sends), then one arrived message or None."""
 
     def release_receive_buffer(self, message: Any) -> None:

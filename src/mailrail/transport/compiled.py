@@ -28,8 +28,18 @@ from typing import Any
 from mpi4py import MPI
 
 #: The MPI functions the engine calls.
-MPI_FUNCTIONS = ("MPI_Test", "MPI_Start", "MPI_Get_count", "MPI_Isend", "MPI_Send_init", "MPI_Recv_init",
-                 "MPI_Request_free", "MPI_Cancel", "MPI_Wait", "MPI_Test_cancelled")
+MPI_FUNCTIONS = (
+    "MPI_Test",
+    "MPI_Start",
+    "MPI_Get_count",
+    "MPI_Isend",
+    "MPI_Send_init",
+    "MPI_Recv_init",
+    "MPI_Request_free",
+    "MPI_Cancel",
+    "MPI_Wait",
+    "MPI_Test_cancelled",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +56,7 @@ class MPILibrary:
     any_tag: int
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _resolve() -> MPILibrary | str:
     """The library, or the reason the compiled transport cannot run."""
     for module in ("mailrail._engine", "mailrail._ledger"):
@@ -73,8 +83,9 @@ def _layout(library: ctypes.CDLL, functions: dict[str, int]) -> MPILibrary | str
     status.Set_tag(tag_marker)
     status.Set_elements(MPI.BYTE, 4321)
     raw = ctypes.string_at(MPI._addressof(status), status_size)
-    fields = [int.from_bytes(raw[offset:offset + 4], sys.byteorder, signed=True)
-              for offset in range(0, status_size - 3, 4)]
+    fields = [
+        int.from_bytes(raw[offset : offset + 4], sys.byteorder, signed=True) for offset in range(0, status_size - 3, 4)
+    ]
     if fields.count(source_marker) != 1 or fields.count(tag_marker) != 1:
         return f"MPI_Status layout not recognized ({status_size} bytes: {raw.hex()})"
     get_count = library.MPI_Get_count
@@ -83,9 +94,16 @@ def _layout(library: ctypes.CDLL, functions: dict[str, int]) -> MPILibrary | str
     code = get_count(MPI._addressof(status), handle(MPI.BYTE), ctypes.byref(count))
     if code != 0 or count.value != 4321:
         return f"MPI_Get_count through ctypes returned {count.value} (code {code}), expected 4321"
-    return MPILibrary(functions=functions, status_size=status_size, request_size=MPI._sizeof(MPI.Request),
-                      source_offset=4 * fields.index(source_marker), tag_offset=4 * fields.index(tag_marker),
-                      byte=handle(MPI.BYTE), any_source=MPI.ANY_SOURCE, any_tag=MPI.ANY_TAG)
+    return MPILibrary(
+        functions=functions,
+        status_size=status_size,
+        request_size=MPI._sizeof(MPI.Request),
+        source_offset=4 * fields.index(source_marker),
+        tag_offset=4 * fields.index(tag_marker),
+        byte=handle(MPI.BYTE),
+        any_source=MPI.ANY_SOURCE,
+        any_tag=MPI.ANY_TAG,
+    )
 
 
 def handle(obj: Any) -> int:

@@ -46,8 +46,9 @@ class PyMessage:
         return f"Message(source={self.source}, nbytes={self.nbytes}, {state})"
 
 
-#: One message type for both transports: the compiled one when it is built (same fields, same repr).
-Message = compiled.message_type() or PyMessage
+#: The class of the messages both transports hand out: the compiled one when it is built (same
+#: fields, same repr); both implement :class:`~mailrail.transport.base.Message`.
+MESSAGE_CLASS: type = compiled.message_type() or PyMessage
 
 #: Send pools of abandoned transports with sends still in flight: MPI may still read them.
 _abandoned_send_pools: list[SlotPool] = []
@@ -58,9 +59,20 @@ class PythonTransport:
 
     name = "python"
 
-    def __init__(self, *, comm: MPI.Comm, credit_comm: MPI.Comm | None, send_pool: SlotPool,
-                 recv_pool: SlotPool, recv_views: list[np.ndarray], posted_receives: int, endpoint: Endpoint,
-                 tuning: Tuning, tag_ub: int, trace: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        comm: MPI.Comm,
+        credit_comm: MPI.Comm | None,
+        send_pool: SlotPool,
+        recv_pool: SlotPool,
+        recv_views: list[np.ndarray],
+        posted_receives: int,
+        endpoint: Endpoint,
+        tuning: Tuning,
+        tag_ub: int,
+        trace: Any = None,
+    ) -> None:
         self._data = comm
         self._credit = credit_comm
         self._endpoint = endpoint
@@ -91,8 +103,7 @@ class PythonTransport:
         self._idle_calls = 0
         self._idle_sleep = tuning.idle_sleep_ns * 1e-9
         try:  # MPI requests exist from here: free them if a later step fails
-            self._recv_requests.extend(comm.Recv_init(view, MPI.ANY_SOURCE, MPI.ANY_TAG)
-                                       for view in recv_pool.views)
+            self._recv_requests.extend(comm.Recv_init(view, MPI.ANY_SOURCE, MPI.ANY_TAG) for view in recv_pool.views)
             for slot in range(posted_receives):
                 self._post(slot)
             self._unposted = list(range(recv_pool.slots - 1, posted_receives - 1, -1))
@@ -158,14 +169,14 @@ class PythonTransport:
                 if self._unposted:  # MAX_RECVS < receive slots: post a parked slot
                     self._post(self._unposted.pop())
                 self._idle_calls = 0
-                return Message(source, nbytes, self._recv_views[slot][:nbytes], slot, self)
+                return MESSAGE_CLASS(source, nbytes, self._recv_views[slot][:nbytes], slot, self)
         self._idle()
         return None
 
     def release_receive_buffer(self, message: Any) -> None:
         if self._stopped:
             raise FinalizedError("release_receive_buffer() called after finalize()")
-        if not isinstance(message, Message) or message._owner is not self:
+        if not isinstance(message, MESSAGE_CLASS) or message._owner is not self:
             raise ReleaseError(f"{message!r} is not a message received from this MailRail")
         slot = message._slot
         if slot < 0:

@@ -1,0 +1,61 @@
+"""The documentation's generated pages: tables written from the code that defines them.
+
+``conf.py`` calls :func:`write_generated_pages` at every build; the tests call the
+same functions, so a knob, a counter or a command cannot be documented differently
+from what the code does.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def knob_table() -> str:
+    """Every configuration knob: variable, keyword, default, meaning (from the Config fields' metadata)."""
+    from mailrail.config import knobs
+
+    rows = ["| variable | keyword / flag | default | meaning |", "|---|---|---|---|"]
+    for knob in knobs():
+        flag = f" / `--{knob.name.replace('_', '-')}`" if knob.flag else ""
+        rows.append(f"| `{knob.variable}` | `{knob.name}`{flag} | {knob.default_text} | {knob.help} |")
+    return "\n".join(rows) + "\n"
+
+
+def counter_table() -> str:
+    """Every ``stats()`` entry, who counts it, and what it means (from :mod:`mailrail.counters`)."""
+    from mailrail import counters
+
+    rows = ["| name | counted by | meaning |", "|---|---|---|"]
+    for who, table in (
+        ("transport", counters.TRANSPORT_COUNTERS),
+        ("protocol", counters.PROTOCOL_COUNTERS),
+        ("rail", counters.RAIL_FACTS),
+    ):
+        rows += [f"| `{name}` | {who} | {meaning} |" for name, meaning in table.items()]
+    return "\n".join(rows) + "\n"
+
+
+def command_reference() -> str:
+    """Every ``mailrail`` command with the help its parser prints (from :data:`mailrail.cli.COMMANDS`)."""
+    from mailrail.cli import COMMANDS, build_parser
+
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: the same page on any machine
+    parts = []
+    for path, (_, summary) in COMMANDS.items():
+        name = "mailrail " + " ".join(path)
+        parts.append(f"## `{name}`\n\n{summary}\n\n```text\n{build_parser(list(path)).format_help().rstrip()}\n```\n")
+    return "\n".join(parts)
+
+
+def write_generated_pages(directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    for name, text in (
+        ("knobs.md", knob_table()),
+        ("counters.md", counter_table()),
+        ("commands.md", command_reference()),
+    ):
+        path = os.path.join(directory, name)
+        old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        if old != text:  # rewrite only what changed, so Sphinx rebuilds only the pages that include it
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(text)
