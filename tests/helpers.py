@@ -45,86 +45,55 @@ def job_environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def _fail_hung(what: str, timeout: float, expired: subprocess.TimeoutExpired) -> None:
-    pytest.fail(
-        f"{what} hung for {timeout:.0f} s and was killed\n--- stdout ---\n{(expired.output or '')[-6000:]}\n"
-        f"--- stderr ---\n{(expired.stderr or '')[-6000:]}"
-    )
-
-
-def _failed(what: str, completed: subprocess.CompletedProcess) -> None:
-    pytest.fail(
-        f"{what} exited {completed.returncode}\n--- stdout ---\n{completed.stdout[-6000:]}\n"
-        f"--- stderr ---\n{completed.stderr[-6000:]}"
-    )
+def _bounded(what: str, argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """*argv* in its own process group with its output captured; killed, and the test failed, after *timeout*."""
+    try:
+        return run_bounded(argv, timeout=timeout, env=env, capture=True)
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(
+            f"{what} hung for {timeout:.0f} s and was killed\n--- stdout ---\n{(expired.output or '')[-6000:]}\n"
+            f"--- stderr ---\n{(expired.stderr or '')[-6000:]}"
+        )
 
 
 def mailrail(
     *args: str, timeout: float = 240, prefix: list[str] | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """``python -m mailrail ARGS`` in its own process group (*env*: variables added to the job
-    environment), killed after *timeout* seconds."""
+    """``python -m mailrail ARGS`` (*env*: variables added to the job environment), bounded by *timeout*."""
     argv = [*(prefix or []), sys.executable, "-m", "mailrail", *args]
-    try:
-        return run_bounded(argv, timeout=timeout, env=job_environment(**(env or {})), capture=True)
-    except subprocess.TimeoutExpired as expired:
-        _fail_hung(f"mailrail {' '.join(args)}", timeout, expired)
-        raise  # not reached: pytest.fail raises
+    return _bounded(f"mailrail {' '.join(args)}", argv, job_environment(**(env or {})), timeout)
 
 
 def mailrail_job(
     ranks: int, *args: object, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT
 ) -> subprocess.CompletedProcess:
-    """``mpiexec -n RANKS python -m mailrail ARGS`` in the test's job environment, killed after *timeout*."""
+    """``mpiexec -n RANKS python -m mailrail ARGS`` in the test's job environment, bounded by *timeout*."""
     argv = [str(arg) for arg in args]
     launch = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail", *argv])
-    try:
-        return run_bounded(
-            launch, timeout=timeout, env=mpi_environment(base=job_environment(**(env or {}))), capture=True
-        )
-    except subprocess.TimeoutExpired as expired:
-        _fail_hung(f"mailrail {' '.join(argv)} on {ranks} ranks", timeout, expired)
-        raise
+    return _bounded(f"mailrail {' '.join(argv)} on {ranks} ranks", launch, _mpi_job_environment(env), timeout)
 
 
 def replay(ranks: int, trace: object, json_path: Path, *flags: str, env: dict[str, str] | None = None) -> dict:
     """``mailrail replay TRACE --json JSON_PATH FLAGS``; fails the test unless it exits 0; the JSON document."""
-    completed = mailrail_job(ranks, "replay", trace, "--json", json_path, *flags, env=env)
-    if completed.returncode != 0:
-        _failed(f"replay {trace} {' '.join(flags)}", completed)
+    assert_succeeded(mailrail_job(ranks, "replay", trace, "--json", json_path, *flags, env=env))
     return json.loads(json_path.read_text())
 
 
 def run_program(
     ranks: int, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT
 ) -> subprocess.CompletedProcess:
-    """Test program *name* (tests/programs) on *ranks* ranks under mpiexec, killed after *timeout*."""
+    """Test program *name* (tests/programs) on *ranks* ranks under mpiexec, bounded by *timeout*."""
     argv = mpiexec_argv(ranks, [*program(name), *args])
-    try:
-        return run_bounded(
-            argv, timeout=timeout, env=mpi_environment(base=job_environment(**(env or {}))), capture=True
-        )
-    except subprocess.TimeoutExpired as expired:
-        _fail_hung(f"{name} on {ranks} ranks", timeout, expired)
-        raise
+    return _bounded(f"{name} on {ranks} ranks", argv, _mpi_job_environment(env), timeout)
 
 
 def mpirun(ranks: int, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT) -> dict:
     """Run test program *name*; fails the test unless it exits 0; the ``RESULT`` line of rank 0."""
-    completed = run_program(ranks, name, *args, env=env, timeout=timeout)
-    if completed.returncode != 0:
-        _failed(f"{name} on {ranks} ranks", completed)
-    return result_of(completed)
+    return result_of(run_program(ranks, name, *args, env=env, timeout=timeout))
 
 
-def mpirun_failing(
-    ranks: int, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT
-) -> subprocess.CompletedProcess:
-    """Run test program *name*, which must fail (exit non-zero); its output, to check the error."""
-    completed = run_program(ranks, name, *args, env=env, timeout=timeout)
-    if completed.returncode == 0:
-        pytest.fail(f"{name} was expected to fail but exited 0:\n{completed.stdout[-6000:]}")
-    return completed
+def _mpi_job_environment(env: dict[str, str] | None) -> dict[str, str]:
+    return mpi_environment(base=job_environment(**(env or {})))
 
 
 def assert_exactly_once(result: dict, engine: str = TEST_ENGINE or "compiled") -> None:
@@ -178,11 +147,16 @@ def ready_pids(stdout: str) -> list[int]:
     return [int(line.split()[2]) for line in stdout.splitlines() if line.startswith("READY ")]
 
 
-def result_of(completed: subprocess.CompletedProcess) -> dict:
-    """The ``RESULT <json>`` line of a job that must have exited 0 (else the test fails with its output)."""
+def assert_succeeded(completed: subprocess.CompletedProcess) -> None:
+    """The job exited 0; else the test fails with its output."""
     assert completed.returncode == 0, (
         f"exit {completed.returncode}\n{completed.stdout[-4000:]}\n{completed.stderr[-4000:]}"
     )
+
+
+def result_of(completed: subprocess.CompletedProcess) -> dict:
+    """The ``RESULT <json>`` line of a job that must have exited 0."""
+    assert_succeeded(completed)
     for line in completed.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])
