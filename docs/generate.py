@@ -39,11 +39,18 @@ def command_reference() -> str:
     """Every ``mailrail`` command with the help its parser prints (from :data:`mailrail.cli.COMMANDS`)."""
     from mailrail.cli import COMMANDS, build_parser
 
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: the same page on any machine
     parts = []
-    for path, (_, summary) in COMMANDS.items():
-        name = "mailrail " + " ".join(path)
-        parts.append(f"## `{name}`\n\n{summary}\n\n```text\n{build_parser(list(path)).format_help().rstrip()}\n```\n")
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: the same page on any machine
+    try:
+        for path, (_, summary) in COMMANDS.items():
+            help_text = build_parser(list(path)).format_help().rstrip()
+            parts.append(f"## `mailrail {' '.join(path)}`\n\n{summary}\n\n```text\n{help_text}\n```\n")
+    finally:  # the caller's environment as it was (the tests call this too)
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
     return "\n".join(parts)
 
 

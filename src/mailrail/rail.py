@@ -149,7 +149,7 @@ class MailRail:
             config.flow_control,
             recv_slots=config.recv_pool_slots,
             ranks=self.size,
-            nodes=nodes or 0,
+            nodes=nodes,
             credit_threshold=config.credit_threshold,
             credits_per_pair=config.credits_per_pair,
         )
@@ -171,7 +171,7 @@ class MailRail:
             return Unconstrained()
         flow: FlowControl
         if config.flow_control == "rank":
-            budget = budget or self._credits_for(0)  # known at construction: never None here
+            assert budget is not None  # rank mode's budget is computed at construction, before any MPI object
             if compiled_path:
                 flow = compiled.credit_ledger(
                     "rank",
