@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import warnings
 
 import pytest
 
 from mailrail.bench.common import add_rail_arguments
-from mailrail.config import KNOBS, Config, env_name, knobs
-from mailrail.errors import ConfigError
+from mailrail.config import KNOBS, MPI_INT_MAX, NON_KNOB_VARIABLES, Config, env_name, knobs, physical_memory
+from mailrail.errors import ConfigError, ConfigWarning
 
 
 def test_defaults_with_an_empty_environment():
@@ -59,6 +60,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "MAILRAIL_ATOMICS": "cpu",
         "MAILRAIL_ENGINE": "python",
         "MAILRAIL_TRACE": "/tmp/trace-dir",
+        "MAILRAIL_ON_ERROR": "raise",
     }
     assert set(environ) == {env_name(k) for k in KNOBS}, "test must cover every knob"
     config = Config.from_env(environ)
@@ -77,13 +79,114 @@ def test_every_knob_is_read_from_its_environment_variable():
         "atomics": "cpu",
         "engine": "python",
         "trace": "/tmp/trace-dir",
+        "on_error": "raise",
     }
     assert config.posted_receives == 32
 
 
 def test_unrelated_and_blank_environment_variables_are_ignored():
-    config = Config.from_env({"MAILRAIL_DATAGRAM_SIZE": "   ", "MAILRAIL_UNKNOWN": "7", "PATH": "/bin"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = Config.from_env({"MAILRAIL_DATAGRAM_SIZE": "   ", "PATH": "/bin", "MAILRAIL_TEST_TIMEOUT": "9"})
     assert config == Config()
+
+
+def test_an_unknown_mailrail_variable_warns_naming_the_closest_knob():
+    with pytest.warns(ConfigWarning) as caught:
+        config = Config.from_env({"MAILRAIL_FLOWCONTROL": "rank", "MAILRAIL_RECV_SLOTS": "2"})
+    assert [str(warning.message) for warning in caught] == [
+        "unknown environment variable MAILRAIL_FLOWCONTROL is ignored: did you mean MAILRAIL_FLOW_CONTROL?",
+        "unknown environment variable MAILRAIL_RECV_SLOTS is ignored: did you mean MAILRAIL_RECV_POOL_SLOTS?",
+    ]
+    assert config == Config()  # misspelled: nothing taken from them
+
+
+def test_an_unknown_variable_far_from_every_knob_lists_the_knobs():
+    with pytest.warns(ConfigWarning) as caught:
+        Config.from_env({"MAILRAIL_ZZZ": "1"})
+    assert "MAILRAIL_ZZZ" in str(caught[0].message) and "MAILRAIL_DATAGRAM_SIZE" in str(caught[0].message)
+
+
+def test_the_non_knob_variables_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Config.from_env({name: "1" for name in NON_KNOB_VARIABLES})
+    assert {"MAILRAIL_CLUSTER_USERNS", "MAILRAIL_TEST_ENGINE", "MAILRAIL_TEST_TIMEOUT"} <= set(NON_KNOB_VARIABLES)
+
+
+def test_config_warning_can_be_made_an_error_by_the_warnings_filter():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        with pytest.raises(ConfigWarning):
+            Config.from_env({"MAILRAIL_DATAGRAM_SIZ": "64"})
+
+
+@pytest.mark.parametrize(
+    "variable, raw",
+    [
+        ("MAILRAIL_IDLE_SLEEP_US", "9e15"),
+        ("MAILRAIL_IDLE_SLEEP_US", "1e16"),
+        ("MAILRAIL_IDLE_SLEEP_US", "1000001"),
+        ("MAILRAIL_STALL_TIMEOUT", "1e9"),
+        ("MAILRAIL_DATAGRAM_SIZE", "2147483648"),
+        ("MAILRAIL_RECV_POOL_SLOTS", "1e9"),
+        ("MAILRAIL_RECV_POOL_SLOTS", "99999999999999999999"),
+        ("MAILRAIL_SEND_POOL_SLOTS", "2147483648"),
+        ("MAILRAIL_MAX_RECVS", "2147483648"),
+        ("MAILRAIL_CREDITS_PER_PAIR", "2147483648"),
+        ("MAILRAIL_CREDIT_THRESHOLD", "2147483648"),
+        ("MAILRAIL_RANKS_PER_NODE", "2147483648"),
+    ],
+)
+def test_every_numeric_knob_has_an_upper_bound(variable, raw):
+    with pytest.raises(ConfigError) as info:
+        Config.from_env({variable: raw})
+    assert variable in str(info.value) and raw in str(info.value)
+
+
+def test_the_largest_accepted_values_fit_mpi_ints():
+    config = Config.from_env({"MAILRAIL_IDLE_SLEEP_US": "1000000", "MAILRAIL_CREDITS_PER_PAIR": str(MPI_INT_MAX)})
+    assert config.idle_sleep_us == 1e6 and config.credits_per_pair == MPI_INT_MAX
+
+
+def test_pools_larger_than_physical_memory_are_refused_naming_the_sizes():
+    memory = physical_memory()
+    assert memory is not None
+    slots = memory // (1 << 30) + 2  # 1 GiB datagrams: one more than the memory holds
+    with pytest.raises(ConfigError) as info:
+        Config.from_env({"MAILRAIL_DATAGRAM_SIZE": str(1 << 30), "MAILRAIL_RECV_POOL_SLOTS": str(slots)})
+    assert f"MAILRAIL_RECV_POOL_SLOTS={slots}" in str(info.value) and str(memory) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "path, words",
+    [
+        ("/etc/passwd", ["exists and is not a directory"]),
+        ("/nonexistent/dir/x", ["'/nonexistent/dir'", "does not exist"]),
+        ("", ["must be a directory path"]),
+    ],
+)
+def test_bad_trace_paths_are_config_errors(path, words):
+    with pytest.raises(ConfigError) as info:
+        Config.from_env({}, trace=path)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_an_existing_file_and_a_missing_parent_are_refused_and_nothing_is_created(tmp_path):
+    existing = tmp_path / "file"
+    existing.write_text("x")
+    with pytest.raises(ConfigError):
+        Config.from_env({"MAILRAIL_TRACE": str(existing)})
+    with pytest.raises(ConfigError):
+        Config.from_env({"MAILRAIL_TRACE": str(tmp_path / "missing" / "trace")})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_trace_directory_or_a_new_one_in_an_existing_directory_is_accepted(tmp_path):
+    assert Config.from_env({"MAILRAIL_TRACE": str(tmp_path)}).trace == str(tmp_path)
+    assert Config.from_env({"MAILRAIL_TRACE": str(tmp_path / "new")}).trace == str(tmp_path / "new")
+    assert not (tmp_path / "new").exists()  # made by the first rail that records, not by the check
 
 
 def test_environment_values_are_stripped_and_case_insensitive():

@@ -29,4 +29,10 @@ def test_stats_while_sends_are_deferred_mean_the_same_on_both_transports(engine)
     # 2 credits per pair, returned 2 at a time: 10 releases make 5 returns; the 8 deferred sends
     # needed 4 of them (the last may still be on its way when the barrier ends).
     assert receiver["credit_messages_sent"] == 5 and 4 <= sender["credit_messages_received"] <= 5
-    assert result["checksum_match"] and result["finalize"] == {"deferred": 0, "unreleased": 0, "unreceived": 0}
+    assert result["checksum_match"] and result["finalize"] == {
+        "deferred": 0,
+        "unreleased": 0,
+        "unreceived": 0,
+        "reserved": 0,
+        "staged": 0,
+    }

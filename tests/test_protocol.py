@@ -107,7 +107,9 @@ def test_invalid_destination_is_rejected_naming_it(dest):
     message = str(info.value)
     assert repr(dest) in message
     assert f"0..{SIZE - 1}" in message
-    assert ep.send_state[slot] == HELD  # nothing was taken
+    # The reserved slot went back to the pool before the error: a failed send() leaks no buffer.
+    assert ep.send_state[slot] == FREE and ep.send_pool.free_count == 8
+    assert ep.send_buffers_reserved == 0 and ep.messages_sent == 0
 
 
 @pytest.mark.parametrize("nbytes", [-1, DATAGRAM + 1, 2.0, "8", True])
@@ -119,7 +121,64 @@ def test_invalid_size_is_rejected_naming_it_and_the_datagram_size(nbytes):
     message = str(info.value)
     assert repr(nbytes) in message
     assert str(DATAGRAM) in message
-    assert ep.send_state[slot] == HELD
+    assert ep.send_state[slot] == FREE and ep.send_pool.free_count == 8
+    assert ep.send_buffers_reserved == 0 and ep.messages_sent == 0
+
+
+def test_reserved_buffers_are_counted_until_submitted():
+    ep = endpoint()
+    slots = [reserve_buf(ep) for _ in range(3)]
+    assert ep.send_buffers_reserved == 3 == ep.transport_counters(0)["send_buffers_reserved"]
+    ep.submit(1, slots[0][1], 4)
+    assert ep.send_buffers_reserved == 2
+
+
+def test_a_deferred_send_is_no_longer_counted_as_reserved():
+    ep = rank_endpoint(per_pair=1)
+    send(ep, 1)
+    _, deferred = send(ep, 1)
+    assert not deferred and ep.send_buffers_reserved == 0 and ep.deferred.total == 1
+
+
+@pytest.mark.parametrize("view", [lambda b: b[::2], lambda b: b[::-1][::-1][::3], lambda b: b.reshape(8, 8)[:, :2]])
+def test_a_non_contiguous_view_of_a_slot_is_refused_naming_its_strides_and_nothing_changes(view):
+    ep = endpoint()
+    slot, buf = reserve_buf(ep)
+    strided = view(buf)
+    with pytest.raises(BufferOwnershipError) as info:
+        ep.submit(1, strided, 4)
+    assert f"strides {strided.strides}" in str(info.value)
+    assert ep.send_state[slot] == HELD and ep.send_buffers_reserved == 1 and ep.messages_sent == 0
+    assert ep.submit(1, buf[:8], 4) == (1, 4, slot)  # the contiguous prefix is fine
+
+
+def test_a_bad_destination_with_a_non_contiguous_view_leaves_the_slot_reserved():
+    ep = endpoint()
+    slot, buf = reserve_buf(ep)
+    with pytest.raises(InvalidDestinationError):
+        ep.submit(99, buf[::2], 4)
+    assert ep.send_state[slot] == HELD and ep.send_buffers_reserved == 1
+
+
+def test_a_failed_send_of_a_buffer_already_sent_changes_nothing():
+    ep = endpoint()
+    slot, buf = reserve_buf(ep)
+    ep.submit(1, buf, 4)
+    with pytest.raises(InvalidDestinationError):
+        ep.submit(99, buf, 4)
+    assert ep.send_state[slot] == IN_FLIGHT and ep.send_buffers_reserved == 0
+
+
+def test_the_stall_report_reads_the_counters_of_the_transport():
+    ep = rank_endpoint(per_pair=1, stall_timeout=1.0)
+    send(ep, 1)
+    send(ep, 1)  # deferred
+    counts = dict(ep.transport_counters(0), messages_received=7, messages_released=5, credit_messages_received=3)
+    ep.counters = lambda: counts
+    ep.check_stall(0.0)
+    with pytest.raises(CreditStallError) as info:
+        ep.check_stall(2.0)
+    assert "received 7 message(s), released 5, got 3 credit message(s)" in str(info.value)
 
 
 @pytest.mark.parametrize("foreign", [np.zeros(DATAGRAM, np.uint8), bytearray(DATAGRAM), b"abc"])

@@ -84,6 +84,8 @@ def errors(request):
         ("nbytes_negative", "MessageSizeError", ["nbytes=-1", "0..64"]),
         ("nbytes_too_large", "MessageSizeError", ["nbytes=65", "0..64"]),
         ("foreign_buffer", "BufferOwnershipError", ["not reserved"]),
+        ("non_contiguous", "BufferOwnershipError", ["contiguous", "strides (2,)"]),
+        ("finalize_strict_reserved", "UndeliveredError", ["1 reserved send buffer(s) never sent"]),
         ("buffer_sent_twice", "BufferOwnershipError", ["in flight", "once per reserve_send_buffer"]),
         ("release_twice", "ReleaseError", ["already released"]),
         ("release_foreign", "ReleaseError", ["'not a message'", "not a message received from this MailRail"]),
@@ -102,6 +104,29 @@ def test_misuse_raises_a_precise_error(errors, case, error, words):
     assert raised == error, (case, raised, message)
     for word in words:
         assert word in message, (case, word, message)
+
+
+@pytest.mark.smoke
+def test_a_send_that_raises_gives_the_reserved_buffer_back(errors):
+    assert errors["reserved_counted"] == [1, 1]  # counted, and pending
+    for case in ("dest_too_large", "dest_negative", "dest_not_int", "nbytes_negative", "nbytes_too_large"):
+        assert errors[f"{case}_reserved_after"] == [0, 0], case
+
+
+def test_a_refused_non_contiguous_view_leaves_its_slot_reserved(errors):
+    assert errors["non_contiguous_reserved_after"] == [1, 1]
+
+
+def test_finalize_reports_reserved_buffers_never_sent(errors):
+    report = errors["finalize_reserved_report"]
+    assert report == {"deferred": 0, "unreleased": 0, "unreceived": 0, "reserved": 1, "staged": 0}
+    assert len(errors["finalize_reserved_warnings"]) == 1
+    assert "1 reserved send buffer(s) never sent" in errors["finalize_reserved_warnings"][0]
+
+
+@pytest.mark.parametrize("mode", ["none_None", "rank_None", "node_None", "node_1"])
+def test_stats_after_finalize_work_in_every_mode(errors, mode):
+    assert errors[f"stats_after_finalize_{mode}"] == ["no error", ""]
 
 
 def test_full_send_pool_returns_none_not_an_error(errors):
@@ -140,7 +165,7 @@ def test_received_data_is_a_read_only_view(errors):
 
 def test_finalize_reports_what_was_never_delivered(errors):
     report, warnings = errors["finalize_report"]
-    assert report == {"deferred": 0, "unreleased": 1, "unreceived": 1}
+    assert report == {"deferred": 0, "unreleased": 1, "unreceived": 1, "reserved": 0, "staged": 0}
     assert len(warnings) == 1
     assert "1 received message(s) never released" in warnings[0]
     assert "1 arrived message(s) never returned by receive()" in warnings[0]

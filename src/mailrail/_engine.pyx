@@ -20,22 +20,30 @@ as addresses, with that library's layout facts (sizes of ``MPI_Status`` and
 ``MPI_Request``, offsets of ``MPI_SOURCE`` and ``MPI_TAG``, handle values).
 Handles travel as ``intptr_t``: MPICH's int handles and Open MPI's pointer
 handles both fit.
+
+It never crashes the process: a failed construction step releases what
+exists; an MPI error is a Python exception that leaves the engine usable; the
+clean-up calls go on past MPI errors and raise the first once everything is
+released; a pool that MPI may still use is never freed (docs/architecture.md).
 """
 
 cimport cython
 from cpython.long cimport PyLong_AsLongAndOverflow, PyLong_CheckExact, PyLong_FromVoidPtr
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from libc.limits cimport LONG_MAX
 from libc.stdint cimport INT32_MAX, intptr_t
 from posix.time cimport nanosleep, timespec
 
 from mailrail._ledger cimport CreditLedger
 
+import atexit
 import time
+import weakref
 
 from mpi4py import MPI
 
 from mailrail.counters import TRANSPORT_COUNTERS
-from mailrail.errors import BufferOwnershipError, FinalizedError, ReleaseError
+from mailrail.errors import BufferOwnershipError, FinalizedError, MailRailError, ReleaseError
 
 cdef extern from "<sched.h>":
     int sched_yield() nogil
@@ -77,9 +85,25 @@ ctypedef struct SendSlot:
 
 cdef char credit_buffer[1]  # credit messages carry no payload (the count is the tag)
 
-#: Send pools of abandoned engines with sends still in flight: MPI may still read them, so they are
-#: kept alive until the process ends rather than freed under MPI (see Engine.abandon).
+#: Pools of abandoned engines that MPI may still read (sends in flight) or write (a receive whose
+#: cancellation failed): kept alive until the process ends rather than freed under MPI (see Engine.abandon).
 _abandoned_send_pools = []
+_abandoned_recv_pools = []
+
+#: Engines not yet closed: abandoned before MPI_Finalize (mpi4py finalizes at exit, after the
+#: atexit handlers registered later, such as this module's), so that no receive is still posted then.
+_live_engines = weakref.WeakSet()
+
+
+def _abandon_live_engines():
+    for engine in list(_live_engines):
+        try:
+            engine.abandon()
+        except Exception:  # one engine's MPI failure must not keep the others posted
+            pass
+
+
+atexit.register(_abandon_live_engines)
 
 
 @cython.final
@@ -114,6 +138,25 @@ cdef int mpi_failed(int code) except -1:
     raise MPI.Exception(code)
 
 
+@cython.final
+cdef class ErrorLog:
+    """The first MPI error of a clean-up that goes on past errors, raised once everything is released."""
+
+    cdef int code
+    cdef str step
+
+    cdef inline int note(self, int code, str step) noexcept:
+        if code != 0 and self.code == 0:
+            self.code, self.step = code, step
+        return code
+
+    cdef int raise_first(self) except -1:
+        if self.code:
+            raise MailRailError(f"MPI failed to {self.step} ({MPI.Exception(self.code)}); everything else "
+                                f"was released") from MPI.Exception(self.code)
+        return 0
+
+
 cdef void *address(dict functions, str name) except NULL:
     cdef size_t value = functions.get(name) or 0
     if value == 0:
@@ -139,7 +182,7 @@ cdef class Engine:
     cdef wait_fn wait
     cdef test_cancelled_fn test_cancelled
     cdef intptr_t comm, byte
-    cdef int any_source, any_tag, source_offset, tag_offset
+    cdef int any_source, any_tag, source_offset, tag_offset, error_offset
     cdef unsigned char status[STATUS_BYTES]
     # Python objects
     cdef list send_views, recv_views
@@ -180,6 +223,7 @@ cdef class Engine:
     cdef int idle_calls, idle_spins
     cdef long idle_sleep_ns
     cdef bint stopped, closed
+    cdef int reserved                 # send slots HELD: reserved by the application, not yet sent
     # counters (see mailrail.counters)
     cdef long long messages_sent, bytes_sent, messages_received, bytes_received, messages_released
     cdef long long reserve_failures, credit_messages_sent, credit_messages_received, credits_returned
@@ -192,22 +236,26 @@ cdef class Engine:
         :class:`~mailrail.pool.SlotPool`; *recv_views*: the read-only views handed out per receive
         slot; *endpoint*: the :class:`~mailrail.transport.base.EndpointHooks`; *tuning*:
         :class:`~mailrail.transport.base.Tuning`; *ledger*: the credit modes' ledger, or None."""
-        if self.send_views is not None:
+        if self.send_views is not None or self.closed:
             raise RuntimeError("Engine is initialized once")
-        self.bind_mpi(mpi, comm)
-        self.bind_pools(send_pool, recv_pool, recv_views, posted_receives, size)
-        self.bind_tuning(tuning)
-        self.bind_endpoint(endpoint)
-        if ledger is not None:
-            self.bind_credits(ledger, credit_comm, tag_ub)
-        self.allocate()
-        try:  # from here on MPI requests exist: free them if a later step fails
-            self.create_receives()
+        try:
+            self.bind_tuning(tuning)  # plain values first: a bad one reaches no C field
+            self.bind_mpi(mpi, comm)
+            self.bind_pools(send_pool, recv_pool, recv_views, posted_receives, size)
+            self.bind_endpoint(endpoint)
+            if ledger is not None:
+                self.bind_credits(ledger, credit_comm, tag_ub)
+            self.allocate()
+            self.create_receives()  # from here on MPI requests exist
             if ledger is not None:
                 self.create_credit_receives()
         except BaseException:
-            self.free_requests()
+            # Release exactly what exists (every array pointer may be NULL, every count 0); the
+            # first failure is the one to report.
+            self.stopped = self.closed = True
+            self.release_requests(ErrorLog())
             raise
+        _live_engines.add(self)
 
     # -- construction, step by step ------------------------------------------
 
@@ -223,10 +271,12 @@ cdef class Engine:
         self.cancel = <request_fn>address(functions, "MPI_Cancel")
         self.wait = <wait_fn>address(functions, "MPI_Wait")
         self.test_cancelled = <test_cancelled_fn>address(functions, "MPI_Test_cancelled")
-        if mpi.status_size > STATUS_BYTES or mpi.request_size > REQUEST_BYTES or not (
-                0 <= mpi.source_offset <= mpi.status_size - 4 and 0 <= mpi.tag_offset <= mpi.status_size - 4):
-            raise ValueError(f"unsupported MPI layout: {mpi!r}")
-        self.source_offset, self.tag_offset = mpi.source_offset, mpi.tag_offset
+        if mpi.status_size > STATUS_BYTES or mpi.request_size > REQUEST_BYTES or not all(
+                0 <= offset <= mpi.status_size - 4 for offset in (mpi.source_offset, mpi.tag_offset, mpi.error_offset)):
+            raise ValueError(f"unsupported MPI layout: status of {mpi.status_size} bytes (MPI_SOURCE at "
+                             f"{mpi.source_offset}, MPI_TAG at {mpi.tag_offset}, MPI_ERROR at {mpi.error_offset}), "
+                             f"request of {mpi.request_size} bytes")
+        self.source_offset, self.tag_offset, self.error_offset = mpi.source_offset, mpi.tag_offset, mpi.error_offset
         self.byte, self.any_source, self.any_tag = mpi.byte, mpi.any_source, mpi.any_tag
         self.comm = comm
         return 0
@@ -252,14 +302,19 @@ cdef class Engine:
         return 0
 
     cdef int bind_tuning(self, tuning) except -1:
+        cdef dict bounds = {"send_test_window": (1, INT32_MAX), "head_patience": (1, INT32_MAX),
+                            "credit_poll_interval": (1, INT32_MAX), "credit_receives": (1, 1 << 20),
+                            "idle_spins": (0, INT32_MAX), "idle_sleep_ns": (0, LONG_MAX)}
+        for name, (low, high) in bounds.items():
+            value = getattr(tuning, name)
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"tuning {name}={value!r} is out of range {low}..{high} ({tuning!r})")
         self.send_test_window = tuning.send_test_window
         self.head_patience = tuning.head_patience
         self.idle_spins = tuning.idle_spins
         self.idle_sleep_ns = tuning.idle_sleep_ns
         self.progress_interval = tuning.credit_poll_interval
         self.credit_receives = tuning.credit_receives
-        if self.send_test_window < 1 or self.head_patience < 1 or self.credit_receives < 1:
-            raise ValueError(f"tuning needs send_test_window, head_patience and credit_receives >= 1: {tuning!r}")
         return 0
 
     cdef int bind_endpoint(self, endpoint) except -1:
@@ -338,7 +393,7 @@ cdef class Engine:
 
     def __del__(self):
         # Collected without close(): posted receives would write into a freed pool.
-        if not self.closed and self.send_views is not None:
+        if not self.closed:
             self.abandon()
 
     # -- internals ------------------------------------------------------------
@@ -354,16 +409,70 @@ cdef class Engine:
         self.posted_count += 1
         return 0
 
+    cdef int free_slot(self, int slot) noexcept:
+        self.send_state[slot] = FREE
+        self.free_stack[self.free_count] = slot
+        self.free_count += 1
+        return 0
+
+    cdef int unreserve(self, int slot) noexcept:
+        """A reserved slot whose send() raised goes back to the pool."""
+        if self.send_state[slot] == HELD:
+            self.reserved -= 1
+            self.free_slot(slot)
+        return 0
+
+    cdef int pin_pools(self) except -1:
+        """MPI may still use this engine's pools (a request not known to be complete): never free them."""
+        if not any(pool is self.send_pool for pool in _abandoned_send_pools):
+            _abandoned_send_pools.append(self.send_pool)
+        if not any(views is self.recv_views for views in _abandoned_recv_pools):
+            _abandoned_recv_pools.append(self.recv_views)
+        return 0
+
+    cdef int receive_failed(self, int slot, int code) except -1:
+        """The head receive completed with an error (it is inactive now): re-post it at the tail, raise."""
+        cdef int source = (<int *>(self.status + self.source_offset))[0]
+        (<int *>(self.status + self.error_offset))[0] = 0  # MPICH never writes it: no stale error later
+        self.posted_head = (self.posted_head + 1) % self.recv_slots
+        self.posted_count -= 1
+        error = MPI.Exception(code)
+        origin = f" from rank {source}" if 0 <= source < self.size else ""
+        restart = self.start(self.recv_request[slot].handle)
+        if restart == 0:
+            self.posted[(self.posted_head + self.posted_count) % self.recv_slots] = slot
+            self.posted_count += 1
+        else:  # parked: posted again when another arrives
+            self.unposted[self.unposted_count] = slot
+            self.unposted_count += 1
+        if error.Get_error_class() == MPI.ERR_TRUNCATE:
+            raise MailRailError(
+                f"a message longer than this rank's datagram_size ({self.slot_size} bytes) arrived{origin} "
+                f"({error}): every rank of a rail must use the same datagram_size") from error
+        raise MailRailError(f"receiving a message{origin} failed: {error}") from error
+
+    cdef int send_failed(self, int slot, int code) except -1:
+        """The send in slot *slot* completed with an error: the slot is free again; raise."""
+        self.free_slot(slot)
+        error = MPI.Exception(code)
+        raise MailRailError(f"a send of {self.send_slot[slot].nbytes} bytes (send slot {slot}) failed: "
+                            f"{error}") from error
+
     cdef int reclaim(self) except -1:
         """Reclaim completed sends, a few from the oldest (a slow one rotates to the back)."""
-        cdef int budget = self.send_test_window, flag, slot
+        cdef int budget = self.send_test_window, flag, slot, code
         cdef SendSlot *s
         cdef void *request
         while self.inflight_count and budget:
             slot = self.inflight[self.inflight_head]
             s = &self.send_slot[slot]
             request = <void *>s.persistent_request.handle if s.inflight_persistent else <void *>s.once_request.handle
-            self.check(self.test(request, &flag, self.status))
+            code = self.test(request, &flag, self.status)
+            if code:  # it completed, with an error
+                self.inflight_head = (self.inflight_head + 1) % self.send_slots
+                self.inflight_count -= 1
+                self.head_waits = 0
+                self.send_failed(slot, code)
             if not flag:
                 self.head_waits += 1
                 if self.head_waits >= self.head_patience:  # a slow send must not pin the pool
@@ -374,9 +483,7 @@ cdef class Engine:
             self.inflight_head = (self.inflight_head + 1) % self.send_slots
             self.inflight_count -= 1
             self.head_waits = 0
-            self.send_state[slot] = FREE
-            self.free_stack[self.free_count] = slot
-            self.free_count += 1
+            self.free_slot(slot)
             budget -= 1
         return 0
 
@@ -394,69 +501,97 @@ cdef class Engine:
             else:
                 sched_yield()
 
-    cdef long checked_int(self, object value, long upper, bint is_rank) except? -1:
-        """A rank or byte count: exact ints in range fast, anything else through the Endpoint's checks."""
+    cdef long checked_int(self, object value, long upper, bint is_rank, object buf) except? -1:
+        """A rank or byte count: exact ints in range fast, anything else through the Endpoint's checks
+        (a refused value gives *buf* back to the pool if it is a reserved slot)."""
         cdef int overflow
         cdef long v
         if PyLong_CheckExact(value):
             v = PyLong_AsLongAndOverflow(value, &overflow)
             if not overflow and 0 <= v <= upper:
                 return v
-        return self.endpoint.checked_rank(value) if is_rank else self.endpoint.checked_size(value)
+        try:
+            return self.endpoint.checked_rank(value) if is_rank else self.endpoint.checked_size(value)
+        except BaseException:
+            try:
+                found = self.send_pool.slot_of(buf)
+            except BufferOwnershipError:  # not identifiable as a slot: nothing changes
+                found = None
+            if found is not None:
+                self.unreserve(<int>found)
+            raise
 
     cdef int slot_of(self, object buf) except -1:
         found = self.slot_by_id.get(PyLong_FromVoidPtr(<void *>buf))
         if found is not None and self.send_views[<Py_ssize_t>found] is buf:
             return found
-        found = self.send_pool.slot_of(buf)  # a view at a slot's start, or None
+        found = self.send_pool.slot_of(buf)  # a contiguous view at a slot's start, or None
         if found is None:
             raise BufferOwnershipError(
                 f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "
                 f"MailRail's send pool: use reserve_send_buffer()")
         return found
 
-    cdef int transmit(self, int dest, int slot, int nbytes, int tag) except -1:
+    cdef int transmit(self, int dest, int slot, int nbytes, int tag) noexcept:
+        """Start the send of *slot*; 0, or the MPI error code (then nothing is in flight for the slot)."""
         cdef SendSlot *s = &self.send_slot[slot]
         cdef char *buf = self.send_base + <Py_ssize_t>slot * self.slot_size
+        cdef int code
         if tag != 0:  # piggybacked credits: a one-off send that leaves the slot's cache alone
-            self.check(self.isend(buf, nbytes, self.byte, dest, tag, self.comm, s.once_request.handle))
+            code = self.isend(buf, nbytes, self.byte, dest, tag, self.comm, s.once_request.handle)
             s.inflight_persistent = False
         elif s.dest == dest and s.nbytes == nbytes:
             # The second time a slot repeats (destination, size): persistent from then on.
             if not s.persistent:
-                self.check(self.send_init(buf, nbytes, self.byte, dest, 0, self.comm, s.persistent_request.handle))
+                code = self.send_init(buf, nbytes, self.byte, dest, 0, self.comm, s.persistent_request.handle)
+                if code:
+                    return code
                 s.persistent = True
-            self.check(self.start(s.persistent_request.handle))
+            code = self.start(s.persistent_request.handle)
             s.inflight_persistent = True
         else:
             if s.persistent:
-                self.check(self.request_free(s.persistent_request.handle))
                 s.persistent = False
+                code = self.request_free(s.persistent_request.handle)
+                if code:
+                    return code
             s.dest = dest
             s.nbytes = nbytes
-            self.check(self.isend(buf, nbytes, self.byte, dest, 0, self.comm, s.once_request.handle))
+            code = self.isend(buf, nbytes, self.byte, dest, 0, self.comm, s.once_request.handle)
             s.inflight_persistent = False
+        if code:
+            return code
         self.inflight[(self.inflight_head + self.inflight_count) % self.send_slots] = slot
         self.inflight_count += 1
         return 0
 
     cdef int drain_deferred(self) except -1:
         """Send the queued sends the Endpoint finds credit for now."""
-        cdef int dest, slot, nbytes
+        cdef int dest, slot, nbytes, code
         for dest, slot, nbytes in self.endpoint_drain():
             if not 0 <= slot < self.send_slots or self.send_state[slot] != QUEUED:
                 raise RuntimeError(f"the Endpoint drained send slot {slot}, which is not deferred")
             self.send_state[slot] = IN_FLIGHT
             self.deferred -= 1
-            self.transmit(dest, slot, nbytes, <int>self.ledger.piggyback_for(dest))
+            code = self.transmit(dest, slot, nbytes, <int>self.ledger.piggyback_for(dest))
+            if code:
+                self.send_failed(slot, code)
         return 0
 
     cdef int next_credit_message(self, int *source, int *count) except -1:
         """The oldest posted credit receive, if its message arrived: 1 with its source and count (the
         receive is re-posted), 0 if none arrived."""
-        cdef int flag
+        cdef int flag, code
         cdef void *request = self.credit_recv[self.credit_head].handle
-        self.check(self.test(request, &flag, self.status))
+        code = self.test(request, &flag, self.status)
+        if flag and not code:
+            code = (<int *>(self.status + self.error_offset))[0]
+            (<int *>(self.status + self.error_offset))[0] = 0
+        if code:  # it completed with an error: post it again, at the back of the ring
+            self.credit_head = (self.credit_head + 1) % self.credit_receives
+            self.start(request)
+            error = MPI.Exception(code)
+            raise MailRailError(f"receiving a credit message failed: {error}") from error
         if not flag:
             return 0
         source[0] = (<int *>(self.status + self.source_offset))[0]
@@ -506,12 +641,14 @@ cdef class Engine:
             self.check(self.isend(credit_buffer, 0, self.byte, target, <int>part, self.credit_comm, request.handle))
             self.credit_send_count += 1
             count -= part
+        cdef int code
         while self.credit_send_count:  # forget completed returns, oldest first
-            self.check(self.test(self.credit_send[self.credit_send_head].handle, &flag, self.status))
-            if not flag:
+            code = self.test(self.credit_send[self.credit_send_head].handle, &flag, self.status)
+            if not flag and not code:
                 break
             self.credit_send_head = (self.credit_send_head + 1) % self.credit_send_capacity
             self.credit_send_count -= 1
+            self.check(code)  # completed with an error: forgotten, then raised
         return 0
 
     cdef object payload_view(self, int slot, Py_ssize_t nbytes):
@@ -541,34 +678,53 @@ cdef class Engine:
         self.free_count -= 1
         cdef int slot = self.free_stack[self.free_count]
         self.send_state[slot] = HELD
+        self.reserved += 1
         return self.send_views[slot]
 
     def send(self, dest, buf, nbytes):
         """Send the first *nbytes* of *buf* to rank *dest*; without credit the send is deferred."""
         if self.stopped:
             raise FinalizedError(f"send(dest={dest!r}) called after finalize()")
-        cdef long rank = self.checked_int(dest, self.size - 1, True)
-        cdef long size = self.checked_int(nbytes, self.slot_size, False)
+        # Checked in the Python transport's order; from the first check on, a send() that raises gives a
+        # reserved buffer back to the pool.
+        cdef long rank = self.checked_int(dest, self.size - 1, True, buf)
+        cdef long size = self.checked_int(nbytes, self.slot_size, False, buf)
         cdef int slot = self.slot_of(buf)
         if self.send_state[slot] != HELD:
             raise BufferOwnershipError(
                 f"send buffer slot {slot} is {STATE_NAMES[self.send_state[slot]]}, not reserved: a buffer is "
                 f"sent once per reserve_send_buffer()")
-        self.messages_sent += 1
-        self.bytes_sent += size
         self.idle_calls = 0  # a rank that sends is busy, not idle
-        cdef int tag = 0
+        cdef int tag = 0, code
         if self.ledger is not None:
             if not self.deferred and self.ledger.try_take(<int>rank):
                 tag = <int>self.ledger.piggyback_for(<int>rank)
-            elif self.endpoint_admit(rank, slot, size):  # FIFO per destination: the Endpoint decides
+            elif self.admit(<int>rank, slot, <int>size):  # FIFO per destination: the Endpoint decides
                 tag = <int>self.ledger.piggyback_for(<int>rank)
             else:
                 self.send_state[slot] = QUEUED
+                self.reserved -= 1
                 self.deferred += 1
+                self.messages_sent += 1
+                self.bytes_sent += size
                 return
+        code = self.transmit(<int>rank, slot, <int>size, tag)
+        if code:
+            self.unreserve(slot)
+            error = MPI.Exception(code)
+            raise MailRailError(f"send(dest={rank}, nbytes={size}) failed: {error}") from error
         self.send_state[slot] = IN_FLIGHT
-        self.transmit(<int>rank, slot, <int>size, tag)
+        self.reserved -= 1
+        self.messages_sent += 1
+        self.bytes_sent += size
+
+    cdef int admit(self, int rank, int slot, int size) except -1:
+        """The Endpoint's decision on a send without credit at hand (a refusal gives the slot back)."""
+        try:
+            return self.endpoint_admit(rank, slot, size)
+        except BaseException:
+            self.unreserve(slot)
+            raise
 
     def receive(self):
         """Make progress, then return one arrived :class:`Message` (arrival order, any source) or None."""
@@ -585,11 +741,14 @@ cdef class Engine:
                 self.poll_credits()
                 if self.deferred:
                     self.drain_deferred()
-        cdef int slot, flag, count, source, brought
+        cdef int slot, flag, count, source, brought, code
         cdef Message message
         if self.posted_count:
             slot = self.posted[self.posted_head]
-            self.check(self.test(self.recv_request[slot].handle, &flag, self.status))
+            code = self.test(self.recv_request[slot].handle, &flag, self.status)
+            if code or (flag and (<int *>(self.status + self.error_offset))[0]):
+                # Open MPI may report a truncated receive in the status alone
+                self.receive_failed(slot, code or (<int *>(self.status + self.error_offset))[0])
             if flag:
                 self.posted_head = (self.posted_head + 1) % self.recv_slots
                 self.posted_count -= 1
@@ -650,8 +809,8 @@ cdef class Engine:
         return "compiled"
 
     def pending_sends(self):
-        """Sends deferred or in flight."""
-        return self.inflight_count + self.deferred
+        """Sends deferred or in flight, and send buffers reserved but not sent."""
+        return self.inflight_count + self.deferred + self.reserved
 
     def reclaim_sends(self):
         """Reclaim completed sends (a few, oldest first); return how many are still in flight."""
@@ -672,10 +831,12 @@ cdef class Engine:
         """Re-post arrived messages without handing them out, drop arrived credit messages; return how
         many payloads were discarded."""
         cdef long count = 0
-        cdef int flag, slot, source, credits
+        cdef int flag, slot, source, credits, code
         while self.posted_count:
             slot = self.posted[self.posted_head]
-            self.check(self.test(self.recv_request[slot].handle, &flag, self.status))
+            code = self.test(self.recv_request[slot].handle, &flag, self.status)
+            if code or (flag and (<int *>(self.status + self.error_offset))[0]):
+                self.receive_failed(slot, code or (<int *>(self.status + self.error_offset))[0])
             if not flag:
                 break
             self.posted_head = (self.posted_head + 1) % self.recv_slots
@@ -688,7 +849,16 @@ cdef class Engine:
         return count
 
     def cancel_receives(self):
-        """Cancel every posted receive; return how many payload receives had matched a message."""
+        """Cancel every posted receive; return how many payload receives had matched a message.
+
+        Goes on past MPI errors: every receive is cancelled and completed (or its pool kept alive),
+        then the first error is raised."""
+        cdef ErrorLog log = ErrorLog()
+        cdef long matched = self.cancel_all_receives(log)
+        log.raise_first()
+        return matched
+
+    cdef long cancel_all_receives(self, ErrorLog log) except -1:
         cdef long matched = 0
         cdef int cancelled, i
         cdef void *request
@@ -696,72 +866,89 @@ cdef class Engine:
             request = self.recv_request[self.posted[self.posted_head]].handle
             self.posted_head = (self.posted_head + 1) % self.recv_slots
             self.posted_count -= 1
-            self.check(self.cancel(request))
-            self.check(self.wait(request, self.status))
-            self.check(self.test_cancelled(self.status, &cancelled))
-            if not cancelled and (<int *>(self.status + self.source_offset))[0] != self.any_source:
+            log.note(self.cancel(request), "cancel a posted receive")
+            if log.note(self.wait(request, self.status), "complete a cancelled receive"):
+                self.pin_pools()  # not known to be complete: MPI may still write into its slot
+            elif (log.note(self.test_cancelled(self.status, &cancelled), "test a cancelled receive") == 0 and
+                    not cancelled and (<int *>(self.status + self.source_offset))[0] != self.any_source):
                 matched += 1
-        for i in range(self.credit_receives_made):  # credit receives: nothing to count
-            request = self.credit_recv[i].handle
-            self.check(self.cancel(request))
-            self.check(self.wait(request, self.status))
-        self.credit_receives_cancelled = True
+        if not self.credit_receives_cancelled:  # zero-byte receives: they write into no pool
+            for i in range(self.credit_receives_made):
+                request = self.credit_recv[i].handle
+                log.note(self.cancel(request), "cancel a credit receive")
+                log.note(self.wait(request, self.status), "complete a cancelled credit receive")
+            self.credit_receives_cancelled = True
         return matched
 
     def close(self):
-        """Free every MPI request (receives cancelled and sends completed first)."""
+        """Free every MPI request (receives cancelled and sends completed first).
+
+        Goes on past MPI errors, then raises the first."""
         if self.inflight_count:
             raise RuntimeError(f"close() with {self.inflight_count} send(s) in flight")
         if self.posted_count:
             raise RuntimeError(f"close() with {self.posted_count} receive(s) posted: cancel_receives() first")
-        self.free_requests()
+        cdef ErrorLog log = ErrorLog()
         self.closed = True
+        _live_engines.discard(self)
+        self.release_requests(log, True)
+        log.raise_first()
 
-    cdef int free_requests(self) except -1:
-        """Free what exists of the requests: idle receives and persistent sends; credit sends completed."""
+    cdef int release_requests(self, ErrorLog log, bint wait_credit_sends=False) except -1:
+        """Release what exists of the requests, in order, going on past MPI errors (noted in *log*):
+        posted receives cancelled and completed, credit returns completed (*wait_credit_sends*) or
+        left to complete, then every inactive persistent request freed.  Sends still in flight are
+        the caller's (abandon keeps their pool).  Safe whatever step of construction failed."""
         cdef int slot
         cdef SendSlot *s
-        for slot in range(self.posted_count):  # construction failed after posting: cancel first
-            self.check(self.cancel(self.recv_request[self.posted[(self.posted_head + slot) % self.recv_slots]].handle))
-            self.check(self.wait(self.recv_request[self.posted[(self.posted_head + slot) % self.recv_slots]].handle,
-                                 self.status))
-        self.posted_count = 0
-        for slot in range(self.send_slots):
-            s = &self.send_slot[slot]
-            if s.persistent:
-                self.check(self.request_free(s.persistent_request.handle))
-                s.persistent = False
-            s.dest = -1
-        for slot in range(self.receives_made):
-            self.check(self.request_free(self.recv_request[slot].handle))
-        self.receives_made = 0
-        if not self.credit_receives_cancelled:  # started, never cancelled (construction failed)
-            for slot in range(self.credit_receives_made):
-                self.check(self.cancel(self.credit_recv[slot].handle))
-                self.check(self.wait(self.credit_recv[slot].handle, self.status))
-        for slot in range(self.credit_receives_made):
-            self.check(self.request_free(self.credit_recv[slot].handle))
-        self.credit_receives_made = 0
-        while self.credit_send_count:  # zero-byte sends: they complete
-            self.check(self.wait(self.credit_send[self.credit_send_head].handle, self.status))
+        self.cancel_all_receives(log)
+        while self.credit_send_count:  # zero-byte sends of a static buffer
+            if wait_credit_sends:
+                log.note(self.wait(self.credit_send[self.credit_send_head].handle, self.status),
+                         "complete a credit return")
+            else:  # a peer that left may never take it: MPI frees it when it completes
+                log.note(self.request_free(self.credit_send[self.credit_send_head].handle), "free a credit return")
             self.credit_send_head = (self.credit_send_head + 1) % self.credit_send_capacity
             self.credit_send_count -= 1
+        if self.send_slot != NULL:
+            for slot in range(self.send_slots):
+                s = &self.send_slot[slot]
+                if s.persistent:
+                    s.persistent = False
+                    log.note(self.request_free(s.persistent_request.handle), "free a persistent send")
+                s.dest = -1
+        for slot in range(self.receives_made):
+            log.note(self.request_free(self.recv_request[slot].handle), "free a receive")
+        self.receives_made = 0
+        for slot in range(self.credit_receives_made):
+            log.note(self.request_free(self.credit_recv[slot].handle), "free a credit receive")
+        self.credit_receives_made = 0
         return 0
 
     def abandon(self):
         """Local clean-up of a transport that is collected without finalize(): cancel and free the
-        receives (MPI must not write into freed pools); sends still in flight keep their pool alive."""
-        cdef int slot
-        if self.closed or MPI.Is_finalized() or not MPI.Is_initialized():
+        receives (MPI must not write into freed pools); sends still in flight keep their pool alive.
+
+        Never blocks on a peer; goes on past MPI errors, then raises the first."""
+        cdef int slot, i
+        if self.closed:
             return
         self.stopped = self.closed = True
-        if self.inflight_count:
-            _abandoned_send_pools.append(self.send_pool)
+        _live_engines.discard(self)
+        if MPI.Is_finalized() or not MPI.Is_initialized():
+            if self.inflight_count or self.posted_count:  # MPI is gone: nothing writes any more, but be safe
+                self.pin_pools()
+            return
+        cdef ErrorLog log = ErrorLog()
+        if self.inflight_count:  # they complete with their sends: keep their requests and the pool
+            self.pin_pools()
+            for i in range(self.inflight_count):
+                slot = self.inflight[(self.inflight_head + i) % self.send_slots]
+                if self.send_slot[slot].inflight_persistent:
+                    self.send_slot[slot].persistent = False
             self.inflight_count = 0
-            for slot in range(self.send_slots):  # their requests complete with the sends; keep them
-                self.send_slot[slot].persistent = False
-        self.cancel_receives()
-        self.free_requests()
+        self.release_requests(log)
+        log.raise_first()
 
     def counters(self):
         """The transport's counters (see :data:`mailrail.counters.TRANSPORT_COUNTERS`)."""
@@ -770,5 +957,5 @@ cdef class Engine:
                   "messages_released": self.messages_released, "reserve_failures": self.reserve_failures,
                   "held_high_water": self.held_high_water, "credit_messages_sent": self.credit_messages_sent,
                   "credit_messages_received": self.credit_messages_received,
-                  "credits_returned": self.credits_returned}
+                  "credits_returned": self.credits_returned, "send_buffers_reserved": self.reserved}
         return {name: values[name] for name in TRANSPORT_COUNTERS}

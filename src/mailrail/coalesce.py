@@ -36,6 +36,14 @@ class Coalescer:
     *handler* receives, for each arriving datagram, ``(source, records)`` where
     *records* is a read-only array of *dtype* viewing the receive buffer; copy
     what must outlive the call.  The handler may send more records.
+
+    One Coalescer at a time per rail: datagrams carry no record type.  A new Coalescer on a
+    rail replaces the previous one, which must have nothing staged (else the new one is
+    refused with :class:`~mailrail.errors.MailRailError`); the replaced one raises
+    :class:`~mailrail.errors.MailRailError` at its next use.  For two record types at once, use
+    two :class:`~mailrail.rail.MailRail` objects.  Records still staged at ``rail.finalize()`` are
+    reported, as ``"staged"``, with an :class:`~mailrail.errors.UndeliveredWarning`
+    (:class:`~mailrail.errors.UndeliveredError` if strict): call :meth:`flush` or :meth:`barrier` first.
     """
 
     def __init__(
@@ -50,6 +58,7 @@ class Coalescer:
             raise MessageSizeError(
                 f"a {self.record_size}-byte record does not fit in a {rail.datagram_size}-byte datagram"
             )
+        rail._attach_coalescer(self)  # refused while the previous one holds records; it is retired
         # Staging rows for partial datagrams, one per destination, allocated on first use:
         # holding a send buffer per destination instead could pin the whole send pool.
         self._staged: dict[int, np.ndarray] = {}
@@ -69,6 +78,8 @@ class Coalescer:
 
     def send(self, dests: np.ndarray, records: np.ndarray) -> None:
         """Queue ``records[i]`` for rank ``dests[i]``; full datagrams leave at once."""
+        if self.rail._coalescer is not self:
+            self._retired()
         records = np.asarray(records)
         if records.dtype != self.dtype:
             raise TypeError(f"records have dtype {records.dtype}, this coalescer packs {self.dtype}")
@@ -96,8 +107,19 @@ class Coalescer:
         finally:
             self._sending = False
 
+    def _retired(self) -> None:
+        raise MailRailError(
+            f"this Coalescer (records of dtype {self.dtype}) was replaced by a later Coalescer on the same rail: "
+            f"one Coalescer at a time per rail (datagrams carry no record type); use a second MailRail for a "
+            f"second record type"
+        )
+
     def _anything_staged(self) -> bool:
         return any(self._staged_count.values())
+
+    def staged_records(self) -> int:
+        """Records accepted by :meth:`send` that have not left yet (staged, or waiting behind a running send)."""
+        return sum(self._staged_count.values()) + sum(len(records) for _, records in self._nested)
 
     def _partition_and_send(self, dests: np.ndarray, records: np.ndarray) -> None:
         low, high = int(dests.min()), int(dests.max())
@@ -171,6 +193,8 @@ class Coalescer:
 
     def flush(self) -> None:
         """Send every partial datagram."""
+        if self.rail._coalescer is not self:
+            self._retired()
         if self._sending:  # called from a handler: the running send() flushes when it is done
             self._flush_requested = True
             return
@@ -186,6 +210,8 @@ class Coalescer:
 
     def poll(self) -> bool:
         """Receive at most one datagram and hand its records to the handler."""
+        if self.rail._coalescer is not self:
+            self._retired()
         message = self.rail.receive()
         if message is None:
             return False
@@ -195,6 +221,8 @@ class Coalescer:
 
     def deliver(self, message: Message) -> None:
         """Hand the records of *message* to the handler (for barrier handlers and custom loops)."""
+        if self.rail._coalescer is not self:
+            self._retired()
         if message.nbytes % self.record_size:
             raise MailRailError(
                 f"a {message.nbytes}-byte datagram from rank {message.source} is not a "

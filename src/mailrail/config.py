@@ -11,15 +11,31 @@ meaning, from which the benchmarks' flags and the documentation's table are made
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigWarning
 
 FLOW_CONTROL_MODES = ("none", "rank", "node")
 ATOMICS_MODES = ("auto", "cpu", "mpi")
 ENGINE_MODES = ("auto", "compiled", "python")
+ON_ERROR_MODES = ("abort", "raise")
+#: The largest count MPI takes (counts, tags and ranks are C ``int``).
+MPI_INT_MAX = 2**31 - 1
+#: Longest idle sleep (1 s: a longer one only adds latency) and stall timeout (a day) accepted.
+IDLE_SLEEP_US_MAX = 1_000_000.0
+STALL_TIMEOUT_MAX = 86_400.0
+#: ``MAILRAIL_*`` variables the project reads that are not knobs: no "unknown variable" warning for them.
+NON_KNOB_VARIABLES = (
+    "MAILRAIL_CLUSTER_USERNS",  # the virtual cluster: user namespaces instead of root
+    "MAILRAIL_JOB_DIRS",  # mailrail.jobcontrol: marks the processes of a job (set in every rank's environment)
+    "MAILRAIL_TEST_ENGINE",  # the test suite: the transport of jobs whose test does not choose one
+    "MAILRAIL_TEST_TIMEOUT",  # the test suite: seconds before a hung job is killed
+    "MAILRAIL_FUZZ_EXAMPLES",  # the test suite: Hypothesis examples of the trace fuzzer
+)
 _TRUE = {"1", "on", "true", "yes"}
 _FALSE = {"0", "off", "false", "no"}
 
@@ -35,7 +51,7 @@ def _where(variable: str, keyword: str | None) -> str:
     return f"{keyword}= (keyword for {variable})" if keyword else variable
 
 
-def _int(minimum: int) -> Parser:
+def _int(minimum: int, maximum: int = MPI_INT_MAX) -> Parser:
     def parse(variable: str, raw: Any, keyword: str | None) -> int:
         if isinstance(raw, bool):
             raise ConfigError(f"{_where(variable, keyword)} must be an integer, got {raw!r}")
@@ -45,14 +61,14 @@ def _int(minimum: int) -> Parser:
                 raise ValueError
         except (TypeError, ValueError):
             raise ConfigError(f"{_where(variable, keyword)} must be an integer, got {raw!r}") from None
-        if value < minimum:
-            raise ConfigError(f"{_where(variable, keyword)} must be >= {minimum}, got {value}")
+        if not minimum <= value <= maximum:
+            raise ConfigError(f"{_where(variable, keyword)} must be in {minimum}..{maximum}, got {value}")
         return value
 
     return parse
 
 
-def _float(minimum: float) -> Parser:
+def _float(minimum: float, maximum: float) -> Parser:
     def parse(variable: str, raw: Any, keyword: str | None) -> float:
         if isinstance(raw, bool):
             raise ConfigError(f"{_where(variable, keyword)} must be a number, got {raw!r}")
@@ -60,8 +76,8 @@ def _float(minimum: float) -> Parser:
             value = float(raw)
         except (TypeError, ValueError):
             raise ConfigError(f"{_where(variable, keyword)} must be a number, got {raw!r}") from None
-        if not value >= minimum or value == float("inf"):
-            raise ConfigError(f"{_where(variable, keyword)} must be a finite number >= {minimum}, got {raw!r}")
+        if not minimum <= value <= maximum:  # NaN fails too
+            raise ConfigError(f"{_where(variable, keyword)} must be a number in {minimum:g}..{maximum:g}, got {raw!r}")
         return value
 
     return parse
@@ -89,11 +105,27 @@ def _bool(variable: str, raw: Any, keyword: str | None) -> bool:
 
 
 def _path(variable: str, raw: Any, keyword: str | None) -> str:
+    """A directory that exists, or that can be made in an existing directory (nothing else is created)."""
     try:
         path = os.fspath(raw)
     except TypeError:
         raise ConfigError(f"{_where(variable, keyword)} must be a directory path, got {raw!r}") from None
-    return path.decode() if isinstance(path, bytes) else path
+    path = path.decode() if isinstance(path, bytes) else path
+    where = _where(variable, keyword)
+    if path.strip() == "":
+        raise ConfigError(f"{where} must be a directory path, got {raw!r}")
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ConfigError(f"{where}={path!r} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"{where}={path!r} is a directory this process cannot write to")
+        return path
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{where}={path!r}: its parent directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{where}={path!r}: its parent directory {parent!r} is not writable by this process")
+    return path
 
 
 def knob(default: Any, parse: Parser, help: str, *, shown: str | None = None, flag: bool = True) -> Any:
@@ -129,13 +161,13 @@ class Config:
     )
     stall_timeout: float = knob(
         0.0,
-        _float(0.0),
+        _float(0.0, STALL_TIMEOUT_MAX),
         "raise `CreditStallError` after S seconds of deferred sends without progress (0: never)",
         shown="0 (off)",
     )
     idle_sleep_us: float = knob(
         0.0,
-        _float(0.0),
+        _float(0.0, IDLE_SLEEP_US_MAX),
         "after 4 empty `receive()` calls: 0 yields the core to a rank "
         "that has work; > 0 sleeps this many microseconds instead "
         "(frees the core for other programs, adds latency)",
@@ -156,6 +188,13 @@ class Config:
     trace: str | None = knob(
         None, _path, "directory: record this rank's sends as a YGM-format binary trace", shown="unset", flag=False
     )
+    on_error: str = knob(
+        "abort",
+        _choice(ON_ERROR_MODES),
+        "an exception leaving `with MailRail(...)`: `abort` ends the job (`MPI_Abort`), "
+        "`raise` frees what is local and re-raises",
+        flag=False,
+    )
 
     @property
     def posted_receives(self) -> int:
@@ -170,6 +209,7 @@ class Config:
             raise ConfigError(
                 f"unknown MailRail option(s): {', '.join(sorted(unknown))}; valid options: {', '.join(KNOBS)}"
             )
+        warn_unknown_variables(environ)
         values: dict[str, Any] = {}
         for name, parse in KNOBS.items():
             variable = env_name(name)
@@ -182,6 +222,14 @@ class Config:
         return config
 
     def validate(self) -> None:
+        pool_bytes = (self.send_pool_slots + self.recv_pool_slots) * self.datagram_size
+        memory = physical_memory()
+        if memory is not None and pool_bytes > memory:
+            raise ConfigError(
+                f"the pools need {pool_bytes} bytes ((MAILRAIL_SEND_POOL_SLOTS={self.send_pool_slots} + "
+                f"MAILRAIL_RECV_POOL_SLOTS={self.recv_pool_slots}) x MAILRAIL_DATAGRAM_SIZE={self.datagram_size}), "
+                f"more than this machine's {memory} bytes of physical memory"
+            )
         if self.max_recvs is not None and self.max_recvs > self.recv_pool_slots:
             raise ConfigError(
                 f"MAILRAIL_MAX_RECVS={self.max_recvs} exceeds MAILRAIL_RECV_POOL_SLOTS="
@@ -213,3 +261,24 @@ def knobs() -> list[Knob]:
 
 #: Each knob's parser, by name.
 KNOBS: dict[str, Parser] = {f.name: f.metadata["parse"] for f in dataclasses.fields(Config)}
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def warn_unknown_variables(environ: Mapping[str, str]) -> None:
+    """A :class:`~mailrail.errors.ConfigWarning` for each ``MAILRAIL_*`` variable that is neither a knob nor
+    in :data:`NON_KNOB_VARIABLES`, naming the closest knob (``-W error::mailrail.ConfigWarning`` makes it fatal)."""
+    known = [env_name(name) for name in KNOBS]
+    for variable in sorted(environ):
+        if not variable.startswith("MAILRAIL_") or variable in known or variable in NON_KNOB_VARIABLES:
+            continue
+        # Compared without the shared prefix, which would make every name look close.
+        closest = difflib.get_close_matches(variable[len("MAILRAIL_") :], [name.upper() for name in KNOBS], n=1)
+        hint = f"did you mean MAILRAIL_{closest[0]}?" if closest else f"the knobs are {', '.join(known)}"
+        warnings.warn(f"unknown environment variable {variable} is ignored: {hint}", ConfigWarning, stacklevel=3)

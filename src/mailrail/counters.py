@@ -21,6 +21,7 @@ TRANSPORT_COUNTERS: dict[str, str] = {
     "credit_messages_sent": "credit-return messages this rank sent",
     "credit_messages_received": "credit-return messages this rank received",
     "credits_returned": "credits those returns carried (piggybacked ones not included)",
+    "send_buffers_reserved": "send buffers reserve_send_buffer() handed out and not yet passed to send() (now)",
 }
 
 #: Counted by the sans-I/O protocol state (Endpoint, deferred queues, flow control).

@@ -33,12 +33,27 @@ class FinalizedError(MailRailError):
     """The rail was used after ``finalize()``."""
 
 
-class CreditStallError(MailRailError):
+class StallError(MailRailError):
+    """A wait made no progress for ``MAILRAIL_STALL_TIMEOUT`` seconds; the message says who is missing.
+
+    Raised by ``finalize()`` and ``barrier()`` while ranks never arrive (the report names them on
+    rank 0), and, as :class:`CreditStallError`, by deferred sends that get no credit.
+    """
+
+
+class CreditStallError(StallError):
     """Deferred messages made no progress for ``MAILRAIL_STALL_TIMEOUT`` seconds."""
 
 
 class ProtocolError(MailRailError):
     """A peer broke the credit protocol (e.g. sent without a credit): a MailRail bug."""
+
+
+class ConfigWarning(UserWarning):
+    """An environment variable looks like a knob but is none (``MAILRAIL_*`` misspelled): it is ignored.
+
+    ``python -W error::mailrail.ConfigWarning`` (or ``PYTHONWARNINGS``) makes it an error.
+    """
 
 
 class UndeliveredWarning(UserWarning):

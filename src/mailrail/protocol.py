@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import operator
 import time
+from collections.abc import Callable
 
 from .deferred import DeferredSends
 from .errors import BufferOwnershipError, CreditStallError, InvalidDestinationError, MessageSizeError, ProtocolError
@@ -54,6 +55,9 @@ class Endpoint:
         self.credit_messages_received = 0
         self.credits_returned = 0
         self.reserve_failures = 0
+        #: Where stall reports read the message counters: the transport's own (set by MailRail), so the
+        #: report is true on the transport that counts them (the compiled one counts in C).
+        self.counters: Callable[[], dict[str, int]] = lambda: self.transport_counters(held_high_water=0)
 
     # -- sender side -------------------------------------------------------
 
@@ -71,9 +75,9 @@ class Endpoint:
         Returns ``(dest, nbytes, slot)`` normalized, with *slot* None when the send was deferred.
         """
         if type(dest) is not int or not 0 <= dest < self.size:
-            dest = self.checked_rank(dest)
+            dest = self._checked_or_unreserved(self.checked_rank, dest, buf)
         if type(nbytes) is not int or not 0 <= nbytes <= self.datagram_size:
-            nbytes = self.checked_size(nbytes)
+            nbytes = self._checked_or_unreserved(self.checked_size, nbytes, buf)
         slot = self.send_pool.slot_of(buf)
         if slot is None:
             raise BufferOwnershipError(
@@ -89,6 +93,30 @@ class Endpoint:
         self.messages_sent += 1  # submitted: deferred sends count now, as on the compiled transport
         self.bytes_sent += nbytes
         return dest, nbytes, (slot if self.admit(dest, slot, nbytes) else None)
+
+    @property
+    def send_buffers_reserved(self) -> int:
+        """Send buffers reserved and not yet submitted: counted from the slot states when asked (a C scan
+        of one byte per slot), so reserve() and submit() pay nothing for it."""
+        return self.send_state.count(HELD)
+
+    def _checked_or_unreserved(self, check: Callable[[object], int], value: object, buf: object) -> int:
+        """*check* (value), and if it raises, *buf*'s reserved slot back to the pool first (slow path)."""
+        try:
+            return check(value)
+        except Exception:
+            self.unreserve(buf)
+            raise
+
+    def unreserve(self, buf: object) -> None:
+        """Give *buf*'s slot back to the pool if it is a reserved slot of this pool (a send() that raised)."""
+        try:
+            slot = self.send_pool.slot_of(buf)
+        except BufferOwnershipError:  # not identifiable as a slot: nothing changes
+            return
+        if slot is not None and self.send_state[slot] == HELD:
+            self.send_state[slot] = FREE
+            self.send_pool.give(slot)
 
     def admit(self, dest: int, slot: int, nbytes: int) -> bool:
         """Flow control's decision on a checked send: True if it leaves now, False if it was deferred."""
@@ -215,9 +243,11 @@ class Endpoint:
                 f"  destination {dest}: {self.deferred.queued_for(dest)} queued, "
                 f"{self.flow.available(dest)} credit(s) available"
             )
+        counts = self.counters()
         lines.append(
-            f"  this rank received {self.messages_received} message(s), released "
-            f"{self.messages_released}, got {self.credit_messages_received} credit message(s)"
+            f"  this rank received {counts['messages_received']} message(s), released "
+            f"{counts['messages_released']}, got {counts['credit_messages_received']} credit message(s), "
+            f"holds {counts.get('send_buffers_reserved', 0)} reserved send buffer(s) not yet sent"
         )
         return "\n".join(lines)
 
@@ -234,6 +264,7 @@ class Endpoint:
             "credit_messages_sent": self.credit_messages_sent,
             "credit_messages_received": self.credit_messages_received,
             "credits_returned": self.credits_returned,
+            "send_buffers_reserved": self.send_buffers_reserved,
         }
 
     def protocol_counters(self) -> dict[str, int]:

@@ -17,6 +17,8 @@ class TerminationDetector:
     def __init__(self) -> None:
         self._previous: tuple[int, int] | None = None
         self.rounds = 0
+        #: Whether the last round's sums differed from the round before (a stall timer's "progress").
+        self.progressed = False
 
     def round_finished(self, sent: int, released: int) -> bool:
         """True when this round proves global quiescence."""
@@ -26,5 +28,11 @@ class TerminationDetector:
         # released than sent is such a round, never the end.
         current = (sent, released)
         done = sent == released and current == self._previous
+        self.progressed = current != self._previous
         self._previous = current
         return done
+
+    @property
+    def last_counts(self) -> tuple[int, int]:
+        """The ``(sent, released)`` sums of the last round, ``(0, 0)`` before the first."""
+        return self._previous or (0, 0)

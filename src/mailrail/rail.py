@@ -22,7 +22,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .config import KNOBS, Config
-from .errors import ConfigError, FinalizedError, MailRailError, UndeliveredError, UndeliveredWarning
+from .errors import ConfigError, FinalizedError, MailRailError, StallError, UndeliveredError, UndeliveredWarning
+from .failure import abort_job, exit_code_of
 from .flow import NodeCredits, RankCredits, Unconstrained, credit_budget
 from .flow.base import FlowControl
 from .flow.sizing import CreditBudget
@@ -34,7 +35,20 @@ from .transport import compiled
 from .transport.base import Message, Transport, Tuning
 from .transport.python import PythonTransport
 
-__all__ = ["MailRail", "Message", "choose_transport"]
+__all__ = ["MailRail", "Message", "choose_transport", "AGREED_KNOBS"]
+
+#: The knobs every rank must set alike (checked at construction, with the transport): ranks that
+#: disagree on them would break the credit protocol or truncate messages.
+AGREED_KNOBS = (
+    "flow_control",
+    "recv_pool_slots",
+    "send_pool_slots",
+    "datagram_size",
+    "credits_per_pair",
+    "credit_threshold",
+    "piggyback",
+    "ranks_per_node",
+)
 
 
 def choose_transport(config: Config) -> tuple[str, str | None]:
@@ -59,9 +73,13 @@ class MailRail:
     :meth:`finalize`.  Each keyword is a knob of :class:`~mailrail.config.Config`
     and overrides its ``MAILRAIL_*`` environment variable; left at None, the
     variable, and then the default, decide (the configuration page lists them).
-    A bad value raises :class:`~mailrail.errors.ConfigError` before any MPI
-    object exists.  Also a context manager: leaving the block calls
-    :meth:`finalize`.
+    A bad value, or ranks that disagree on :data:`AGREED_KNOBS` or the
+    transport (one allgather checks), raise :class:`~mailrail.errors.ConfigError`
+    on every rank before any MPI object exists.  Also a context manager: leaving
+    the block normally (or by ``sys.exit(0)``) calls :meth:`finalize`; leaving it
+    by an exception never enters a collective: ``on_error="abort"`` (default)
+    prints the traceback once, rank-prefixed, and calls ``MPI_Abort``;
+    ``on_error="raise"`` cleans up locally and re-raises.
     """
 
     def __init__(
@@ -82,24 +100,29 @@ class MailRail:
         atomics: str | None = None,
         engine: str | None = None,
         trace: str | None = None,
+        on_error: str | None = None,
     ) -> None:
         # The keywords are Config's fields (a test checks they stay so): None leaves a knob to its
         # MAILRAIL_* variable, then to its default.
         options = {name: value for name, value in locals().items() if name in KNOBS}
-        # Everything that can be checked without MPI objects is checked first: a bad option
-        # leaves nothing behind.
-        self.config = config = Config.from_env(**options)
         comm = MPI.COMM_WORLD if comm is None else comm
+        self._comm = comm  # the user's: MPI_Abort goes to it (on_error="abort")
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        # Everything that can be checked without MPI objects is checked first, and agreed by every
+        # rank in one exchange: a bad option or a disagreement leaves nothing behind, on every rank.
+        self.config, self.engine, self.engine_reason = _agreed_configuration(comm, options)
+        config = self.config
         self.datagram_size = config.datagram_size
         # TAG_UB is only guaranteed on COMM_WORLD (the standard promises 32767 at least).
         self.tag_ub = int(comm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
-        self.engine, self.engine_reason = choose_transport(config)
         budget = self._credit_budget(nodes=self._known_node_count())
         self._topology: NodeTopology | None = None
         self._shared: SharedWindowCounters | None = None
         self._trace = None
+        self._coalescer: Any = None  # the one Coalescer packing records on this rail, if any
+        self._in_barrier = False
+        self._barriers = 0
         # From here on MPI objects exist: each registers its release, undone in reverse if a later
         # step fails (and at finalize()).
         with contextlib.ExitStack() as resources:
@@ -118,6 +141,9 @@ class MailRail:
                 self._trace = TraceWriter.for_rank(config.trace, self.rank)
                 resources.callback(self._trace.close)
             self._transport: Transport = self._make_transport()
+            # Stall reports read the counters of the transport that counts them (the compiled one in C).
+            self._endpoint.counters = self._transport.counters
+            self._arrivals = ArrivalNotes(self._control, self.rank, self.size, self.tag_ub)
             self._resources = resources.pop_all()
         # The four per-message calls go straight to the transport: no extra frame per message (the
         # methods below document them and serve a rail whose instance attributes are gone).
@@ -247,7 +273,9 @@ class MailRail:
     def reserve_send_buffer(self) -> np.ndarray | None:
         """A writable ``datagram_size``-byte view from the send pool, or None (backpressure).
 
-        On None, keep calling :meth:`receive` (it frees completed sends) and retry.
+        On None, keep calling :meth:`receive` (it frees completed sends) and retry; if
+        ``stats()["send_buffers_reserved"]`` is ``send_pool_slots``, the application itself holds every
+        buffer and retrying cannot help.
         """
         return self._transport.reserve_send_buffer()
 
@@ -256,6 +284,9 @@ class MailRail:
 
         Fire-and-forget: *buf* belongs to MailRail from now on.  Without credit
         for *dest* the message waits in a per-destination FIFO and leaves later.
+        *buf* is the reserved view or a C-contiguous view starting at its first byte;
+        a non-contiguous one raises :class:`~mailrail.errors.BufferOwnershipError`
+        (it stays reserved).  Any other error gives the reserved buffer back to the pool.
         """
         self._transport.send(dest, buf, nbytes)
 
@@ -272,7 +303,7 @@ class MailRail:
         self._transport.release_receive_buffer(message)
 
     def pending_sends(self) -> int:
-        """Messages sent by the application that have not completed locally (deferred or in flight)."""
+        """Send buffers reserved and not yet sent, plus sent messages not completed locally (deferred or in flight)."""
         return self._transport.pending_sends()
 
     def barrier(self, handler: Callable[[Message], object] | None = None) -> int:
@@ -283,11 +314,32 @@ class MailRail:
         handler, arrivals raise :class:`~mailrail.errors.MailRailError` because
         they would be lost.  Messages the application still holds must be
         released for the barrier to finish.  Returns the messages handled.
+
+        With ``stall_timeout`` set, a barrier that makes no progress for that long
+        raises :class:`~mailrail.errors.StallError` naming (on rank 0) the ranks that
+        have not called it.  Called from inside a barrier handler: :class:`MailRailError`.
         """
         if self._finalized:
             raise FinalizedError("barrier() called after finalize()")
+        if self._in_barrier:  # the outer barrier's collectives would interleave with this one's: a hang
+            raise MailRailError(
+                "barrier() called from inside a barrier() handler: a handler may send messages (the running "
+                "barrier waits for them too), but not start another barrier"
+            )
+        self._in_barrier = True
+        try:
+            return self._barrier(handler)
+        finally:
+            self._in_barrier = False
+
+    def _barrier(self, handler: Callable[[Message], object] | None) -> int:
         if self._trace is not None:
             self._trace.barrier_begin(*self._sent_and_released())
+        self._barriers += 1
+        tag = self._arrivals.barrier_tag(self._barriers)
+        self._arrivals.announce(tag)
+        stall_timeout = self._wait_timeout()
+        last_progress = time.monotonic()
         detector = TerminationDetector()
         handled = 0
         local = np.zeros(2, dtype=np.int64)
@@ -309,11 +361,36 @@ class MailRail:
                     if message._slot >= 0:  # type: ignore[attr-defined]  # not released by the handler
                         release(message)
                     handled += 1
+                    if stall_timeout:
+                        last_progress = time.monotonic()
+                elif stall_timeout and time.monotonic() - last_progress > stall_timeout:
+                    raise StallError(self._barrier_stall_report(tag, time.monotonic() - last_progress, detector))
             if detector.round_finished(int(total[0]), int(total[1])):
                 break
+            if stall_timeout and detector.progressed:
+                last_progress = time.monotonic()
+        self._arrivals.collect(finished=tag)
         if self._trace is not None:
             self._trace.barrier_end(*self._sent_and_released())
         return handled
+
+    def _barrier_stall_report(self, tag: int, waited: float, detector: TerminationDetector) -> str:
+        head = (
+            f"rank {self.rank}: barrier() (this rail's barrier #{self._barriers}) made no progress for {waited:.1f} s"
+        )
+        missing = self._arrivals.missing(tag)
+        if missing is None:
+            who = "rank 0's report names the ranks that have not called barrier()"
+        elif missing:
+            who = f"{describe_ranks(missing)} {'has' if len(missing) == 1 else 'have'} not called barrier()"
+        else:
+            who = "every rank has called barrier()"
+        sent, released = detector.last_counts
+        return (
+            f"{head} (MAILRAIL_STALL_TIMEOUT={self.config.stall_timeout:g}): {who}; the last completed round "
+            f"counted {sent} message(s) sent and {released} released; this rank holds {self._transport.held} "
+            f"received message(s) not released and {self.pending_sends()} send(s) pending"
+        )
 
     def _sent_and_released(self) -> tuple[int, int]:
         """Messages this rank handed to send() (deferred ones included), and messages it released."""
@@ -349,18 +426,30 @@ class MailRail:
     def finalize(self, strict: bool = False) -> dict[str, int]:
         """Collective: wait for every rank, cancel pending receives, free everything.
 
-        Never drops data silently: messages still deferred, received but not
-        released, or arrived but never returned by :meth:`receive` are counted
-        and reported with an :class:`~mailrail.errors.UndeliveredWarning`
+        Never drops data silently: messages still deferred (``"deferred"``), received
+        but not released (``"unreleased"``), arrived but never returned by
+        :meth:`receive` (``"unreceived"``), send buffers reserved and never sent
+        (``"reserved"``) and records left staged in the rail's Coalescer (``"staged"``)
+        are counted and reported with an :class:`~mailrail.errors.UndeliveredWarning`
         (:class:`~mailrail.errors.UndeliveredError` if *strict*).  Returns the counts.
+
+        With ``stall_timeout`` set, waiting that long for the other ranks raises
+        :class:`~mailrail.errors.StallError` (rank 0 names the ranks that have not
+        called finalize()), after a local clean-up.
         """
         if self._finalized:
             raise FinalizedError("finalize() called twice")
+        if self._in_barrier:
+            raise MailRailError("finalize() called from inside a barrier() handler: it is collective")
         self._finalized = True
         transport = self._transport
+        reserved = transport.counters().get("send_buffers_reserved", 0)
+        staged = self._coalescer.staged_records() if self._coalescer is not None else 0
         dropped_deferred = len(self._endpoint.deferred.clear())
         unreleased = transport.held
         transport.stop()  # the application's calls raise from now on
+        self._arrivals.announce(FINALIZE_TAG)
+        deadline = _Deadline(self._wait_timeout())
         unreceived = 0
         # 1: everyone stops sending; 2: every rank's sends completed.  Meanwhile keep
         # receives moving so rendezvous sends complete, and count what arrives.
@@ -368,35 +457,118 @@ class MailRail:
             if phase == 2:
                 while transport.reclaim_sends():
                     unreceived += transport.discard_arrivals()
+                    self._check_finalize(deadline, phase)
             barrier = self._data.Ibarrier()
             while not barrier.Test():
                 transport.reclaim_sends()
                 unreceived += transport.discard_arrivals()
                 time.sleep(1e-4)
+                self._check_finalize(deadline, phase)
         unreceived += transport.discard_arrivals()
         unreceived += transport.cancel_receives()
         unreceived += _receive_unmatched(self._data, self.datagram_size)
         _receive_unmatched(self._credit, 0)
+        self._arrivals.close()
         transport.close()
         self._resources.close()  # flow detached, node memory, communicators, trace: in reverse order
-        report = {"deferred": dropped_deferred, "unreleased": unreleased, "unreceived": unreceived}
+        report = {
+            "deferred": dropped_deferred,
+            "unreleased": unreleased,
+            "unreceived": unreceived,
+            "reserved": reserved,
+            "staged": staged,
+        }
         if any(report.values()):
             text = (
                 f"MailRail.finalize() on rank {self.rank}: {dropped_deferred} deferred message(s) never "
                 f"sent, {unreleased} received message(s) never released, {unreceived} arrived message(s) "
-                f"never returned by receive(); call barrier() (quiescence) before finalize()"
+                f"never returned by receive(), {reserved} reserved send buffer(s) never sent, {staged} "
+                f"record(s) left staged in the Coalescer (call its flush() or barrier()); call barrier() "
+                f"(quiescence) before finalize()"
             )
             if strict:
                 raise UndeliveredError(text)
             warnings.warn(text, UndeliveredWarning, stacklevel=2)
         return report
 
+    def _wait_timeout(self) -> float:
+        """The stall timeout of a collective wait on this rank: rank 0 reports first (it alone can name the
+        missing ranks); the others give it :data:`REPORT_GRACE_S` more, so its report is not cut short by
+        theirs aborting the job."""
+        timeout = self.config.stall_timeout
+        return timeout + REPORT_GRACE_S if timeout and self.rank != 0 else timeout
+
+    def _check_finalize(self, deadline: _Deadline, phase: int) -> None:
+        """Raise :class:`StallError` (after local clean-up) once finalize() waited out the stall timeout."""
+        waited = deadline.expired()
+        if waited is None:
+            return
+        missing = self._arrivals.missing(FINALIZE_TAG)
+        if missing is None:
+            who = "rank 0's report names the ranks that have not called finalize()"
+        elif missing:
+            who = f"{describe_ranks(missing)} {'has' if len(missing) == 1 else 'have'} not called finalize()"
+        elif phase == 1:
+            who = "every rank has called finalize(), the ranks' exit barrier did not complete"
+        else:
+            who = (
+                f"every rank has called finalize(); {self._transport.reclaim_sends()} send(s) of this rank "
+                "have not completed (their receiver does not receive)"
+            )
+        self._release_locally()  # the job ends the usual way (abort on the exception)
+        raise StallError(
+            f"rank {self.rank}: finalize() waited {waited:.1f} s (MAILRAIL_STALL_TIMEOUT="
+            f"{self.config.stall_timeout:g}): {who}"
+        )
+
+    def _attach_coalescer(self, coalescer: Any) -> None:
+        """Make *coalescer* the rail's one :class:`~mailrail.coalesce.Coalescer`; the previous one is retired,
+        and must have nothing staged (finalize reports the current one's staged records)."""
+        previous = self._coalescer
+        if previous is not None and previous.staged_records():
+            raise MailRailError(
+                f"this rail's Coalescer (records of dtype {previous.dtype}) still holds "
+                f"{previous.staged_records()} staged record(s): one Coalescer at a time per rail, since "
+                f"datagrams carry no record type; call its barrier() before making another, or use a second "
+                f"MailRail for a second record type"
+            )
+        self._coalescer = coalescer
+
+    def _abandon(self) -> None:
+        """Local clean-up, no collective call: requests cancelled and freed; communicators and node memory
+        (whose release is collective) are left to ``MPI_Finalize``."""
+        if self._finalized:
+            return
+        self._finalized = True
+        self._release_locally()
+
+    def _release_locally(self) -> None:
+        self._transport.stop()
+        self._transport.abandon()
+        if self._trace is not None:  # close() is idempotent
+            self._trace.close()
+
     def __enter__(self) -> MailRail:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        if not self._finalized:
-            self.finalize()
+    def __exit__(self, exc_type: object, error: BaseException | None, traceback: object) -> None:
+        # Leaving by an exception must not enter finalize() (collective): the other ranks may never
+        # come, and the traceback would never be printed.  SystemExit(0) is a normal exit.
+        if error is None or (isinstance(error, SystemExit) and exit_code_of(error) == 0):
+            if not self._finalized:
+                try:
+                    self.finalize()
+                except BaseException as failure:  # e.g. a StallError: finalize timed out
+                    self._fail(failure)
+                    raise
+            return
+        self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        """``on_error``: end the job (traceback once, rank-prefixed, ``MPI_Abort``), or clean up locally."""
+        if self.config.on_error == "abort":
+            abort_job(error, comm=self._comm, exit_code=exit_code_of(error) or 1)
+        self._abandon()
 
     def __del__(self) -> None:
         # A rail collected without finalize(): say so, and make sure MPI no longer writes into
@@ -412,6 +584,151 @@ class MailRail:
         )
         self._finalized = True
         self._transport.abandon()
+
+
+def _agreed_configuration(comm: MPI.Comm, options: dict[str, Any]) -> tuple[Config, str, str | None]:
+    """This rank's validated configuration and transport, once every rank of *comm* has checked its own.
+
+    One allgather: a rank whose options are invalid, or ranks that disagree on :data:`AGREED_KNOBS` or
+    the transport, make every rank raise :class:`ConfigError` with the same message, before any MPI
+    object exists.
+    """
+    try:
+        config = Config.from_env(**options)
+        engine, reason = choose_transport(config)
+    except ConfigError as error:
+        facts: tuple[Any, ...] | str = str(error)
+    else:
+        facts = (*(getattr(config, name) for name in AGREED_KNOBS), engine)
+    everyone = comm.allgather(facts)
+    failures: dict[str, list[int]] = {}
+    for rank, theirs in enumerate(everyone):
+        if isinstance(theirs, str):
+            failures.setdefault(theirs, []).append(rank)
+    if failures:
+        if len(failures) == 1 and len(next(iter(failures.values()))) == len(everyone):
+            raise ConfigError(next(iter(failures)))  # every rank alike: the message as it is
+        raise ConfigError("; ".join(f"{describe_ranks(ranks)}: {text}" for text, ranks in failures.items()))
+    differences = []
+    for index, name in enumerate((*AGREED_KNOBS, "transport")):
+        values: dict[Any, list[int]] = {}
+        for rank, theirs in enumerate(everyone):
+            values.setdefault(theirs[index], []).append(rank)
+        if len(values) > 1:
+            variable = "MAILRAIL_ENGINE" if name == "transport" else f"MAILRAIL_{name.upper()}"
+            spread = " and ".join(f"{value!r} on {describe_ranks(ranks)}" for value, ranks in values.items())
+            differences.append(f"{name} ({variable}) is {spread}")
+    if differences:
+        raise ConfigError(
+            "the ranks' MailRail configurations differ (every rank must set these alike): " + "; ".join(differences)
+        )
+    assert not isinstance(facts, str)
+    return config, engine, reason
+
+
+def describe_ranks(ranks: list[int]) -> str:
+    """``rank 3``, ``ranks 1, 3`` or ``ranks 0-15, 17``."""
+    parts: list[str] = []
+    start = previous = None
+    for rank in [*sorted(ranks), None]:
+        if previous is not None and rank == previous + 1:
+            previous = rank
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = rank
+    single = len(ranks) == 1
+    return ("rank " if single else "ranks ") + ", ".join(parts)
+
+
+#: Seconds ranks other than 0 wait beyond the stall timeout in barrier() and finalize() (see _wait_timeout).
+REPORT_GRACE_S = 2.0
+
+#: Most seconds finalize() spends receiving (rank 0) or completing (the others) the arrival notes.
+NOTES_CLOSE_S = 5.0
+
+#: Tag of the finalize() arrival note; barrier() notes use 1.. (see :meth:`ArrivalNotes.barrier_tag`).
+FINALIZE_TAG = 0
+
+
+class ArrivalNotes:
+    """Zero-byte notes to rank 0 on the control communicator: which ranks entered a finalize() or barrier().
+
+    Every rank but 0 sends one note per call; rank 0 reads them only to name the missing ranks when a
+    wait times out, and receives the rest at finalize().  A collective alone cannot say who is missing.
+    """
+
+    def __init__(self, comm: MPI.Comm, rank: int, size: int, tag_ub: int) -> None:
+        self._comm, self._rank, self._size, self._tag_ub = comm, rank, size, tag_ub
+        self._empty = np.empty(0, np.uint8)
+        self._sends: list[MPI.Request] = []
+        self._seen: dict[int, set[int]] = {}
+        self._expected = 0  # notes rank 0 is owed
+        self._received = 0
+
+    def barrier_tag(self, number: int) -> int:
+        return 1 + (number - 1) % max(self._tag_ub - 1, 1)
+
+    def announce(self, tag: int) -> None:
+        if self._size == 1:
+            return
+        if self._rank == 0:
+            self._expected += self._size - 1
+            return
+        self._sends = [request for request in self._sends if not request.Test()]
+        self._sends.append(self._comm.Isend(self._empty, 0, tag))
+
+    def collect(self, finished: int | None = None) -> None:
+        """Rank 0: receive the notes that arrived (forgetting *finished*'s, once all came)."""
+        if self._rank != 0 or self._size == 1:
+            return
+        status = MPI.Status()
+        while self._comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
+            source, tag = status.Get_source(), status.Get_tag()
+            self._comm.Recv(self._empty, source, tag)
+            self._received += 1
+            self._seen.setdefault(tag, set()).add(source)
+        if finished is not None and len(self._seen.get(finished, ())) == self._size - 1:
+            del self._seen[finished]
+
+    def missing(self, tag: int) -> list[int] | None:
+        """Rank 0: the ranks whose note for *tag* has not come; None on other ranks (they cannot know)."""
+        if self._rank != 0:
+            return None
+        self.collect()
+        seen = self._seen.get(tag, set())
+        return [rank for rank in range(1, self._size) if rank not in seen]
+
+    def close(self) -> None:
+        """After finalize()'s exit barrier (every rank sent all its notes): receive or complete them all.
+
+        Bounded: notes of a barrier that some rank abandoned (a caught StallError) never come, and
+        a note left unreceived is harmless once the communicator is freed."""
+        give_up = time.monotonic() + NOTES_CLOSE_S
+        if self._rank == 0:
+            while self._received < self._expected and time.monotonic() < give_up:
+                self.collect()
+        else:
+            while not MPI.Request.Testall(self._sends) and time.monotonic() < give_up:
+                time.sleep(1e-4)
+            for request in self._sends:
+                if request != MPI.REQUEST_NULL:
+                    request.Free()  # completes in the background, as MPI allows for a send
+        self._sends = []
+
+
+class _Deadline:
+    """The stall timeout of one wait: :meth:`expired` gives the seconds waited once it passed (0: never)."""
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._start = time.monotonic()
+
+    def expired(self) -> float | None:
+        if not self._timeout:
+            return None
+        waited = time.monotonic() - self._start
+        return waited if waited > self._timeout else None
 
 
 def _receive_unmatched(comm: MPI.Comm, capacity: int) -> int:

@@ -9,6 +9,7 @@ submitted and released so far).  The result is YGM's binary format, one
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from .trace.binary import BinaryTraceWriter
@@ -24,7 +25,10 @@ class TraceWriter(BinaryTraceWriter):
 
     @classmethod
     def for_rank(cls, directory: str, rank: int) -> TraceWriter:
-        os.makedirs(directory, exist_ok=True)
+        # The directory, or its parent, was checked by Config: make the one directory, never a chain
+        # (another rank may have made it just now).
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory)
         path = os.path.realpath(os.path.join(directory, f"trace_{rank}.bin"))
         writer = cls(path, append=path in _started)
         writer._next_id = _started.get(path, 1)

@@ -43,6 +43,26 @@ def test_a_run_past_the_time_limit_stays_in_the_results_and_the_plot(tmp_path):
     assert open(path, "rb").read().startswith(PNG_MAGIC)
 
 
+def test_a_run_a_memory_cap_ended_records_when_in_the_results_table_and_plot(tmp_path):
+    from mailrail.bench.compare import note_out_of_memory, outcome_text, table_rows
+
+    nodes = [
+        {"node": 0, "oom_kills": 0, "oom_after_s": None, "peak_bytes": 2**26, "limit_bytes": None},
+        {"node": 1, "oom_kills": 1, "oom_after_s": 3.25, "peak_bytes": 2**28, "limit_bytes": 2**28},
+    ]
+    killed = {"status": "out_of_memory", "returncode": -9, "wall_s": 3.5, "oom_nodes": [1], "cluster_nodes": nodes}
+    result = note_out_of_memory(dict(killed, network_bytes=10**6))
+    assert result["out_of_memory_after_s"] == 3.25 and result["out_of_memory_node"] == 1
+    assert outcome_text(result) == "out of memory (node 1, cap 256 MiB) at 3.2 s"
+    load = {"rank_nodes": [0, 1], "victim_ranks": [1]}
+    (row,) = table_rows({"none": result}, load)
+    assert row["status"] == "out of memory (node 1, cap 256 MiB) at 3.2 s" and row["victim node peak MiB"] == 256
+    point = sweep.sweep_point("victims", 2, 1, "none", result, 30.0)
+    assert point["status"] == "out_of_memory" and point["out_of_memory_after_s"] == 3.25
+    path = plot_sweep({"victim sweep": [point]}, str(tmp_path / "sweep.png"), "test")
+    assert open(path, "rb").read().startswith(PNG_MAGIC)
+
+
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_sweep_runs_end_to_end(tmp_path, clean_environment, capfd):

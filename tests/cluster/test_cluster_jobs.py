@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import subprocess
-import sys
-import time
 
 import pytest
 
@@ -105,7 +101,9 @@ def test_links_are_shaped_both_ways(leaves_nothing):
 @pytest.mark.slow
 def test_memory_capped_victim_node_kills_unconstrained_incast(tmp_path, as_root, leaves_nothing):
     # A victim that computes 50 us on each message cannot keep up with 7 senders: unconstrained, its MPI
-    # buffered 324-701 MiB in three runs (with no work, sometimes 1 MiB: it kept up), far over the cap.
+    # buffered 324-701 MiB in three runs (with no work, sometimes 1 MiB: it kept up), far over the cap;
+    # on a quiet machine its node once peaked at 189 MiB, just under a 192M cap.  Node credits peak at
+    # 95 MiB a node: 160M keeps room for them and stays below what the unconstrained victim needs.
     out = tmp_path / "cmp"
     completed = mailrail(
         "compare",
@@ -124,21 +122,24 @@ def test_memory_capped_victim_node_kills_unconstrained_incast(tmp_path, as_root,
         "--modes",
         "none,node",
         "--victim-node-memory",
-        "192M",
+        "160M",
         "--out",
         str(out),
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     document = json.loads((out / "compare.json").read_text())
     cluster = document["cluster"]
-    assert cluster["nodes"] == 2 and cluster["transport"] == "tcp" and cluster["victim_node_memory"] == 192 * 2**20
+    assert cluster["nodes"] == 2 and cluster["transport"] == "tcp" and cluster["victim_node_memory"] == 160 * 2**20
     victim_node = document["workload"]["rank_nodes"][document["workload"]["victim_ranks"][0]]
     assert cluster["victim_nodes"] == [victim_node]
     none, node = document["modes"]["none"], document["modes"]["node"]
     assert none["status"] == "out_of_memory" and none["oom_nodes"] == [victim_node]
+    # the first kill's moment is recorded, and the job was ended then, not at its time limit
+    assert none["out_of_memory_node"] == victim_node and 0 < none["out_of_memory_after_s"] <= none["wall_s"]
+    assert none["wall_s"] - none["out_of_memory_after_s"] < 10
     assert node["status"] == "ok" and node["summary"]["accounting_ok"]
     assert node["network_bytes"] >= node["summary"]["internode_payload_bytes"] > 0
-    assert node["cluster_nodes"][victim_node]["peak_bytes"] < 192 * 2**20
+    assert node["cluster_nodes"][victim_node]["peak_bytes"] < 160 * 2**20
     rows = {row["mode"]: row for row in document["table"]}
     assert rows["none"]["status"].startswith("out of memory (node") and rows["node"]["status"] == "ok"
     assert (
@@ -153,55 +154,6 @@ def test_a_job_past_its_timeout_leaves_nothing(leaves_nothing):
     assert completed.returncode == 124 and "killed after 10 s" in completed.stderr
     pids = ready_pids(completed.stdout)
     assert len(pids) == 4 and not any(alive(pid) for pid in pids)
-
-
-def start_sleepers(ranks: int = 4) -> tuple[subprocess.Popen, list[int], str]:
-    """``mailrail run --cluster 2`` of sleeping ranks, once every rank is up: (process, rank pids, cluster id)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mailrail", "run", "-n", str(ranks), "--cluster", "2", "--", *program("sleeper.py")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=job_environment(),
-    )
-    pids, deadline = [], time.monotonic() + 120
-    while len(pids) < ranks and time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        pids += ready_pids(line)
-    header = process.stderr.readline()
-    match = re.search(r"virtual cluster (\w+)", header)
-    if len(pids) < ranks or not match:
-        process.kill()
-        pytest.fail(f"the sleepers did not start: {pids} {header}")
-    return process, pids, match.group(1)
-
-
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_job_leaves_nothing(signum, leaves_nothing):
-    process, pids, cluster_id = start_sleepers()
-    assert namespaces.list_netns(f"mailrail-{cluster_id}-")  # it is there while the job runs
-    process.send_signal(signum)
-    try:
-        process.wait(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode != 0
-    assert not any(alive(pid) for pid in pids)
-
-
-def test_cluster_down_removes_what_a_killed_run_left(leaves_nothing):
-    process, pids, cluster_id = start_sleepers()
-    process.kill()  # SIGKILL: no chance to clean up
-    process.wait()
-    assert namespaces.list_netns(f"mailrail-{cluster_id}-")
-    status = json.loads(mailrail("cluster", "status", "--json").stdout)
-    entry = next(e for e in status if e["name"] == cluster_id)
-    assert entry["state"] == "stale (owner gone)"
-    down = mailrail("cluster", "down")
-    assert down.returncode == 0 and f"removed virtual cluster {cluster_id} (stale (owner gone))" in down.stdout
-    assert not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.parametrize(

@@ -49,11 +49,21 @@ for spare in held_buffers[1:]:  # sent to ourselves and consumed, so the pool re
     rail.send(rank, spare, 0)
     rail.release_receive_buffer(wait_for_message(rail))
 buf = held_buffers[0]
-expect("dest_too_large", lambda: rail.send(2, buf, 1))
-expect("dest_negative", lambda: rail.send(-1, buf, 1))
-expect("dest_not_int", lambda: rail.send("1", buf, 1))
-expect("nbytes_negative", lambda: rail.send(1, buf, -1))
-expect("nbytes_too_large", lambda: rail.send(1, buf, 65))
+cases["reserved_counted"] = [rail.stats()["send_buffers_reserved"], rail.pending_sends()]
+# A send() that raises gives the reserved slot back: after each, nothing is reserved until the next reserve.
+for case, dest, nbytes in [
+    ("dest_too_large", 2, 1),
+    ("dest_negative", -1, 1),
+    ("dest_not_int", "1", 1),
+    ("nbytes_negative", 1, -1),
+    ("nbytes_too_large", 1, 65),
+]:
+    expect(case, lambda dest=dest, buf=buf, nbytes=nbytes: rail.send(dest, buf, nbytes))
+    cases[f"{case}_reserved_after"] = [rail.stats()["send_buffers_reserved"], rail.pending_sends()]
+    buf = rail.reserve_send_buffer()
+# A non-contiguous view is refused before anything changes: the slot stays reserved.
+expect("non_contiguous", lambda: rail.send(1 - rank, buf[::2], 4))
+cases["non_contiguous_reserved_after"] = [rail.stats()["send_buffers_reserved"], rail.pending_sends()]
 expect("foreign_buffer", lambda: rail.send(1, np.zeros(64, np.uint8), 1))
 rail.send(np.int64(1 - rank), buf, 8)  # numpy integers are fine
 expect("buffer_sent_twice", lambda: rail.send(1 - rank, buf, 8))
@@ -96,6 +106,23 @@ buf = strict.reserve_send_buffer()
 strict.send(1 - rank, buf, 1)
 comm.Barrier()
 expect("finalize_strict", lambda: strict.finalize(strict=True))
+
+# A reserved buffer never sent is reported by finalize (strict: an error).
+unsent = MailRail(comm, datagram_size=64)
+unsent_buffer = unsent.reserve_send_buffer()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    cases["finalize_reserved_report"] = unsent.finalize()
+cases["finalize_reserved_warnings"] = [str(w.message) for w in caught if w.category is mailrail.UndeliveredWarning]
+unsent = MailRail(comm, datagram_size=64)
+unsent_buffer = unsent.reserve_send_buffer()
+expect("finalize_strict_reserved", lambda: unsent.finalize(strict=True))
+
+# stats() after finalize() works in every mode (node mode on real nodes used to read freed memory).
+for mode, per_node in [("none", None), ("rank", None), ("node", None), ("node", 1)]:
+    finished = MailRail(comm, flow_control=mode, ranks_per_node=per_node, datagram_size=64, recv_pool_slots=8)
+    finished.finalize()
+    expect(f"stats_after_finalize_{mode}_{per_node}", finished.stats)
 
 # A finalized rail is garbage like any object (the compiled path drops its hooks into the rail).
 credit_rail = MailRail(comm, flow_control="rank", datagram_size=64, recv_pool_slots=8)

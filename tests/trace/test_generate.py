@@ -129,7 +129,12 @@ def test_generate_command(tmp_path, capsys):
     )
     assert "wrote 3 rank files" in capsys.readouterr().out
     assert TraceDir.open(out).ranks == 3
-    assert main(["trace", "generate", str(tmp_path / "u"), "--message-size", "9-3"]) == 2
-    assert "message sizes must satisfy 0 <= min <= max" in capsys.readouterr().err
-    assert main(["trace", "generate", str(tmp_path / "u"), "--message-size", "big"]) == 2
-    assert "--message-size must be N or MIN-MAX, got 'big'" in capsys.readouterr().err
+    for size in ("9-3", "big", "4294967296"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["trace", "generate", str(tmp_path / "u"), "--message-size", size])
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == (
+            "mailrail trace generate: error: argument --message-size: must be N or MIN-MAX with "
+            f"0 <= MIN <= MAX <= 4294967295, got {size!r} (see mailrail trace generate --help)\n"
+        )
+    assert not (tmp_path / "u").exists()

@@ -13,14 +13,14 @@ from mailrail.tracing import TraceWriter
 
 
 def test_trace_writer_records_messages_and_barriers(tmp_path):
-    writer = TraceWriter.for_rank(str(tmp_path / "new" / "dir"), 3)
+    writer = TraceWriter.for_rank(str(tmp_path / "new"), 3)  # makes the one directory (Config checked its parent)
     writer.message(1, 100)
     writer.message(3, 0)
     writer.barrier_begin(2, 0)
     writer.message(0, 7)  # sent by a barrier handler
     writer.barrier_end(3, 1)
     # barrier_end flushed: the completed phase is on disk before close()
-    path = tmp_path / "new" / "dir" / "trace_3.bin"
+    path = tmp_path / "new" / "trace_3.bin"
     assert load_phases(read_binary(str(path), 3, 4)) == [[(1, 100), (3, 0), (0, 7)]]
     writer.message(2, 9)
     writer.close()

@@ -112,8 +112,13 @@ def test_plan_checks_before_any_message_flies(binary_trace, json_trace, clean_en
         f"(trace_<rank>.txt) have; this trace is binary"
     )
     assert _plan(replay_args(json_trace, "--pacing"), 1, 2).spool is not None
-    with pytest.raises(ConfigError, match="MAILRAIL_FLOW_CONTROL"):
-        _plan(replay_args(binary_trace, "--flow-control", "credit"), 0, 2)
+    with pytest.raises(SystemExit) as exit_:  # a bad flag is a usage error as argv is parsed
+        replay_args(binary_trace, "--flow-control", "credit")
+    assert exit_.value.code == 2
+    monkeypatch.setenv("MAILRAIL_FLOW_CONTROL", "credit")
+    with pytest.raises(ConfigError, match="MAILRAIL_FLOW_CONTROL"):  # a bad variable, every rank alike
+        _plan(replay_args(binary_trace), 0, 2)
+    monkeypatch.delenv("MAILRAIL_FLOW_CONTROL")
     monkeypatch.setenv("MAILRAIL_TRACE", str(binary_trace))
     with pytest.raises(ConfigError, match="would record this replay over the trace it reads"):
         _plan(replay_args(binary_trace), 0, 2)

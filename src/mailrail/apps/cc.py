@@ -15,25 +15,44 @@ Run: ``mailrail run -n 4 app cc --scale 16 --modes none,rank,node --baseline all
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
 from ..bench.common import alltoallv_exchange as exchange
-from .frame import add_app_arguments, run_app
+from ..bench.common import memory_problem
+from ..bench.flags import int_in, missing_module, usage_error
+from .frame import add_app_arguments, app_rail_options, run_app
 from .graph import EdgeFileError, read_edges, rmat_edges
 
 LOW32 = np.uint64(0xFFFFFFFF)
 #: Every label is checked against scipy up to this many vertices (2**20); beyond, the labels are
 #: checked for consistency along every edge.
 EXACT_CHECK_VERTICES = 1 << 20
+#: Vertex ids travel as 32-bit halves of a record; R-MAT ids are drawn below 2**31.
+SCALE_MAX = 31
+EDGE_FACTOR_MAX = 1 << 16
+#: Bytes per edge on the rank that holds it: both directions, the owners' copies, the sorted keys.
+BYTES_PER_EDGE = 96
+#: Bytes per edge on rank 0 for the exact check: the gathered edges and scipy's sparse matrix.
+REFERENCE_BYTES_PER_EDGE = 40
+#: 128 KiB datagrams (16,384 labels) and a send pool that holds a rank's bursts, unless chosen.
+RAIL_DEFAULTS = {"datagram_size": 1 << 17, "recv_pool_slots": 64, "send_pool_slots": 256}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scale", type=int, default=16, help="R-MAT graph of 2**SCALE vertices (default 16)")
-    parser.add_argument("--edge-factor", type=int, default=16, help="R-MAT edges per vertex (default 16)")
+    parser.add_argument(
+        "--scale",
+        type=int_in(1, SCALE_MAX),
+        default=16,
+        help=f"R-MAT graph of 2**SCALE vertices, SCALE in 1..{SCALE_MAX} (default 16)",
+    )
+    parser.add_argument(
+        "--edge-factor",
+        type=int_in(1, EDGE_FACTOR_MAX),
+        default=16,
+        help=f"R-MAT edges per vertex, 1..{EDGE_FACTOR_MAX} (default 16)",
+    )
     parser.add_argument("--edges", metavar="FILE", help="read an edge list instead: 'u v' lines (.gz too) or .npy")
     add_app_arguments(parser)
 
@@ -51,6 +70,8 @@ class ConnectedComponents:
     name = "cc"
 
     def __init__(self, comm: Any, args: argparse.Namespace) -> None:
+        from mpi4py import MPI
+
         self.comm, self.rank, self.ranks = comm, comm.Get_rank(), comm.Get_size()
         if args.edges:
             edges = read_edges_collectively(comm, args.edges)
@@ -170,6 +191,8 @@ class ConnectedComponents:
                     return
                 coalescer.send(*self.outgoing(self.take_lowered()))
 
+        from mpi4py import MPI
+
         coalescer = Coalescer(rail, np.uint64, arrived)
         sent_before = rail.stats()["messages_sent"]
         coalescer.send(*self.outgoing(first))
@@ -222,6 +245,8 @@ class ConnectedComponents:
             for rank, labels in enumerate(gathered):
                 full[rank :: self.ranks] = labels
             exact = bool(np.array_equal(full, self.expected))
+        from mpi4py import MPI
+
         return bool(self.comm.allreduce(consistent and self.comm.bcast(exact), op=MPI.LAND))
 
     def components(self) -> int:
@@ -255,14 +280,28 @@ def read_edges_collectively(comm: Any, path: str) -> np.ndarray:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Every rank checks what only rank 0 uses (scipy, for the exact check): all stop alike, none waits.
+    problem = missing_module("scipy.sparse.csgraph", "app cc", "apps")
+    if problem:
+        return usage_error("app cc", problem)
+    checked = app_rail_options("cc", args, RAIL_DEFAULTS)
+    if checked is None:
+        return 2
+    from mpi4py import MPI
+
     comm = MPI.COMM_WORLD
+    if not args.edges:
+        edges = args.edge_factor << args.scale
+        rank0_extra = REFERENCE_BYTES_PER_EDGE * edges if comm.Get_rank() == 0 and args.scale <= 20 else 0
+        problem = memory_problem(
+            comm,
+            BYTES_PER_EDGE * -(-edges // comm.Get_size()) + rank0_extra,
+            f"--scale {args.scale} and --edge-factor {args.edge_factor} ({edges:,} edges)",
+        )
+        if problem:
+            return usage_error("app cc", problem, comm)
     try:
         app = ConnectedComponents(comm, args)
     except EdgeFileError as error:
-        if comm.Get_rank() == 0:
-            print(f"mailrail app cc: {error}", file=sys.stderr, flush=True)
-        return 2
-    # 128 KiB datagrams (16,384 labels) and a send pool that holds a rank's bursts, unless chosen.
-    return run_app(
-        comm, app, args, rail_defaults={"datagram_size": 1 << 17, "recv_pool_slots": 64, "send_pool_slots": 256}
-    )
+        return usage_error("app cc", str(error), comm)
+    return run_app(comm, app, args, *checked)

@@ -15,24 +15,29 @@ import statistics
 import time
 from typing import Any, Protocol
 
-from ..bench.common import add_rail_arguments, format_table, rail_options, write_json
-from ..config import FLOW_CONTROL_MODES, Config
+from ..bench.common import add_rail_arguments, checked_rail_options, format_table, write_json
+from ..bench.flags import SEED_MAX, choice_list, int_in, one_line_errors
+from ..config import FLOW_CONTROL_MODES
 
 #: The bulk-synchronous peers an application may run beside MailRail.
 BASELINES = ("alltoallv",)
 
 
 def add_app_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument(
         "--modes",
+        type=choice_list(FLOW_CONTROL_MODES),
         default=None,
         help="flow-control modes to run, comma-separated: none,rank,node (default: the configured one)",
     )
     parser.add_argument(
         "--baseline", choices=BASELINES, default=None, help="also run the bulk-synchronous peer in the same run"
     )
-    parser.add_argument("--trials", type=int, default=3, help="timed trials per mode, after one warm-up (default 3)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
+    parser.add_argument(
+        "--trials", type=int_in(1, 100_000), default=3, help="timed trials per mode, after one warm-up (default 3)"
+    )
+    parser.add_argument("--seed", type=int_in(0, SEED_MAX), default=1, help="seed of every random choice (default 1)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     add_rail_arguments(parser)
 
@@ -60,15 +65,22 @@ class App(Protocol):
         """Collective: figures of the whole run for the JSON document's top level (e.g. ``components``)."""
 
 
-def chosen_modes(args: argparse.Namespace) -> list[str]:
-    """``--modes`` (validated), or the configured mode."""
-    if args.modes:
-        modes = list(dict.fromkeys(mode.strip() for mode in args.modes.split(",") if mode.strip()))
-        unknown = [mode for mode in modes if mode not in FLOW_CONTROL_MODES]
-        if unknown or not modes:
-            raise SystemExit(f"--modes {args.modes!r}: each mode must be one of {', '.join(FLOW_CONTROL_MODES)}")
-        return modes
-    return [Config.from_env(**rail_options(args)).flow_control]
+def chosen_modes(args: argparse.Namespace, configured: str) -> list[str]:
+    """``--modes`` (checked by argparse), or the *configured* mode."""
+    return list(args.modes) if args.modes else [configured]
+
+
+def app_rail_options(
+    name: str, args: argparse.Namespace, rail_defaults: dict[str, Any] | None = None
+) -> tuple[list[str], dict[str, Any]] | None:
+    """The modes and rail options of ``app NAME``, checked before any MPI work (every rank alike):
+    None after a one-line usage error."""
+    checked = checked_rail_options(f"app {name}", args, rail_defaults)
+    if checked is None:
+        return None
+    options, config = checked
+    options.pop("flow_control", None)
+    return chosen_modes(args, config.flow_control), options
 
 
 def reset_peak_memory() -> None:
@@ -80,16 +92,14 @@ def reset_peak_memory() -> None:
         pass
 
 
-def run_app(comm: Any, app: App, args: argparse.Namespace, *, rail_defaults: dict[str, Any] | None = None) -> int:
-    """Trials of *app* in each mode (and its peer), verified; table, JSON; exit status 1 on a wrong result."""
+def run_app(comm: Any, app: App, args: argparse.Namespace, modes: list[str], options: dict[str, Any]) -> int:
+    """Trials of *app* in each of *modes* (and its peer) on rails of *options* (:func:`app_rail_options`),
+    verified; table, JSON; exit status 1 on a wrong result."""
     from mpi4py import MPI
 
     from ..bench.common import peak_rss_bytes
     from ..rail import MailRail
 
-    modes = chosen_modes(args)
-    options = rail_options(args, rail_defaults)
-    options.pop("flow_control", None)
     rails = {mode: MailRail(comm, **dict(options, flow_control=mode)) for mode in modes}
     runners = {mode: (lambda rail=rail: app.run_mailrail(rail)) for mode, rail in rails.items()}
     if args.baseline:

@@ -20,22 +20,41 @@ import argparse
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
 from ..bench.common import alltoallv_exchange as exchange
-from .frame import add_app_arguments, run_app
+from ..bench.common import memory_problem
+from ..bench.flags import float_in, int_in, usage_error
+from .frame import add_app_arguments, app_rail_options, run_app
 
 #: Tokens an expert collects before it multiplies them; its last batch runs when all its tokens are in.
 EXPERT_BATCH = 256
 DISPATCH, COMBINE = 0, 1
+#: What the record fields hold (record_type): token u4, expert u2, choice u1.
+TOKENS_MAX, EXPERTS_MAX, TOP_K_MAX = 2**32 - 1, 1 << 16, 1 << 8
+#: 64 records a datagram must stay an MPI int count of bytes: 64 * (8 + 4 * hidden) < 2**31.
+HIDDEN_MAX = 1 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokens", type=int, default=2048, help="tokens per rank (default 2048)")
-    parser.add_argument("--hidden", type=int, default=1024, help="features per token (default 1024)")
-    parser.add_argument("--experts", type=int, default=None, help="experts in all (default: 4 per rank)")
-    parser.add_argument("--top-k", type=int, default=2, help="experts per token (default 2)")
-    parser.add_argument("--skew", type=float, default=0.0, help="Zipf exponent of expert popularity (0: uniform)")
+    parser.add_argument("--tokens", type=int_in(1, TOKENS_MAX), default=2048, help="tokens per rank (default 2048)")
+    parser.add_argument(
+        "--hidden", type=int_in(1, HIDDEN_MAX), default=1024, help=f"features per token, 1..{HIDDEN_MAX} (default 1024)"
+    )
+    parser.add_argument(
+        "--experts",
+        type=int_in(1, EXPERTS_MAX),
+        default=None,
+        help=f"experts in all, 1..{EXPERTS_MAX} (default: 4 per rank)",
+    )
+    parser.add_argument(
+        "--top-k", type=int_in(1, TOP_K_MAX), default=2, help="experts per token, up to --experts (default 2)"
+    )
+    parser.add_argument(
+        "--skew",
+        type=float_in(0.0, 100.0),
+        default=0.0,
+        help="Zipf exponent of expert popularity, 0..100 (0: uniform)",
+    )
     add_app_arguments(parser)
 
 
@@ -54,11 +73,10 @@ class MixtureOfExperts:
     def __init__(self, comm: Any, args: argparse.Namespace) -> None:
         self.comm, self.rank, self.ranks = comm, comm.Get_rank(), comm.Get_size()
         self.hidden, self.top_k, self.skew, self.seed = args.hidden, args.top_k, args.skew, args.seed
-        self.experts = args.experts or 4 * self.ranks
-        if not 1 <= self.top_k <= self.experts or self.experts > 1 << 16 or args.tokens < 1 or self.hidden < 1:
-            raise SystemExit(
-                f"app moe: need tokens, hidden >= 1 and 1 <= top-k ({self.top_k}) <= experts ({self.experts}) <= 65536"
-            )
+        self.experts = experts_of(args, self.ranks)
+        problem = shape_problem(args, self.ranks)
+        if problem:
+            raise ValueError(problem)
         rng = np.random.default_rng([args.seed, 1 + self.rank])
         self.tokens = rng.standard_normal((args.tokens, self.hidden), dtype=np.float32)
         self.choice, self.gate = self.route(rng, args.tokens)
@@ -208,6 +226,8 @@ class MixtureOfExperts:
     def verify(self) -> bool:
         """Collective: every token's output equals the local computation (float32, rtol 1e-4)."""
         close = bool(np.allclose(self.output, self.expected, rtol=1e-4, atol=1e-4))
+        from mpi4py import MPI
+
         return bool(self.comm.allreduce(close, op=MPI.LAND))
 
     def load(self) -> list[int]:
@@ -231,14 +251,45 @@ class MixtureOfExperts:
         return {"hottest_rank": int(np.argmax(load))}
 
 
+def experts_of(args: argparse.Namespace, ranks: int) -> int:
+    return args.experts or 4 * ranks
+
+
+def shape_problem(args: argparse.Namespace, ranks: int) -> str | None:
+    """What the flags' ranges cannot say alone: top-k against the experts, the default experts' cap."""
+    experts = experts_of(args, ranks)
+    if experts > EXPERTS_MAX:
+        return f"{ranks} ranks make {experts} experts (4 per rank), more than {EXPERTS_MAX}: give --experts"
+    if args.top_k > experts:
+        return f"argument --top-k: must be an integer in 1..{experts} (the experts), got '{args.top_k}'"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    comm = MPI.COMM_WORLD
-    app = MixtureOfExperts(comm, args)
     # 64 tokens a datagram (256 KiB at hidden 1024: 8 tokens cost 0.7x the peer's speed in per-datagram
     # work), with pools sized to match, unless chosen.
-    return run_app(
-        comm,
-        app,
-        args,
-        rail_defaults={"datagram_size": 64 * app.dtype.itemsize, "recv_pool_slots": 64, "send_pool_slots": 32},
+    rail_defaults = {
+        "datagram_size": 64 * record_type(args.hidden).itemsize,
+        "recv_pool_slots": 64,
+        "send_pool_slots": 32,
+    }
+    checked = app_rail_options("moe", args, rail_defaults)
+    if checked is None:
+        return 2
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    problem = shape_problem(args, comm.Get_size())
+    if problem:  # the same on every rank: all return before any rank allocates
+        return usage_error("app moe", problem, comm)
+    # Tokens, their results (top-k each), output and reference; this rank's experts' weight matrices.
+    floats = (
+        args.tokens * args.hidden * (3 + args.top_k)
+        + -(-experts_of(args, comm.Get_size()) // comm.Get_size()) * args.hidden**2
     )
+    problem = memory_problem(
+        comm, 4 * floats, f"--tokens {args.tokens}, --hidden {args.hidden} and --top-k {args.top_k}"
+    )
+    if problem:
+        return usage_error("app moe", problem, comm)
+    return run_app(comm, MixtureOfExperts(comm, args), args, *checked)

@@ -25,10 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_rail_arguments, format_table, peak_rss_bytes, rail_options, write_json
+from .common import add_rail_arguments, checked_rail_options, format_table, memory_problem, peak_rss_bytes, write_json
+from .flags import MPI_INT_MAX, SEED_MAX, float_in, int_in, one_line_errors, usage_error
 from .metrics import MetricsRecorder, current_rss_bytes
 
 DEFAULT_MESSAGES = 1000
+#: --bytes-per-rank: 1 PiB, far past any run; the message count it makes is checked against memory.
+MAX_BYTES_PER_RANK = 1 << 50
+#: Memory a planned message takes on its sender: its destination and size, as numpy and Python lists.
+BYTES_PER_PLANNED_MESSAGE = 64
 
 #: rail.stats() counters copied into each rank's entry of ``ranks_detail``.
 DETAIL_COUNTERS = (
@@ -53,35 +58,44 @@ DETAIL_COUNTERS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument(
         "--victims",
-        type=int,
+        type=int_in(1, MPI_INT_MAX),
         default=1,
-        help="ranks that receive all traffic, chosen at random from --seed (default: %(default)s)",
+        help="ranks that receive all traffic, chosen at random from --seed; 1 up to the ranks (default: %(default)s)",
     )
     amount = parser.add_mutually_exclusive_group()
     amount.add_argument(
-        "--messages", type=int, default=None, help=f"messages per sending rank (default: {DEFAULT_MESSAGES})"
+        "--messages",
+        type=int_in(0, MPI_INT_MAX),
+        default=None,
+        help=f"messages per sending rank (default: {DEFAULT_MESSAGES})",
     )
     amount.add_argument(
         "--bytes-per-rank",
-        type=int,
+        type=int_in(0, MAX_BYTES_PER_RANK),
         default=None,
         help="payload bytes per sending rank, in datagram-size messages (instead of --messages)",
     )
-    parser.add_argument("--trials", type=int, default=3, help="timed trials (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
+    parser.add_argument("--trials", type=int_in(1, 100_000), default=3, help="timed trials (default: %(default)s)")
+    parser.add_argument(
+        "--seed", type=int_in(0, SEED_MAX), default=1, help="victims and send orders (default: %(default)s)"
+    )
     parser.add_argument(
         "--receive-work-us",
-        type=float,
+        type=float_in(0.0, 1e6),
         default=0.0,
-        help="microseconds a rank computes on each message it receives, as an application "
+        help="microseconds (up to a second) a rank computes on each message it receives, as an application "
         "would (default: none: receive as fast as possible)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON (rank 0)")
     parser.add_argument("--metrics", metavar="DIR", help="write sub-second metrics, one JSON-lines file per rank")
     parser.add_argument(
-        "--metrics-interval", type=float, default=0.1, help="seconds between metrics samples (default: %(default)s)"
+        "--metrics-interval",
+        type=float_in(0.001, 3600.0),
+        default=0.1,
+        help="seconds between metrics samples, 0.001..3600 (default: %(default)s)",
     )
     parser.add_argument(
         "--quiet", action="store_true", help="rank 0 prints only its progress lines, not the summary table"
@@ -251,14 +265,23 @@ def run(args: argparse.Namespace) -> int:
     from ..nodes import NodeTopology
     from ..rail import MailRail
 
+    checked = checked_rail_options("bench adversarial", args)
+    if checked is None:
+        return 2
+    options, config = checked
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     problem = _check_arguments(args, size)
+    if problem:  # the same on every rank: all return before the rail is built
+        return usage_error("bench adversarial", problem, comm)
+    datagram_size = config.datagram_size
+    if args.bytes_per_rank is not None:
+        planned = -(-args.bytes_per_rank // datagram_size)
+    else:
+        planned = DEFAULT_MESSAGES if args.messages is None else args.messages
+    problem = memory_problem(comm, BYTES_PER_PLANNED_MESSAGE * planned, f"{planned:,} messages per rank")
     if problem:
-        if rank == 0:
-            print(f"bench adversarial: {problem}", flush=True)
-        return 2
-    options = rail_options(args)
+        return usage_error("bench adversarial", problem, comm)
     rail = MailRail(comm, **options)
     config = rail.config
     topology = NodeTopology(comm, config.ranks_per_node)
@@ -394,20 +417,11 @@ def summary_text(document: dict) -> str:
 
 
 def _check_arguments(args: argparse.Namespace, size: int) -> str | None:
+    """What argparse cannot check alone: the flags against the job's rank count (the ranges it checks)."""
     if size < 2:
-        return "needs at least 2 ranks"
-    if not 1 <= args.victims <= size:
-        return f"--victims must be 1..{size} (the ranks), got {args.victims}"
-    if args.trials < 1:
-        return f"--trials must be >= 1, got {args.trials}"
-    if not args.receive_work_us >= 0:
-        return f"--receive-work-us must be >= 0, got {args.receive_work_us}"
-    if args.messages is not None and args.messages < 0:
-        return f"--messages must be >= 0, got {args.messages}"
-    if args.bytes_per_rank is not None and args.bytes_per_rank < 0:
-        return f"--bytes-per-rank must be >= 0, got {args.bytes_per_rank}"
-    if args.metrics_interval <= 0:
-        return f"--metrics-interval must be > 0, got {args.metrics_interval}"
+        return f"needs at least 2 ranks, got {size} (mailrail run -n 2 bench adversarial)"
+    if args.victims > size:
+        return f"argument --victims: must be an integer in 1..{size} (the ranks), got '{args.victims}'"
     return None
 
 

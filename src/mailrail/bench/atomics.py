@@ -13,11 +13,23 @@ import argparse
 import time
 
 from .common import format_table, write_json
+from .flags import int_in, one_line_errors
+
+#: Shared counters: int64s in one MPI shared window (a million is 8 MiB, far more than contention needs).
+COUNTERS_MAX = 1 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ops", type=int, default=20000, help="take+return pairs per rank and mode")
-    parser.add_argument("--counters", type=int, default=4, help="shared counters the ranks contend on")
+    one_line_errors(parser)
+    parser.add_argument(
+        "--ops", type=int_in(1, 1 << 40), default=20000, help="take+return pairs per rank and mode (default 20000)"
+    )
+    parser.add_argument(
+        "--counters",
+        type=int_in(1, COUNTERS_MAX),
+        default=4,
+        help=f"shared counters the ranks contend on, 1..{COUNTERS_MAX} (default 4)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
 
 

@@ -6,14 +6,20 @@ import argparse
 import json
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import Knob, knobs
+from ..config import KNOBS, Knob, knobs
+from ..errors import ConfigError
+from .flags import agreed_problem, usage_error
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 
 def add_rail_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
     """One ``--flag`` per MailRail knob (:func:`mailrail.config.knobs`, with their meanings); unset
-    flags fall back to ``MAILRAIL_*`` / defaults."""
+    flags fall back to ``MAILRAIL_*`` / defaults.  Each value is checked by its knob's parser as argv
+    is parsed (``--datagram-size 0`` is a usage error) and kept as given, for :func:`rail_flags`."""
     group = parser.add_argument_group("MailRail options (override MAILRAIL_* variables)")
     for knob in flag_knobs():
         if knob.name not in skip:
@@ -21,8 +27,65 @@ def add_rail_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str] =
                 "--" + knob.name.replace("_", "-"),
                 dest=knob.name,
                 default=None,
+                type=_checked_by_knob(knob.name),
                 help=f"{knob.help} ({knob.variable}; default {knob.default_text})".replace("`", "").replace("%", "%%"),
             )
+
+
+def _checked_by_knob(name: str) -> Any:
+    parse = KNOBS[name]
+
+    def check(raw: str) -> str:
+        try:
+            parse("VALUE", raw, None)
+        except ConfigError as error:  # "VALUE must be in 1..N, got 0": the flag is named by argparse
+            raise argparse.ArgumentTypeError(str(error).removeprefix("VALUE ")) from None
+        return raw
+
+    check.__name__ = name
+    return check
+
+
+def checked_rail_options(
+    command: str, args: argparse.Namespace, defaults: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], Config] | None:
+    """:func:`rail_options` and the :class:`~mailrail.config.Config` they make with the ``MAILRAIL_*``
+    variables, checked together (say ``--max-recvs`` above ``--recv-pool-slots``, or pools larger than
+    memory): None after a one-line usage error, which every rank reaches alike from the same argv and
+    environment, before any MPI work."""
+    from ..config import Config
+
+    options = rail_options(args, defaults)
+    try:
+        return options, Config.from_env(**options)
+    except ConfigError as error:
+        usage_error(command, str(error))
+        return None
+
+
+def memory_problem(comm: Any, bytes_per_rank: int, what: str) -> str | None:
+    """Collective: why *bytes_per_rank* on every rank does not fit in this node's memory, or None.
+
+    The ranks sharing a node add up their needs; every rank of the job then has the same answer
+    (:func:`~mailrail.bench.flags.agreed_problem`), so all stop or none does.
+    """
+    from mpi4py import MPI
+
+    from ..config import physical_memory
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        local_ranks, needed = node.Get_size(), node.allreduce(int(bytes_per_rank))
+    finally:
+        node.Free()
+    memory = physical_memory()
+    problem = None
+    if memory is not None and needed > memory:
+        problem = (
+            f"{what} need {needed / 2**30:,.1f} GiB on a node ({local_ranks} rank(s) there), "
+            f"more than its {memory / 2**30:,.1f} GiB of memory"
+        )
+    return agreed_problem(comm, problem)
 
 
 def flag_knobs() -> list[Knob]:

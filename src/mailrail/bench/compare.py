@@ -25,12 +25,13 @@ import time
 from typing import Any
 
 from ..cluster.options import ClusterChoice, add_cluster_arguments, open_cluster
-from ..cluster.spec import node_of_rank, ranks_per_node
+from ..cluster.spec import MAX_NODES, node_of_rank, ranks_per_node
 from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
 from ..errors import ClusterError, ConfigError
 from .adversarial import choose_victims
 from .common import add_rail_arguments, format_table, rail_options, write_json
+from .flags import MPI_INT_MAX, choice_list, float_in, int_in, usage_error
 from .jobs import (
     DEFAULT_TIME_LIMIT,
     add_workload_arguments,
@@ -63,28 +64,42 @@ COLUMNS = (
 )
 #: Added on a virtual cluster: what crossed the links and the victim node's memory high-water mark.
 CLUSTER_COLUMNS = ("network MB", "net B / payload B", "victim node peak MiB")
+#: Bounds of --time-limit (seconds): mpiexec alone needs about a second; the top fits every timer.
+TIME_LIMIT_RANGE = (1.0, 1e6)
+
+
+def ranks_flag(parser: argparse.ArgumentParser, default: int, help_text: str, *names: str) -> None:
+    parser.add_argument(*names, type=int_in(2, MPI_INT_MAX), default=default, help=help_text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--ranks", type=int, default=DEFAULT_RANKS, help="MPI ranks (default: %(default)s)")
+    ranks_flag(parser, DEFAULT_RANKS, "MPI ranks (default: %(default)s)", "-n", "--ranks")
     parser.add_argument(
         "--nodes",
-        type=int,
+        type=int_in(1, MAX_NODES),
         default=DEFAULT_NODES,
         help="nodes the ranks are split into: virtual cluster nodes, or virtual nodes on shared "
         "memory (default: %(default)s; --ranks-per-node overrides on shared memory)",
     )
-    parser.add_argument("--victims", type=int, default=1, help="victim ranks (default: %(default)s)")
+    parser.add_argument("--victims", type=int_in(1, MPI_INT_MAX), default=1, help="victim ranks (default: %(default)s)")
     add_workload_arguments(parser, messages=DEFAULT_MESSAGES, trials=4, per="mode")
-    parser.add_argument("--modes", default=",".join(MODES), help="modes to run, comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--modes",
+        type=choice_list(MODES),
+        default=",".join(MODES),
+        help="modes to run, comma-separated (default: %(default)s)",
+    )
     parser.add_argument(
         "--time-limit",
-        type=float,
+        type=float_in(*TIME_LIMIT_RANGE),
         default=DEFAULT_TIME_LIMIT,
         help="seconds each mode may run, start-up included (default: %(default)s)",
     )
     parser.add_argument(
-        "--metrics-interval", type=float, default=0.1, help="seconds between metrics samples (default: %(default)s)"
+        "--metrics-interval",
+        type=float_in(0.01, 3600.0),
+        default=0.1,
+        help="seconds between metrics samples (default: %(default)s)",
     )
     parser.add_argument(
         "--out",
@@ -150,19 +165,19 @@ def benchmark_args(load: dict[str, Any], mode: str, metrics_dir: str) -> list[st
 
 
 def run(args: argparse.Namespace) -> int:
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        print(f"mailrail compare: --modes takes {', '.join(MODES)}; got {args.modes!r}")
-        return 2
-    if not 1 <= args.victims <= args.ranks or args.ranks < 2 or args.nodes < 1:
-        print(
-            f"mailrail compare: need ranks >= 2, nodes >= 1 and 1 <= victims <= ranks "
-            f"(got {args.ranks} ranks, {args.nodes} nodes, {args.victims} victims)"
+    """The comparison.  Every flag is checked before a cluster is built or a file is written; an
+    interrupted comparison removes its cluster and leaves the last complete compare.json/.png as they were."""
+    modes = args.modes
+    if args.victims > args.ranks or args.nodes > args.ranks:
+        return usage_error(
+            "compare", f"--victims and --nodes may not exceed --ranks {args.ranks} (got {args.victims}, {args.nodes})"
         )
-        return 2
     choice = ClusterChoice.parse(args.cluster, allow_auto=True)
     placement, reason = choose_placement(choice)
+    try:  # the workload and its MailRail options, on the nodes the modes will run on
+        workload(args, (choice.nodes or args.nodes) if placement != "shared" else None)
+    except ConfigError as error:
+        return usage_error("compare", str(error))
     if placement == "userns":
         from ..cluster.privileges import rerun_in_user_namespace
 
@@ -177,11 +192,7 @@ def run(args: argparse.Namespace) -> int:
                 if choice.kind != "auto":
                     raise
                 reason = f"a virtual cluster could not be built here: {error}"
-        try:
-            load = workload(args, cluster.spec.nodes if cluster else None)
-        except ConfigError as error:
-            print(f"mailrail compare: {error}")
-            return 2
+        load = workload(args, cluster.spec.nodes if cluster else None)  # checked above
         os.makedirs(out, exist_ok=True)
         described = cluster.describe() if cluster else None
         print(
@@ -213,8 +224,11 @@ def run(args: argparse.Namespace) -> int:
                 capture=False,
                 cluster=cluster,
             )  # the job's progress lines show live
-            results[mode] = result
-            print(f"[{index}/{len(modes)}] {mode}: {status_text(result)} after {result['wall_s']:.1f} s", flush=True)
+            results[mode] = note_out_of_memory(result)
+            print(
+                f"[{index}/{len(modes)}] {mode}: {outcome_text(result)}, ended after {result['wall_s']:.1f} s",
+                flush=True,
+            )
             if result["status"] in ("failed", "timeout"):
                 print(result["output_tail"][-1500:], flush=True)  # the job's own error messages
         wall = time.monotonic() - started
@@ -281,7 +295,7 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
     on_cluster = any("network_bytes" in r for r in results.values())
     rows = []
     for mode, result in results.items():
-        row: dict[str, Any] = {"mode": mode, "status": status_text(result), **dict.fromkeys(COLUMNS, "-")}
+        row: dict[str, Any] = {"mode": mode, "status": outcome_text(result), **dict.fromkeys(COLUMNS, "-")}
         if on_cluster:
             row.update(dict.fromkeys(CLUSTER_COLUMNS, "-"))
             peak = victim_node_peak(result, load)
@@ -309,6 +323,24 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
                 row["net B / payload B"] = ratio
         rows.append(row)
     return rows
+
+
+def note_out_of_memory(result: dict[str, Any]) -> dict[str, Any]:
+    """*result* with ``out_of_memory_after_s`` and ``out_of_memory_node`` (the first kill, from its nodes'
+    cgroups) when a node's memory cap ended the run; returned for chaining."""
+    killed = [n for n in result.get("cluster_nodes") or [] if n["oom_kills"]]
+    if result["status"] == "out_of_memory" and killed:
+        first = min(killed, key=lambda n: n["oom_after_s"])
+        result.update(out_of_memory_after_s=first["oom_after_s"], out_of_memory_node=first["node"])
+    return result
+
+
+def outcome_text(result: dict[str, Any]) -> str:
+    """:func:`~mailrail.bench.jobs.status_text`, and for a run a memory cap ended, when that happened."""
+    text = status_text(result)
+    if result.get("out_of_memory_after_s") is not None:
+        text += f" at {result['out_of_memory_after_s']:.1f} s"
+    return text
 
 
 def victim_node_peak(result: dict[str, Any], load: dict[str, Any]) -> int | None:
@@ -343,8 +375,8 @@ def observations(
         lines.append(f"- finished, every message delivered exactly once: {', '.join(ok)}")
     for mode, result in killed.items():
         lines.append(
-            f"- {mode}: {status_text(result)}: the kernel killed a rank on the victim's node when what MPI "
-            f"buffered for the incast outgrew it"
+            f"- {mode}: {outcome_text(result)}: the kernel killed a rank on the victim's node when what MPI "
+            f"buffered for the incast outgrew it; the job was ended then"
         )
     for mode, result in results.items():
         if result["status"] not in ("ok", "out_of_memory"):

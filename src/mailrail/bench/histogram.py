@@ -20,7 +20,16 @@ import time
 
 import numpy as np
 
-from .common import add_rail_arguments, alltoallv_exchange, format_table, rail_options, write_json
+from ..config import FLOW_CONTROL_MODES
+from .common import (
+    add_rail_arguments,
+    alltoallv_exchange,
+    checked_rail_options,
+    format_table,
+    memory_problem,
+    write_json,
+)
+from .flags import SEED_MAX, choice_list, int_in, one_line_errors, usage_error
 
 RMAT_PROBABILITIES = (0.57, 0.19, 0.19, 0.05)  # Graph500 a, b, c, d
 CHUNK = 8192  # keys partitioned per step: cache-sized, and receives interleave with sends
@@ -29,16 +38,31 @@ CHUNK = 8192  # keys partitioned per step: cache-sized, and receives interleave 
 #: alltoallv peer at 2 and 4 ranks against 0.72-0.78x), in fewer slots (8 MiB of receive pool).
 RAIL_DEFAULTS = {"datagram_size": 128 * 1024, "recv_pool_slots": 64, "send_pool_slots": 32}
 EXACT_CHECK_MAX_LOG2 = 24
+#: Keys are uint64 below 2**log2_table counted as int64; 2**40 counters (8 TiB) is past any machine's memory.
+LOG2_TABLE_MAX = 40
+#: Bytes of memory per insert on its rank: the key, its owner, and the copy the exact check counts.
+BYTES_PER_INSERT = 24
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log2-table", type=int, default=20, help="table of 2**N counters (default %(default)s)")
-    parser.add_argument("--inserts", type=int, default=1 << 22, help="keys per rank (default 4 Mi)")
-    parser.add_argument("--rmat", action="store_true", help="skewed R-MAT keys instead of uniform")
-    parser.add_argument("--trials", type=int, default=5, help="timed trials after one warm-up (default 5)")
-    parser.add_argument("--seed", type=int, default=1)
+    one_line_errors(parser)
     parser.add_argument(
-        "--modes", default=None, help="comma-separated flow-control modes to run on the same keys, e.g. none,rank,node"
+        "--log2-table",
+        type=int_in(1, LOG2_TABLE_MAX),
+        default=20,
+        help=f"table of 2**N counters, N in 1..{LOG2_TABLE_MAX} (default %(default)s)",
+    )
+    parser.add_argument("--inserts", type=int_in(1, 1 << 40), default=1 << 22, help="keys per rank (default 4 Mi)")
+    parser.add_argument("--rmat", action="store_true", help="skewed R-MAT keys instead of uniform")
+    parser.add_argument(
+        "--trials", type=int_in(1, 100_000), default=5, help="timed trials after one warm-up (default 5)"
+    )
+    parser.add_argument("--seed", type=int_in(0, SEED_MAX), default=1)
+    parser.add_argument(
+        "--modes",
+        type=choice_list(FLOW_CONTROL_MODES),
+        default=None,
+        help="comma-separated flow-control modes to run on the same keys, e.g. none,rank,node",
     )
     parser.add_argument(
         "--baseline",
@@ -108,17 +132,29 @@ class Table:
 
 
 def run(args: argparse.Namespace) -> int:
+    checked = checked_rail_options("bench histogram", args, RAIL_DEFAULTS)
+    if checked is None:
+        return 2
+    options, config = checked
     from mpi4py import MPI
 
     from ..coalesce import Coalescer
-    from ..config import Config
     from ..rail import MailRail
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    options = rail_options(args, RAIL_DEFAULTS)
-    config = Config.from_env(**options)
-    modes = list(dict.fromkeys(args.modes.split(","))) if args.modes else [config.flow_control]
+    # Before any key is drawn: a table or key set that cannot fit is a usage error on every rank alike.
+    table_bytes = 8 * -(-(1 << args.log2_table) // size)
+    if args.log2_table <= EXACT_CHECK_MAX_LOG2:
+        table_bytes += 8 * (1 << args.log2_table)  # the exact check counts the whole table on every rank
+    problem = memory_problem(
+        comm,
+        table_bytes + BYTES_PER_INSERT * args.inserts,
+        f"--log2-table {args.log2_table} and --inserts {args.inserts}",
+    )
+    if problem:
+        return usage_error("bench histogram", problem, comm)
+    modes = args.modes or [config.flow_control]
     keys = make_keys(np.random.default_rng([args.seed, rank]), args.inserts, args.log2_table, args.rmat)
     table = Table(args.log2_table, size, rank)
     owners = table.owners(keys)

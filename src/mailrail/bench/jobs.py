@@ -14,10 +14,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..launch import mpi_environment, mpiexec_argv, run_bounded
 from .common import rail_flags
+from .flags import MPI_INT_MAX, SEED_MAX, float_in, int_in
 
 if TYPE_CHECKING:
     from ..cluster import VirtualCluster
@@ -27,18 +28,62 @@ DEFAULT_TIME_LIMIT = 120.0
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, trials: int, per: str) -> None:
-    """The workload a driver passes on to each adversarial run: its amount, trials and seed."""
+    """The workload a driver passes on to each adversarial run: its amount, trials and seed, in the
+    ranges ``bench adversarial`` takes (a bad value is a usage error before any run or cluster)."""
+    from .adversarial import MAX_BYTES_PER_RANK
+
     amount = parser.add_mutually_exclusive_group()
-    amount.add_argument("--messages", type=int, default=None, help=f"messages per sending rank (default: {messages})")
-    amount.add_argument("--bytes-per-rank", type=int, default=None, help="payload bytes per sending rank instead")
-    parser.add_argument("--trials", type=int, default=trials, help=f"timed trials per {per} (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=1, help="victims and send orders (default: %(default)s)")
+    amount.add_argument(
+        "--messages",
+        type=int_in(0, MPI_INT_MAX),
+        default=None,
+        help=f"messages per sending rank (default: {messages})",
+    )
+    amount.add_argument(
+        "--bytes-per-rank",
+        type=int_in(0, MAX_BYTES_PER_RANK),
+        default=None,
+        help="payload bytes per sending rank instead",
+    )
+    parser.add_argument(
+        "--trials", type=int_in(1, 100_000), default=trials, help=f"timed trials per {per} (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int_in(0, SEED_MAX), default=1, help="victims and send orders (default: %(default)s)"
+    )
     parser.add_argument(
         "--receive-work-us",
-        type=float,
+        type=float_in(0.0, 1e6),
         default=0.0,
-        help="microseconds of work a victim spends on each message it receives (default: none)",
+        help="microseconds of work a victim spends on each message it receives, up to 10^6 (default: none)",
     )
+
+
+class _Refused(Exception):
+    pass
+
+
+def adversarial_args_problem(args: Sequence[str]) -> str | None:
+    """Why ``bench adversarial ARGS`` would refuse its flags (the line argparse would print), or None.
+
+    For a driver to check every run's command line once, before it builds a cluster or touches a
+    result file, instead of learning it from each run's exit status 2.  Checks against the rank
+    count (``--victims``) and memory still happen in the run itself.
+    """
+    from .adversarial import add_arguments
+
+    parser = argparse.ArgumentParser(prog="mailrail bench adversarial")
+    add_arguments(parser)
+
+    def refuse(message: str) -> NoReturn:
+        raise _Refused(message)
+
+    parser.error = refuse  # type: ignore[method-assign]
+    try:
+        parser.parse_args([*args, "--json", os.devnull])
+    except _Refused as refused:
+        return f"argument error in bench adversarial {' '.join(args)}: {refused}"
+    return None
 
 
 def adversarial_args(

@@ -137,8 +137,16 @@ def plot_compare(
     return path
 
 
-def _failed_label(axis, x: float, result: dict) -> None:
+def failure_text(result: dict) -> str:
+    """What a run that did not finish shows in a figure: timed out, failed, or out of memory (and when)."""
     text = {"timeout": "timed out", "out_of_memory": "out of memory"}.get(result.get("status"), "failed")
+    if result.get("out_of_memory_after_s") is not None:
+        text += f" at {result['out_of_memory_after_s']:.1f} s"
+    return text
+
+
+def _failed_label(axis, x: float, result: dict) -> None:
+    text = failure_text(result)
     axis.text(x, 0.02, text, ha="center", va="bottom", rotation=90, color="black", transform=axis.get_xaxis_transform())
 
 
@@ -207,7 +215,11 @@ def _bars_node_memory(axis, results: Mapping[str, dict], peaks: Mapping[str, int
                 x - width / 2, peak / _MIB, width, color=color, alpha=0.9, label=None if labeled_peak else "node peak"
             )
             labeled_peak = True
-            text = "killed: out of memory" if result.get("status") == "out_of_memory" else f"{peak / _MIB:.0f} MiB"
+            text = (
+                f"killed: {failure_text(result)}"
+                if result.get("status") == "out_of_memory"
+                else f"{peak / _MIB:.0f} MiB"
+            )
             axis.annotate(
                 text,
                 (x - width / 2, peak / _MIB),
@@ -290,7 +302,7 @@ def plot_sweep(studies: Mapping[str, list[dict[str, Any]]], path: str, title: st
                 [p["incast_ratio"] for p in ok], [p["goodput_bps"] / 1e6 for p in ok], "o-", color=color, label=label
             )
             for p in bad:
-                text = {"timeout": "timed out", "out_of_memory": "out of memory"}.get(p["status"], "failed")
+                text = failure_text(p)
                 y = p["time_limit_s"] if p["status"] == "timeout" else above
                 runtime_axis.plot([p["incast_ratio"]], [y], "x", color=color, markersize=12, mew=2)
                 runtime_axis.annotate(

@@ -13,28 +13,38 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
 from .common import add_rail_arguments, format_table, rail_options, write_json
+from .flags import MPI_INT_MAX, int_in, int_list_in, one_line_errors, usage_error
 
 DEFAULT_SIZES = (8, 64, 4096, 65536)
 RAW_WINDOW = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument(
         "--sizes",
-        default=",".join(map(str, DEFAULT_SIZES)),
-        help="payload sizes in bytes, comma-separated (default: %(default)s)",
+        type=int_list_in(1, MPI_INT_MAX),
+        default=list(DEFAULT_SIZES),
+        help=f"payload sizes in bytes, comma-separated (default: {','.join(map(str, DEFAULT_SIZES))})",
     )
-    parser.add_argument("--messages", type=int, default=20000, help="messages per size and sender")
     parser.add_argument(
-        "--max-recvs-compare", default="64,4096", help="two MAILRAIL_MAX_RECVS values compared at 4096 B ('' to skip)"
+        "--messages", type=int_in(1, MPI_INT_MAX), default=20000, help="messages per size and sender (default 20000)"
+    )
+    parser.add_argument(
+        "--max-recvs-compare",
+        type=int_list_in(1, MPI_INT_MAX, allow_empty=True),
+        default=[64, 4096],
+        help="MAILRAIL_MAX_RECVS values compared at 4096 B, comma-separated ('' to skip; default 64,4096)",
     )
     parser.add_argument(
         "--repeats",
-        type=int,
+        type=int_in(1, 1000),
         default=3,
         help="runs of each measurement, interleaved; the median is reported (default %(default)s)",
     )
@@ -43,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    options = rail_options(args)
+    problem = _config_problem(options, args.sizes, args.max_recvs_compare)
+    if problem:  # every rank alike, before MPI: no rail of a later size fails mid-run
+        return usage_error("bench stream", problem)
     from mpi4py import MPI
 
     from ..rail import MailRail
@@ -50,13 +64,10 @@ def run(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     if size < 2 or size % 2:
-        if rank == 0:
-            print(f"bench stream needs an even number of ranks >= 2, got {size}")
-        return 2
+        return usage_error("bench stream", f"needs an even number of ranks >= 2, got {size}", comm)
     peer = rank + 1 if rank % 2 == 0 else rank - 1
     sender = rank % 2 == 0
-    options = rail_options(args)
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    sizes = args.sizes
     n = args.messages
     results = []
     repeats = range(args.repeats)
@@ -84,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         )
     max_recvs = []
     if args.max_recvs_compare:
-        posted_counts = [int(v) for v in args.max_recvs_compare.split(",")]
+        posted_counts = list(dict.fromkeys(args.max_recvs_compare))
         rates: dict[int, list[float]] = {posted: [] for posted in posted_counts}
         for _ in repeats:  # interleaved, so drift of the machine hits both alike
             for posted in posted_counts:
@@ -147,6 +158,22 @@ def _mode(options: dict) -> str:
     from ..config import Config
 
     return Config.from_env(**options).flow_control
+
+
+def _config_problem(options: dict[str, Any], sizes: list[int], posted_counts: list[int]) -> str | None:
+    """Why one of the rails the run builds (a datagram size each, a --max-recvs-compare value each) is
+    refused by :class:`~mailrail.config.Config`, or None."""
+    from ..config import Config
+
+    try:
+        for nbytes in sizes:
+            Config.from_env(**dict(options, datagram_size=nbytes))
+        for posted in posted_counts:
+            slots = max(posted, int(options.get("recv_pool_slots") or 0))
+            Config.from_env(**dict(options, datagram_size=4096, max_recvs=posted, recv_pool_slots=slots))
+    except ConfigError as error:
+        return str(error)
+    return None
 
 
 def _mailrail_rate(comm, rail, peer: int, sender: bool, nbytes: int, n: int) -> float:

@@ -27,11 +27,11 @@ from typing import Any
 from ..cluster.jobs import describe, summary
 from ..cluster.options import ClusterChoice, add_cluster_arguments, memory_option, open_cluster
 from ..cluster.spec import node_of_rank, ranks_per_node
-from ..errors import ClusterError
 from .adversarial import choose_victims, incast_ratio
-from .common import add_rail_arguments, format_table, rail_options, write_json
-from .compare import DEFAULT_RECV_POOL_SLOTS, MODES
-from .jobs import add_workload_arguments, adversarial_args, all_finished, run_adversarial, status_text
+from .common import add_rail_arguments, checked_rail_options, format_table, write_json
+from .compare import DEFAULT_RECV_POOL_SLOTS, MODES, TIME_LIMIT_RANGE, note_out_of_memory, outcome_text, ranks_flag
+from .flags import MPI_INT_MAX, choice_list, float_in, int_in, usage_error
+from .jobs import add_workload_arguments, adversarial_args, all_finished, run_adversarial
 
 STUDIES = ("weak", "victims")
 STUDY_TITLES = {"weak": "weak scaling", "victims": "victim sweep"}
@@ -42,29 +42,34 @@ DEFAULT_MESSAGES = 2000
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--studies",
+        type=choice_list(STUDIES),
         default=",".join(STUDIES),
         help="weak (weak scaling), victims (victim sweep) or both (default: %(default)s)",
     )
+    ranks_flag(parser, 2, "weak scaling: first rank count (default: %(default)s)", "--min-ranks")
+    ranks_flag(parser, 16, "weak scaling: ranks double up to this (default: %(default)s)", "--max-ranks")
     parser.add_argument(
-        "--min-ranks", type=int, default=2, help="weak scaling: first rank count (default: %(default)s)"
+        "--weak-victims",
+        type=int_in(1, MPI_INT_MAX),
+        default=1,
+        help="weak scaling: victims at every size (default: %(default)s)",
     )
-    parser.add_argument(
-        "--max-ranks", type=int, default=16, help="weak scaling: ranks double up to this (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--weak-victims", type=int, default=1, help="weak scaling: victims at every size (default: %(default)s)"
-    )
-    parser.add_argument(
+    ranks_flag(
+        parser,
+        None,
+        "victim sweep: ranks (default: --max-ranks); victims go 1, 2, 4, ... up to all of them",
         "--victim-ranks",
-        type=int,
-        default=None,
-        help="victim sweep: ranks (default: --max-ranks); victims go 1, 2, 4, ... up to all of them",
     )
     add_workload_arguments(parser, messages=DEFAULT_MESSAGES, trials=2, per="run")
-    parser.add_argument("--modes", default=",".join(MODES), help="modes, comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--modes",
+        type=choice_list(MODES),
+        default=",".join(MODES),
+        help="modes, comma-separated (default: %(default)s)",
+    )
     parser.add_argument(
         "--time-limit",
-        type=float,
+        type=float_in(*TIME_LIMIT_RANGE),
         default=60.0,
         help="seconds each run may take, start-up included (default: %(default)s)",
     )
@@ -75,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--node-ranks",
-        type=int,
+        type=int_in(1, MPI_INT_MAX),
         default=DEFAULT_RANKS_PER_NODE,
         help="with --cluster: ranks on each node (default: %(default)s)",
     )
@@ -116,30 +121,30 @@ def study_points(study: str, args: argparse.Namespace, nodes: int | None = None)
 
 
 def run(args: argparse.Namespace) -> int:
-    studies = [s.strip() for s in args.studies.split(",") if s.strip()]
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not studies or any(s not in STUDIES for s in studies) or not modes or any(m not in MODES for m in modes):
-        print(f"mailrail sweep: --studies takes {', '.join(STUDIES)}, --modes {', '.join(MODES)}")
+    """The sweeps.  Every flag is checked before a cluster is built or a file is written; an interrupted
+    sweep removes its cluster and leaves the last complete sweep.json/.png as they were."""
+    studies, modes = args.studies, args.modes
+    if args.max_ranks < args.min_ranks:
+        return usage_error("sweep", f"--min-ranks {args.min_ranks} exceeds --max-ranks {args.max_ranks}")
+    if "weak" in studies and args.weak_victims > args.max_ranks:
+        return usage_error("sweep", f"--weak-victims {args.weak_victims} exceeds --max-ranks {args.max_ranks}")
+    checked = checked_rail_options("sweep", args, {"recv_pool_slots": DEFAULT_RECV_POOL_SLOTS})
+    if checked is None:
         return 2
-    if args.min_ranks < 2 or args.max_ranks < args.min_ranks:
-        print(f"mailrail sweep: need 2 <= --min-ranks <= --max-ranks (got {args.min_ranks}, {args.max_ranks})")
-        return 2
+    options = checked[0]  # the budget compare uses, unless MAILRAIL_RECV_POOL_SLOTS or a flag says otherwise
     choice = ClusterChoice.parse(args.cluster)
+    if choice.kind != "off" and options.get("ranks_per_node") is not None:
+        return usage_error("sweep", "--ranks-per-node makes virtual nodes on one host; on --cluster the nodes are real")
     if choice.kind != "off":
         from ..cluster.privileges import rerun_without_root
 
         status = rerun_without_root(args.mailrail_argv)
         if status is not None:
             return status
-    options = rail_options(args)
-    options.setdefault("recv_pool_slots", DEFAULT_RECV_POOL_SLOTS)
     out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
     with contextlib.ExitStack() as stack:
         cluster = None
         if choice.kind != "off":
-            if options.get("ranks_per_node") is not None:
-                raise ClusterError("--ranks-per-node makes virtual nodes on one host; on --cluster the nodes are real")
             from ..cluster.virtual import VirtualCluster
 
             nodes = choice.nodes if choice.kind == "nodes" else VirtualCluster.attach(choice.name).spec.nodes
@@ -159,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
             f"{', '.join(modes)}) {where}, each limited to {args.time_limit:g} s; results in {out}",
             flush=True,
         )
+        os.makedirs(out, exist_ok=True)
         results: dict[str, list[dict[str, Any]]] = {study: [] for study in studies}
         started = time.monotonic()
         for index, (study, ranks, victims, mode) in enumerate(plan, 1):
@@ -173,13 +179,13 @@ def run(args: argparse.Namespace) -> int:
                     cluster=cluster,
                     nodes=used,
                 )
-            point = sweep_point(study, ranks, victims, mode, result, args.time_limit)
+            point = sweep_point(study, ranks, victims, mode, note_out_of_memory(result), args.time_limit)
             point["nodes"] = used
             results[study].append(point)
             measured = (
                 f"{point['runtime_s']:.3f} s/trial, {point['goodput_bps'] / 1e6:,.0f} Mb/s"
                 if point["status"] == "ok"
-                else status_text(result)
+                else outcome_text(result)
             )
             print(
                 f"[{index}/{len(plan)}] {STUDY_TITLES[study]}: {ranks} ranks"
@@ -222,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
                         p["victims"],
                         p["incast_ratio"],
                         p["mode"],
-                        status_text(p["result"]),
+                        outcome_text(p["result"]),
                         p.get("runtime_s", "-"),
                         p["goodput_bps"] / 1e6 if p["status"] == "ok" else "-",
                     )
@@ -287,6 +293,8 @@ def sweep_point(
         "time_limit_s": time_limit,
         "wall_s": result["wall_s"],
     }
+    if result.get("out_of_memory_after_s") is not None:
+        point["out_of_memory_after_s"] = result["out_of_memory_after_s"]
     if result["status"] == "ok":
         point["runtime_s"] = result["summary"]["runtime_s_mean"]
         point["goodput_bps"] = result["summary"]["goodput_bps_mean"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -45,9 +46,12 @@ def run_job(
 
 
 def exit_status(job: ClusterJob) -> int:
-    """What the command exits with: the job's status, 124 after a timeout, 128+N when killed by signal N."""
+    """What the command exits with: the job's status, 124 after a timeout, 128+N when killed by signal N
+    (137 when a node's out-of-memory kill ended it: the kernel's SIGKILL)."""
     if job.timed_out:
         return 124
+    if job.out_of_memory_node is not None:
+        return 128 + signal.SIGKILL
     return job.returncode if job.returncode >= 0 else 128 - job.returncode
 
 
@@ -85,9 +89,11 @@ def outcome(job: ClusterJob, timeout: float | None) -> list[str]:
     lines = []
     for node in job.nodes:
         if node["oom_kills"]:
+            cap = f"cap {node['limit_bytes'] / _MIB:,.0f} MiB" if node["limit_bytes"] else "no cap of its own"
+            ended = "; the job was ended then" if node["node"] == job.out_of_memory_node else ""
             lines.append(
-                f"node {node['node']} ran out of memory (cap {node['limit_bytes'] / _MIB:,.0f} MiB): the "
-                f"kernel killed {node['oom_kills']} process(es) there"
+                f"node {node['node']} ran out of memory after {node['oom_after_s']:.1f} s ({cap}): the "
+                f"kernel killed {node['oom_kills']} process(es) there{ended}"
             )
     if job.timed_out:
         lines.append(f"killed after {timeout:g} s")

@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 
+from .. import jobcontrol
 from ..errors import ClusterError
 
 #: Where ``ip netns`` keeps its named network namespaces.
@@ -38,9 +37,14 @@ def tool(name: str) -> str:
 
 
 def run(argv: Sequence[str], step: str) -> str:
-    """Run one command; its output, or a ClusterError with the command and its error text."""
+    """Run one command; its output, or a ClusterError with the command and its error text.
+
+    A termination signal waits for the command to finish: interrupted inside ``Popen`` or half-way
+    through ``ip netns add``, it would leave a namespace (or a child) that the teardown's listing missed.
+    """
     argv = [tool(argv[0]), *argv[1:]]
-    completed = subprocess.run(argv, capture_output=True, text=True)
+    with jobcontrol.deferred_signals():
+        completed = subprocess.run(argv, capture_output=True, text=True)
     if completed.returncode != 0:
         detail = (completed.stderr or completed.stdout).strip() or f"exit status {completed.returncode}"
         raise ClusterError(f"{step}: `{' '.join(argv)}` failed: {detail}")
@@ -174,36 +178,10 @@ def _is_mount_point(path: str) -> bool:
 # -- processes ---------------------------------------------------------------------------
 
 
-def end_processes(pids: Iterable[int], timeout: float = 10.0) -> list[int]:
-    """SIGKILL each process by id and wait until it is gone; returns those still there after *timeout*."""
-    pids = set(pids)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = {pid for pid in pids if _alive(pid)}
-        if not pids or time.monotonic() > deadline:
-            return sorted(pids)
-        time.sleep(0.02)
-
-
-def _alive(pid: int) -> bool:
-    """Running, or a zombie that still holds a cgroup slot (its parent has not reaped it yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    if state == "Z":
-        try:  # one of ours: reap it; someone else's: its parent will
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        return False
-    return True
+def end_processes(find: Callable[[], set[int]]) -> set[int]:
+    """SIGKILL the processes ``find()`` returns (asked again until none is left; no grace: every
+    process of a cluster is ours); returns those still there after jobcontrol's bound."""
+    return jobcontrol.end_processes(find, grace=0.0)
 
 
 def process_start_time(pid: int) -> int | None:

@@ -85,6 +85,8 @@ def add_cluster_arguments(
 
 def add_node_arguments(group, victim_memory: str | None = None) -> None:
     """The options of the nodes and links themselves (also what ``mailrail cluster up`` takes)."""
+    from ..bench.flags import MPI_INT_MAX, int_in
+
     group.add_argument(
         "--link-rate",
         default=None,
@@ -115,7 +117,7 @@ def add_node_arguments(group, victim_memory: str | None = None) -> None:
     )
     group.add_argument(
         "--node-slots",
-        type=int,
+        type=int_in(1, MPI_INT_MAX),
         default=None,
         metavar="K",
         help="ranks a node holds at most (default: as many as the job puts there)",

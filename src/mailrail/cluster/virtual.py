@@ -8,8 +8,9 @@ stand-in that enters a node's cgroup and namespaces.  Inside a node ranks share
 memory; between nodes every byte crosses a link, shaped by ``tc`` when asked.
 
 Use it as a context manager; whatever happens inside (an error, a timeout,
-Ctrl-C, SIGTERM), leaving the block removes every namespace, link, cgroup and
-process the cluster made::
+a termination signal), leaving the block removes every namespace, link, cgroup
+and process the cluster made; if this process dies without leaving it (SIGKILL),
+a watchdog (:func:`mailrail.jobcontrol.on_owner_death`) removes the cluster::
 
     with VirtualCluster(ClusterSpec(nodes=4)) as cluster:
         job = cluster.run(16, [sys.executable, "app.py"], timeout=300)
@@ -23,12 +24,14 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from .. import jobcontrol
 from ..errors import ClusterError
-from ..launch import find_mpiexec, mpi_environment, run_bounded
+from ..launch import JobStopped, find_mpiexec, mpi_environment, run_bounded
 from . import cgroups, namespaces, state
 from .launchers import Launcher, detect
 from .spec import (
@@ -62,8 +65,12 @@ class ClusterJob:
     stderr: str | None
     #: Bytes the nodes put on their links during the job (each byte that crossed the switch, once).
     network_bytes: int
-    #: Per node: {"oom_kills": kills during the job, "peak_bytes": memory high-water mark, "limit_bytes"}.
+    #: Per node: {"oom_kills": kills during the job, "oom_after_s": seconds from the start to the first
+    #: kill seen there (None without one), "peak_bytes": memory high-water mark, "limit_bytes"}.
     nodes: list[dict[str, Any]]
+    #: The node whose first OOM kill ended the job, and when (seconds from the start); None without one.
+    out_of_memory_node: int | None = None
+    out_of_memory_after_s: float | None = None
 
     @property
     def out_of_memory(self) -> bool:
@@ -87,24 +94,20 @@ class VirtualCluster:
         self.record: state.OwnerRecord | None = None
         self._hierarchy: cgroups.Hierarchy | None = None
         self._launcher: Launcher | None = None
-        self._saved_handlers: dict[int, Any] = {}
+        #: Cancels the removal the owner-death watchdog would do (a job's cluster, from up() to down()).
+        self._unregister_removal: Callable[[], None] | None = None
 
     # -- life cycle ------------------------------------------------------------------
+    # Signals: mailrail.cli.main turns SIGINT/SIGTERM/SIGHUP into jobcontrol.Terminated (one mechanism
+    # for every command); here each build command and the whole teardown defer them, so a signal never
+    # splits a step in two, and the owner-death watchdog removes a cluster whose owner never got here.
 
     def __enter__(self) -> VirtualCluster:
-        self._catch_termination()
-        try:
-            self.up()
-        except BaseException:
-            self._restore_handlers()
-            raise
+        self.up()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        try:
-            self.down()
-        finally:
-            self._restore_handlers()
+        self.down()
 
     def up(self) -> None:
         """Build the cluster; if any step fails, remove what was made and raise ClusterError."""
@@ -119,8 +122,11 @@ class VirtualCluster:
         self.record = state.OwnerRecord.for_this_process(
             self.layout.cluster_id, "persistent" if self.persistent else "job", self.spec.describe()
         )
-        state.save(self.state_dir, self.record)  # before anything exists: a killed run stays removable
         try:
+            with jobcontrol.deferred_signals():
+                if not self.persistent:  # first: whenever this process dies from here on, the cluster goes
+                    self._unregister_removal = jobcontrol.on_owner_death(removal_command(self.layout.cluster_id))
+                state.save(self.state_dir, self.record)  # before anything exists: a killed run stays removable
             self._make_cgroups()
             self._make_head()
             for node in range(self.spec.nodes):
@@ -131,8 +137,15 @@ class VirtualCluster:
             raise
 
     def down(self) -> None:
-        """Remove the cluster: end its processes (by id), delete namespaces, links, cgroups, state."""
-        remove_cluster(self.layout.cluster_id)
+        """Remove the cluster: end its processes (by id), delete namespaces, links, cgroups, state.
+
+        Termination signals wait until it is done.  If it fails, the owner-death watchdog tries again
+        when this process exits."""
+        with jobcontrol.deferred_signals():
+            remove_cluster(self.layout.cluster_id)
+            if self._unregister_removal is not None:
+                self._unregister_removal()
+                self._unregister_removal = None
 
     @classmethod
     def attach(cls, name: str) -> VirtualCluster:
@@ -290,17 +303,40 @@ class VirtualCluster:
 
         A job that fails, times out or is interrupted leaves no process behind: what is
         still running in the cluster's namespaces is ended (by process id).
+
+        A node's first out-of-memory kill ends the job at once (its cgroup's counter is read every
+        0.1 s while the job runs): the job's ``out_of_memory_node`` and ``out_of_memory_after_s`` say
+        where and when; a rank killed for lack of memory would otherwise leave its peers waiting.
         """
         argv, job_env = self.command(ranks, program, nodes=nodes, env=env)
         before_bytes, before_kills = self.network_bytes(), self.oom_kills()
         self.reset_memory_peaks()
+        killed_on: list[int] = []
+
+        def first_oom_kill() -> str | None:
+            for node, (now, before) in enumerate(zip(self.oom_kills(), before_kills)):
+                if now > before:
+                    killed_on.append(node)
+                    return f"node {node} ran out of memory"
+            return None
+
         start = time.monotonic()
-        timed_out = False
+        timed_out, oom_after = False, None
         try:
-            completed = run_bounded(argv, timeout=timeout, env=job_env, capture=capture, capture_stderr=capture_stderr)
+            completed = run_bounded(
+                argv,
+                timeout=timeout,
+                env=job_env,
+                capture=capture,
+                capture_stderr=capture_stderr,
+                watch=first_oom_kill if self._hierarchy else None,
+            )
         except subprocess.TimeoutExpired as expired:
             timed_out = True
             completed = subprocess.CompletedProcess(argv, -signal.SIGKILL, _text(expired.output), _text(expired.stderr))
+        except JobStopped as stopped:
+            oom_after = stopped.after_s
+            completed = subprocess.CompletedProcess(argv, -signal.SIGKILL, stopped.output, stopped.stderr)
         except BaseException:
             self.end_processes()
             raise
@@ -309,15 +345,21 @@ class VirtualCluster:
             self.end_processes()
         after_kills = self.oom_kills()
         peaks, limits = self.memory_peaks(), self.memory_limits()
-        per_node = [
-            {
-                "node": node,
-                "oom_kills": after_kills[node] - before_kills[node],
-                "peak_bytes": peaks[node],
-                "limit_bytes": limits[node],
-            }
-            for node in range(self.spec.nodes)
-        ]
+        per_node = []
+        for node in range(self.spec.nodes):
+            kills = after_kills[node] - before_kills[node]
+            # a kill the job ended by itself before the next reading happened by the job's end
+            seen = oom_after if killed_on and node == killed_on[0] else (wall if kills else None)
+            per_node.append(
+                {
+                    "node": node,
+                    "oom_kills": kills,
+                    "oom_after_s": seen,
+                    "peak_bytes": peaks[node],
+                    "limit_bytes": limits[node],
+                }
+            )
+        first = min((n for n in per_node if n["oom_kills"]), key=lambda n: n["oom_after_s"], default=None)
         return ClusterJob(
             argv,
             completed.returncode,
@@ -327,10 +369,16 @@ class VirtualCluster:
             completed.stderr,
             self.network_bytes() - before_bytes,
             per_node,
+            first["node"] if first else None,
+            first["oom_after_s"] if first else None,
         )
 
     def end_processes(self) -> None:
         """End every process in the cluster's namespaces and cgroups (all were started through it)."""
+        with jobcontrol.deferred_signals():
+            namespaces.end_processes(self._processes)
+
+    def _processes(self) -> set[int]:
         pids = set()
         for netns in self.layout.all_netns():
             pids.update(namespaces.pids_in_netns(netns))
@@ -338,7 +386,7 @@ class VirtualCluster:
             for node in [None, *range(self.spec.nodes)]:
                 pids.update(cgroups.processes(self._cgroup(node)))
         pids.discard(os.getpid())
-        namespaces.end_processes(pids)
+        return pids
 
     # -- readings ----------------------------------------------------------------------------
 
@@ -391,30 +439,6 @@ class VirtualCluster:
         """The ``"cluster"`` entry of results: shape, transport, link, memory caps, MPI."""
         return {**self.spec.describe(), "name": self.layout.cluster_id, "mpi": self.launcher.flavor}
 
-    # -- signals -------------------------------------------------------------------------------
-
-    def _catch_termination(self) -> None:
-        """SIGTERM and SIGHUP end the job like Ctrl-C does, so the cluster is removed on the way out."""
-        if not _main_thread():
-            return
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            self._saved_handlers[signum] = signal.signal(signum, _raise_system_exit)
-
-    def _restore_handlers(self) -> None:
-        for signum, handler in self._saved_handlers.items():
-            signal.signal(signum, handler)
-        self._saved_handlers.clear()
-
-
-def _raise_system_exit(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
 
 def _text(output: str | bytes | None) -> str | None:
     return output.decode(errors="replace") if isinstance(output, bytes) else output
@@ -443,6 +467,11 @@ def spec_from_record(record: state.OwnerRecord) -> ClusterSpec:
     )
 
 
+def removal_command(cluster_id: str) -> list[str]:
+    """The command that removes cluster *cluster_id* once its owner is gone (what the watchdog runs)."""
+    return [sys.executable, "-m", "mailrail", "cluster", "down", "--name", cluster_id]
+
+
 def remove_cluster(cluster_id: str) -> None:
     """Remove everything of cluster *cluster_id* that exists, from its record and its names.
 
@@ -454,17 +483,21 @@ def remove_cluster(cluster_id: str) -> None:
     record = state.load(directory)
     netns = namespaces.list_netns(name + "-")
     group = record.cgroup_group if record else None
-    pids = set()
-    for ns in netns:
-        pids.update(namespaces.pids_in_netns(ns))
-    if group and os.path.isdir(group):
-        for entry in os.listdir(group):
-            pids.update(cgroups.processes(os.path.join(group, entry)))
-    pids.discard(os.getpid())
+
+    def processes() -> set[int]:
+        pids = set()
+        for ns in netns:
+            pids.update(namespaces.pids_in_netns(ns))
+        if group and os.path.isdir(group):
+            for entry in os.listdir(group):
+                pids.update(cgroups.processes(os.path.join(group, entry)))
+        pids.discard(os.getpid())
+        return pids
+
     problems = []
-    left = namespaces.end_processes(pids)
+    left = namespaces.end_processes(processes)
     if left:
-        problems.append(f"processes {left} did not end")
+        problems.append(f"processes {sorted(left)} did not end")
     for ns in netns:
         try:
             namespaces.delete_netns(ns)

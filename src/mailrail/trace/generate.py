@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..bench.flags import SEED_MAX, float_in, int_in, one_line_errors, usage_error
 from ..errors import TraceFormatError
-from .binary import BinaryTraceWriter
+from .binary import BARRIER_STRUCT, MESSAGE_STRUCT, BinaryTraceWriter
 from .directory import TRACE_FILE
 from .events import Event, MessageBlock, PhaseEnd
 
@@ -37,6 +38,33 @@ PATTERNS = ("uniform", "zipf", "rmat")
 RMAT_A, RMAT_B, RMAT_C = 0.57, 0.19, 0.19
 #: Messages per generated block (bounds memory whatever the trace size).
 BLOCK_MESSAGES = 1 << 16
+#: Flag ranges: a file per rank (a million at most), the format's 32-bit message sizes, what Workload takes.
+RANKS_MAX = 1 << 20
+MESSAGES_MAX = 1 << 40
+PHASES_MAX = 1 << 24
+SIZE_MAX = 2**32 - 1
+SCALE_MAX = 40
+EDGE_FACTOR_MAX = 1 << 16
+
+
+def disk_problem(out: str, needed: int) -> str | None:
+    """Why *needed* bytes do not fit on the file system *out* is (or would be) on, or None."""
+    import shutil
+
+    existing = os.path.abspath(out)
+    while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
+    if needed > free:
+        return f"the trace needs {_amount(needed)}, more than the {_amount(free)} free under {existing}"
+    return None
+
+
+def _amount(nbytes: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{nbytes / size:,.1f} {unit}"
+    return f"{nbytes:,} bytes"
 
 
 @dataclass(frozen=True)
@@ -156,25 +184,49 @@ def write_trace(workload: Workload, directory: str, *, compress: bool = False) -
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument("out", metavar="OUT_DIR", help="directory for trace_<rank>.bin")
     parser.add_argument("--pattern", choices=PATTERNS, default="uniform", help="workload (default: %(default)s)")
-    parser.add_argument("--ranks", type=int, default=4, help="rank files to write (default: %(default)s)")
+    parser.add_argument(
+        "--ranks",
+        type=int_in(1, RANKS_MAX),
+        default=4,
+        help=f"rank files to write, 1..{RANKS_MAX} (default: %(default)s)",
+    )
     parser.add_argument(
         "--messages",
-        type=int,
+        type=int_in(0, MESSAGES_MAX),
         default=10000,
         help="messages per rank for uniform/zipf (rmat: 2 per edge) (default: %(default)s)",
     )
     parser.add_argument(
         "--message-size",
+        type=size_range,
         default=None,
-        help="bytes per message: N, or MIN-MAX drawn uniformly (default: 64; rmat: 16, two 8-byte vertex ids)",
+        help="bytes per message: N, or MIN-MAX drawn uniformly, below 2**32 (default: 64; rmat: 16, two 8-byte "
+        "vertex ids)",
     )
-    parser.add_argument("--phases", type=int, default=1, help="phases, each ending with a barrier (default: 1)")
-    parser.add_argument("--seed", type=int, default=1, help="the trace is a function of the seed (default: 1)")
-    parser.add_argument("--zipf-exponent", type=float, default=1.2, help="zipf: exponent s (default: %(default)s)")
-    parser.add_argument("--scale", type=int, default=14, help="rmat: 2**SCALE vertices (default: %(default)s)")
-    parser.add_argument("--edge-factor", type=int, default=16, help="rmat: edges per vertex (default: %(default)s)")
+    parser.add_argument(
+        "--phases",
+        type=int_in(1, PHASES_MAX),
+        default=1,
+        help="phases, each ending with a barrier (default: 1)",
+    )
+    parser.add_argument(
+        "--seed", type=int_in(0, SEED_MAX), default=1, help="the trace is a function of the seed (default: 1)"
+    )
+    parser.add_argument(
+        "--zipf-exponent", type=float_in(0.0, 100.0), default=1.2, help="zipf: exponent s (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--scale", type=int_in(1, SCALE_MAX), default=14, help="rmat: 2**SCALE vertices (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--edge-factor",
+        type=int_in(1, EDGE_FACTOR_MAX),
+        default=16,
+        help="rmat: edges per vertex (default: %(default)s)",
+    )
     parser.add_argument("--gzip", action="store_true", help="write trace_<rank>.bin.gz")
 
 
@@ -186,10 +238,27 @@ def parse_size(text: str) -> tuple[int, int]:
     return low, int(match.group(2) or low)
 
 
+def size_range(text: str) -> tuple[int, int]:
+    """argparse type of ``--message-size``: N or MIN-MAX, 0 <= MIN <= MAX < 2**32 (the format's size field)."""
+    expected = f"N or MIN-MAX with 0 <= MIN <= MAX <= {SIZE_MAX}, got {text!r}"
+    try:
+        low, high = parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {expected}") from None
+    if not low <= high <= SIZE_MAX:
+        raise argparse.ArgumentTypeError(f"must be {expected}")
+    return low, high
+
+
+def trace_bytes(workload: Workload) -> int:
+    """Bytes the uncompressed trace takes: a message record each, a barrier pair per phase and rank."""
+    messages = sum(workload.messages_of(rank) for rank in range(workload.ranks))
+    return messages * MESSAGE_STRUCT.size + 2 * workload.phases * workload.ranks * BARRIER_STRUCT.size
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        size = args.message_size or ("16" if args.pattern == "rmat" else "64")
-        low, high = parse_size(size)
+        low, high = args.message_size or ((16, 16) if args.pattern == "rmat" else (64, 64))
         workload = Workload(
             args.pattern,
             args.ranks,
@@ -202,6 +271,9 @@ def run(args: argparse.Namespace) -> int:
             args.scale,
             args.edge_factor,
         )
+        problem = None if args.gzip else disk_problem(args.out, trace_bytes(workload))
+        if problem:  # before the first file is written
+            return usage_error("trace generate", problem)
         paths = write_trace(workload, args.out, compress=args.gzip)
     except (ValueError, OSError) as error:  # TraceFormatError is a ValueError
         print(f"mailrail trace generate: {error}", file=sys.stderr)

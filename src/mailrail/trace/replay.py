@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..bench.common import add_rail_arguments, format_table, rail_options, write_json
+from ..bench.flags import MPI_INT_MAX, float_in, int_in, one_line_errors
 from ..cluster.options import add_cluster_arguments
 from ..errors import ConfigError, TraceFormatError
 from .directory import TraceDir
@@ -38,14 +39,17 @@ from .summary import RankSummary, phase_count, summarize
 DEFAULT_DATAGRAM_SIZE = 8192
 #: Delivery problems reported per rank (and in the document); the count is always complete.
 MAX_PROBLEMS = 20
+#: --timeout: some 116 days, past any job; a longer one is a typo.
+TIMEOUT_MAX = 1e7
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     # dest is not "trace": that is the MAILRAIL_TRACE knob, which rail_options() would pick up
     parser.add_argument("trace_dir", metavar="TRACE_DIR", help="directory of trace_<rank>.bin or .txt files (.gz too)")
     parser.add_argument(
         "--datagram-size",
-        type=int,
+        type=int_in(1, MPI_INT_MAX),
         default=None,
         help=f"bytes per datagram: messages are coalesced/split into these "
         f"(default {DEFAULT_DATAGRAM_SIZE}, or MAILRAIL_DATAGRAM_SIZE if set)",
@@ -57,7 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", metavar="PATH", help="write the result document as JSON")
     parser.add_argument(
-        "--timeout", type=float, default=None, help="with --cluster: kill every rank after this many seconds"
+        "--timeout",
+        type=float_in(0.001, TIMEOUT_MAX),
+        default=None,
+        help="with --cluster: kill every rank after this many seconds (0.001..1e7)",
     )
     add_cluster_arguments(parser)
     add_rail_arguments(parser, skip=("datagram_size",))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..bench.common import format_table, write_json
+from ..bench.flags import MPI_INT_MAX, int_in, missing_module, one_line_errors, usage_error
 from ..errors import TraceFormatError
 from .directory import TraceDir
 from .summary import phase_count, summarize
@@ -152,14 +153,25 @@ def heatmap(stats: TraceStats, path: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
     parser.add_argument("trace", metavar="TRACE_DIR", help="directory of trace_<rank>.bin or .txt files (.gz too)")
     parser.add_argument("--heatmap", metavar="PNG", help="heatmap path (default: ./<trace name>-heatmap.png)")
     parser.add_argument("--no-heatmap", action="store_true", help="skip the heatmap")
-    parser.add_argument("--top", type=int, default=5, help="top receivers listed (default: %(default)s)")
+    parser.add_argument(
+        "--top", type=int_in(0, MPI_INT_MAX), default=5, help="top receivers listed (default: %(default)s)"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the statistics (with the matrices) as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.heatmap and args.no_heatmap:
+        return usage_error("trace stats", "--heatmap and --no-heatmap: choose one")
+    # Before the trace is read (it may be large): the heatmap is drawn by default.
+    problem = (
+        None if args.no_heatmap else missing_module("matplotlib", "trace stats", "plot", purpose=" for the heatmap")
+    )
+    if problem:
+        return usage_error("trace stats", f"{problem} (or --no-heatmap)")
     try:
         stats = compute(TraceDir.open(args.trace))
     except (TraceFormatError, OSError) as error:

@@ -93,7 +93,7 @@ class Transport(Protocol):
         """Re-post the message's slot; return credits when due."""
 
     def pending_sends(self) -> int:
-        """Sends deferred or in flight."""
+        """Send buffers reserved and not yet sent, plus sends deferred or in flight."""
 
     def reclaim_sends(self) -> int:
         """Reclaim completed sends (a few, oldest first); return how many are still in flight."""
@@ -111,7 +111,9 @@ class Transport(Protocol):
         """Free every MPI request: receives cancelled and sends completed first."""
 
     def abandon(self) -> None:
-        """Local clean-up when the rail is collected without finalize() (no collective call)."""
+        """Local clean-up without any collective call: the rail collected without finalize(), an exception
+        leaving ``with MailRail(...)`` under ``on_error="raise"``, or a finalize() that timed out.  Cancels
+        and frees every posted receive; sends still in flight keep their pool alive (MPI may read it)."""
 
     def counters(self) -> dict[str, int]:
         """The values of :data:`mailrail.counters.TRANSPORT_COUNTERS`."""

@@ -51,6 +51,7 @@ class MPILibrary:
     request_size: int
     source_offset: int  # of MPI_SOURCE in MPI_Status
     tag_offset: int  # of MPI_TAG in MPI_Status
+    error_offset: int  # of MPI_ERROR in MPI_Status (Open MPI reports a truncated receive there)
     byte: int  # the MPI_BYTE handle
     any_source: int
     any_tag: int
@@ -74,19 +75,20 @@ def _resolve() -> MPILibrary | str:
 
 
 def _layout(library: ctypes.CDLL, functions: dict[str, int]) -> MPILibrary | str:
-    """Where this MPI keeps ``MPI_SOURCE`` and ``MPI_TAG`` in ``MPI_Status``, found by probing a status
-    mpi4py filled, and a real call that checks the handle convention."""
+    """Where this MPI keeps ``MPI_SOURCE``, ``MPI_TAG`` and ``MPI_ERROR`` in ``MPI_Status``, found by probing
+    a status mpi4py filled, and a real call that checks the handle convention."""
     status = MPI.Status()
     status_size = MPI._sizeof(MPI.Status)
-    source_marker, tag_marker = 0x5A5A5, 0x3C3C3
+    source_marker, tag_marker, error_marker = 0x5A5A5, 0x3C3C3, 0x1E1E1
     status.Set_source(source_marker)
     status.Set_tag(tag_marker)
+    status.Set_error(error_marker)
     status.Set_elements(MPI.BYTE, 4321)
     raw = ctypes.string_at(MPI._addressof(status), status_size)
     fields = [
         int.from_bytes(raw[offset : offset + 4], sys.byteorder, signed=True) for offset in range(0, status_size - 3, 4)
     ]
-    if fields.count(source_marker) != 1 or fields.count(tag_marker) != 1:
+    if any(fields.count(marker) != 1 for marker in (source_marker, tag_marker, error_marker)):
         return f"MPI_Status layout not recognized ({status_size} bytes: {raw.hex()})"
     get_count = library.MPI_Get_count
     get_count.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_int))
@@ -100,6 +102,7 @@ def _layout(library: ctypes.CDLL, functions: dict[str, int]) -> MPILibrary | str
         request_size=MPI._sizeof(MPI.Request),
         source_offset=4 * fields.index(source_marker),
         tag_offset=4 * fields.index(tag_marker),
+        error_offset=4 * fields.index(error_marker),
         byte=handle(MPI.BYTE),
         any_source=MPI.ANY_SOURCE,
         any_tag=MPI.ANY_TAG,

@@ -194,7 +194,8 @@ class PythonTransport:
     # -- progress, shutdown, counters -------------------------------------------
 
     def pending_sends(self) -> int:
-        return self._endpoint.deferred.total + len(self._inflight)
+        endpoint = self._endpoint
+        return endpoint.send_buffers_reserved + endpoint.deferred.total + len(self._inflight)
 
     def reclaim_sends(self) -> int:
         inflight = self._inflight

@@ -1,0 +1,404 @@
+"""Job control: a job ends as a whole, on any signal, on a time-out, and when its launcher is SIGKILLed.
+
+What each mechanism is for, and the facts it rests on (checked on this machine with the
+Open MPI wheel, ``.venv``, and the MPICH wheel, ``.venv-mpich``):
+
+* **Finding a job's processes.** Open MPI's ``mpiexec`` execs ``prterun``, which keeps the session
+  it was started in but puts every rank in a process group of its own, so ``killpg`` of the
+  launcher's group leaves the ranks running.  MPICH's ``hydra_pmi_proxy`` and its ranks each call
+  ``setsid``: neither the process group nor the session id finds them.  What every process of a job
+  does keep is its environment: :func:`mailrail.launch.run_bounded` adds the job's directory to
+  :data:`JOB_VARIABLE` (a ``:``-separated list, so a job started inside a job carries both), and
+  :func:`job_processes` reads it back from ``/proc/PID/environ``, together with the ``/proc`` parent
+  links below the launcher (a process that changed its environment is still found by its parent).
+* **Orphans.** The process running the job is a child subreaper (``PR_SET_CHILD_SUBREAPER``)
+  while the job runs, so ranks orphaned by a dying ``mpiexec`` re-parent to it, not to init, and
+  stay in reach of the sweep; so does a child forked by ``subprocess.Popen`` when a signal arrived
+  before ``Popen()`` returned its pid (Popen does not kill it): the sweep also takes every new direct
+  child of this process.
+* **Ending them.** SIGTERM to the launcher's process group and to every process of the job, a
+  grace of :data:`GRACE_S` seconds for launchers to stop their ranks, SIGKILL of whatever remains,
+  then a wait until they are gone (reaping the ones that are our children).
+* **A SIGKILLed owner.** The launcher child gets ``PR_SET_PDEATHSIG=SIGKILL`` (the kernel kills it
+  when the thread that forked it exits; ``run_bounded`` waits for it in that thread), and so does
+  every rank that ``mailrail run`` starts (``python -m mailrail.rank``): ``prterun`` and Hydra's
+  proxy keep the thread that forks ranks for their whole life (a 12 s job under both wheels ran to
+  the end with the signal set; after a SIGKILL of ``mailrail run`` its last rank is gone 12-25 ms
+  later, ``mailrail bench faults``).  For anything else
+  (a program run by ``mpiexec`` directly, a virtual cluster) :func:`on_owner_death` keeps a watchdog:
+  a small process in its own session (a terminal's Ctrl-C to the foreground group does not reach
+  it) that holds a pipe from its owner; at end-of-file, i.e. when the owner exits for any reason,
+  SIGKILL included, it runs the commands still registered, each bounded, and exits.  A job
+  registers ``python -m mailrail.jobcontrol end-job DIR``, which ends the processes marked with the
+  job's directory and removes it.
+* **Signals.** :func:`handle_termination_signals` turns SIGINT, SIGTERM and SIGHUP into
+  :class:`Terminated`.  A background job of a non-interactive shell starts with SIGINT ignored
+  (``sh -c 'python3 -c "import signal; print(signal.getsignal(signal.SIGINT))" & wait'`` prints 1);
+  ``mailrail`` used to keep that, so SIGINT did nothing (issue 25).  A caught signal is reset to the
+  default in an exec'd child, so launchers and ranks no longer inherit the ignore either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import FrameType
+
+#: Environment variable listing the directories of the jobs a process belongs to (``:``-separated).
+JOB_VARIABLE = "MAILRAIL_JOB_DIRS"
+#: Seconds between SIGTERM and SIGKILL when a job is ended.
+GRACE_S = 2.0
+#: Seconds to wait for SIGKILLed processes to be gone (a process in uninterruptible sleep may take long).
+GONE_S = 10.0
+#: Seconds each command a watchdog runs may take.
+WATCHDOG_COMMAND_S = 60.0
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+_WATCHDOG_ARG = "watchdog"
+
+
+# --- prctl --------------------------------------------------------------------------------------
+
+
+def _prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl({option}, {value}): {os.strerror(errno)}")
+
+
+def die_with_parent(expected_parent: int | None = None) -> None:
+    """SIGKILL this process when its parent (thread) exits; if the parent is already gone, exit now.
+
+    Safe in ``preexec_fn`` (no allocation beyond ctypes' call) and before ``exec``: the setting
+    survives exec of a non-setuid program.
+    """
+    parent = os.getppid() if expected_parent is None else expected_parent
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the call: nobody would signal us
+        os._exit(1)
+
+
+def is_subreaper() -> bool:
+    value = ctypes.c_int(0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0)
+    return bool(value.value)
+
+
+def set_subreaper(on: bool) -> None:
+    _prctl(_PR_SET_CHILD_SUBREAPER, int(on))
+
+
+@contextlib.contextmanager
+def subreaper() -> Iterator[None]:
+    """Orphaned descendants re-parent to this process while the block runs (then the previous setting)."""
+    was = is_subreaper()
+    if not was:
+        set_subreaper(True)
+    try:
+        yield
+    finally:
+        if not was:
+            set_subreaper(False)
+
+
+# --- finding and ending a job's processes --------------------------------------------------------
+
+
+def _parents() -> dict[int, int]:
+    """Every live (non-zombie) process's parent."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as source:
+                    fields = source.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def children_of(pid: int) -> set[int]:
+    """The live direct children of *pid*."""
+    return {child for child, parent in _parents().items() if parent == pid}
+
+
+def descendants(roots: Iterable[int], parents: dict[int, int] | None = None) -> set[int]:
+    """*roots* (those alive) and every live process below them, by ``/proc`` parent links."""
+    parents = _parents() if parents is None else parents
+    below: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        below.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    stack = [root for root in roots if root in parents]
+    while stack:
+        pid = stack.pop()
+        if pid not in found:
+            found.add(pid)
+            stack.extend(below.get(pid, ()))
+    return found
+
+
+def _job_dirs_of(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as source:
+            environ = source.read()
+    except OSError:
+        return []
+    prefix = JOB_VARIABLE.encode() + b"="
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode(errors="replace").split(":")
+    return []
+
+
+def job_environment(env: dict[str, str], job_dir: str) -> dict[str, str]:
+    """*env* marked as belonging to the job *job_dir* (and still to the jobs it already belonged to)."""
+    marked = [d for d in env.get(JOB_VARIABLE, "").split(":") if d]
+    return {**env, JOB_VARIABLE: ":".join([*marked, job_dir])}
+
+
+def job_processes(job_dir: str | None = None, roots: Iterable[int] = ()) -> set[int]:
+    """The live processes marked with *job_dir*, *roots*, and everything below them (never this process)."""
+    parents = _parents()
+    marked = {pid for pid in parents if job_dir is not None and job_dir in _job_dirs_of(pid)}
+    return descendants([*roots, *marked], parents) - {os.getpid()}
+
+
+def is_watchdog(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as source:
+            argv = source.read().split(b"\0")
+    except OSError:
+        return False
+    return b"mailrail.jobcontrol" in argv and _WATCHDOG_ARG.encode() in argv
+
+
+def _signal(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signum)
+
+
+def _reap(pids: Iterable[int]) -> None:
+    """Collect the exit status of those of *pids* that are our exited children (others: no-op)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def end_processes(
+    find: Callable[[], set[int]], *, group: int | None = None, grace: float = GRACE_S, gone: float = GONE_S
+) -> set[int]:
+    """End the processes ``find()`` returns (called again at every step, so late ones are found too).
+
+    SIGTERM to process group *group* and to each process, up to *grace* seconds for them to exit,
+    SIGKILL to what remains, then up to *gone* seconds for them to be gone.  Watchdogs
+    (:func:`on_owner_death`) are left to finish their commands and only SIGKILLed at the end.
+    Returns the processes still alive after all that (normally none).
+    """
+    with deferred_signals():
+        if group is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGTERM)
+        found = find()
+        _signal((pid for pid in found if not is_watchdog(pid)), signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while found and time.monotonic() < deadline:
+            time.sleep(0.05)
+            _reap(found)
+            found = find()
+            _signal((pid for pid in found if not is_watchdog(pid)), signal.SIGTERM)
+        deadline = time.monotonic() + gone
+        while True:
+            workers = {pid for pid in found if not is_watchdog(pid)}
+            if group is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(group, signal.SIGKILL)
+            # a watchdog whose owner is gone runs its commands and exits; SIGKILL only the overdue
+            _signal(workers if time.monotonic() < deadline - gone / 2 else found, signal.SIGKILL)
+            _reap(found)
+            found = find()
+            if not found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.05)
+
+
+def end_job(job_dir: str) -> set[int]:
+    """End every process marked with *job_dir* and remove the directory (the watchdog's command)."""
+    try:
+        return end_processes(lambda: job_processes(job_dir))
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+# --- signals ---------------------------------------------------------------------------------------
+
+
+class Terminated(BaseException):
+    """SIGINT, SIGTERM or SIGHUP arrived (a BaseException, like KeyboardInterrupt: cleanup runs, then exit)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+TERMINATION_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_deferring = 0
+_pending: int | None = None
+_terminating = False
+
+
+def _on_termination_signal(signum: int, frame: FrameType | None) -> None:
+    global _pending, _terminating
+    if _deferring or _terminating:
+        # inside a cleanup: note the first signal and let the cleanup finish
+        if _pending is None and not _terminating:
+            _pending = signum
+        return
+    _terminating = True
+    raise Terminated(signum)
+
+
+def handle_termination_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread; later ones are ignored.
+
+    SIGINT inherited as ignored (a background job of a non-interactive shell) is handled all the same;
+    SIGHUP inherited as ignored (``nohup``) stays ignored.  Call from the main thread.
+    """
+    global _terminating, _pending
+    _terminating, _pending = False, None
+    for signum in TERMINATION_SIGNALS:
+        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+            continue
+        signal.signal(signum, _on_termination_signal)
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """A termination signal arriving in the block is held until the block ends, then raised."""
+    global _deferring, _pending, _terminating
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _pending is not None and not _terminating:
+            signum, _pending = _pending, None
+            _terminating = True
+            raise Terminated(signum)
+
+
+# --- the watchdog ------------------------------------------------------------------------------------
+
+
+class _Watchdog:
+    """The process that runs the registered commands when its owner dies; one per owner process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.owner = 0
+        self.next_id = 0
+
+    def send(self, message: dict[str, object]) -> None:
+        with self.lock:
+            if self.process is None or self.owner != os.getpid() or self.process.poll() is not None:
+                self.process = self._start()
+                self.owner = os.getpid()
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(message).encode() + b"\n")
+            self.process.stdin.flush()
+
+    def new_id(self) -> int:
+        with self.lock:
+            self.next_id += 1
+            return self.next_id
+
+    @staticmethod
+    def _start() -> subprocess.Popen[bytes]:
+        # Own session: a terminal's Ctrl-C and hang-up do not reach it.  Not in any job (JOB_VARIABLE
+        # dropped): a sweep of a job this process runs in must not take its cleanup away.
+        env = {k: v for k, v in os.environ.items() if k != JOB_VARIABLE}
+        return subprocess.Popen(
+            [sys.executable, "-m", "mailrail.jobcontrol", _WATCHDOG_ARG],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+
+
+_watchdog = _Watchdog()
+
+
+def on_owner_death(argv: Sequence[str]) -> Callable[[], None]:
+    """Run *argv* if this process dies (SIGKILL included) before calling the returned unregister function."""
+    command = [str(arg) for arg in argv]
+    ident = _watchdog.new_id()
+    _watchdog.send({"add": ident, "argv": command})
+    done = False
+
+    def unregister() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            with contextlib.suppress(OSError, ValueError):
+                _watchdog.send({"remove": ident})
+
+    return unregister
+
+
+def _watch(stream: Iterable[bytes]) -> None:
+    """The watchdog's body: keep the registry until end-of-file, then run what is still registered."""
+    for signum in TERMINATION_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    commands: dict[int, list[str]] = {}
+    for line in stream:
+        message = json.loads(line)
+        if "add" in message:
+            commands[int(message["add"])] = list(message["argv"])
+        else:
+            commands.pop(int(message["remove"]), None)
+    for _, argv in sorted(commands.items()):
+        try:
+            subprocess.run(argv, timeout=WATCHDOG_COMMAND_S, stdin=subprocess.DEVNULL, check=False)
+        except (OSError, subprocess.SubprocessError) as error:
+            print(f"mailrail watchdog: {' '.join(argv)}: {error}", file=sys.stderr)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m mailrail.jobcontrol watchdog`` | ``end-job DIR``."""
+    if list(argv) == [_WATCHDOG_ARG]:
+        _watch(sys.stdin.buffer)
+        return 0
+    if len(argv) == 2 and argv[0] == "end-job":
+        left = end_job(argv[1])
+        if left:
+            print(f"mailrail: processes of job {argv[1]} still alive: {sorted(left)}", file=sys.stderr)
+        return 1 if left else 0
+    print("usage: python -m mailrail.jobcontrol watchdog | end-job DIR", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,391 @@
+"""Fault injection on local jobs: every fault ends the whole job within a bound, names the rank and the cause,
+and leaves no process of the job and no job directory behind.
+
+A time-out is a failure (every wait below is bounded); ``smoke`` cases also run on the MPICH wheel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from helpers import alive, job_environment, mailrail, program_path
+from mailrail import jobcontrol
+from mailrail.launch import JobStopped, mpi_environment, mpiexec_argv, run_bounded
+
+#: Seconds a fault may take to end its job (the mechanisms take well under one; start-up is included).
+END_BOUND = 20.0
+#: Seconds a job may take to start (every rank announced) on a loaded 2-core machine.
+START_BOUND = 60.0
+
+
+def ready_pids(output: str) -> list[int]:
+    """The pids in the ranks' ``READY RANK PID HOST`` lines (Hydra may run one rank's line into another's)."""
+    return [int(pid) for pid in re.findall(r"READY \d+ (\d+) ", output)]
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(tmp_path, monkeypatch):
+    """Job directories go to a directory of this test's (other jobs on the machine make theirs in /tmp)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+def job_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "mailrail-job-*")))
+
+
+def gone(pids: list[int], bound: float = END_BOUND) -> list[int]:
+    """The *pids* still alive after up to *bound* seconds (a process may take a moment to be reaped)."""
+    deadline = time.monotonic() + bound
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+class Launched:
+    """``mailrail run ARGS`` started in its own session; its READY lines read; everything killed at the end."""
+
+    def __init__(self, *args: str, ranks: int = 2, preexec_fn=None) -> None:
+        self.before_dirs = job_dirs()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mailrail", "run", "-n", str(ranks), *args],
+            env=job_environment(TMPDIR=tempfile.gettempdir()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
+        self.pids: list[int] = []
+        self.stdout = self.stderr = ""
+        self.job: set[int] = set()
+
+    def wait_ready(self, ranks: int = 2) -> list[int]:
+        """The ranks' pids once every rank printed READY (and the job's processes, launcher included)."""
+        deadline = time.monotonic() + START_BOUND
+        fd = self.process.stdout.fileno()
+        while len(ready_pids(self.stdout)) < ranks:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([fd], [], [], left)[0], f"job did not start: {self.stdout!r}"
+            chunk = os.read(fd, 65536).decode()
+            assert chunk, f"job ended before it started: {self.stdout!r}"
+            self.stdout += chunk
+        self.pids = ready_pids(self.stdout)
+        self.job = jobcontrol.descendants([self.process.pid]) - {self.process.pid}
+        return self.pids
+
+    def finish(self, bound: float = END_BOUND) -> int:
+        """The exit status, within *bound* seconds (else the test fails)."""
+        deadline = time.monotonic() + bound
+        streams = {self.process.stdout.fileno(): "stdout", self.process.stderr.fileno(): "stderr"}
+        while streams:  # raw reads: the text wrappers' buffers were bypassed by wait_ready
+            left = deadline - time.monotonic()
+            ready = select.select(list(streams), [], [], max(left, 0))[0] if left > 0 else []
+            if not ready:
+                pytest.fail(f"the job did not end within {bound} s of the fault:\n{self.stdout}\n{self.stderr}")
+            for fd in ready:
+                chunk = os.read(fd, 65536).decode(errors="replace")
+                if chunk:
+                    setattr(self, streams[fd], getattr(self, streams[fd]) + chunk)
+                else:
+                    del streams[fd]
+        return self.process.wait(max(deadline - time.monotonic(), 1))
+
+    def assert_nothing_left(self) -> None:
+        assert gone(sorted(self.job | set(self.pids))) == [], "processes of the job outlived it"
+        assert job_dirs() - self.before_dirs == set(), "a job directory was left behind"
+
+    def cleanup(self) -> None:
+        for pid in [self.process.pid, *self.job, *self.pids]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+@contextlib.contextmanager
+def launched(*args: str, **kwargs):
+    job = Launched(*args, **kwargs)
+    try:
+        yield job
+    finally:
+        job.cleanup()
+
+
+# --- run_bounded and the watchdog (the contract other modules code against) ----------------------
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_watch_ends_the_whole_job_and_says_why():
+    before = job_dirs()
+    polls = []
+
+    def watch():
+        polls.append(time.monotonic())
+        return "enough" if len(polls) >= 20 else None
+
+    argv = mpiexec_argv(2, [sys.executable, "-m", "mpi4py", program_path("sleeper.py")])
+    with pytest.raises(JobStopped) as stopped:
+        run_bounded(argv, timeout=START_BOUND, env=mpi_environment(base=job_environment()), capture=True, watch=watch)
+    assert stopped.value.reason == "enough" and 0 < stopped.value.after_s < START_BOUND
+    assert gone(ready_pids(stopped.value.output or "")) == []
+    assert job_dirs() - before == set()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_a_timeout_ends_every_rank():
+    before = job_dirs()
+    argv = mpiexec_argv(2, [sys.executable, "-m", "mpi4py", program_path("sleeper.py")])
+    with pytest.raises(subprocess.TimeoutExpired) as expired:
+        run_bounded(argv, timeout=8, env=mpi_environment(base=job_environment()), capture=True)
+    pids = ready_pids(expired.value.output or "")
+    assert len(pids) == 2, expired.value.output
+    assert gone(pids, bound=0.5) == []  # gone when run_bounded returns, not some time later
+    assert job_dirs() - before == set()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_a_failing_watch_still_ends_the_job():
+    started = []
+
+    def watch():
+        started.append(1)
+        if len(started) > 20:
+            raise ValueError("the watch itself failed")
+
+    argv = mpiexec_argv(2, [sys.executable, "-m", "mpi4py", program_path("sleeper.py")])
+    env = mpi_environment(base=job_environment())
+    before = job_dirs()
+    ranks_before = jobcontrol.children_of(os.getpid())
+    with pytest.raises(ValueError, match="the watch itself failed"):
+        run_bounded(argv, timeout=START_BOUND, env=env, watch=watch, capture=True)
+    left = {pid for pid in jobcontrol.children_of(os.getpid()) - ranks_before if not jobcontrol.is_watchdog(pid)}
+    assert left == set()
+    assert job_dirs() - before == set()
+
+
+DAEMON = """
+import os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+print(child.pid, flush=True)
+os._exit(0)  # the launcher ends; its child, in a session of its own, is orphaned
+"""
+
+
+def test_a_process_the_launcher_orphaned_is_ended_when_it_exits():
+    """It holds the job's output pipes: run_bounded used to wait on them until the time-out."""
+    completed = run_bounded([sys.executable, "-c", DAEMON], timeout=60, env=job_environment(), capture=True)
+    assert completed.returncode == 0
+    assert gone([int(completed.stdout)], bound=0.5) == []
+
+
+OWNER = """
+import os, sys, time
+from mailrail.jobcontrol import on_owner_death
+unregister = on_owner_death(["touch", sys.argv[1] + ".ran"])
+on_owner_death(["touch", sys.argv[1] + ".unregistered"])()
+print("REGISTERED", flush=True)
+if sys.argv[2] == "unregister":
+    unregister()
+    sys.exit(0)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("ending", ["sigkill", "unregister"])
+def test_the_watchdog_runs_what_is_registered_when_its_owner_dies(ending, tmp_path):
+    marker = str(tmp_path / "cmd")
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, marker, ending], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert owner.stdout.readline().strip() == "REGISTERED"
+        watchdogs = jobcontrol.children_of(owner.pid)
+        assert len(watchdogs) == 1
+        if ending == "sigkill":
+            owner.kill()
+        owner.wait(20)
+        assert gone(list(watchdogs), bound=5) == [], "the watchdog outlived its work"
+        assert os.path.exists(marker + ".ran") == (ending == "sigkill")
+        assert not os.path.exists(marker + ".unregistered")
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+# --- faults of a job under mailrail run -----------------------------------------------------------
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_an_exception_on_one_rank_ends_the_job_with_its_traceback_once():
+    """Rank 0 raises while rank 1 sits in Barrier (it used to hang forever)."""
+    with launched("--", "python", program_path("raise_beside_barrier.py")) as job:
+        job.wait_ready()
+        assert job.finish() != 0
+        assert job.stderr.count("RuntimeError: injected failure on this rank") == 1, job.stderr
+        assert "[rank 0 on " in job.stderr
+        assert "runpy" not in job.stderr  # the traceback starts at the program, not the runner
+        job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_sigkill_of_one_rank_ends_the_job_and_names_it():
+    with launched("--", "python", program_path("sleeper.py")) as job:
+        pids = job.wait_ready()
+        os.kill(pids[1], signal.SIGKILL)
+        assert job.finish() != 0
+        report = job.stderr + job.stdout
+        assert str(pids[1]) in report or "rank 1" in report.lower(), report
+        job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_mailrail_run_ends_every_rank(signum):
+    with launched("--", "python", program_path("sleeper.py")) as job:
+        job.wait_ready()
+        os.kill(job.process.pid, signum)
+        assert job.finish() == 128 + signum
+        assert job.stderr.strip().splitlines()[-1] == f"mailrail run: interrupted by {signal.Signals(signum).name}"
+        job.assert_nothing_left()
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_sigint_ends_the_job_even_when_inherited_as_ignored():
+    """A background job of a non-interactive shell starts with SIGINT ignored (issue 25's hang)."""
+    with launched("--", "python", program_path("sleeper.py"), preexec_fn=_ignore_sigint) as job:
+        job.wait_ready()
+        os.kill(job.process.pid, signal.SIGINT)
+        assert job.finish() == 128 + signal.SIGINT
+        job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_sigkill_of_mailrail_run_takes_the_launcher_and_ranks_along():
+    with launched("--", "python", program_path("sleeper.py")) as job:
+        job.wait_ready()
+        assert len(job.job) >= 3  # the launcher and two ranks at least
+        job.process.kill()
+        job.finish()
+        job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_the_timeout_of_mailrail_run_ends_every_rank():
+    with launched("--timeout", "6", "--", "python", program_path("sleeper.py")) as job:
+        job.wait_ready()
+        assert job.finish(bound=START_BOUND) == 124
+        assert "mailrail run: killed after 6.0 s" in job.stderr
+        job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_a_failing_mailrail_command_on_one_rank_ends_the_job():
+    """A mailrail command running as a rank (``cli.main``) aborts the job when it raises on one rank."""
+    with launched("--", "python", program_path("failing_command.py")) as job:
+        assert job.finish(bound=START_BOUND) != 0
+        assert job.stderr.count("RuntimeError: injected failure in a mailrail command") == 1, job.stderr
+        assert "[rank 1 on " in job.stderr, job.stderr
+        job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_sys_exit_zero_is_a_normal_end_and_python_is_this_interpreter():
+    code = "import sys; from mpi4py import MPI; sys.stdout.write(f'EXE {sys.executable}\\n'); sys.exit(0)"
+    with launched("--", "python3", "-u", "-c", code) as job:
+        assert job.finish(bound=START_BOUND) == 0, job.stderr
+        # counted, not compared line by line: Hydra may splice one rank's output into another's
+        assert job.stdout.count(f"EXE {sys.executable}") == 2, job.stdout
+        assert job.stderr == "", job.stderr  # mailrail run adds nothing of its own
+        job.assert_nothing_left()
+
+
+# --- signals ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restored_signal_handlers():
+    saved = {signum: signal.getsignal(signum) for signum in jobcontrol.TERMINATION_SIGNALS}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def test_a_signal_raises_terminated_once_and_a_second_one_does_not_interrupt_the_cleanup(restored_signal_handlers):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a non-interactive shell starts
+    jobcontrol.handle_termination_signals()
+    cleaned = False
+    with pytest.raises(jobcontrol.Terminated) as stop:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler interrupts this
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # during the cleanup: noted, not raised
+            cleaned = True
+    assert cleaned and stop.value.signum == signal.SIGINT and stop.value.exit_code == 130
+    assert str(stop.value) == "interrupted by SIGINT"
+
+
+def test_signals_in_a_deferred_block_are_raised_at_its_end(restored_signal_handlers):
+    jobcontrol.handle_termination_signals()
+    finished = False
+    with pytest.raises(jobcontrol.Terminated) as stop:
+        with jobcontrol.deferred_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            finished = True
+    assert finished and stop.value.signum == signal.SIGTERM
+
+
+def test_sighup_inherited_as_ignored_stays_ignored(restored_signal_handlers):
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup
+    jobcontrol.handle_termination_signals()
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL)
+
+
+@pytest.mark.mpi
+def test_bench_faults_measures_each_fault_to_the_end_of_its_job(tmp_path):
+    document = tmp_path / "faults.json"
+    completed = mailrail(
+        "bench", "faults", "--trials", "1", "--faults", "exception,run-sigint", "--json", str(document)
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    faults = json.loads(document.read_text())["faults"]
+    assert set(faults) == {"exception", "run-sigint"}
+    assert faults["run-sigint"]["returncodes"] == [130] and faults["exception"]["returncodes"] == [1]
+    assert all(len(f["seconds"]) == 1 and 0 < f["seconds"][0] < END_BOUND for f in faults.values())
+
+
+def test_bench_faults_refuses_an_unknown_fault():
+    completed = mailrail("bench", "faults", "--faults", "exception,nonesuch")
+    assert completed.returncode == 2 and completed.stderr.count("\n") == 1, completed.stderr

@@ -1,0 +1,143 @@
+"""The library's own failure behaviour under real mpiexec jobs: every fault ends the job or is refused, and says why.
+
+Each job is bounded (a time-out is the test failing); a program that must end by MailRail's own
+abort runs under plain ``python`` (not ``python -m mpi4py``), so nothing else can end it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers import MPI_TIMEOUT, job_environment, mpirun, processes_mentioning, program_path
+from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
+
+pytestmark = pytest.mark.mpi
+
+#: Both transports: the default (compiled when built) and the Python one.
+ENGINES = ["compiled", "python"]
+#: Seconds a job that must abort by itself may take (the sleepers in it sleep 300 s).
+ABORT_BOUND = 60.0
+
+
+def run_plain(ranks: int, name: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Test program *name* under plain ``python`` on *ranks* ranks; the test fails if it outlives ABORT_BOUND."""
+    argv = mpiexec_argv(ranks, [sys.executable, program_path(name), *args])
+    try:
+        completed = run_bounded(
+            argv, timeout=ABORT_BOUND, env=mpi_environment(base=job_environment(**env)), capture=True
+        )
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"{name} {args} did not end within {ABORT_BOUND} s\n{expired.output}\n{expired.stderr}")
+    assert processes_mentioning(program_path(name)) == []  # nothing of the job left
+    return completed
+
+
+def failure_lines(completed: subprocess.CompletedProcess, text: str) -> list[str]:
+    output = (completed.stdout + completed.stderr).replace("\x00", "")  # Open MPI may interleave NUL bytes
+    return [line for line in output.splitlines() if text in line]
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_exception_inside_with_aborts_the_job_with_its_traceback_once(engine):
+    completed = run_plain(3, "fault_raise_inside_with.py", env={"MAILRAIL_ENGINE": engine})
+    assert completed.returncode != 0
+    lines = failure_lines(completed, "RuntimeError: injected failure on rank 1")
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith("[rank 1 on "), lines
+    assert failure_lines(completed, "Traceback (most recent call last)")[0].startswith("[rank 1 on ")
+    assert not failure_lines(completed, "UNREACHABLE")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sys_exit_0_inside_with_is_a_normal_exit(engine):
+    completed = run_plain(2, "fault_raise_inside_with.py", "exit0", env={"MAILRAIL_ENGINE": engine})
+    assert completed.returncode == 0, completed.stderr
+    assert len(failure_lines(completed, "finalized>")) == 2
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("mode", ["none", "rank", "node"])
+def test_on_error_raise_cleans_up_locally_without_a_collective_and_re_raises(engine, mode):
+    if engine == "compiled" and mode == "node":
+        env = {"MAILRAIL_ENGINE": engine, "MAILRAIL_ATOMICS": "cpu"}
+    else:
+        env = {"MAILRAIL_ENGINE": engine}
+    everyone = mpirun(3, "fault_on_error_raise.py", mode, env=env)
+    for rank, seen in enumerate(everyone):
+        assert seen["error"] == f"injected failure on rank {rank}"
+        assert seen["finalized"]
+        assert seen["after_sources"] == [0, 1, 2]
+        assert not any(seen["after_report"].values())
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("wait", ["finalize", "barrier"])
+def test_a_wait_for_ranks_that_never_come_ends_within_the_stall_timeout_naming_them(engine, wait):
+    completed = run_plain(
+        4, "fault_wait_missing_ranks.py", wait, env={"MAILRAIL_ENGINE": engine, "MAILRAIL_STALL_TIMEOUT": "2"}
+    )
+    assert completed.returncode != 0
+    named = failure_lines(completed, f"ranks 1, 3 have not called {wait}()")
+    assert named and named[0].startswith("[rank 0 on "), completed.stderr
+    assert "StallError" in named[0]
+    assert not failure_lines(completed, "UNREACHABLE")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_barrier_inside_a_barrier_handler_is_refused_at_once(engine):
+    everyone = mpirun(2, "fault_nested_barrier.py", env={"MAILRAIL_ENGINE": engine})
+    for outcome in everyone:
+        assert outcome["handled"] == 2 and outcome["again"] == 0
+        assert len(outcome["errors"]) == 4
+        assert all("inside a barrier() handler" in error for error in outcome["errors"])
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("datagram_size", ["datagram_size (MAILRAIL_DATAGRAM_SIZE) is 4096 on ranks 0, 2 and 1024 on rank 1"]),
+        ("flow_control", ["flow_control (MAILRAIL_FLOW_CONTROL) is 'none' on ranks 0, 2 and 'rank' on rank 1"]),
+        ("recv_pool_slots", ["recv_pool_slots (MAILRAIL_RECV_POOL_SLOTS) is 512 on ranks 0, 2 and 4 on rank 1"]),
+        ("engine", ["transport (MAILRAIL_ENGINE) is 'compiled' on ranks 0, 2 and 'python' on rank 1"]),
+        ("invalid", ["rank 1: datagram_size= (keyword for MAILRAIL_DATAGRAM_SIZE)", "got 0"]),
+    ],
+)
+def test_ranks_that_disagree_are_refused_on_every_rank_with_one_message(case, words):
+    everyone = mpirun(3, "config_disagreement.py", case)
+    messages = {outcome["error"][1] for outcome in everyone}
+    assert len(messages) == 1, messages
+    for outcome in everyone:
+        assert outcome["error"][0] == "ConfigError"
+        assert outcome["communicators"] == [0, 0]  # refused before any MPI object existed
+        assert outcome["after"] == 1
+    message = messages.pop()
+    for word in words:
+        assert word in message, (word, message)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_coalescer_leftovers_are_reported_and_one_coalescer_at_a_time(engine):
+    for result in mpirun(2, "coalesce_leftovers.py", env={"MAILRAIL_ENGINE": engine}):
+        assert result["second_while_staged"][0] == "MailRailError"
+        assert "still holds 3 staged record(s)" in result["second_while_staged"][1]
+        assert result["report"]["staged"] == 3
+        assert len(result["warnings"]) == 1 and "3 record(s) left staged in the Coalescer" in result["warnings"][0]
+        assert result["strict"][0] == "UndeliveredError" and "2 record(s) left staged" in result["strict"][1]
+        assert result["replaced"][0] == "MailRailError" and "replaced by a later Coalescer" in result["replaced"][1]
+        assert result["second_received"] == 5
+        assert not any(result["final"].values())
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_stall_report_tells_the_true_counters_on_both_transports(engine):
+    report = mpirun(2, "stall_report_counts.py", env={"MAILRAIL_ENGINE": engine}, timeout=MPI_TIMEOUT)["report"]
+    assert report is not None
+    assert "this rank received 3 message(s), released 3" in report, report
