@@ -35,7 +35,7 @@ COMPARE = [
     (["--victims", "0"], "argument --victims: must be an integer in 1.."),
     (["-n", "4", "--victims", "5"], "--victims and --nodes may not exceed --ranks 4 (got 5, 4)"),
     (["-n", "4", "--nodes", "8"], "--victims and --nodes may not exceed --ranks 4 (got 1, 8)"),
-    (["--time-limit", "0"], "argument --time-limit: must be a number in 1..1e+06, got '0'"),
+    (["--time-limit", "0"], "argument --time-limit: must be a number in 0.1..1e+06, got '0'"),
     (["--time-limit", "nan"], "argument --time-limit"),
     (["--metrics-interval", "0"], "argument --metrics-interval"),
     (["--modes", "none,fast"], "argument --modes: each must be one of none,rank,node"),
