@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from .common import add_rail_arguments, checked_rail_options, format_table, memory_problem, peak_rss_bytes, write_json
-from .flags import MPI_INT_MAX, SEED_MAX, float_in, int_in, one_line_errors, usage_error
+from .flags import MPI_INT_MAX, float_in, int_in, one_line_errors, usage_error
+from .jobs import add_workload_arguments
 from .metrics import MetricsRecorder, current_rss_bytes
 
 DEFAULT_MESSAGES = 1000
@@ -65,30 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="ranks that receive all traffic, chosen at random from --seed; 1 up to the ranks (default: %(default)s)",
     )
-    amount = parser.add_mutually_exclusive_group()
-    amount.add_argument(
-        "--messages",
-        type=int_in(0, MPI_INT_MAX),
-        default=None,
-        help=f"messages per sending rank (default: {DEFAULT_MESSAGES})",
-    )
-    amount.add_argument(
-        "--bytes-per-rank",
-        type=int_in(0, MAX_BYTES_PER_RANK),
-        default=None,
-        help="payload bytes per sending rank, in datagram-size messages (instead of --messages)",
-    )
-    parser.add_argument("--trials", type=int_in(1, 100_000), default=3, help="timed trials (default: %(default)s)")
-    parser.add_argument(
-        "--seed", type=int_in(0, SEED_MAX), default=1, help="victims and send orders (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--receive-work-us",
-        type=float_in(0.0, 1e6),
-        default=0.0,
-        help="microseconds (up to a second) a rank computes on each message it receives, as an application "
-        "would (default: none: receive as fast as possible)",
-    )
+    add_workload_arguments(parser, messages=DEFAULT_MESSAGES, trials=3, per="run")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON (rank 0)")
     parser.add_argument("--metrics", metavar="DIR", help="write sub-second metrics, one JSON-lines file per rank")
     parser.add_argument(

@@ -43,7 +43,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, tr
         "--bytes-per-rank",
         type=int_in(0, MAX_BYTES_PER_RANK),
         default=None,
-        help="payload bytes per sending rank instead",
+        help="payload bytes per sending rank, in datagram-size messages (instead of --messages)",
     )
     parser.add_argument(
         "--trials", type=int_in(1, 100_000), default=trials, help=f"timed trials per {per} (default: %(default)s)"
@@ -55,7 +55,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, tr
         "--receive-work-us",
         type=float_in(0.0, 1e6),
         default=0.0,
-        help="microseconds of work a victim spends on each message it receives, up to 10^6 (default: none)",
+        help="microseconds (up to a second) a rank computes on each message it receives, as an application "
+        "would (default: none: receive as fast as possible)",
     )
 
 
