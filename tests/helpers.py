@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from mailrail import jobcontrol
 from mailrail.cluster import cgroups, namespaces, state
 from mailrail.cluster.spec import PREFIX
 from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
@@ -137,11 +138,8 @@ def processes_mentioning(text: str) -> list[str]:
 
 
 def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    """*pid* exists and is not a zombie."""
+    return jobcontrol.is_alive(pid)
 
 
 def ready_pids(stdout: str) -> list[int]:

@@ -117,17 +117,28 @@ def subreaper() -> Iterator[None]:
 # --- finding and ending a job's processes --------------------------------------------------------
 
 
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first, then the parent), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as source:
+            return source.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def is_alive(pid: int) -> bool:
+    """*pid* exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
 def _parents() -> dict[int, int]:
     """Every live (non-zombie) process's parent."""
     parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as source:
-                    fields = source.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
+            fields = _stat_fields(entry)
+            if fields is not None and fields[0] != "Z":
                 parents[int(entry)] = int(fields[1])
     return parents
 

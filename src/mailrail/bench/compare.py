@@ -26,6 +26,7 @@ from typing import Any
 
 from ..cluster.options import ClusterChoice, add_cluster_arguments, open_cluster
 from ..cluster.spec import MAX_NODES, node_of_rank, ranks_per_node
+from ..cluster.virtual import first_out_of_memory
 from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
 from ..errors import ClusterError, ConfigError
@@ -329,9 +330,8 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
 def note_out_of_memory(result: dict[str, Any]) -> dict[str, Any]:
     """*result* with ``out_of_memory_after_s`` and ``out_of_memory_node`` (the first kill, from its nodes'
     cgroups) when a node's memory cap ended the run; returned for chaining."""
-    killed = [n for n in result.get("cluster_nodes") or [] if n["oom_kills"]]
-    if result["status"] == "out_of_memory" and killed:
-        first = min(killed, key=lambda n: n["oom_after_s"])
+    first = first_out_of_memory(result.get("cluster_nodes") or [])
+    if result["status"] == "out_of_memory" and first is not None:
         result.update(out_of_memory_after_s=first["oom_after_s"], out_of_memory_node=first["node"])
     return result
 

@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from ..jobcontrol import children_of, descendants, is_watchdog
+from ..jobcontrol import children_of, descendants, is_alive, is_watchdog
 from .flags import float_in, int_in, one_line_errors
 
 FAULTS = ("exception", "rank-sigkill", "run-sigterm", "run-sigint", "run-sigkill", "timeout")
@@ -68,16 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _wait_gone(pids: set[int], deadline: float) -> bool:
-    while any(_alive(pid) for pid in pids):
+    while any(is_alive(pid) for pid in pids):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.005)
@@ -122,7 +114,7 @@ def trial(fault: str, ranks: int, timeout: float) -> dict[str, Any]:
         returncode = run.wait(END_S)
         watchdogs = {pid for pid in job if is_watchdog(pid)}
         if not _wait_gone(job - watchdogs, deadline):
-            return {"fault": fault, "error": f"processes left: {sorted(p for p in job if _alive(p))}"}
+            return {"fault": fault, "error": f"processes left: {sorted(p for p in job if is_alive(p))}"}
         ended = time.time()
         _wait_gone(watchdogs, deadline)  # a SIGKILLed run's watchdog is still cleaning up: let it finish
         if fault == "exception":

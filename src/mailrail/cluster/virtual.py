@@ -68,9 +68,6 @@ class ClusterJob:
     #: Per node: {"oom_kills": kills during the job, "oom_after_s": seconds from the start to the first
     #: kill seen there (None without one), "peak_bytes": memory high-water mark, "limit_bytes"}.
     nodes: list[dict[str, Any]]
-    #: The node whose first OOM kill ended the job, and when (seconds from the start); None without one.
-    out_of_memory_node: int | None = None
-    out_of_memory_after_s: float | None = None
 
     @property
     def out_of_memory(self) -> bool:
@@ -78,8 +75,25 @@ class ClusterJob:
         return any(node["oom_kills"] for node in self.nodes)
 
     @property
+    def out_of_memory_node(self) -> int | None:
+        """The node of the job's first OOM kill (None without one)."""
+        first = first_out_of_memory(self.nodes)
+        return None if first is None else int(first["node"])
+
+    @property
+    def out_of_memory_after_s(self) -> float | None:
+        """Seconds from the job's start to its first OOM kill (None without one)."""
+        first = first_out_of_memory(self.nodes)
+        return None if first is None else first["oom_after_s"]
+
+    @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
+
+
+def first_out_of_memory(nodes: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The entry of :attr:`ClusterJob.nodes` whose OOM kill came first (None when no node had one)."""
+    return min((node for node in nodes if node["oom_kills"]), key=lambda node: node["oom_after_s"], default=None)
 
 
 class VirtualCluster:
@@ -359,7 +373,6 @@ class VirtualCluster:
                     "limit_bytes": limits[node],
                 }
             )
-        first = min((n for n in per_node if n["oom_kills"]), key=lambda n: n["oom_after_s"], default=None)
         return ClusterJob(
             argv,
             completed.returncode,
@@ -369,8 +382,6 @@ class VirtualCluster:
             completed.stderr,
             self.network_bytes() - before_bytes,
             per_node,
-            first["node"] if first else None,
-            first["oom_after_s"] if first else None,
         )
 
     def end_processes(self) -> None:
