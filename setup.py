@@ -1,8 +1,9 @@
 """Builds the optional compiled modules; MailRail falls back to Python (and MPI atomics) without them.
 
-mailrail._atomics (C): CPU atomics for node credit pools.  mailrail._engine and mailrail._ledger
-(Cython): the compiled transport and its credit ledger.  None needs MPI headers (see
-mailrail.transport.compiled).
+Each sits beside its Python half: mailrail.flow._atomics (C): CPU atomics for node credit pools
+(flow/node_memory.py); mailrail.flow._ledger (Cython): flow/'s credit accounting; mailrail._protocol
+(Cython): protocol.py's Endpoint; mailrail.transport._compiled (Cython): the compiled transport
+(transport/compiled.py resolves its MPI).  None needs MPI headers.
 """
 
 from setuptools import Extension, setup
@@ -24,14 +25,17 @@ class OptionalBuildExt(build_ext):
 
 
 def extensions() -> list[Extension]:
-    built = [Extension("mailrail._atomics", ["src/mailrail/_atomics.c"], optional=True)]
+    built = [Extension("mailrail.flow._atomics", ["src/mailrail/flow/_atomics.c"], optional=True)]
     try:
         from Cython.Build import cythonize
     except ImportError:  # Cython is a build requirement; without it only the Python transport runs
         print("warning: Cython not found; the compiled transport is not built")
         return built
-    cython_modules = [Extension("mailrail._ledger", ["src/mailrail/_ledger.pyx"], optional=True),
-                      Extension("mailrail._engine", ["src/mailrail/_engine.pyx"], optional=True)]
+    cython_modules = [
+        Extension("mailrail.flow._ledger", ["src/mailrail/flow/_ledger.pyx"], optional=True),
+        Extension("mailrail._protocol", ["src/mailrail/_protocol.pyx"], optional=True),
+        Extension("mailrail.transport._compiled", ["src/mailrail/transport/_compiled.pyx"], optional=True),
+    ]
     return built + cythonize(cython_modules, include_path=["src"], compiler_directives={"language_level": 3})
 
 

@@ -22,13 +22,13 @@ def knob_table() -> str:
 
 
 def counter_table() -> str:
-    """Every ``stats()`` entry, who counts it, and what it means (from :mod:`mailrail.counters`)."""
+    """Every ``stats()`` entry, its kind, and what it means (from :mod:`mailrail.counters`)."""
     from mailrail import counters
 
-    rows = ["| name | counted by | meaning |", "|---|---|---|"]
+    rows = ["| name | kind | meaning |", "|---|---|---|"]
     for who, table in (
-        ("transport", counters.TRANSPORT_COUNTERS),
-        ("protocol", counters.PROTOCOL_COUNTERS),
+        ("message", counters.MESSAGE_COUNTERS),
+        ("credit", counters.CREDIT_COUNTERS),
         ("rail", counters.RAIL_FACTS),
     ):
         rows += [f"| `{name}` | {who} | {meaning} |" for name, meaning in table.items()]

@@ -14,6 +14,7 @@ import pytest
 from mailrail import jobcontrol
 from mailrail.cluster import cgroups, namespaces, state
 from mailrail.cluster.spec import PREFIX
+from mailrail.config import DEPRECATED_KNOBS, env_name
 from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
@@ -34,15 +35,19 @@ def program(name: str) -> list[str]:
 
 #: The transport of jobs whose test does not choose one: unset, MailRail's own choice (compiled
 #: when built); ``make test`` runs the smoke set a second time with ``python``.
-TEST_ENGINE = os.environ.get("MAILRAIL_TEST_ENGINE")
+TEST_TRANSPORT = os.environ.get("MAILRAIL_TEST_TRANSPORT")
+#: The variables that choose the transport: its own and its deprecated old names (MAILRAIL_ENGINE).
+TRANSPORT_VARIABLES = {env_name("transport")} | {
+    env_name(old) for old, new in DEPRECATED_KNOBS.items() if new == "transport"
+}
 
 
 def job_environment(**extra: str) -> dict[str, str]:
     """The environment of a test's job: no MAILRAIL_* of the caller's, a stall timeout, the test transport."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILRAIL_")}
     env["MAILRAIL_STALL_TIMEOUT"] = "30"  # starvation fails loudly, not as a hang
-    if TEST_ENGINE:
-        env["MAILRAIL_ENGINE"] = TEST_ENGINE
+    if TEST_TRANSPORT and not TRANSPORT_VARIABLES & set(extra):  # a test that chooses one keeps its choice
+        env["MAILRAIL_TRANSPORT"] = TEST_TRANSPORT
     env.update(extra)
     return env
 
@@ -98,11 +103,11 @@ def _mpi_job_environment(env: dict[str, str] | None) -> dict[str, str]:
     return mpi_environment(base=job_environment(**(env or {})))
 
 
-def assert_exactly_once(result: dict, engine: str = TEST_ENGINE or "compiled") -> None:
-    """A traffic.py run delivered every message once, on the *engine* message path, with nothing left over."""
+def assert_exactly_once(result: dict, transport: str = TEST_TRANSPORT or "compiled") -> None:
+    """A traffic.py run delivered every message once, on the *transport* message path, with nothing left over."""
     assert not any(result["finalize"].values()), result["finalize"]
     stats = result["stats"]
-    assert {s["engine"] for s in stats} == {engine}
+    assert {s["transport"] for s in stats} == {transport}
     assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
     assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
     assert all(s["deferred_now"] == 0 for s in stats)

@@ -66,9 +66,9 @@ def one_line_usage_error(capsys, argv: list[str]) -> str:
 
 @pytest.mark.parametrize("ranks", ["0", "-1", "two"])
 def test_run_refuses_a_rank_count_below_one_before_anything_starts(ranks, capsys, monkeypatch):
-    import mailrail.launch
+    import mailrail.cli.run
 
-    monkeypatch.setattr(mailrail.launch, "run_bounded", None)  # starting anything would raise
+    monkeypatch.setattr(mailrail.cli.run, "run_bounded", None)  # starting anything would raise
     err = one_line_usage_error(capsys, ["run", "-n", ranks, "--", "python", "x.py"])
     assert f"argument -n/--ranks: must be an integer >= 1, got '{ranks}'" in err
 
@@ -124,7 +124,7 @@ def test_run_without_mpi4py_is_one_line(capsys, monkeypatch):
 def test_python_in_run_is_this_interpreter_under_the_rank_runner(program, expected):
     import sys
 
-    from mailrail.launch import program_argv
+    from mailrail.cli.run import program_argv
 
     assert program_argv(["--", *program]) == [sys.executable, *expected]
 
@@ -132,7 +132,7 @@ def test_python_in_run_is_this_interpreter_under_the_rank_runner(program, expect
 def test_other_programs_and_other_interpreters_are_exec_d_as_given():
     import sys
 
-    from mailrail.launch import program_argv
+    from mailrail.cli.run import program_argv
 
     for program in (["/usr/bin/python3", "x.py"], ["hostname"]):
         assert program_argv(["--", *program]) == [sys.executable, "-m", "mailrail.rank", "--exec", *program]

@@ -9,9 +9,19 @@ import warnings
 
 import pytest
 
-from mailrail.bench.common import add_rail_arguments
-from mailrail.config import KNOBS, MPI_INT_MAX, NON_KNOB_VARIABLES, Config, env_name, knobs, physical_memory
+from mailrail.config import (
+    DEPRECATED_KNOBS,
+    KNOBS,
+    MPI_INT_MAX,
+    NON_KNOB_VARIABLES,
+    Config,
+    DeprecatedKnobWarning,
+    env_name,
+    knobs,
+    physical_memory,
+)
 from mailrail.errors import ConfigError, ConfigWarning
+from mailrail.tools.flags import add_rail_arguments
 
 
 def test_defaults_with_an_empty_environment():
@@ -30,7 +40,7 @@ def test_defaults_with_an_empty_environment():
     assert config.stall_timeout == 0.0
     assert config.idle_sleep_us == 0.0
     assert config.atomics == "auto"
-    assert config.engine == "auto"
+    assert config.transport == "auto"
     assert config.trace is None
 
 
@@ -58,7 +68,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "MAILRAIL_STALL_TIMEOUT": "2.5",
         "MAILRAIL_IDLE_SLEEP_US": "25",
         "MAILRAIL_ATOMICS": "cpu",
-        "MAILRAIL_ENGINE": "python",
+        "MAILRAIL_TRANSPORT": "python",
         "MAILRAIL_TRACE": "/tmp/trace-dir",
         "MAILRAIL_ON_ERROR": "raise",
     }
@@ -77,7 +87,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "stall_timeout": 2.5,
         "idle_sleep_us": 25.0,
         "atomics": "cpu",
-        "engine": "python",
+        "transport": "python",
         "trace": "/tmp/trace-dir",
         "on_error": "raise",
     }
@@ -111,7 +121,7 @@ def test_the_non_knob_variables_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Config.from_env({name: "1" for name in NON_KNOB_VARIABLES})
-    assert {"MAILRAIL_CLUSTER_USERNS", "MAILRAIL_TEST_ENGINE", "MAILRAIL_TEST_TIMEOUT"} <= set(NON_KNOB_VARIABLES)
+    assert {"MAILRAIL_CLUSTER_USERNS", "MAILRAIL_TEST_TRANSPORT", "MAILRAIL_TEST_TIMEOUT"} <= set(NON_KNOB_VARIABLES)
 
 
 def test_config_warning_can_be_made_an_error_by_the_warnings_filter():
@@ -231,6 +241,7 @@ def test_unknown_keyword_raises_config_error_naming_it_and_listing_valid_options
     message = str(info.value)
     assert "datagram_sise" in message
     assert "datagram_size" in message  # the list of valid options
+    assert all(alias not in message for alias in DEPRECATED_KNOBS)  # old names are not advertised
 
 
 # -- invalid values ------------------------------------------------------------
@@ -256,7 +267,7 @@ INVALID_ENV = [
     ("MAILRAIL_STALL_TIMEOUT", "soon"),
     ("MAILRAIL_IDLE_SLEEP_US", "-0.5"),
     ("MAILRAIL_ATOMICS", "gpu"),
-    ("MAILRAIL_ENGINE", "turbo"),
+    ("MAILRAIL_TRANSPORT", "turbo"),
 ]
 
 
@@ -287,7 +298,7 @@ INVALID_KEYWORDS = [
     ("stall_timeout", float("inf")),
     ("idle_sleep_us", "slow"),
     ("atomics", "quantum"),
-    ("engine", "jit"),
+    ("transport", "jit"),
 ]
 
 
@@ -375,8 +386,136 @@ def test_atomics_accepts_each_documented_mode(mode):
 
 
 @pytest.mark.parametrize("mode", ["auto", "compiled", "python"])
-def test_engine_accepts_each_documented_mode(mode):
-    assert Config.from_env({"MAILRAIL_ENGINE": mode}).engine == mode
+def test_transport_accepts_each_documented_mode(mode):
+    assert Config.from_env({"MAILRAIL_TRANSPORT": mode}).transport == mode
+    assert Config.from_env({}, transport=mode).transport == mode
+
+
+# -- renamed knobs: the old names are deprecated aliases -----------------------
+
+#: A value other than the default for every knob that has an old name (a rename adds its knob here).
+RENAMED_SAMPLES = {"transport": "python"}
+RENAMES = sorted(DEPRECATED_KNOBS.items())
+
+
+def test_the_renames_are_the_fields_aliases_and_none_is_a_current_knob():
+    assert DEPRECATED_KNOBS == {"engine": "transport"}
+    assert {alias: knob.name for knob in knobs() for alias in knob.aliases} == DEPRECATED_KNOBS
+    assert not set(DEPRECATED_KNOBS) & set(KNOBS)
+    assert set(DEPRECATED_KNOBS.values()) == set(RENAMED_SAMPLES), "every renamed knob needs a sample value"
+    assert all(RENAMED_SAMPLES[name] != getattr(Config(), name) for name in RENAMED_SAMPLES)
+
+
+def test_the_deprecation_warning_is_shown_by_default_and_is_a_config_warning():
+    # FutureWarning: shown by Python's default filters (a DeprecationWarning raised inside a library is not).
+    assert issubclass(DeprecatedKnobWarning, FutureWarning) and not issubclass(
+        DeprecatedKnobWarning, DeprecationWarning
+    )
+    assert issubclass(DeprecatedKnobWarning, ConfigWarning)
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_an_old_variable_sets_its_knob_with_a_deprecation_warning_and_no_unknown_warning(old, new):
+    with pytest.warns(ConfigWarning) as caught:
+        config = Config.from_env({env_name(old): RENAMED_SAMPLES[new]})
+    assert getattr(config, new) == RENAMED_SAMPLES[new]
+    assert [(warning.category, str(warning.message)) for warning in caught] == [
+        (
+            DeprecatedKnobWarning,
+            f"environment variable {env_name(old)} is deprecated: it was renamed {env_name(new)} (same values); "
+            "set that instead",
+        )
+    ]
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_an_old_keyword_sets_its_knob_with_a_deprecation_warning_pointing_at_the_caller(old, new):
+    with pytest.warns(DeprecatedKnobWarning) as caught:
+        config = Config.from_env({}, **{old: RENAMED_SAMPLES[new]})
+    assert getattr(config, new) == RENAMED_SAMPLES[new]
+    assert len(caught) == 1
+    assert (
+        str(caught[0].message)
+        == f"keyword {old}= is deprecated: it was renamed {new}= (same values); pass {new}= instead"
+    )
+    assert caught[0].filename == __file__  # the line that passed the old keyword, not mailrail's
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_a_blank_old_variable_is_unset_and_does_not_warn(old, new):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Config.from_env({env_name(old): "  "}) == Config()
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_old_and_new_names_that_agree_are_accepted(old, new):
+    sample = RENAMED_SAMPLES[new]
+    with pytest.warns(DeprecatedKnobWarning):
+        config = Config.from_env({env_name(new): sample, env_name(old): f" {sample.upper()} "})
+    assert getattr(config, new) == sample
+    with pytest.warns(DeprecatedKnobWarning):
+        assert getattr(Config.from_env({}, **{new: sample, old: sample}), new) == sample
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_old_and_new_variables_that_disagree_are_a_config_error_naming_both(old, new):
+    environ = {env_name(new): RENAMED_SAMPLES[new], env_name(old): getattr(Config(), new)}
+    with pytest.warns(DeprecatedKnobWarning), pytest.raises(ConfigError) as info:
+        Config.from_env(environ)
+    assert str(info.value) == (
+        f"{env_name(new)}={environ[env_name(new)]!r} and {env_name(old)}={environ[env_name(old)]!r} disagree: "
+        f"{env_name(old)} is the deprecated old name of {env_name(new)}; set only {env_name(new)}"
+    )
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_old_and_new_keywords_that_disagree_are_a_config_error_naming_both(old, new):
+    keywords = {new: RENAMED_SAMPLES[new], old: getattr(Config(), new)}
+    with pytest.warns(DeprecatedKnobWarning), pytest.raises(ConfigError) as info:
+        Config.from_env({}, **keywords)
+    assert str(info.value) == (
+        f"{new}={keywords[new]!r} and {old}={keywords[old]!r} disagree: "
+        f"{old}= is the deprecated old name of {new}=; set only {new}="
+    )
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_a_keyword_by_either_name_wins_over_a_variable_by_either_name(old, new):
+    sample, default = RENAMED_SAMPLES[new], getattr(Config(), new)
+    with pytest.warns(DeprecatedKnobWarning):  # the old variable is set: it still says so
+        assert getattr(Config.from_env({env_name(old): default}, **{new: sample}), new) == sample
+    with pytest.warns(DeprecatedKnobWarning):
+        assert getattr(Config.from_env({env_name(new): default}, **{old: sample}), new) == sample
+    with pytest.warns(DeprecatedKnobWarning):  # not even parsed, as for every knob
+        assert getattr(Config.from_env({env_name(old): "garbage"}, **{new: sample}), new) == sample
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_an_invalid_value_under_an_old_name_names_that_name(old, new):
+    with pytest.warns(DeprecatedKnobWarning), pytest.raises(ConfigError) as info:
+        Config.from_env({env_name(old): "turbo"})
+    assert str(info.value).startswith(f"{env_name(old)} must be") and "'turbo'" in str(info.value)
+    with pytest.warns(DeprecatedKnobWarning), pytest.raises(ConfigError) as info:
+        Config.from_env({}, **{old: "jit"})
+    assert str(info.value).startswith(f"{old}= (keyword for {env_name(old)}) must be") and "'jit'" in str(info.value)
+
+
+@pytest.mark.parametrize("old, new", RENAMES)
+def test_the_old_attribute_reads_the_renamed_knob_with_a_deprecation_warning(old, new):
+    config = Config.from_env({}, **{new: RENAMED_SAMPLES[new]})
+    with pytest.warns(DeprecatedKnobWarning, match=f"Config.{old} is deprecated: the knob was renamed {new}"):
+        assert getattr(config, old) == RENAMED_SAMPLES[new]
+    assert old not in config.as_dict()
+    with pytest.raises(AttributeError, match="'Config' object has no attribute 'transprt'"):
+        config.transprt  # noqa: B018  (a misspelling is still an AttributeError)
+
+
+def test_a_deprecated_name_is_an_error_under_the_config_warning_filter():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        with pytest.raises(DeprecatedKnobWarning):
+            Config.from_env({"MAILRAIL_ENGINE": "python"})
 
 
 def test_config_is_immutable():
@@ -391,11 +530,14 @@ def test_every_knob_is_a_keyword_only_parameter_of_mailrail_with_its_type():
     parameters = inspect.signature(MailRail.__init__).parameters
     keyword_only = {name: p for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
     fields = dataclasses.fields(Config)
-    assert list(keyword_only) == [field.name for field in fields]
-    for field in fields:
-        optional = field.type if field.type.endswith("| None") else f"{field.type} | None"
-        assert keyword_only[field.name].annotation == optional, field.name
-        assert keyword_only[field.name].default is None  # None: left to MAILRAIL_* and the default
+    # The knobs, then their deprecated old names (so no caller breaks), each typed as its knob.
+    assert list(keyword_only) == [field.name for field in fields] + list(DEPRECATED_KNOBS)
+    types = {field.name: field.type for field in fields}
+    for name, parameter in keyword_only.items():
+        knob_type = types[DEPRECATED_KNOBS.get(name, name)]
+        optional = knob_type if knob_type.endswith("| None") else f"{knob_type} | None"
+        assert parameter.annotation == optional, name
+        assert parameter.default is None  # None: left to MAILRAIL_* and the default
 
 
 def test_the_benchmark_flags_are_the_knobs_with_their_documented_meaning():

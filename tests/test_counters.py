@@ -4,15 +4,15 @@ import pytest
 
 from helpers import mpirun
 
-ENGINES = ["compiled", "python"]
+TRANSPORTS = ["compiled", "python"]
 
 
 @pytest.mark.mpi
 @pytest.mark.smoke
-@pytest.mark.parametrize("engine", ENGINES)
-def test_stats_while_sends_are_deferred_mean_the_same_on_both_transports(engine):
-    result = mpirun(2, "deferred_stats.py", "--messages", "10", env={"MAILRAIL_ENGINE": engine})
-    assert result["engine"] == engine
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_stats_while_sends_are_deferred_mean_the_same_on_both_transports(transport):
+    result = mpirun(2, "deferred_stats.py", "--messages", "10", env={"MAILRAIL_TRANSPORT": transport})
+    assert result["transport"] == transport
     # Two messages had credit; eight wait, and count as sent (submitted) already.
     assert result["while_deferred"] == {
         "messages_sent": 10,

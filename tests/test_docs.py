@@ -30,8 +30,8 @@ def test_the_knob_table_is_the_config_fields_metadata():
 def test_the_counter_table_is_counters_py():
     table = generate().counter_table()
     for who, entries in (
-        ("transport", counters.TRANSPORT_COUNTERS),
-        ("protocol", counters.PROTOCOL_COUNTERS),
+        ("message", counters.MESSAGE_COUNTERS),
+        ("credit", counters.CREDIT_COUNTERS),
         ("rail", counters.RAIL_FACTS),
     ):
         for name, meaning in entries.items():

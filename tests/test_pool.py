@@ -1,4 +1,4 @@
-"""SlotPool: fixed-size slots carved from one preallocated slab."""
+"""SlotPool: fixed-size slots carved from one preallocated slab (which are free is the Endpoint's to know)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ def test_geometry():
     assert pool.slots == 4
     assert pool.slot_size == 16
     assert pool.nbytes == 64
-    assert pool.free_count == 4
     assert len(pool.views) == 4
     assert all(v.nbytes == 16 and v.dtype == np.uint8 for v in pool.views)
 
@@ -22,32 +21,6 @@ def test_geometry():
 def test_empty_pool_is_rejected(slots, slot_size):
     with pytest.raises(ValueError):
         SlotPool(slots, slot_size)
-
-
-def test_take_hands_out_each_slot_once_then_none_when_exhausted():
-    pool = SlotPool(3, 8)
-    taken = [pool.take() for _ in range(3)]
-    assert sorted(taken) == [0, 1, 2]
-    assert pool.free_count == 0
-    assert pool.take() is None
-    assert pool.take() is None
-
-
-def test_give_returns_a_slot_for_reuse():
-    pool = SlotPool(2, 8)
-    a, b = pool.take(), pool.take()
-    assert pool.take() is None
-    pool.give(a)
-    assert pool.free_count == 1
-    assert pool.take() == a
-    pool.give(b)
-    pool.give(a)
-    assert sorted([pool.take(), pool.take()]) == sorted([a, b])
-
-
-def test_lowest_free_slot_is_handed_out_first():
-    pool = SlotPool(4, 8)
-    assert [pool.take() for _ in range(4)] == [0, 1, 2, 3]
 
 
 def test_views_are_disjoint_and_cover_the_slab():
@@ -70,12 +43,11 @@ def test_single_slab_allocation_shared_by_all_views():
         assert np.shares_memory(view, pool.slab)
 
 
-def test_views_are_created_once_and_stable_across_take_give():
-    pool = SlotPool(2, 8)
-    before = [id(v) for v in pool.views]
-    for _ in range(10):
-        pool.give(pool.take())
-    assert [id(v) for v in pool.views] == before
+def test_slot_by_id_maps_each_handed_out_view_to_its_slot():
+    """The compiled Endpoint's fast path finds a reserved view's slot by its id (then checks identity)."""
+    pool = SlotPool(3, 8)
+    assert pool.slot_by_id == {id(view): slot for slot, view in enumerate(pool.views)}
+    assert len(pool.slot_by_id) == 3
 
 
 def test_slot_of_the_handed_out_view():

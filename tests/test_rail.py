@@ -8,7 +8,7 @@ pytestmark = pytest.mark.mpi
 
 TINY_POOLS = {"MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "2"}
 #: Both message paths of unconstrained mode; "compiled" fails (not falls back) if it is not built.
-ENGINES = ["compiled", "python"]
+TRANSPORTS = ["compiled", "python"]
 
 
 @pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.smoke), 8, 16])
@@ -18,13 +18,19 @@ def test_uniform_traffic_is_delivered_exactly_once(ranks):
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("pattern", ["uniform", "incast"])
-def test_tiny_pools_force_backpressure_without_loss(pattern, engine):
+def test_tiny_pools_force_backpressure_without_loss(pattern, transport):
     result = mpirun(
-        4, "traffic.py", "--pattern", pattern, "--max-messages", "150", env=dict(TINY_POOLS, MAILRAIL_ENGINE=engine)
+        4,
+        "traffic.py",
+        "--pattern",
+        pattern,
+        "--max-messages",
+        "150",
+        env=dict(TINY_POOLS, MAILRAIL_TRANSPORT=transport),
     )
-    assert_exactly_once(result, engine)
+    assert_exactly_once(result, transport)
 
 
 @pytest.mark.parametrize("ranks", [2, 8])
@@ -38,7 +44,7 @@ def test_python_path_delivers_exactly_once(ranks):
         "200",
         "--seed",
         str(ranks),
-        env={"MAILRAIL_ENGINE": "python"},
+        env={"MAILRAIL_TRANSPORT": "python"},
     )
     assert_exactly_once(result, "python")
 
@@ -50,22 +56,22 @@ def test_many_to_one_incast_at_16_ranks():
     assert result["stats"][victim]["messages_received"] >= 15 * 75
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_fewer_posted_receives_than_slots(engine):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_fewer_posted_receives_than_slots(transport):
     result = mpirun(
         4,
         "traffic.py",
         "--max-messages",
         "150",
-        env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3", "MAILRAIL_ENGINE": engine},
+        env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3", "MAILRAIL_TRANSPORT": transport},
     )
-    assert_exactly_once(result, engine)
+    assert_exactly_once(result, transport)
 
 
-@pytest.fixture(scope="module", params=ENGINES)
+@pytest.fixture(scope="module", params=TRANSPORTS)
 def errors(request):
-    result = mpirun(2, "errors.py", env={"MAILRAIL_ENGINE": request.param})
-    assert result["engine"] == request.param
+    result = mpirun(2, "errors.py", env={"MAILRAIL_TRANSPORT": request.param})
+    assert result["transport"] == request.param
     return result
 
 
@@ -77,7 +83,7 @@ def errors(request):
         ("config_mode", "ConfigError", ["MAILRAIL_FLOW_CONTROL", "'bogus'"]),
         ("config_unknown", "TypeError", ["unexpected keyword argument", "datagram_sz"]),  # keyword-only knobs
         ("rank_mode_too_few_slots", "ConfigError", ["0 credits", "MAILRAIL_RECV_POOL_SLOTS=1", "node"]),
-        ("compiled_node_mode_with_mpi_atomics", "ConfigError", ["MAILRAIL_ENGINE=compiled", "MAILRAIL_ATOMICS=mpi"]),
+        ("compiled_node_mode_with_mpi_atomics", "ConfigError", ["MAILRAIL_TRANSPORT=compiled", "MAILRAIL_ATOMICS=mpi"]),
         ("dest_too_large", "InvalidDestinationError", ["destination 2", "0..1"]),
         ("dest_negative", "InvalidDestinationError", ["destination -1"]),
         ("dest_not_int", "InvalidDestinationError", ["'1'", "not an integer"]),
@@ -104,6 +110,21 @@ def test_misuse_raises_a_precise_error(errors, case, error, words):
     assert raised == error, (case, raised, message)
     for word in words:
         assert word in message, (case, word, message)
+
+
+def test_stats_and_the_rail_name_the_transport_and_why(errors):
+    assert "transport" in errors["stats_keys"] and "engine" not in errors["stats_keys"]
+    expected = None if errors["transport"] == "compiled" else "MAILRAIL_TRANSPORT=python"
+    assert errors["transport_reason"] == expected
+
+
+def test_the_old_transport_names_still_work_with_a_warning(errors):
+    old = errors["deprecated_engine"]
+    assert old["transport"] == old["engine"] == errors["transport"]
+    assert len(old["warnings"]) == 2, old["warnings"]
+    keyword, attribute = old["warnings"]
+    assert "keyword engine= is deprecated" in keyword and "transport=" in keyword
+    assert attribute == "MailRail.engine is deprecated: use MailRail.transport"
 
 
 @pytest.mark.smoke

@@ -17,7 +17,7 @@ from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
 pytestmark = pytest.mark.mpi
 
 #: Both transports: the default (compiled when built) and the Python one.
-ENGINES = ["compiled", "python"]
+TRANSPORTS = ["compiled", "python"]
 #: Seconds a job that must abort by itself may take (the sleepers in it sleep 300 s).
 ABORT_BOUND = 60.0
 
@@ -41,9 +41,9 @@ def failure_lines(completed: subprocess.CompletedProcess, text: str) -> list[str
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("engine", ENGINES)
-def test_an_exception_inside_with_aborts_the_job_with_its_traceback_once(engine):
-    completed = run_plain(3, "fault_raise_inside_with.py", env={"MAILRAIL_ENGINE": engine})
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_exception_inside_with_aborts_the_job_with_its_traceback_once(transport):
+    completed = run_plain(3, "fault_raise_inside_with.py", env={"MAILRAIL_TRANSPORT": transport})
     assert completed.returncode != 0
     lines = failure_lines(completed, "RuntimeError: injected failure on rank 1")
     assert len(lines) == 1, completed.stderr
@@ -52,21 +52,21 @@ def test_an_exception_inside_with_aborts_the_job_with_its_traceback_once(engine)
     assert not failure_lines(completed, "UNREACHABLE")
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_sys_exit_0_inside_with_is_a_normal_exit(engine):
-    completed = run_plain(2, "fault_raise_inside_with.py", "exit0", env={"MAILRAIL_ENGINE": engine})
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_sys_exit_0_inside_with_is_a_normal_exit(transport):
+    completed = run_plain(2, "fault_raise_inside_with.py", "exit0", env={"MAILRAIL_TRANSPORT": transport})
     assert completed.returncode == 0, completed.stderr
     assert len(failure_lines(completed, "finalized>")) == 2
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("mode", ["none", "rank", "node"])
-def test_on_error_raise_cleans_up_locally_without_a_collective_and_re_raises(engine, mode):
-    if engine == "compiled" and mode == "node":
-        env = {"MAILRAIL_ENGINE": engine, "MAILRAIL_ATOMICS": "cpu"}
+def test_on_error_raise_cleans_up_locally_without_a_collective_and_re_raises(transport, mode):
+    if transport == "compiled" and mode == "node":
+        env = {"MAILRAIL_TRANSPORT": transport, "MAILRAIL_ATOMICS": "cpu"}
     else:
-        env = {"MAILRAIL_ENGINE": engine}
+        env = {"MAILRAIL_TRANSPORT": transport}
     everyone = mpirun(3, "fault_on_error_raise.py", mode, env=env)
     for rank, seen in enumerate(everyone):
         assert seen["error"] == f"injected failure on rank {rank}"
@@ -76,11 +76,11 @@ def test_on_error_raise_cleans_up_locally_without_a_collective_and_re_raises(eng
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("wait", ["finalize", "barrier"])
-def test_a_wait_for_ranks_that_never_come_ends_within_the_stall_timeout_naming_them(engine, wait):
+def test_a_wait_for_ranks_that_never_come_ends_within_the_stall_timeout_naming_them(transport, wait):
     completed = run_plain(
-        4, "fault_wait_missing_ranks.py", wait, env={"MAILRAIL_ENGINE": engine, "MAILRAIL_STALL_TIMEOUT": "2"}
+        4, "fault_wait_missing_ranks.py", wait, env={"MAILRAIL_TRANSPORT": transport, "MAILRAIL_STALL_TIMEOUT": "2"}
     )
     assert completed.returncode != 0
     named = failure_lines(completed, f"ranks 1, 3 have not called {wait}()")
@@ -89,9 +89,9 @@ def test_a_wait_for_ranks_that_never_come_ends_within_the_stall_timeout_naming_t
     assert not failure_lines(completed, "UNREACHABLE")
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_a_barrier_inside_a_barrier_handler_is_refused_at_once(engine):
-    everyone = mpirun(2, "fault_nested_barrier.py", env={"MAILRAIL_ENGINE": engine})
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_barrier_inside_a_barrier_handler_is_refused_at_once(transport):
+    everyone = mpirun(2, "fault_nested_barrier.py", env={"MAILRAIL_TRANSPORT": transport})
     for outcome in everyone:
         assert outcome["handled"] == 2 and outcome["again"] == 0
         assert len(outcome["errors"]) == 4
@@ -105,7 +105,9 @@ def test_a_barrier_inside_a_barrier_handler_is_refused_at_once(engine):
         ("datagram_size", ["datagram_size (MAILRAIL_DATAGRAM_SIZE) is 4096 on ranks 0, 2 and 1024 on rank 1"]),
         ("flow_control", ["flow_control (MAILRAIL_FLOW_CONTROL) is 'none' on ranks 0, 2 and 'rank' on rank 1"]),
         ("recv_pool_slots", ["recv_pool_slots (MAILRAIL_RECV_POOL_SLOTS) is 512 on ranks 0, 2 and 4 on rank 1"]),
-        ("engine", ["transport (MAILRAIL_ENGINE) is 'compiled' on ranks 0, 2 and 'python' on rank 1"]),
+        ("transport", ["transport (MAILRAIL_TRANSPORT) is 'compiled' on ranks 0, 2 and 'python' on rank 1"]),
+        # The deprecated keyword engine= sets the same knob: its value takes part in the agreement.
+        ("engine_alias", ["transport (MAILRAIL_TRANSPORT) is 'compiled' on ranks 0, 2 and 'python' on rank 1"]),
         ("invalid", ["rank 1: datagram_size= (keyword for MAILRAIL_DATAGRAM_SIZE)", "got 0"]),
     ],
 )
@@ -122,9 +124,9 @@ def test_ranks_that_disagree_are_refused_on_every_rank_with_one_message(case, wo
         assert word in message, (word, message)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_coalescer_leftovers_are_reported_and_one_coalescer_at_a_time(engine):
-    for result in mpirun(2, "coalesce_leftovers.py", env={"MAILRAIL_ENGINE": engine}):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_coalescer_leftovers_are_reported_and_one_coalescer_at_a_time(transport):
+    for result in mpirun(2, "coalesce_leftovers.py", env={"MAILRAIL_TRANSPORT": transport}):
         assert result["second_while_staged"][0] == "MailRailError"
         assert "still holds 3 staged record(s)" in result["second_while_staged"][1]
         assert result["report"]["staged"] == 3
@@ -136,8 +138,8 @@ def test_coalescer_leftovers_are_reported_and_one_coalescer_at_a_time(engine):
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("engine", ENGINES)
-def test_the_stall_report_tells_the_true_counters_on_both_transports(engine):
-    report = mpirun(2, "stall_report_counts.py", env={"MAILRAIL_ENGINE": engine}, timeout=MPI_TIMEOUT)["report"]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_stall_report_tells_the_true_counters_on_both_transports(transport):
+    report = mpirun(2, "stall_report_counts.py", env={"MAILRAIL_TRANSPORT": transport}, timeout=MPI_TIMEOUT)["report"]
     assert report is not None
     assert "this rank received 3 message(s), released 3" in report, report

@@ -4,8 +4,11 @@ Each knob has one environment variable (``MAILRAIL_<NAME>``) and one keyword
 argument (``<name>``).  Values are validated once, at construction, and a bad
 value raises :class:`~mailrail.errors.ConfigError` naming the variable and the
 value.  The fields of :class:`Config` are the single source of every knob: their
-metadata (see :func:`knob`) gives the parser, the default as documented and the
-meaning, from which the benchmarks' flags and the documentation's table are made.
+metadata (see :func:`knob`) gives the parser, the default as documented, the
+meaning and the knob's old names, from which the benchmarks' flags and the
+documentation's table are made.  A renamed knob keeps its old name as a
+deprecated alias (:data:`DEPRECATED_KNOBS`): read as variable, keyword and
+attribute alike, with a :class:`DeprecatedKnobWarning`, so no user's script breaks.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ import difflib
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, ConfigWarning
+from .errors import ConfigError, ConfigWarning, DeprecatedKnobWarning
 
 FLOW_CONTROL_MODES = ("none", "rank", "node")
 ATOMICS_MODES = ("auto", "cpu", "mpi")
-ENGINE_MODES = ("auto", "compiled", "python")
+TRANSPORT_MODES = ("auto", "compiled", "python")
 ON_ERROR_MODES = ("abort", "raise")
 #: The largest count MPI takes (counts, tags and ranks are C ``int``).
 MPI_INT_MAX = 2**31 - 1
@@ -32,7 +35,7 @@ STALL_TIMEOUT_MAX = 86_400.0
 NON_KNOB_VARIABLES = (
     "MAILRAIL_CLUSTER_USERNS",  # the virtual cluster: user namespaces instead of root
     "MAILRAIL_JOB_DIRS",  # mailrail.jobcontrol: marks the processes of a job (set in every rank's environment)
-    "MAILRAIL_TEST_ENGINE",  # the test suite: the transport of jobs whose test does not choose one
+    "MAILRAIL_TEST_TRANSPORT",  # the test suite: the transport of jobs whose test does not choose one
     "MAILRAIL_TEST_TIMEOUT",  # the test suite: seconds before a hung job is killed
     "MAILRAIL_FUZZ_EXAMPLES",  # the test suite: Hypothesis examples of the trace fuzzer
 )
@@ -128,14 +131,26 @@ def _path(variable: str, raw: Any, keyword: str | None) -> str:
     return path
 
 
-def knob(default: Any, parse: Parser, help: str, *, shown: str | None = None, flag: bool = True) -> Any:
+def knob(
+    default: Any,
+    parse: Parser,
+    help: str,
+    *,
+    shown: str | None = None,
+    flag: bool = True,
+    aliases: tuple[str, ...] = (),
+) -> Any:
     """A :class:`Config` field: its *default*, its parser and its meaning (*help*, one line).
 
     *shown*: the default as the documentation states it, when the value alone would not say it
-    (``None`` meaning "derived", say); *flag*: whether benchmarks take it as a ``--flag``.
+    (``None`` meaning "derived", say); *flag*: whether benchmarks take it as a ``--flag``;
+    *aliases*: the knob's old names, still read (keyword ``old=``, variable ``MAILRAIL_OLD``,
+    attribute ``config.old``) with a :class:`DeprecatedKnobWarning`: renaming a knob is renaming its
+    field and naming the old name here.
     """
     text = shown if shown is not None else (f"`{default}`" if isinstance(default, str) else str(default))
-    return dataclasses.field(default=default, metadata={"parse": parse, "help": help, "shown": text, "flag": flag})
+    metadata = {"parse": parse, "help": help, "shown": text, "flag": flag, "aliases": aliases}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,12 +193,13 @@ class Config:
         _choice(ATOMICS_MODES),
         "node credit pool updates: `cpu` (compiled helper), `mpi` (RMA, Python transport), `auto`",
     )
-    engine: str = knob(
+    transport: str = knob(
         "auto",
-        _choice(ENGINE_MODES),
-        "transport: `compiled` (Cython), `python`, or `auto` "
+        _choice(TRANSPORT_MODES),
+        "the message path: `compiled` (Cython), `python`, or `auto` "
         "(compiled when built; `MAILRAIL_TRACE` takes the Python one)",
         flag=False,
+        aliases=("engine",),
     )
     trace: str | None = knob(
         None, _path, "directory: record this rank's sends as a YGM-format binary trace", shown="unset", flag=False
@@ -204,19 +220,17 @@ class Config:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
         """Read ``MAILRAIL_*`` from *environ* (default ``os.environ``); keywords win (``None`` is unset)."""
         environ = os.environ if environ is None else environ
-        unknown = set(overrides) - set(KNOBS)
+        unknown = set(overrides) - set(KNOBS) - set(DEPRECATED_KNOBS)
         if unknown:
             raise ConfigError(
                 f"unknown MailRail option(s): {', '.join(sorted(unknown))}; valid options: {', '.join(KNOBS)}"
             )
         warn_unknown_variables(environ)
         values: dict[str, Any] = {}
-        for name, parse in KNOBS.items():
-            variable = env_name(name)
-            if name in overrides and overrides[name] is not None:
-                values[name] = parse(variable, overrides[name], name)
-            elif variable in environ and environ[variable].strip() != "":
-                values[name] = parse(variable, environ[variable], None)
+        for name in KNOBS:
+            found = _read_knob(name, environ, overrides)
+            if found:
+                values[name] = found[0]
         config = cls(**values)
         config.validate()
         return config
@@ -239,6 +253,61 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    if not TYPE_CHECKING:  # hidden from mypy, which would otherwise accept any attribute of a Config
+
+        def __getattr__(self, name: str) -> Any:
+            """``config.<old name>`` (only called for names that are not attributes): the renamed knob."""
+            if name not in DEPRECATED_KNOBS:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            new = DEPRECATED_KNOBS[name]
+            warnings.warn(
+                f"Config.{name} is deprecated: the knob was renamed {new} (read config.{new})",
+                DeprecatedKnobWarning,
+                stacklevel=2,
+            )
+            return getattr(self, new)
+
+
+def _read_knob(name: str, environ: Mapping[str, str], overrides: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``(value,)`` of knob *name* as the keywords or else the environment set it, or ``()`` if unset.
+
+    The knob's old names count as its own (a keyword with a :class:`DeprecatedKnobWarning` here, a
+    variable in :func:`warn_unknown_variables`), and two spellings that set different values are a
+    :class:`ConfigError` naming both: neither is silently preferred.
+    """
+    spellings = (name, *KNOB_ALIASES[name])
+    parse = KNOBS[name]
+    # (the spelling used, "transport=" or "MAILRAIL_TRANSPORT"; as written, with the raw value; parsed)
+    found: list[tuple[str, str, Any]] = []
+    for spelling in spellings:
+        if overrides.get(spelling) is not None:
+            if spelling != name:
+                warnings.warn(
+                    f"keyword {spelling}= is deprecated: it was renamed {name}= (same values); pass {name}= instead",
+                    DeprecatedKnobWarning,
+                    stacklevel=3,  # the caller of Config.from_env
+                )
+            raw = overrides[spelling]
+            found.append((f"{spelling}=", f"{spelling}={raw!r}", parse(env_name(spelling), raw, spelling)))
+    current = f"{name}="
+    if not found:  # a keyword wins: the variables are not even parsed
+        current = env_name(name)
+        for spelling in spellings:
+            variable = env_name(spelling)
+            if variable in environ and environ[variable].strip() != "":
+                raw = environ[variable]
+                found.append((variable, f"{variable}={raw!r}", parse(variable, raw, None)))
+    if not found:
+        return ()
+    (_, shown, value), *others = found  # the current name's, when it is set
+    for other, other_shown, other_value in others:
+        if other_value != value:
+            raise ConfigError(
+                f"{shown} and {other_shown} disagree: {other} is the deprecated old name of {current}; "
+                f"set only {current}"
+            )
+    return (value,)
+
 
 @dataclasses.dataclass(frozen=True)
 class Knob:
@@ -249,18 +318,25 @@ class Knob:
     default_text: str  #: the default, as documented
     help: str  #: its meaning, one line
     flag: bool  #: whether benchmarks take it as ``--name``
+    aliases: tuple[str, ...] = ()  #: old names, deprecated: still read (``old=``, ``MAILRAIL_OLD``) with a warning
 
 
 def knobs() -> list[Knob]:
     """Every knob, in the order of :class:`Config`'s fields."""
     return [
-        Knob(f.name, env_name(f.name), f.metadata["shown"], f.metadata["help"], f.metadata["flag"])
+        Knob(
+            f.name, env_name(f.name), f.metadata["shown"], f.metadata["help"], f.metadata["flag"], f.metadata["aliases"]
+        )
         for f in dataclasses.fields(Config)
     ]
 
 
 #: Each knob's parser, by name.
 KNOBS: dict[str, Parser] = {f.name: f.metadata["parse"] for f in dataclasses.fields(Config)}
+#: Each knob's old names (deprecated aliases), by name.
+KNOB_ALIASES: dict[str, tuple[str, ...]] = {f.name: f.metadata["aliases"] for f in dataclasses.fields(Config)}
+#: Each old knob name still accepted, mapped to the knob's name (from the fields' ``aliases``).
+DEPRECATED_KNOBS: dict[str, str] = {alias: name for name, aliases in KNOB_ALIASES.items() for alias in aliases}
 
 
 def physical_memory() -> int | None:
@@ -273,9 +349,20 @@ def physical_memory() -> int | None:
 
 def warn_unknown_variables(environ: Mapping[str, str]) -> None:
     """A :class:`~mailrail.errors.ConfigWarning` for each ``MAILRAIL_*`` variable that is neither a knob nor
-    in :data:`NON_KNOB_VARIABLES`, naming the closest knob (``-W error::mailrail.ConfigWarning`` makes it fatal)."""
+    in :data:`NON_KNOB_VARIABLES`, naming the closest knob (``-W error::mailrail.ConfigWarning`` makes it fatal);
+    a :class:`DeprecatedKnobWarning` instead for a knob's old name that is set, naming the new one."""
     known = [env_name(name) for name in KNOBS]
+    renamed = {env_name(alias): env_name(name) for alias, name in DEPRECATED_KNOBS.items()}
     for variable in sorted(environ):
+        if variable in renamed:
+            if environ[variable].strip() != "":  # blank is unset, as for every knob
+                warnings.warn(
+                    f"environment variable {variable} is deprecated: it was renamed {renamed[variable]} "
+                    f"(same values); set that instead",
+                    DeprecatedKnobWarning,
+                    stacklevel=3,
+                )
+            continue
         if not variable.startswith("MAILRAIL_") or variable in known or variable in NON_KNOB_VARIABLES:
             continue
         # Compared without the shared prefix, which would make every name look close.

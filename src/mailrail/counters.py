@@ -1,16 +1,15 @@
 """What ``MailRail.stats()`` reports: every counter defined once, with its meaning.
 
-Both transports count :data:`TRANSPORT_COUNTERS` themselves (the Python one
-through the :class:`~mailrail.protocol.Endpoint`, the compiled one in C) with
-these meanings; :data:`PROTOCOL_COUNTERS` come from the Endpoint and its flow
-control on both paths; :data:`RAIL_FACTS` describe the rail.  The documentation's
-counter table is generated from them.
+The :class:`~mailrail.protocol.Endpoint` counts all of :data:`COUNTERS` (its
+message counters, its deferred queues' and its flow control's), on both
+transports: the compiled one compiles that same Endpoint.  :data:`RAIL_FACTS`
+describe the rail.  The documentation's counter table is generated from them.
 """
 
 from __future__ import annotations
 
-#: Counted by the transport in use, with the same meaning on both paths.
-TRANSPORT_COUNTERS: dict[str, str] = {
+#: The messages and buffers of this rank.
+MESSAGE_COUNTERS: dict[str, str] = {
     "messages_sent": "messages the application handed to send(), deferred ones included",
     "bytes_sent": "payload bytes of those messages",
     "messages_received": "messages receive() returned",
@@ -24,8 +23,8 @@ TRANSPORT_COUNTERS: dict[str, str] = {
     "send_buffers_reserved": "send buffers reserve_send_buffer() handed out and not yet passed to send() (now)",
 }
 
-#: Counted by the sans-I/O protocol state (Endpoint, deferred queues, flow control).
-PROTOCOL_COUNTERS: dict[str, str] = {
+#: Credits and deferral: the Endpoint's deferred queues and flow control.
+CREDIT_COUNTERS: dict[str, str] = {
     "credits_piggybacked": "credits returned in the tags of payloads (rank mode)",
     "deferred_sends": "sends that waited for credit (total)",
     "deferred_now": "sends waiting for credit now",
@@ -35,9 +34,12 @@ PROTOCOL_COUNTERS: dict[str, str] = {
     "shared_credit_bytes": "the node's shared credit pool and rank-to-node map (counted once per node)",
 }
 
+#: Every counter ``stats()`` reports, in its order.
+COUNTERS: dict[str, str] = {**MESSAGE_COUNTERS, **CREDIT_COUNTERS}
+
 #: Facts about the rail; ``nodes`` and ``atomics`` only in node mode.
 RAIL_FACTS: dict[str, str] = {
-    "engine": "the transport in use: compiled or python",
+    "transport": "the transport in use: compiled or python",
     "flow_control": "none, rank or node",
     "credits_per_pair": "credits per (sender rank or node, receiver rank); 0 when unconstrained",
     "recv_pool_bytes": "bytes of the receive pool",

@@ -67,8 +67,13 @@ class DeferredSends:
         calls :meth:`mark_ready` again if it has more credit.
         """
         if self._poll_window is None:
-            ready, self._ready = self._ready, {}
-            yield from ready
+            # Unmarked one at a time as visited: a caller that stops early leaves the rest marked, and a
+            # destination marked again during the visit waits for the next drain.
+            ready = self._ready
+            for dest in list(ready):
+                if dest in ready:
+                    del ready[dest]
+                    yield dest
             return
         rotation, queues = self._rotation, self.queues
         for _ in range(min(self._poll_window, len(rotation))):

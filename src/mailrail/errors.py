@@ -56,6 +56,18 @@ class ConfigWarning(UserWarning):
     """
 
 
+class DeprecatedKnobWarning(ConfigWarning, FutureWarning):
+    """A knob was set by its old name, a deprecated alias: it still works, and says its new name.
+
+    A :class:`FutureWarning` rather than a :class:`DeprecationWarning` because Python shows it by
+    default: a ``MAILRAIL_*`` variable is set by whoever runs the job, and Python hides a
+    DeprecationWarning unless ``__main__`` triggers it, so they would never learn of the rename
+    before the old name is removed.  A :class:`ConfigWarning` too, so the one
+    switch that makes a misspelled variable fatal (``-W error::mailrail.ConfigWarning``) catches
+    old names as well.
+    """
+
+
 class UndeliveredWarning(UserWarning):
     """``finalize()`` found messages that were never delivered or never released."""
 

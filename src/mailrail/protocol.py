@@ -1,112 +1,304 @@
-"""One rank's MailRail protocol state, without I/O (the h11 way).
+"""One rank's MailRail protocol state, without I/O (the h11 way): every state rule in one owner.
 
-:class:`Endpoint` decides *what* happens: which send slot is free, whether a
-message may leave now or waits for credit, what tag it carries, which credits
-to return and to whom.  The transports (:mod:`mailrail.transport`) only move
-bytes and report events back; the compiled one asks the Endpoint through
-:class:`~mailrail.transport.base.EndpointHooks`, which it implements.  Everything
-here is plain Python, so it is unit-tested deterministically without ``mpiexec``.
+:class:`Endpoint` decides *what* happens and keeps everything the protocol
+knows: which send slot is free, reserved, deferred or in flight (and the
+in-flight order), the per-destination queues of sends waiting for credit, which
+MPI call a send leaves by (the per-slot stream cache), what tag it carries,
+which credits to return and to whom, when credit messages are polled, when an
+idle rank yields, the messages the application holds, every counter and the
+stall report.  A transport (:mod:`mailrail.transport`) only owns MPI handles,
+request rings and the loop: it asks the Endpoint, makes the MPI call it is
+told, and reports what MPI said.
+
+This module is the specification; ``mailrail._protocol`` compiles the same
+Endpoint method for method for the compiled transport (chosen once, in
+:mod:`mailrail.transport`), and a Hypothesis test feeds both the same events.
+Everything here is plain Python, unit-tested deterministically without ``mpiexec``.
 """
 
 from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
 
+from .counters import COUNTERS
 from .deferred import DeferredSends
-from .errors import BufferOwnershipError, CreditStallError, InvalidDestinationError, MessageSizeError, ProtocolError
+from .errors import (
+    BufferOwnershipError,
+    CreditStallError,
+    FinalizedError,
+    InvalidDestinationError,
+    MailRailError,
+    MessageSizeError,
+    ProtocolError,
+    ReleaseError,
+)
 from .flow.base import FlowControl
 from .pool import SlotPool
 
 # Send-slot states.
 FREE, HELD, QUEUED, IN_FLIGHT = 0, 1, 2, 3
-_STATE_NAMES = {FREE: "free", HELD: "reserved", QUEUED: "deferred", IN_FLIGHT: "in flight"}
+STATE_NAMES = ("free", "reserved", "deferred", "in flight")
+
+# How a send leaves (the fifth item of what submit() and drain_ready() hand out): the MPI call the
+# transport makes for it.  Streams repeat (destination, size) per slot: the second time, the send
+# becomes a persistent request, restarted from then on (Start costs ~0.6 us less than Isend).
+ISEND_TAGGED = 0  # credits piggybacked in the tag: a one-off Isend; the slot's stream cache is left alone
+START = 1  # the slot's persistent send for this (destination, size): Start it
+CREATE = 2  # the second send of this (destination, size) from the slot: Send_init, then Start
+ISEND_NEW = 3  # a new stream for the slot: Isend (the slot has no persistent send to free)
+REPLACE = 4  # a new stream for the slot: Request_free its persistent send, then Isend
 
 #: Queued destinations visited per drain when credits change silently (node mode).
 NODE_DRAIN_WINDOW = 32
 
+#: What submit() returns for a send that was deferred: ``(dest, nbytes, NO_SLOT, 0, 0)``.
+NO_SLOT = -1
+
+
+class Message:
+    """An arrived message: ``data`` is a read-only view of ``nbytes`` bytes from rank ``source``.
+
+    ``data`` lies in the receive pool and is valid until
+    :meth:`~mailrail.rail.MailRail.release_receive_buffer`; copy what must outlive it.
+    """
+
+    __slots__ = ("source", "nbytes", "data", "_slot", "_owner")
+
+    def __init__(self, source: int, nbytes: int, data: Any, slot: int, owner: object) -> None:
+        self.source = source
+        self.nbytes = nbytes
+        self.data = data
+        self._slot = slot  # receive slot; -1 once released
+        self._owner = owner  # the Endpoint that received it
+
+    def __repr__(self) -> str:
+        state = "released" if self._slot < 0 else f"slot {self._slot}"
+        return f"Message(source={self.source}, nbytes={self.nbytes}, {state})"
+
 
 class Endpoint:
-    """Send-pool ownership, deferred sends, credit bookkeeping and counters of one rank."""
+    """Send-slot lifecycle, deferred sends, credit bookkeeping, held messages and counters of one rank.
+
+    *flow*: the flow-control strategy (:mod:`mailrail.flow`, or the compiled ledger with its interface);
+    *tag_ub*: the largest tag, which caps one credit message; *head_patience*, *credit_poll_interval*,
+    *idle_spins*: the progress rules (see :class:`~mailrail.transport.base.Tuning`).
+    """
 
     def __init__(
-        self, rank: int, size: int, send_pool: SlotPool, flow: FlowControl, *, stall_timeout: float = 0.0
+        self,
+        rank: int,
+        size: int,
+        send_pool: SlotPool,
+        flow: FlowControl,
+        *,
+        tag_ub: int,
+        head_patience: int,
+        credit_poll_interval: int,
+        idle_spins: int,
+        stall_timeout: float = 0.0,
     ) -> None:
+        for name, value, low in (
+            ("size", size, 1),
+            ("tag_ub", tag_ub, 1),
+            ("head_patience", head_patience, 1),
+            ("credit_poll_interval", credit_poll_interval, 1),
+            ("idle_spins", idle_spins, 0),
+        ):
+            if type(value) is not int or value < low:
+                raise ValueError(f"Endpoint {name}={value!r} must be an integer >= {low}")
         self.rank = rank
         self.size = size
         self.send_pool = send_pool
         self.datagram_size = send_pool.slot_size
         self.flow = flow
-        self.send_state = bytearray(send_pool.slots)
-        self.deferred = DeferredSends(poll_window=NODE_DRAIN_WINDOW if flow.credits_change_silently else None)
+        self.has_credits = flow.name != "none"
+        self.tag_ub = tag_ub
+        self.head_patience = head_patience
+        self.credit_poll_interval = credit_poll_interval
+        self.idle_spins = idle_spins
         self.stall_timeout = stall_timeout
-        # Hot-path shortcuts (looked up once, used per message).
-        self._queued = self.deferred.queues
-        self._try_acquire = flow.try_acquire
+        self.stopped = False
+        # Send slots: state per slot, a free stack (lowest slot on top: hot slots stay in cache),
+        # the in-flight slots oldest first, and per slot the stream it sent last.
+        slots = send_pool.slots
+        self.send_state = bytearray(slots)
+        self._free = list(range(slots - 1, -1, -1))
+        self._in_flight: deque[int] = deque()
+        self._head_waits = 0
+        self._stream_dest = [-1] * slots
+        self._stream_nbytes = [-1] * slots
+        self._persistent = bytearray(slots)
+        self.deferred = DeferredSends(poll_window=NODE_DRAIN_WINDOW if flow.credits_change_silently else None)
         self._last_progress: float | None = None
-        # Counters (see stats()).
+        self._calls_since_credit_poll = 0
+        self._idle_calls = 0
+        # Counters (see mailrail.counters).
         self.messages_sent = 0
         self.bytes_sent = 0
         self.messages_received = 0
         self.bytes_received = 0
         self.messages_released = 0
+        self.reserve_failures = 0
+        self.held = 0
+        self.held_high_water = 0
         self.credit_messages_sent = 0
         self.credit_messages_received = 0
         self.credits_returned = 0
-        self.reserve_failures = 0
-        #: Where stall reports read the message counters: the transport's own (set by MailRail), so the
-        #: report is true on the transport that counts them (the compiled one counts in C).
-        self.counters: Callable[[], dict[str, int]] = lambda: self.transport_counters(held_high_water=0)
+        self.reserved = 0
 
-    # -- sender side -------------------------------------------------------
+    # -- the send slots ----------------------------------------------------
 
-    def reserve(self) -> int | None:
-        slot = self.send_pool.take()
-        if slot is None:
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def pending_sends(self) -> int:
+        """Send buffers reserved and not yet sent, plus sends deferred or in flight."""
+        return self.reserved + self.deferred.total + len(self._in_flight)
+
+    def reserve(self) -> int:
+        """A free send slot, now reserved by the application, or :data:`NO_SLOT` (backpressure)."""
+        if self.stopped:
+            raise FinalizedError("reserve_send_buffer() called after finalize()")
+        if not self._free:
             self.reserve_failures += 1
-            return None
+            return NO_SLOT
+        slot = self._free.pop()
         self.send_state[slot] = HELD
+        self.reserved += 1
         return slot
 
-    def submit(self, dest: int, buf: object, nbytes: int) -> tuple[int, int, int | None]:
-        """Take ownership of *buf* for *dest*.
+    def submit(self, dest: Any, buf: Any, nbytes: Any) -> tuple[int, int, int, int, int]:
+        """Take ownership of *buf* (a reserved send buffer) for *dest*.
 
-        Returns ``(dest, nbytes, slot)`` normalized, with *slot* None when the send was deferred.
+        Returns ``(dest, nbytes, slot, tag, action)``, *dest* and *nbytes* normalized: the send leaves now
+        by *action* with *tag*, or waits for credit (*slot* :data:`NO_SLOT`).  A refused send raises and
+        gives a reserved buffer back to the pool (except a non-contiguous view: it stays reserved).
         """
+        if self.stopped:
+            raise FinalizedError(f"send(dest={dest!r}) called after finalize()")
         if type(dest) is not int or not 0 <= dest < self.size:
             dest = self._checked_or_unreserved(self.checked_rank, dest, buf)
         if type(nbytes) is not int or not 0 <= nbytes <= self.datagram_size:
             nbytes = self._checked_or_unreserved(self.checked_size, nbytes, buf)
+        slot = self.slot_of(buf)
+        state = self.send_state[slot]
+        if state != HELD:
+            raise BufferOwnershipError(
+                f"send buffer slot {slot} is {STATE_NAMES[state]}, not reserved: a buffer is sent "
+                f"once per reserve_send_buffer()"
+            )
+        self._idle_calls = 0  # a rank that sends is busy, not idle
+        self.reserved -= 1
+        self.messages_sent += 1  # submitted: deferred sends count now
+        self.bytes_sent += nbytes
+        if dest not in self.deferred.queues and self.flow.try_acquire(dest):
+            return self._leave(dest, nbytes, slot)
+        self.send_state[slot] = QUEUED  # the stall clock was reset when the queues last emptied (a drain)
+        self.deferred.push(dest, slot, nbytes)
+        return dest, nbytes, NO_SLOT, 0, 0
+
+    def _leave(self, dest: int, nbytes: int, slot: int) -> tuple[int, int, int, int, int]:
+        """*slot* leaves now for *dest* (its credit taken): in flight, its tag and the MPI call to make."""
+        self.send_state[slot] = IN_FLIGHT
+        self._in_flight.append(slot)
+        tag = self.flow.take_piggyback(dest)
+        if tag:
+            return dest, nbytes, slot, tag, ISEND_TAGGED
+        if self._stream_dest[slot] == dest and self._stream_nbytes[slot] == nbytes:
+            if self._persistent[slot]:
+                return dest, nbytes, slot, 0, START
+            self._persistent[slot] = 1
+            return dest, nbytes, slot, 0, CREATE
+        self._stream_dest[slot], self._stream_nbytes[slot] = dest, nbytes
+        if self._persistent[slot]:
+            self._persistent[slot] = 0
+            return dest, nbytes, slot, 0, REPLACE
+        return dest, nbytes, slot, 0, ISEND_NEW
+
+    def transmit_failed(self, slot: int, nbytes: int, action: int) -> None:
+        """The MPI call that was to start *slot*'s send failed: nothing of it is in flight.
+
+        The slot is free again and the message uncounted (it never left, so a barrier must not wait
+        for it); the slot's stream is forgotten unless its persistent send still stands (a failed Start,
+        or a failed piggybacking Isend, which never touches it).  Its credit stays taken: an MPI error
+        ends the job by default.  An error path, so finding the slot in the ring may cost O(in flight).
+        """
+        try:
+            self._in_flight.remove(slot)
+        except ValueError:
+            raise ProtocolError(f"send slot {slot} failed to start but is not in flight") from None
+        if action not in (START, ISEND_TAGGED):
+            self._stream_dest[slot] = self._stream_nbytes[slot] = -1
+            self._persistent[slot] = 0
+        self.messages_sent -= 1
+        self.bytes_sent -= nbytes
+        self._free_slot(slot)
+
+    def oldest_in_flight(self) -> int:
+        """The slot whose send has been in flight longest (the one to test), or :data:`NO_SLOT`."""
+        return self._in_flight[0] if self._in_flight else NO_SLOT
+
+    def oldest_completed(self) -> None:
+        """The oldest send in flight completed (with an error or not): its slot is free again."""
+        slot = self._in_flight.popleft()
+        self._head_waits = 0
+        self._free_slot(slot)
+
+    def oldest_still_in_flight(self) -> None:
+        """The oldest send has not completed: after :attr:`head_patience` such calls it moves to the back,
+        so a rendezvous send to a slow receiver does not pin the whole send pool."""
+        self._head_waits += 1
+        if self._head_waits >= self.head_patience:
+            self._head_waits = 0
+            self._in_flight.rotate(-1)
+
+    def has_persistent(self, slot: int) -> bool:
+        """Whether *slot* holds a persistent send request (the transport frees those at close)."""
+        return bool(self._persistent[slot])
+
+    def abandon_in_flight(self) -> list[int]:
+        """Forget the sends in flight without completing them (abandon): their slots, oldest first.  Their
+        persistent requests stay with MPI (the transport must not free them), so their streams are forgotten."""
+        slots = list(self._in_flight)
+        self._in_flight.clear()
+        for slot in slots:
+            self._persistent[slot] = 0
+            self._stream_dest[slot] = self._stream_nbytes[slot] = -1
+        return slots
+
+    def _free_slot(self, slot: int) -> None:
+        if self.send_state[slot] != IN_FLIGHT:  # a slot freed twice would be handed out twice
+            raise ProtocolError(f"send slot {slot} completed while {STATE_NAMES[self.send_state[slot]]}")
+        self.send_state[slot] = FREE
+        self._free.append(slot)
+
+    def slot_of(self, buf: Any) -> int:
+        """The send slot of *buf*: the reserved view itself, or a C-contiguous view starting at a slot."""
         slot = self.send_pool.slot_of(buf)
         if slot is None:
             raise BufferOwnershipError(
                 f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "
                 f"MailRail's send pool: use reserve_send_buffer()"
             )
-        state = self.send_state[slot]
-        if state != HELD:
-            raise BufferOwnershipError(
-                f"send buffer slot {slot} is {_STATE_NAMES[state]}, not reserved: a buffer is sent "
-                f"once per reserve_send_buffer()"
-            )
-        self.messages_sent += 1  # submitted: deferred sends count now, as on the compiled transport
-        self.bytes_sent += nbytes
-        return dest, nbytes, (slot if self.admit(dest, slot, nbytes) else None)
+        return slot
 
-    @property
-    def send_buffers_reserved(self) -> int:
-        """Send buffers reserved and not yet submitted: counted from the slot states when asked (a C scan
-        of one byte per slot), so reserve() and submit() pay nothing for it."""
-        return self.send_state.count(HELD)
-
-    def _checked_or_unreserved(self, check: Callable[[object], int], value: object, buf: object) -> int:
+    def _checked_or_unreserved(self, check: Any, value: object, buf: object) -> int:
         """*check* (value), and if it raises, *buf*'s reserved slot back to the pool first (slow path)."""
         try:
-            return check(value)
+            checked: int = check(value)
         except Exception:
             self.unreserve(buf)
             raise
+        return checked
 
     def unreserve(self, buf: object) -> None:
         """Give *buf*'s slot back to the pool if it is a reserved slot of this pool (a send() that raised)."""
@@ -116,18 +308,8 @@ class Endpoint:
             return
         if slot is not None and self.send_state[slot] == HELD:
             self.send_state[slot] = FREE
-            self.send_pool.give(slot)
-
-    def admit(self, dest: int, slot: int, nbytes: int) -> bool:
-        """Flow control's decision on a checked send: True if it leaves now, False if it was deferred."""
-        if dest not in self._queued and self._try_acquire(dest):
-            self.send_state[slot] = IN_FLIGHT
-            return True
-        self.send_state[slot] = QUEUED
-        if not self.deferred.total:
-            self._last_progress = None  # the stall clock starts now
-        self.deferred.push(dest, slot, nbytes)
-        return False
+            self.reserved -= 1
+            self._free.append(slot)
 
     def checked_rank(self, dest: object) -> int:
         """A destination rank as int: numpy integers accepted, the rest rejected by value (slow path)."""
@@ -159,66 +341,129 @@ class Endpoint:
             )
         return size
 
-    def drain(self) -> list[tuple[int, int, int]]:
-        """Deferred sends that now have credit: at most one per destination, oldest first."""
+    # -- deferred sends ----------------------------------------------------
+
+    @property
+    def deferred_total(self) -> int:
+        return self.deferred.total
+
+    def drain_ready(self, now: float | None = None) -> Iterator[tuple[int, int, int, int, int]]:
+        """Deferred sends that have credit now, at most one per destination, oldest first, each as submit()
+        hands out a send that leaves; then the stall check (at *now*, default the monotonic clock):
+        :class:`~mailrail.errors.CreditStallError` when they made no progress for the stall timeout.
+
+        A generator: each send is taken from its queue as it is handed out, so a transport whose MPI call
+        fails mid-way (and stops iterating) leaves the rest queued, not in flight without a request.
+        """
         deferred = self.deferred
-        if not deferred.total:
-            return []
-        flow = self.flow
-        ready = []
-        for dest in deferred.candidates():
-            if flow.try_acquire(dest):
-                slot, nbytes = deferred.pop(dest)
-                self.send_state[slot] = IN_FLIGHT
-                ready.append((dest, slot, nbytes))
-                if not flow.credits_change_silently and flow.available(dest):
-                    deferred.mark_ready(dest)
-        if ready:
-            self._last_progress = None
-        return ready
-
-    def drain_ready(self, now: float | None = None) -> list[tuple[int, int, int]]:
-        """:meth:`drain`, then the stall check (at *now*, default the monotonic clock)."""
-        ready = self.drain()
-        if self.stall_timeout:
+        if deferred.total:
+            flow = self.flow
+            for dest in deferred.candidates():
+                if flow.try_acquire(dest):
+                    slot, nbytes = deferred.pop(dest)
+                    self._last_progress = None
+                    if not flow.credits_change_silently and flow.available(dest):
+                        deferred.mark_ready(dest)
+                    yield self._leave(dest, nbytes, slot)
+        if self.stall_timeout and deferred.total:
             self.check_stall(time.monotonic() if now is None else now)
-        return ready
 
-    def mark_ready(self, dest: int) -> None:
-        """Credit came back for *dest*: its queued sends are worth a look at the next drain."""
-        self.deferred.mark_ready(dest)
+    def stop(self) -> int:
+        """finalize(): the application's calls raise from now on; the deferred sends are dropped (their
+        slots free again).  Returns how many were dropped."""
+        self.stopped = True
+        dropped = self.deferred.clear()
+        for _, slot, _ in dropped:
+            self.send_state[slot] = FREE
+            self._free.append(slot)
+        return len(dropped)
 
-    def tag_for(self, dest: int) -> int:
-        """A payload leaves now for *dest*: its tag (the credits piggybacked on it)."""
-        return self.flow.take_piggyback(dest)
+    def check_open(self, call: str) -> None:
+        """Raise :class:`~mailrail.errors.FinalizedError` for *call* (e.g. ``"receive()"``) after finalize()."""
+        if self.stopped:
+            raise FinalizedError(f"{call} called after finalize()")
 
-    def send_completed(self, slot: int) -> None:
-        if self.send_state[slot] != IN_FLIGHT:  # a slot freed twice would be handed out twice
-            raise ProtocolError(f"send slot {slot} completed while {_STATE_NAMES[self.send_state[slot]]}")
-        self.send_state[slot] = FREE
-        self.send_pool.give(slot)
+    # -- progress ----------------------------------------------------------
+
+    def credit_poll_due(self) -> bool:
+        """Whether this progress call polls credit messages: every call while sends wait for credit, else
+        every :attr:`credit_poll_interval` calls (every MPI test drives progress and contends for the
+        shared-memory queues, so test less)."""
+        if not self.has_credits:
+            return False
+        self._calls_since_credit_poll += 1
+        if self.deferred.total or self._calls_since_credit_poll >= self.credit_poll_interval:
+            self._calls_since_credit_poll = 0
+            return True
+        return False
+
+    def idle(self) -> bool:
+        """A receive() found nothing: True when the rank should yield the core (or sleep) now, after
+        :attr:`idle_spins` empty calls (on an oversubscribed machine the rank that has work runs)."""
+        self._idle_calls += 1
+        if self._idle_calls >= self.idle_spins:
+            self._idle_calls = 0
+            return True
+        return False
 
     # -- receiver side -----------------------------------------------------
 
-    def arrived(self, source: int, tag: int, nbytes: int) -> None:
+    def arrived(self, source: int, tag: int, nbytes: int, slot: int, data: Any) -> Message:
+        """A payload arrived in receive slot *slot* (*data*: its view): the message to hand out."""
         self.messages_received += 1
         self.bytes_received += nbytes
-        if self.flow.on_arrival(source, tag):
+        if self.flow.on_arrival(source, tag) and self.deferred.total:
             self.deferred.mark_ready(source)
+        self.held += 1
+        if self.held > self.held_high_water:
+            self.held_high_water = self.held
+        self._idle_calls = 0
+        return Message(source, nbytes, data, slot, self)
 
-    def released(self, source: int) -> tuple[int, int] | None:
-        """The application gave back a slot from *source*: a credit return ``(rank, count)`` to send, if due."""
+    def release(self, message: Any) -> tuple[int, int]:
+        """The application gives *message* back: ``(receive slot, credits)``, credits > 0 a credit return
+        due to ``message.source`` (sent in pieces of at most :meth:`credit_part`)."""
+        if self.stopped:
+            raise FinalizedError("release_receive_buffer() called after finalize()")
+        if type(message) is not Message or message._owner is not self:
+            raise ReleaseError(f"{message!r} is not a message received from this MailRail")
+        slot: int = message._slot
+        if slot < 0:
+            raise ReleaseError(f"{message!r} was already released")
+        message._slot = -1
+        self.held -= 1
         self.messages_released += 1
-        credit_return = self.flow.on_release(source)
-        if credit_return is not None:
-            self.credit_messages_sent += 1
-            self.credits_returned += credit_return[1]
-        return credit_return
+        credit_return = self.flow.on_release(message.source)
+        if credit_return is None:
+            return slot, 0
+        self.credit_messages_sent += 1
+        self.credits_returned += credit_return[1]
+        return slot, credit_return[1]
+
+    def holds(self, message: Any) -> bool:
+        """Whether *message* was received here and is not yet released."""
+        return type(message) is Message and message._owner is self and message._slot >= 0
+
+    def receive_failed(self, source: int, truncated: bool, reason: str) -> MailRailError:
+        """The error to raise for a payload receive that completed with an MPI error (*reason*: MPI's text;
+        *truncated*: ``MPI_ERR_TRUNCATE``); the transport re-posts its slot first."""
+        origin = f" from rank {source}" if 0 <= source < self.size else ""
+        if truncated:
+            return MailRailError(
+                f"a message longer than this rank's datagram_size ({self.datagram_size} bytes) arrived{origin} "
+                f"({reason}): every rank of a rail must use the same datagram_size"
+            )
+        return MailRailError(f"receiving a message{origin} failed: {reason}")
+
+    def credit_part(self, remaining: int) -> int:
+        """The credits the next credit message carries of *remaining* (the count is its tag: at most tag_ub)."""
+        return remaining if remaining < self.tag_ub else self.tag_ub
 
     def credits_arrived(self, source: int, count: int) -> None:
         self.credit_messages_received += 1
         self.flow.on_credit_return(source, count)
-        self.deferred.mark_ready(source)
+        if self.deferred.total:
+            self.deferred.mark_ready(source)
 
     # -- diagnostics -------------------------------------------------------
 
@@ -243,38 +488,34 @@ class Endpoint:
                 f"  destination {dest}: {self.deferred.queued_for(dest)} queued, "
                 f"{self.flow.available(dest)} credit(s) available"
             )
-        counts = self.counters()
         lines.append(
-            f"  this rank received {counts['messages_received']} message(s), released "
-            f"{counts['messages_released']}, got {counts['credit_messages_received']} credit message(s), "
-            f"holds {counts.get('send_buffers_reserved', 0)} reserved send buffer(s) not yet sent"
+            f"  this rank received {self.messages_received} message(s), released "
+            f"{self.messages_released}, got {self.credit_messages_received} credit message(s), "
+            f"holds {self.reserved} reserved send buffer(s) not yet sent"
         )
         return "\n".join(lines)
 
-    def transport_counters(self, held_high_water: int) -> dict[str, int]:
-        """The Python transport's :data:`~mailrail.counters.TRANSPORT_COUNTERS`, counted here."""
-        return {
+    def counters(self) -> dict[str, int]:
+        """Every counter of :data:`~mailrail.counters.COUNTERS`, in its order."""
+        flow, deferred = self.flow, self.deferred
+        values = {
             "messages_sent": self.messages_sent,
             "bytes_sent": self.bytes_sent,
             "messages_received": self.messages_received,
             "bytes_received": self.bytes_received,
             "messages_released": self.messages_released,
             "reserve_failures": self.reserve_failures,
-            "held_high_water": held_high_water,
+            "held_high_water": self.held_high_water,
             "credit_messages_sent": self.credit_messages_sent,
             "credit_messages_received": self.credit_messages_received,
             "credits_returned": self.credits_returned,
-            "send_buffers_reserved": self.send_buffers_reserved,
+            "send_buffers_reserved": self.reserved,
+            "credits_piggybacked": getattr(flow, "piggybacked", 0),
+            "deferred_sends": deferred.deferred_count,
+            "deferred_now": deferred.total,
+            "deferred_high_water": deferred.high_water,
+            "credit_window_high_water": flow.unreturned_high_water,
+            "credit_state_bytes": flow.credit_state_bytes(),
+            "shared_credit_bytes": flow.shared_state_bytes(),
         }
-
-    def protocol_counters(self) -> dict[str, int]:
-        """:data:`~mailrail.counters.PROTOCOL_COUNTERS`, on both transports."""
-        return {
-            "credits_piggybacked": getattr(self.flow, "piggybacked", 0),
-            "deferred_sends": self.deferred.deferred_count,
-            "deferred_now": self.deferred.total,
-            "deferred_high_water": self.deferred.high_water,
-            "credit_window_high_water": self.flow.unreturned_high_water,
-            "credit_state_bytes": self.flow.credit_state_bytes(),
-            "shared_credit_bytes": self.flow.shared_state_bytes(),
-        }
+        return {name: values[name] for name in COUNTERS}

@@ -4,7 +4,7 @@ MailRail owns what both message paths share: configuration, communicators,
 flow control, pools, the sans-I/O :class:`~mailrail.protocol.Endpoint`,
 ``barrier``, ``stats`` and ``finalize``.  The per-message work goes to one
 transport (:mod:`mailrail.transport`), chosen once at construction: the
-compiled one when it is built, else the Python one (``MAILRAIL_ENGINE``).
+compiled one when it is built, else the Python one (``MAILRAIL_TRANSPORT``).
 Payloads travel on a duplicate of the user's communicator, credit returns on a
 second duplicate that never carries payload, and ``barrier()``'s collectives on
 a third.
@@ -13,6 +13,7 @@ a third.
 from __future__ import annotations
 
 import contextlib
+import operator
 import time
 import warnings
 from collections.abc import Callable
@@ -21,21 +22,28 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .config import KNOBS, Config
-from .errors import ConfigError, FinalizedError, MailRailError, StallError, UndeliveredError, UndeliveredWarning
+from .config import DEPRECATED_KNOBS, KNOBS, Config
+from .errors import (
+    ConfigError,
+    DeprecatedKnobWarning,
+    FinalizedError,
+    MailRailError,
+    StallError,
+    UndeliveredError,
+    UndeliveredWarning,
+)
 from .failure import abort_job, exit_code_of
-from .flow import NodeCredits, RankCredits, Unconstrained, credit_budget
+from .flow import Unconstrained, credit_budget
 from .flow.base import FlowControl
+from .flow.node_memory import NodeTopology, SharedWindowCounters
 from .flow.sizing import CreditBudget
-from .nodes import NodeTopology, SharedWindowCounters, resolve_atomics
 from .pool import SlotPool
 from .protocol import Endpoint
 from .quiescence import TerminationDetector
-from .transport import compiled
+from .transport import choose, implementation
 from .transport.base import Message, Transport, Tuning
-from .transport.python import PythonTransport
 
-__all__ = ["MailRail", "Message", "choose_transport", "AGREED_KNOBS"]
+__all__ = ["MailRail", "Message", "AGREED_KNOBS"]
 
 #: The knobs every rank must set alike (checked at construction, with the transport): ranks that
 #: disagree on them would break the credit protocol or truncate messages.
@@ -49,21 +57,6 @@ AGREED_KNOBS = (
     "piggyback",
     "ranks_per_node",
 )
-
-
-def choose_transport(config: Config) -> tuple[str, str | None]:
-    """``("compiled", None)``, or ``("python", why)``; :class:`ConfigError` if ``engine="compiled"`` cannot run."""
-    if config.engine == "python":
-        return "python", "MAILRAIL_ENGINE=python"
-    if config.trace:
-        reason: str | None = "MAILRAIL_TRACE records every send on the Python transport"
-    else:
-        reason = compiled.unavailable_reason()
-        if reason is None and config.flow_control == "node" and resolve_atomics(config.atomics) != "cpu":
-            reason = "node credits updated through MPI atomics (MAILRAIL_ATOMICS=mpi) run on the Python transport"
-    if reason is not None and config.engine == "compiled":
-        raise ConfigError(f"MAILRAIL_ENGINE=compiled, but {reason}")
-    return ("python", reason) if reason else ("compiled", None)
 
 
 class MailRail:
@@ -98,21 +91,28 @@ class MailRail:
         stall_timeout: float | None = None,
         idle_sleep_us: float | None = None,
         atomics: str | None = None,
-        engine: str | None = None,
+        transport: str | None = None,
         trace: str | None = None,
         on_error: str | None = None,
+        engine: str | None = None,
     ) -> None:
-        # The keywords are Config's fields (a test checks they stay so): None leaves a knob to its
-        # MAILRAIL_* variable, then to its default.
-        options = {name: value for name, value in locals().items() if name in KNOBS}
+        # The keywords are Config's fields and their deprecated aliases (a test checks they stay so):
+        # None leaves a knob to its MAILRAIL_* variable, then to its default.
+        options = {
+            name: value
+            for name, value in locals().items()
+            if (name in KNOBS or name in DEPRECATED_KNOBS) and value is not None
+        }
         comm = MPI.COMM_WORLD if comm is None else comm
         self._comm = comm  # the user's: MPI_Abort goes to it (on_error="abort")
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         # Everything that can be checked without MPI objects is checked first, and agreed by every
         # rank in one exchange: a bad option or a disagreement leaves nothing behind, on every rank.
-        self.config, self.engine, self.engine_reason = _agreed_configuration(comm, options)
+        self.config, self.transport, self.transport_reason = _agreed_configuration(comm, options)
         config = self.config
+        self._implementation = implementation(self.transport)
+        self._tuning = Tuning.for_idle_sleep(config.idle_sleep_us)
         self.datagram_size = config.datagram_size
         # TAG_UB is only guaranteed on COMM_WORLD (the standard promises 32767 at least).
         self.tag_ub = int(comm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
@@ -132,27 +132,24 @@ class MailRail:
             self.flow = self._make_flow_control(comm, budget, resources)
             self._send_pool = SlotPool(config.send_pool_slots, config.datagram_size)
             self._recv_pool = SlotPool(config.recv_pool_slots, config.datagram_size)
-            self._endpoint = Endpoint(
-                self.rank, self.size, self._send_pool, self.flow, stall_timeout=config.stall_timeout
-            )
+            self._endpoint = self._make_endpoint()
             if config.trace:
-                from .tracing import TraceWriter
+                from .trace.recorder import TraceWriter
 
                 self._trace = TraceWriter.for_rank(config.trace, self.rank)
                 resources.callback(self._trace.close)
             self._transport: Transport = self._make_transport()
-            # Stall reports read the counters of the transport that counts them (the compiled one in C).
-            self._endpoint.counters = self._transport.counters
             self._arrivals = ArrivalNotes(self._control, self.rank, self.size, self.tag_ub)
             self._resources = resources.pop_all()
         # The four per-message calls go straight to the transport: no extra frame per message (the
-        # methods below document them and serve a rail whose instance attributes are gone).
-        transport = self._transport
-        self.reserve_send_buffer = transport.reserve_send_buffer  # type: ignore[method-assign]
-        self.send = transport.send  # type: ignore[method-assign]
-        self.receive = transport.receive  # type: ignore[method-assign]
-        self.release_receive_buffer = transport.release_receive_buffer  # type: ignore[method-assign]
-        self.pending_sends = transport.pending_sends  # type: ignore[method-assign]
+        # methods below document them and serve a rail whose instance attributes are gone).  A traced
+        # rail records each send that the transport accepted.
+        moves = self._transport
+        self.reserve_send_buffer = moves.reserve_send_buffer  # type: ignore[method-assign]
+        self.send = moves.send if self._trace is None else self._traced_send  # type: ignore[method-assign]
+        self.receive = moves.receive  # type: ignore[method-assign]
+        self.release_receive_buffer = moves.release_receive_buffer  # type: ignore[method-assign]
+        self.pending_sends = self._endpoint.pending_sends  # type: ignore[method-assign]
         self._finalized = False
 
     # -- construction steps ---------------------------------------------------
@@ -190,82 +187,64 @@ class MailRail:
     def _make_flow_control(
         self, comm: MPI.Comm, budget: CreditBudget | None, resources: contextlib.ExitStack
     ) -> FlowControl:
-        """The flow-control strategy: the reference classes on the Python transport, the compiled
-        ledger (the same decisions in C) on the compiled one."""
-        config, compiled_path = self.config, self.engine == "compiled"
+        """The flow-control strategy, from the chosen implementation (the reference classes, or the
+        compiled ledger making the same decisions)."""
+        config, implementation = self.config, self._implementation
         if config.flow_control == "none":
             return Unconstrained()
-        flow: FlowControl
         if config.flow_control == "rank":
             assert budget is not None  # rank mode's budget is computed at construction, before any MPI object
-            if compiled_path:
-                flow = compiled.credit_ledger(
-                    "rank",
-                    self.size,
-                    budget.credits_per_pair,
-                    budget.return_threshold,
-                    piggyback=config.piggyback,
-                    max_tag=self.tag_ub,
-                )
-            else:
-                flow = RankCredits(
-                    self.size,
-                    budget.credits_per_pair,
-                    budget.return_threshold,
-                    piggyback=config.piggyback,
-                    max_tag=self.tag_ub,
-                )
-            return flow
+            return implementation.rank_credits(
+                self.size,
+                budget.credits_per_pair,
+                budget.return_threshold,
+                piggyback=config.piggyback,
+                max_tag=self.tag_ub,
+            )
         self._topology = topology = NodeTopology(comm, config.ranks_per_node)
         resources.callback(topology.free)
         budget = budget or self._credits_for(topology.nodes)  # real nodes: counted just now
         self._shared = shared = SharedWindowCounters(topology.comm, self.size, budget.credits_per_pair, config.atomics)
         resources.callback(shared.free)
-        if compiled_path:
-            flow = compiled.credit_ledger(
-                "node",
-                self.size,
-                budget.credits_per_pair,
-                budget.return_threshold,
-                nodes=topology.nodes,
-                ranks_per_node=config.ranks_per_node or 0,
-                node_map=topology.map_address,
-                pool=shared.address,
-                owner=(shared, topology),
-            )
-        else:
-            flow = NodeCredits(
-                topology.nodes, topology.node_of, shared, budget.credits_per_pair, budget.return_threshold
-            )
+        flow = implementation.node_credits(
+            topology,
+            shared,
+            self.size,
+            budget.credits_per_pair,
+            budget.return_threshold,
+            ranks_per_node=config.ranks_per_node,
+        )
         resources.callback(flow.detach)  # before the node memory it points into is freed
         return flow
 
+    def _make_endpoint(self) -> Endpoint:
+        config, tuning = self.config, self._tuning
+        endpoint: Endpoint = self._implementation.endpoint(
+            self.rank,
+            self.size,
+            self._send_pool,
+            self.flow,
+            tag_ub=self.tag_ub,
+            head_patience=tuning.head_patience,
+            credit_poll_interval=tuning.credit_poll_interval,
+            idle_spins=tuning.idle_spins,
+            stall_timeout=config.stall_timeout,
+        )
+        return endpoint
+
     def _make_transport(self) -> Transport:
-        config = self.config
         recv_views = [view[:] for view in self._recv_pool.views]
         for view in recv_views:
             view.flags.writeable = False
-        common: dict[str, Any] = dict(
+        return self._implementation.transport(
+            comm=self._data,
+            credit_comm=self._credit if self.config.flow_control != "none" else None,
             send_pool=self._send_pool,
             recv_pool=self._recv_pool,
             recv_views=recv_views,
-            posted_receives=config.posted_receives,
+            posted_receives=self.config.posted_receives,
             endpoint=self._endpoint,
-            tuning=Tuning.for_idle_sleep(config.idle_sleep_us),
-        )
-        credit_comm = self._credit if config.flow_control != "none" else None
-        if self.engine == "compiled":
-            engine: Transport = compiled.make(
-                self._data,
-                credit_comm,
-                size=self.size,
-                tag_ub=self.tag_ub,
-                ledger=self.flow if credit_comm is not None else None,
-                **common,
-            )
-            return engine
-        return PythonTransport(
-            comm=self._data, credit_comm=credit_comm, tag_ub=self.tag_ub, trace=self._trace, **common
+            tuning=self._tuning,
         )
 
     # -- application API (per instance, these are the transport's own methods) --
@@ -304,7 +283,13 @@ class MailRail:
 
     def pending_sends(self) -> int:
         """Send buffers reserved and not yet sent, plus sent messages not completed locally (deferred or in flight)."""
-        return self._transport.pending_sends()
+        return self._endpoint.pending_sends()
+
+    def _traced_send(self, dest: int, buf: np.ndarray, nbytes: int) -> None:
+        """:meth:`send`, then the trace record of what it accepted (a refused send is not recorded)."""
+        self._transport.send(dest, buf, nbytes)
+        assert self._trace is not None
+        self._trace.message(operator.index(dest), operator.index(nbytes))
 
     def barrier(self, handler: Callable[[Message], object] | None = None) -> int:
         """Collective: return once every message sent by anyone before the call is received and released.
@@ -358,7 +343,7 @@ class MailRail:
                             f"({message.nbytes} bytes): pass handler= to process messages that arrive"
                         )
                     handler(message)
-                    if message._slot >= 0:  # type: ignore[attr-defined]  # not released by the handler
+                    if self._endpoint.holds(message):  # not released by the handler
                         release(message)
                     handled += 1
                     if stall_timeout:
@@ -388,22 +373,21 @@ class MailRail:
         sent, released = detector.last_counts
         return (
             f"{head} (MAILRAIL_STALL_TIMEOUT={self.config.stall_timeout:g}): {who}; the last completed round "
-            f"counted {sent} message(s) sent and {released} released; this rank holds {self._transport.held} "
+            f"counted {sent} message(s) sent and {released} released; this rank holds {self._endpoint.held} "
             f"received message(s) not released and {self.pending_sends()} send(s) pending"
         )
 
     def _sent_and_released(self) -> tuple[int, int]:
         """Messages this rank handed to send() (deferred ones included), and messages it released."""
-        counters = self._transport.counters()
-        return counters["messages_sent"], counters["messages_released"]
+        endpoint = self._endpoint
+        return endpoint.messages_sent, endpoint.messages_released
 
     # -- introspection -----------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         """Counters of this rank (each defined in :mod:`mailrail.counters`)."""
-        stats: dict[str, Any] = self._transport.counters()
-        stats.update(self._endpoint.protocol_counters())
-        stats["engine"] = self._transport.name
+        stats: dict[str, Any] = self._endpoint.counters()
+        stats["transport"] = self._transport.name
         stats["flow_control"] = self.flow.name
         stats["credits_per_pair"] = self.flow.credits_per_pair
         stats["recv_pool_bytes"] = self._recv_pool.nbytes
@@ -418,8 +402,14 @@ class MailRail:
         state = " finalized" if getattr(self, "_finalized", False) else ""
         return (
             f"<MailRail rank {self.rank} of {self.size}, flow_control={self.config.flow_control!r}, "
-            f"engine={self.engine!r}{state}>"
+            f"transport={self.transport!r}{state}>"
         )
+
+    @property
+    def engine(self) -> str:
+        """Deprecated name of :attr:`transport` (``"compiled"`` or ``"python"``)."""
+        warnings.warn("MailRail.engine is deprecated: use MailRail.transport", DeprecatedKnobWarning, stacklevel=2)
+        return self.transport
 
     # -- shutdown ----------------------------------------------------------
 
@@ -442,12 +432,11 @@ class MailRail:
         if self._in_barrier:
             raise MailRailError("finalize() called from inside a barrier() handler: it is collective")
         self._finalized = True
-        transport = self._transport
-        reserved = transport.counters().get("send_buffers_reserved", 0)
+        transport, endpoint = self._transport, self._endpoint
+        reserved = endpoint.reserved
         staged = self._coalescer.staged_records() if self._coalescer is not None else 0
-        dropped_deferred = len(self._endpoint.deferred.clear())
-        unreleased = transport.held
-        transport.stop()  # the application's calls raise from now on
+        unreleased = endpoint.held
+        dropped_deferred = endpoint.stop()  # the application's calls raise from now on
         self._arrivals.announce(FINALIZE_TAG)
         deadline = _Deadline(self._wait_timeout())
         unreceived = 0
@@ -543,7 +532,7 @@ class MailRail:
         self._release_locally()
 
     def _release_locally(self) -> None:
-        self._transport.stop()
+        self._endpoint.stop()
         self._transport.abandon()
         if self._trace is not None:  # close() is idempotent
             self._trace.close()
@@ -595,11 +584,11 @@ def _agreed_configuration(comm: MPI.Comm, options: dict[str, Any]) -> tuple[Conf
     """
     try:
         config = Config.from_env(**options)
-        engine, reason = choose_transport(config)
+        chosen, reason = choose(config)
     except ConfigError as error:
         facts: tuple[Any, ...] | str = str(error)
     else:
-        facts = (*(getattr(config, name) for name in AGREED_KNOBS), engine)
+        facts = (*(getattr(config, knob) for knob in AGREED_KNOBS), chosen)
     everyone = comm.allgather(facts)
     failures: dict[str, list[int]] = {}
     for rank, theirs in enumerate(everyone):
@@ -615,7 +604,7 @@ def _agreed_configuration(comm: MPI.Comm, options: dict[str, Any]) -> tuple[Conf
         for rank, theirs in enumerate(everyone):
             values.setdefault(theirs[index], []).append(rank)
         if len(values) > 1:
-            variable = "MAILRAIL_ENGINE" if name == "transport" else f"MAILRAIL_{name.upper()}"
+            variable = f"MAILRAIL_{name.upper()}"
             spread = " and ".join(f"{value!r} on {describe_ranks(ranks)}" for value, ranks in values.items())
             differences.append(f"{name} ({variable}) is {spread}")
     if differences:
@@ -623,7 +612,7 @@ def _agreed_configuration(comm: MPI.Comm, options: dict[str, Any]) -> tuple[Conf
             "the ranks' MailRail configurations differ (every rank must set these alike): " + "; ".join(differences)
         )
     assert not isinstance(facts, str)
-    return config, engine, reason
+    return config, chosen, reason
 
 
 def describe_ranks(ranks: list[int]) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .failure import abort_job, exit_code_of, rank_label
+from .jobcontrol import die_with_parent
 
 #: The interpreter options ``mailrail run -- python OPTIONS ...`` keeps (they take no value ...)
 PYTHON_FLAGS = set("bBdEiIOPqsSuvx")
@@ -116,8 +117,6 @@ def main(argv: Sequence[str]) -> int:
     if not argv or argv[0] == "--exec" and len(argv) < 2:
         print(__doc__.rsplit("Usage: ", 1)[1].strip(), file=sys.stderr)
         return 2
-    from .jobcontrol import die_with_parent
-
     die_with_parent()
     if argv[0] == "--exec":
         try:

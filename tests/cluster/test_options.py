@@ -10,6 +10,7 @@ from mailrail.cluster.options import (
     ClusterChoice,
     add_cluster_arguments,
     build_spec,
+    cluster_spec,
     node_flags_given,
     parse_ranks,
     without_cluster_flags,
@@ -102,3 +103,23 @@ def test_victim_rank_lists():
     assert parse_ranks("3, 1,3") == [1, 3] and parse_ranks(None) == []
     with pytest.raises(ClusterError, match="--victim-ranks takes comma-separated rank numbers, got 'a,b'"):
         parse_ranks("a,b")
+
+
+def test_the_flags_describe_a_new_cluster_as_its_spec():
+    args = parse("--cluster", "4", "--victim-node-memory", "384M", "--link-rate", "1gbit")
+    choice = ClusterChoice.parse(args.cluster)
+    assert cluster_spec(args, choice, 16, [7, 13]) == build_spec(args, nodes=4, ranks=16, victim_ranks=[7, 13])
+
+
+@pytest.mark.parametrize("argv", [["--link-rate", "1gbit"], ["--link-delay", "1ms", "--node-slots", "2"]])
+def test_a_job_on_the_running_cluster_may_not_shape_it(argv):
+    """Refused from the flags alone, before the running cluster is looked up (none is up here)."""
+    args = parse("--cluster", "up:nonesuch", *argv)
+    with pytest.raises(ClusterError, match="shape a cluster when it is made.*running cluster nonesuch"):
+        cluster_spec(args, ClusterChoice.parse(args.cluster), 4)
+
+
+def test_a_job_on_a_cluster_that_is_not_up_is_told_how_to_make_one():
+    args = parse("--cluster", "up:nonesuch")
+    with pytest.raises(ClusterError, match="no virtual cluster named nonesuch is up"):
+        cluster_spec(args, ClusterChoice.parse(args.cluster), 4)

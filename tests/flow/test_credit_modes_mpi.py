@@ -32,9 +32,9 @@ def test_incast_with_one_credit_per_pair(mode, ranks):
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("engine", ["compiled", "python"])
+@pytest.mark.parametrize("transport", ["compiled", "python"])
 @pytest.mark.parametrize("piggyback", ["on", "off"])
-def test_rank_mode_uniform_traffic_with_and_without_piggybacking(piggyback, engine):
+def test_rank_mode_uniform_traffic_with_and_without_piggybacking(piggyback, transport):
     result = mpirun(
         8,
         "traffic.py",
@@ -42,19 +42,19 @@ def test_rank_mode_uniform_traffic_with_and_without_piggybacking(piggyback, engi
         "uniform",
         "--max-messages",
         "300",
-        env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4, engine=engine),
+        env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4, transport=transport),
     )
-    assert_exactly_once(result, engine)
+    assert_exactly_once(result, transport)
     piggybacked = sum(s["credits_piggybacked"] for s in result["stats"])
     assert (piggybacked > 0) == (piggyback == "on")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "ranks_per_node, engine",
+    "ranks_per_node, transport",
     [(2, "compiled"), (4, "compiled"), (4, "python"), pytest.param(8, "compiled", marks=pytest.mark.smoke)],
 )
-def test_node_mode_with_virtual_nodes(ranks_per_node, engine):
+def test_node_mode_with_virtual_nodes(ranks_per_node, transport):
     result = mpirun(
         16,
         "traffic.py",
@@ -62,9 +62,9 @@ def test_node_mode_with_virtual_nodes(ranks_per_node, engine):
         "uniform",
         "--max-messages",
         "150",
-        env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4, engine=engine),
+        env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4, transport=transport),
     )
-    assert_exactly_once(result, engine)
+    assert_exactly_once(result, transport)
     stats = result["stats"]
     assert {s["nodes"] for s in stats} == {16 // ranks_per_node}
     assert {s["credits_per_pair"] for s in stats} == {16 // (16 // ranks_per_node)}
@@ -146,6 +146,6 @@ def test_node_mode_with_portable_mpi_atomics():
         "150",
         env=env("node", recv_pool_slots=16, send_pool_slots=4, ranks_per_node=4, atomics="mpi"),
     )
-    assert_exactly_once(result, engine="python")
+    assert_exactly_once(result, transport="python")
     assert {s["atomics"] for s in result["stats"]} == {"mpi"}
     assert sum(s["deferred_sends"] for s in result["stats"]) > 0

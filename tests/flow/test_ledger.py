@@ -1,6 +1,6 @@
 """The compiled CreditLedger against the reference RankCredits / NodeCredits, event by event.
 
-The compiled path accounts credits in C (``mailrail._ledger.CreditLedger``, Cython); the
+The compiled path accounts credits in C (``mailrail.flow._ledger.CreditLedger``, Cython); the
 Python classes in :mod:`mailrail.flow` are the specification.  Hypothesis feeds
 both the same random events (sends, arrivals with piggybacked tags, releases,
 credit returns, including invalid ones) and every result, error and piece of

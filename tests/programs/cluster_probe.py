@@ -13,7 +13,7 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
-from mailrail.nodes import NodeTopology
+from mailrail.flow.node_memory import NodeTopology
 
 
 def main() -> None:

@@ -22,7 +22,8 @@ ODD = {
         {"flow_control": "rank", "recv_pool_slots": 512},
         {"flow_control": "rank", "recv_pool_slots": 4},
     ),
-    "engine": ({"engine": "compiled"}, {"engine": "python"}),
+    "transport": ({"transport": "compiled"}, {"transport": "python"}),
+    "engine_alias": ({"transport": "compiled"}, {"engine": "python"}),  # the deprecated keyword, same knob
     "invalid": ({}, {"datagram_size": 0}),
 }
 

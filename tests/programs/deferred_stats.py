@@ -2,7 +2,7 @@
 
 Rank 0 sends ``--messages`` messages to rank 1 (2 credits per pair) while rank 1 does not
 receive: all but two wait for credit.  Every counter means the same on both transports,
-so the figures are the same whichever ``MAILRAIL_ENGINE`` runs.
+so the figures are the same whichever ``MAILRAIL_TRANSPORT`` runs.
 """
 
 import argparse
@@ -12,7 +12,7 @@ import zlib
 from mpi4py import MPI
 
 from mailrail import MailRail
-from mailrail.counters import PROTOCOL_COUNTERS, RAIL_FACTS, TRANSPORT_COUNTERS
+from mailrail.counters import COUNTERS, RAIL_FACTS
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--messages", type=int, default=10)
@@ -27,7 +27,7 @@ rail = MailRail(
     datagram_size=16,
     send_pool_slots=args.messages + 1,
 )
-result: dict = {"engine": rail.stats()["engine"]}
+result: dict = {"transport": rail.stats()["transport"]}
 checksum = 0
 if rank == 0:
     for seq in range(args.messages):
@@ -71,6 +71,6 @@ if rank == 0:
         after=afters,
         checksum_match=checksums[0] == checksums[1],
         finalize=report,
-        documented=sorted({*TRANSPORT_COUNTERS, *PROTOCOL_COUNTERS, *RAIL_FACTS} - {"nodes", "atomics"}),
+        documented=sorted({*COUNTERS, *RAIL_FACTS} - {"nodes", "atomics"}),
     )
     print("RESULT " + json.dumps(result), flush=True)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from helpers import mpirun, replay
+from mailrail.replay.stats import compute
 from mailrail.trace import TraceDir, load_phases, read_binary
 from mailrail.trace.binary import MESSAGE_RECORD
-from mailrail.trace.stats import compute
-from mailrail.tracing import TraceWriter
+from mailrail.trace.recorder import TraceWriter
 
 
 def test_trace_writer_records_messages_and_barriers(tmp_path):

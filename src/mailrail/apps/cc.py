@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.common import alltoallv_exchange as exchange
-from ..bench.common import memory_problem
-from ..bench.flags import int_in, missing_module, usage_error
+from ..tools.exchange import alltoallv_exchange as exchange
+from ..tools.flags import int_in, missing_module, usage_error
+from ..tools.memory import memory_problem
 from .frame import add_app_arguments, app_rail_options, run_app
 from .graph import EdgeFileError, read_edges, rmat_edges
 
@@ -174,7 +174,7 @@ class ConnectedComponents:
     # -- MailRail: asynchronous ---------------------------------------------
 
     def run_mailrail(self, rail: Any) -> dict[str, Any]:
-        from ..coalesce import Coalescer
+        from ..coalesce import Coalescer  # MailRail starts MPI: imported when the run begins, not to parse flags
 
         first = self.reset()
 

@@ -15,9 +15,10 @@ import statistics
 import time
 from typing import Any, Protocol
 
-from ..bench.common import add_rail_arguments, checked_rail_options, format_table, write_json
-from ..bench.flags import SEED_MAX, choice_list, int_in, one_line_errors
 from ..config import FLOW_CONTROL_MODES
+from ..tools.flags import SEED_MAX, add_rail_arguments, checked_rail_options, choice_list, int_in, one_line_errors
+from ..tools.memory import peak_rss_bytes
+from ..tools.output import format_table, write_json
 
 #: The bulk-synchronous peers an application may run beside MailRail.
 BASELINES = ("alltoallv",)
@@ -97,8 +98,7 @@ def run_app(comm: Any, app: App, args: argparse.Namespace, modes: list[str], opt
     verified; table, JSON; exit status 1 on a wrong result."""
     from mpi4py import MPI
 
-    from ..bench.common import peak_rss_bytes
-    from ..rail import MailRail
+    from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
     rails = {mode: MailRail(comm, **dict(options, flow_control=mode)) for mode in modes}
     runners = {mode: (lambda rail=rail: app.run_mailrail(rail)) for mode, rail in rails.items()}

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.common import alltoallv_exchange as exchange
-from ..bench.common import memory_problem
-from ..bench.flags import float_in, int_in, usage_error
+from ..tools.exchange import alltoallv_exchange as exchange
+from ..tools.flags import float_in, int_in, usage_error
+from ..tools.memory import memory_problem
 from .frame import add_app_arguments, app_rail_options, run_app
 
 #: Tokens an expert collects before it multiplies them; its last batch runs when all its tokens are in.
@@ -154,7 +154,7 @@ class MixtureOfExperts:
     # -- MailRail: asynchronous dispatch and combine --------------------------
 
     def run_mailrail(self, rail: Any) -> dict[str, Any]:
-        from ..coalesce import Coalescer
+        from ..coalesce import Coalescer  # MailRail starts MPI: imported when the run begins, not to parse flags
 
         self.results[:] = 0  # a result that never came home must not pass as the last trial's
         # The gate's counts, summed over ranks (as all_to_all_single's split sizes are exchanged):

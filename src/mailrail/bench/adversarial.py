@@ -25,9 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from .common import add_rail_arguments, checked_rail_options, format_table, memory_problem, peak_rss_bytes, write_json
-from .flags import MPI_INT_MAX, float_in, int_in, one_line_errors, usage_error
-from .jobs import add_workload_arguments
+from ..tools.flags import (
+    MPI_INT_MAX,
+    SEED_MAX,
+    add_rail_arguments,
+    checked_rail_options,
+    float_in,
+    int_in,
+    one_line_errors,
+    usage_error,
+)
+from ..tools.memory import memory_problem, peak_rss_bytes
+from ..tools.output import format_table, write_json
 from .metrics import MetricsRecorder, current_rss_bytes
 
 DEFAULT_MESSAGES = 1000
@@ -56,6 +65,37 @@ DETAIL_COUNTERS = (
     "recv_pool_bytes",
     "send_pool_bytes",
 )
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, trials: int, per: str) -> None:
+    """The workload a driver passes on to each adversarial run: its amount, trials and seed, in the
+    ranges ``bench adversarial`` takes (a bad value is a usage error before any run or cluster)."""
+    amount = parser.add_mutually_exclusive_group()
+    amount.add_argument(
+        "--messages",
+        type=int_in(0, MPI_INT_MAX),
+        default=None,
+        help=f"messages per sending rank (default: {messages})",
+    )
+    amount.add_argument(
+        "--bytes-per-rank",
+        type=int_in(0, MAX_BYTES_PER_RANK),
+        default=None,
+        help="payload bytes per sending rank, in datagram-size messages (instead of --messages)",
+    )
+    parser.add_argument(
+        "--trials", type=int_in(1, 100_000), default=trials, help=f"timed trials per {per} (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int_in(0, SEED_MAX), default=1, help="victims and send orders (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--receive-work-us",
+        type=float_in(0.0, 1e6),
+        default=0.0,
+        help="microseconds (up to a second) a rank computes on each message it receives, as an application "
+        "would (default: none: receive as fast as possible)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -240,8 +280,8 @@ def summarize_trial(results: list[TrialResult], senders: int, victims: int) -> d
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from ..nodes import NodeTopology
-    from ..rail import MailRail
+    from ..flow.node_memory import NodeTopology
+    from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
     checked = checked_rail_options("bench adversarial", args)
     if checked is None:

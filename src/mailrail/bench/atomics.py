@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import format_table, write_json
-from .flags import int_in, one_line_errors
+from ..tools.flags import int_in, one_line_errors
+from ..tools.output import format_table, write_json
 
 #: Shared counters: int64s in one MPI shared window (a million is 8 MiB, far more than contention needs).
 COUNTERS_MAX = 1 << 20
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from ..nodes import SharedWindowCounters, resolve_atomics
+    from ..flow.node_memory import SharedWindowCounters, resolve_atomics  # MPI windows: imported to run, not to parse
 
     comm = MPI.COMM_WORLD
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)

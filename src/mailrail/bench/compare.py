@@ -24,23 +24,27 @@ import statistics
 import time
 from typing import Any
 
-from ..cluster.options import ClusterChoice, add_cluster_arguments, open_cluster
-from ..cluster.spec import MAX_NODES, node_of_rank, ranks_per_node
-from ..cluster.virtual import first_out_of_memory
+from ..cluster.jobs import open_cluster
+from ..cluster.jobs import summary as cluster_summary
+from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec
+from ..cluster.privileges import cluster_privileges, rerun_in_user_namespace
+from ..cluster.spec import MAX_NODES, ClusterSpec, node_of_rank, ranks_per_node
+from ..cluster.virtual import USERNS_VARIABLE, first_out_of_memory
 from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
 from ..errors import ClusterError, ConfigError
-from .adversarial import choose_victims
-from .common import add_rail_arguments, format_table, rail_options, write_json
-from .flags import MPI_INT_MAX, choice_list, float_in, int_in, usage_error
+from ..tools.figures import missing
+from ..tools.flags import MPI_INT_MAX, add_rail_arguments, choice_list, float_in, int_in, rail_options, usage_error
+from ..tools.output import format_table, write_json
+from .adversarial import add_workload_arguments, choose_victims
 from .jobs import (
     DEFAULT_TIME_LIMIT,
-    add_workload_arguments,
     adversarial_args,
     all_finished,
     run_adversarial,
     status_text,
 )
+from .plots import plot_compare
 
 DEFAULT_RANKS = 16
 DEFAULT_NODES = 4
@@ -181,8 +185,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return usage_error("compare", str(error))
     if placement == "userns":
-        from ..cluster.privileges import rerun_in_user_namespace
-
         return rerun_in_user_namespace(args.mailrail_argv)
     out = os.path.abspath(args.out)
     with contextlib.ExitStack() as stack:
@@ -265,8 +267,6 @@ def choose_placement(choice: ClusterChoice) -> tuple[str, str | None]:
     An explicit ``--cluster`` that cannot be built is an error."""
     if choice.kind == "off":
         return "shared", None
-    from ..cluster.privileges import cluster_privileges
-
     try:
         privileges = cluster_privileges()
     except ClusterError as error:
@@ -276,18 +276,16 @@ def choose_placement(choice: ClusterChoice) -> tuple[str, str | None]:
     return ("userns" if privileges == "userns" else "cluster"), None
 
 
-def cluster_request(
-    args: argparse.Namespace, choice: ClusterChoice
-) -> tuple[argparse.Namespace, ClusterChoice, int, list[int]]:
-    """What :func:`open_cluster` needs: the arguments with compare's defaults, the choice, ranks, victims."""
-    from ..cluster.virtual import USERNS_VARIABLE
-
+def cluster_request(args: argparse.Namespace, choice: ClusterChoice) -> tuple[ClusterSpec, str | None]:
+    """What :func:`open_cluster` needs: the spec of the cluster (compare's victims, and its default cap
+    on their nodes where memory cgroups exist), and the running cluster's name or None."""
     request = copy.copy(args)
     if request.victim_node_memory is None and not os.environ.get(USERNS_VARIABLE):
         request.victim_node_memory = DEFAULT_VICTIM_NODE_MEMORY  # (a user namespace has no memory cgroups)
     if choice.kind == "auto":
         choice = ClusterChoice("nodes", nodes=args.nodes)
-    return request, choice, args.ranks, choose_victims(args.ranks, args.victims, args.seed)
+    victims = choose_victims(args.ranks, args.victims, args.seed)
+    return cluster_spec(request, choice, args.ranks, victims), choice.name
 
 
 def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
@@ -429,9 +427,7 @@ def observations(
 def _where_text(load: dict[str, Any], cluster: dict[str, Any] | None) -> str:
     if cluster is None:
         return f"{load['nodes']} virtual node(s) of {load['ranks_per_node']} ranks on this host's shared memory"
-    from ..cluster.jobs import summary
-
-    return summary(cluster)
+    return cluster_summary(cluster)
 
 
 def _plot(
@@ -441,8 +437,6 @@ def _plot(
     cluster: dict[str, Any] | None,
     out: str,
 ) -> str | None:
-    from .plots import missing, plot_compare
-
     reason = missing()
     if reason:
         print(reason)

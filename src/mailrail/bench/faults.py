@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from ..jobcontrol import children_of, descendants, is_alive, is_watchdog
-from .flags import float_in, int_in, one_line_errors
+from ..tools.flags import float_in, int_in, one_line_errors
 
 FAULTS = ("exception", "rank-sigkill", "run-sigterm", "run-sigint", "run-sigkill", "timeout")
 #: Seconds a job may take to start, and to end after its fault, before the trial counts as hung.

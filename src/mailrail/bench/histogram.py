@@ -21,15 +21,18 @@ import time
 import numpy as np
 
 from ..config import FLOW_CONTROL_MODES
-from .common import (
+from ..tools.exchange import alltoallv_exchange
+from ..tools.flags import (
+    SEED_MAX,
     add_rail_arguments,
-    alltoallv_exchange,
     checked_rail_options,
-    format_table,
-    memory_problem,
-    write_json,
+    choice_list,
+    int_in,
+    one_line_errors,
+    usage_error,
 )
-from .flags import SEED_MAX, choice_list, int_in, one_line_errors, usage_error
+from ..tools.memory import memory_problem
+from ..tools.output import format_table, write_json
 
 RMAT_PROBABILITIES = (0.57, 0.19, 0.19, 0.05)  # Graph500 a, b, c, d
 CHUNK = 8192  # keys partitioned per step: cache-sized, and receives interleave with sends
@@ -139,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     from ..coalesce import Coalescer
-    from ..rail import MailRail
+    from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()

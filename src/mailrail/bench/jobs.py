@@ -17,47 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..launch import mpi_environment, mpiexec_argv, run_bounded
-from .common import rail_flags
-from .flags import MPI_INT_MAX, SEED_MAX, float_in, int_in
+from ..tools.flags import rail_flags
+from .adversarial import add_arguments
 
 if TYPE_CHECKING:
     from ..cluster import VirtualCluster
 
 #: Seconds each run may take, mpiexec start-up included, unless the caller says otherwise.
 DEFAULT_TIME_LIMIT = 120.0
-
-
-def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, trials: int, per: str) -> None:
-    """The workload a driver passes on to each adversarial run: its amount, trials and seed, in the
-    ranges ``bench adversarial`` takes (a bad value is a usage error before any run or cluster)."""
-    from .adversarial import MAX_BYTES_PER_RANK
-
-    amount = parser.add_mutually_exclusive_group()
-    amount.add_argument(
-        "--messages",
-        type=int_in(0, MPI_INT_MAX),
-        default=None,
-        help=f"messages per sending rank (default: {messages})",
-    )
-    amount.add_argument(
-        "--bytes-per-rank",
-        type=int_in(0, MAX_BYTES_PER_RANK),
-        default=None,
-        help="payload bytes per sending rank, in datagram-size messages (instead of --messages)",
-    )
-    parser.add_argument(
-        "--trials", type=int_in(1, 100_000), default=trials, help=f"timed trials per {per} (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--seed", type=int_in(0, SEED_MAX), default=1, help="victims and send orders (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--receive-work-us",
-        type=float_in(0.0, 1e6),
-        default=0.0,
-        help="microseconds (up to a second) a rank computes on each message it receives, as an application "
-        "would (default: none: receive as fast as possible)",
-    )
 
 
 class _Refused(Exception):
@@ -71,8 +38,6 @@ def adversarial_args_problem(args: Sequence[str]) -> str | None:
     result file, instead of learning it from each run's exit status 2.  Checks against the rank
     count (``--victims``) and memory still happen in the run itself.
     """
-    from .adversarial import add_arguments
-
     parser = argparse.ArgumentParser(prog="mailrail bench adversarial")
     add_arguments(parser)
 

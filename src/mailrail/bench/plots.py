@@ -8,30 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from ..tools.figures import pyplot
 from .metrics import trial_samples
 
 MODE_COLORS = {"none": "tab:red", "rank": "tab:blue", "node": "tab:green"}
 MODE_LABELS = {"none": "none (unconstrained)", "rank": "rank credits", "node": "node credits"}
 _MIB = 2**20
-
-
-def missing() -> str | None:
-    """Why no figure can be drawn (matplotlib, the ``plot`` extra, is not installed), or None."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as error:
-        return f"no figure: {error} (pip install 'mailrail[plot]')"
-    return None
-
-
-def pyplot():
-    """matplotlib.pyplot on the Agg backend (imported on demand: the benchmarks do not need it)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # -- metrics time series -------------------------------------------------------

@@ -17,9 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from ..config import Config
 from ..errors import ConfigError
-from .common import add_rail_arguments, format_table, rail_options, write_json
-from .flags import MPI_INT_MAX, int_in, int_list_in, one_line_errors, usage_error
+from ..tools.flags import (
+    MPI_INT_MAX,
+    add_rail_arguments,
+    int_in,
+    int_list_in,
+    one_line_errors,
+    rail_options,
+    usage_error,
+)
+from ..tools.output import format_table, write_json
 
 DEFAULT_SIZES = (8, 64, 4096, 65536)
 RAW_WINDOW = 64
@@ -59,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         return usage_error("bench stream", problem)
     from mpi4py import MPI
 
-    from ..rail import MailRail
+    from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -155,16 +164,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _mode(options: dict) -> str:
-    from ..config import Config
-
     return Config.from_env(**options).flow_control
 
 
 def _config_problem(options: dict[str, Any], sizes: list[int], posted_counts: list[int]) -> str | None:
     """Why one of the rails the run builds (a datagram size each, a --max-recvs-compare value each) is
     refused by :class:`~mailrail.config.Config`, or None."""
-    from ..config import Config
-
     try:
         for nbytes in sizes:
             Config.from_env(**dict(options, datagram_size=nbytes))

@@ -24,14 +24,26 @@ import os
 import time
 from typing import Any
 
-from ..cluster.jobs import describe, summary
-from ..cluster.options import ClusterChoice, add_cluster_arguments, memory_option, open_cluster
+from ..cluster.jobs import describe, open_cluster, summary
+from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, memory_option
+from ..cluster.privileges import rerun_without_root
 from ..cluster.spec import node_of_rank, ranks_per_node
-from .adversarial import choose_victims, incast_ratio
-from .common import add_rail_arguments, checked_rail_options, format_table, write_json
+from ..cluster.virtual import VirtualCluster
+from ..tools.figures import missing
+from ..tools.flags import (
+    MPI_INT_MAX,
+    add_rail_arguments,
+    checked_rail_options,
+    choice_list,
+    float_in,
+    int_in,
+    usage_error,
+)
+from ..tools.output import format_table, write_json
+from .adversarial import add_workload_arguments, choose_victims, incast_ratio
 from .compare import DEFAULT_RECV_POOL_SLOTS, MODES, TIME_LIMIT_RANGE, note_out_of_memory, outcome_text, ranks_flag
-from .flags import MPI_INT_MAX, choice_list, float_in, int_in, usage_error
-from .jobs import add_workload_arguments, adversarial_args, all_finished, run_adversarial
+from .jobs import adversarial_args, all_finished, run_adversarial
+from .plots import plot_sweep
 
 STUDIES = ("weak", "victims")
 STUDY_TITLES = {"weak": "weak scaling", "victims": "victim sweep"}
@@ -136,8 +148,6 @@ def run(args: argparse.Namespace) -> int:
     if choice.kind != "off" and options.get("ranks_per_node") is not None:
         return usage_error("sweep", "--ranks-per-node makes virtual nodes on one host; on --cluster the nodes are real")
     if choice.kind != "off":
-        from ..cluster.privileges import rerun_without_root
-
         status = rerun_without_root(args.mailrail_argv)
         if status is not None:
             return status
@@ -145,12 +155,11 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         cluster = None
         if choice.kind != "off":
-            from ..cluster.virtual import VirtualCluster
-
             nodes = choice.nodes if choice.kind == "nodes" else VirtualCluster.attach(choice.name).spec.nodes
             request = copy.copy(args)
             request.victim_node_memory = None  # each run caps the nodes of its own victims (victim_node_caps)
-            cluster = stack.enter_context(open_cluster(request, choice, nodes * args.node_ranks))
+            spec = cluster_spec(request, choice, nodes * args.node_ranks)
+            cluster = stack.enter_context(open_cluster(spec, running=choice.name))
         nodes = cluster.spec.nodes if cluster else None
         plan = [
             (study, ranks, victims, mode)
@@ -303,8 +312,6 @@ def sweep_point(
 
 
 def _plot(results: dict[str, list[dict[str, Any]]], path: str, where: str) -> str | None:
-    from .plots import missing, plot_sweep
-
     reason = missing()
     if reason:
         print(reason)

@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any
 
-from ..bench.common import format_table
 from ..errors import ClusterError
+from ..tools.output import format_table
 from . import cgroups, namespaces, state
 from .options import DEFAULT_NAME, add_node_arguments, memory_option
 from .spec import PREFIX, ClusterSpec, Layout, Link, parse_node_count

@@ -1,46 +1,59 @@
-"""``mailrail run --cluster``: one job on a virtual cluster, and what it did, in plain words."""
+"""One job on a virtual cluster given as a :class:`~mailrail.cluster.spec.ClusterSpec`, and what it did.
+
+The callers (``mailrail run``, ``mailrail replay``, the benchmark drivers) turn their flags into the
+spec (:func:`mailrail.cluster.options.cluster_spec`) and say which ranks are victims; nothing here
+knows a command's flags.
+"""
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from .options import ClusterChoice, open_cluster, parse_ranks
-from .privileges import rerun_without_root
+from ..errors import ClusterError
+from .spec import ClusterSpec
 from .virtual import ClusterJob, VirtualCluster
 
 _MIB = 2**20
 
 
-def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:
-    """``mailrail run --cluster``: victims from ``--victim-ranks`` or from ``bench adversarial``'s own flags."""
-    status = rerun_without_root(args.mailrail_argv)
-    if status is not None:
-        return status
-    victims = parse_ranks(args.victim_ranks)
-    if not victims and args.command[:2] == ["bench", "adversarial"]:
-        from ..bench.adversarial import victims_of_command
-
-        victims = victims_of_command(args.command[2:], args.ranks)
-    return run_job(args, choice, args.ranks, program, victims)
+@contextlib.contextmanager
+def open_cluster(spec: ClusterSpec, running: str | None = None) -> Iterator[VirtualCluster]:
+    """The cluster a job runs on: a new one of *spec*, removed after the job; or, with *running*, the
+    running cluster of that name (``mailrail cluster up``), on whose first ``spec.nodes`` nodes the
+    memory caps of *spec* apply during the job and are lifted after (links and slots are its own)."""
+    if running is None:
+        with VirtualCluster(spec) as cluster:
+            yield cluster
+        return
+    cluster = VirtualCluster.attach(running)
+    if spec.nodes > cluster.spec.nodes:
+        raise ClusterError(
+            f"a job on {spec.nodes} nodes does not fit the running cluster {running} of {cluster.spec.nodes}"
+        )
+    caps = {node: spec.memory_limit(node) for node in range(spec.nodes)}
+    with cluster.memory_caps({node: cap for node, cap in caps.items() if cap is not None}):
+        yield cluster
 
 
 def run_job(
-    args: argparse.Namespace,
-    choice: ClusterChoice,
+    spec: ClusterSpec,
     ranks: int,
     program: Sequence[str],
-    victims: Sequence[int] = (),
+    *,
+    running: str | None = None,
+    timeout: float | None = None,
     command: str = "mailrail run",
 ) -> int:
-    """Run *program* on *ranks* ranks of the cluster *choice* names (bounded by ``args.timeout``), say
-    where and what happened in plain words on standard error, and return the command's exit status."""
-    with open_cluster(args, choice, ranks, victims) as cluster:
+    """Run *program* on *ranks* ranks of the cluster :func:`open_cluster` gives for *spec* and *running*,
+    bounded by *timeout* seconds; say where and what happened in plain words on standard error, and
+    return the command's exit status."""
+    with open_cluster(spec, running) as cluster:
         print(f"{command}: {ranks} ranks on {describe(cluster)}", file=sys.stderr, flush=True)
-        job = cluster.run(ranks, program, timeout=args.timeout)
-    for line in outcome(job, args.timeout):
+        job = cluster.run(ranks, program, timeout=timeout)
+    for line in outcome(job, timeout):
         print(f"{command}: {line}", file=sys.stderr)
     return exit_status(job)
 

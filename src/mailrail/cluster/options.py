@@ -1,18 +1,21 @@
-"""The cluster flags every command shares (``--cluster``, link and memory options), and what they build."""
+"""The cluster's command-line side: the flags every command shares (``--cluster``, link and memory options)
+and the :class:`~mailrail.cluster.spec.ClusterSpec` they describe.
+
+Commands parse their flags here and hand the cluster a spec (:func:`cluster_spec`); the cluster's
+API (:func:`mailrail.cluster.jobs.open_cluster`, :class:`~mailrail.cluster.virtual.VirtualCluster`)
+takes that spec and never sees an ``argparse.Namespace``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from ..errors import ClusterError
+from ..tools.flags import MPI_INT_MAX, int_in
 from .spec import ClusterSpec, Link, node_of_rank, parse_memory, parse_node_count, ranks_per_node
-
-if TYPE_CHECKING:
-    from .virtual import VirtualCluster
+from .virtual import VirtualCluster
 
 #: The cluster ``mailrail cluster up`` makes when no ``--name`` is given, and ``--cluster up`` uses.
 DEFAULT_NAME = "main"
@@ -85,8 +88,6 @@ def add_cluster_arguments(
 
 def add_node_arguments(group, victim_memory: str | None = None) -> None:
     """The options of the nodes and links themselves (also what ``mailrail cluster up`` takes)."""
-    from ..bench.flags import MPI_INT_MAX, int_in
-
     group.add_argument(
         "--link-rate",
         default=None,
@@ -159,21 +160,20 @@ def parse_ranks(text: str | None, option: str = "--victim-ranks") -> list[int]:
         raise ClusterError(f"{option} takes comma-separated rank numbers, got {text!r}") from None
 
 
-@contextlib.contextmanager
-def open_cluster(
+def cluster_spec(
     args: argparse.Namespace, choice: ClusterChoice, ranks: int, victim_ranks: Sequence[int] = ()
-) -> Iterator[VirtualCluster]:
-    """The cluster a command runs on: a new one for the job (removed after it) or the running one.
+) -> ClusterSpec:
+    """The flags as the spec :func:`~mailrail.cluster.jobs.open_cluster` takes for a job of *ranks* ranks.
 
-    On the running one, memory caps given for this job apply during it and are lifted after.
+    ``--cluster N``: a new cluster of N nodes.  ``--cluster up``: this job's part of the running
+    cluster, its first nodes (as many as the job has ranks, at most all), whose memory caps the spec
+    gives; link and slot flags shape a cluster when it is made, so they are refused here.
     """
-    from .virtual import VirtualCluster
-
     if choice.kind == "nodes":
-        with VirtualCluster(build_spec(args, choice.nodes, ranks, victim_ranks)) as cluster:
-            yield cluster
-        return
-    cluster = VirtualCluster.attach(choice.name)
+        assert choice.nodes is not None  # ClusterChoice.parse gives "nodes" a count
+        return build_spec(args, choice.nodes, ranks, victim_ranks)
+    if choice.kind != "up" or choice.name is None:
+        raise ValueError(f"cluster_spec: no cluster to describe for --cluster {choice.kind}")
     shaping = [
         flag
         for flag, value in (
@@ -189,10 +189,8 @@ def open_cluster(
             f"{', '.join(shaping)} shape a cluster when it is made: give them to "
             f"`mailrail cluster up`, not to a job on the running cluster {choice.name}"
         )
-    job_spec = build_spec(args, min(cluster.spec.nodes, ranks), ranks, victim_ranks)  # a small job: first nodes
-    caps = {node: job_spec.memory_limit(node) for node in range(job_spec.nodes)}
-    with cluster.memory_caps({node: cap for node, cap in caps.items() if cap is not None}):
-        yield cluster
+    running = VirtualCluster.attach(choice.name).spec.nodes
+    return build_spec(args, min(running, ranks), ranks, victim_ranks)  # a small job: the first nodes
 
 
 def node_flags_given(args: argparse.Namespace) -> list[str]:

@@ -4,8 +4,11 @@
   streams that rank's :class:`MessageBlock` s and :class:`PhaseEnd` s.
 - :func:`read_binary` / :func:`read_jsonl` read one file (plain or ``.gz``).
 - :class:`BinaryTraceWriter` writes the binary format (recording, generation).
-- Commands: ``mailrail replay`` (:mod:`.replay`), ``mailrail trace stats`` (:mod:`.stats`),
-  ``mailrail trace generate`` (:mod:`.generate`).
+- :mod:`.recorder`: the recorder (:class:`~mailrail.trace.recorder.TraceWriter`), with which a
+  MailRail application run with ``MAILRAIL_TRACE=DIR`` writes its own sends as a trace.
+
+This is the library side of traces.  The commands that use them (``mailrail replay``,
+``mailrail trace stats``, ``mailrail trace generate``) are tools, in :mod:`mailrail.replay`.
 
 Corrupt input raises :class:`~mailrail.errors.TraceFormatError` naming the file and the
 byte offset or line.  Nothing here imports MPI.

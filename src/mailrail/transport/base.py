@@ -1,12 +1,12 @@
-"""The transport seam: what MailRail asks of the code that moves bytes, and what that code asks back.
+"""The transport seam: what MailRail asks of the code that moves bytes.
 
 :class:`~mailrail.rail.MailRail` owns what both message paths share
-(configuration, communicators, flow control, pools, ``barrier``, ``stats``,
-``finalize``) and hands the per-message work to one :class:`Transport`, chosen
-once at construction: :class:`~mailrail.transport.python.PythonTransport` or the
-compiled ``mailrail._engine.Engine``.  A transport asks the sans-I/O
-:class:`~mailrail.protocol.Endpoint` through :class:`EndpointHooks` for what
-flow control decides outside its own fast path.
+(configuration, communicators, pools, ``barrier``, ``stats``, ``finalize``); the
+sans-I/O :class:`~mailrail.protocol.Endpoint` owns every protocol rule and all
+protocol state; a :class:`Transport` owns only MPI handles, request rings and the
+loop that asks the Endpoint what to do and tells it what MPI did.  Which
+Endpoint and which Transport (Python, or both compiled) is chosen once, in
+:mod:`mailrail.transport`.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ class Message(Protocol):
     """An arrived message: ``data`` is a read-only view of ``nbytes`` bytes from rank ``source``.
 
     ``data`` lies in the receive pool and is valid until
-    :meth:`~mailrail.rail.MailRail.release_receive_buffer`; copy what must outlive it.  Both
-    transports hand out the compiled ``mailrail._engine.Message`` when it is built, else
-    :class:`~mailrail.transport.python.PyMessage`; each has these three attributes.
+    :meth:`~mailrail.rail.MailRail.release_receive_buffer`; copy what must outlive it.  Each
+    implementation's Endpoint makes its own (:class:`mailrail.protocol.Message`, or the compiled
+    ``mailrail._protocol.Message``); both have these three attributes.
     """
 
     @property
@@ -69,37 +69,29 @@ class Tuning:
 
 
 class Transport(Protocol):
-    """Moves one rank's messages over MPI.  MailRail calls it; the application calls its first four.
-
-    Every counter in :data:`mailrail.counters.TRANSPORT_COUNTERS` has the same meaning on
-    every transport.
+    """Moves one rank's messages over MPI for its Endpoint.  MailRail calls it; the application calls its
+    first four.  Both implementations take the same keyword arguments: ``comm``, ``credit_comm``
+    (None without credits), ``send_pool``, ``recv_pool``, ``recv_views``, ``posted_receives``, ``endpoint``
+    and ``tuning``.
     """
 
     #: ``"python"`` or ``"compiled"``.
     name: str
-    #: Messages handed to the application and not yet released.
-    held: int
 
     def reserve_send_buffer(self) -> np.ndarray | None:
         """A writable slot of the send pool, or None (backpressure)."""
 
     def send(self, dest: Any, buf: Any, nbytes: Any) -> None:
-        """Validate, count, and send now or defer until credit (the Endpoint decides)."""
+        """Hand *buf* to the Endpoint, and start its send if it leaves now."""
 
     def receive(self) -> Message | None:
         """Progress (reclaim sends, credits, deferred sends), then one arrived message or None."""
 
     def release_receive_buffer(self, message: Any) -> None:
-        """Re-post the message's slot; return credits when due."""
-
-    def pending_sends(self) -> int:
-        """Send buffers reserved and not yet sent, plus sends deferred or in flight."""
+        """Give the message's slot back to the Endpoint, re-post it, and send credits when due."""
 
     def reclaim_sends(self) -> int:
         """Reclaim completed sends (a few, oldest first); return how many are still in flight."""
-
-    def stop(self) -> None:
-        """Refuse the application's calls from now on (finalize), and forget deferred sends."""
 
     def discard_arrivals(self) -> int:
         """Re-post arrived payloads without handing them out (and drop credit messages); return how many."""
@@ -114,31 +106,3 @@ class Transport(Protocol):
         """Local clean-up without any collective call: the rail collected without finalize(), an exception
         leaving ``with MailRail(...)`` under ``on_error="raise"``, or a finalize() that timed out.  Cancels
         and frees every posted receive; sends still in flight keep their pool alive (MPI may read it)."""
-
-    def counters(self) -> dict[str, int]:
-        """The values of :data:`mailrail.counters.TRANSPORT_COUNTERS`."""
-
-
-class EndpointHooks(Protocol):
-    """What a transport asks the sans-I/O :class:`~mailrail.protocol.Endpoint` (which implements it).
-
-    The compiled transport decides sends with credit, arrivals and releases itself (its
-    ledger makes the flow-control classes' decisions) and calls these only off its fast path.
-    """
-
-    def checked_rank(self, dest: object) -> int:
-        """*dest* as a valid rank, or :class:`~mailrail.errors.InvalidDestinationError` naming it."""
-
-    def checked_size(self, nbytes: object) -> int:
-        """*nbytes* as a valid payload size, or :class:`~mailrail.errors.MessageSizeError` naming it."""
-
-    def admit(self, dest: int, slot: int, nbytes: int) -> bool:
-        """A checked send: True if it may leave now (credit taken), False if it was queued (FIFO per
-        destination)."""
-
-    def mark_ready(self, source: int) -> None:
-        """Credit came back from *source*: its queued sends are worth a look at the next drain."""
-
-    def drain_ready(self) -> list[tuple[int, int, int]]:
-        """Queued sends ``(dest, slot, nbytes)`` that have credit now (their credit taken); raises
-        :class:`~mailrail.errors.CreditStallError` when they made no progress for the stall timeout."""

@@ -1,12 +1,14 @@
-"""The compiled transport (``mailrail._engine``), and the facts of the MPI library it runs on.
+"""The compiled transport (``mailrail.transport._compiled``), and the facts of the MPI library it runs on.
 
-:class:`mailrail._engine.Engine` implements :class:`~mailrail.transport.base.Transport`
-in Cython: four interpreter calls per message cost about 2.5 us, several times
-what MPI itself needs to move a 4 KiB message between two ranks.  In the credit
-modes a compiled :class:`mailrail._ledger.CreditLedger` accounts each message
-with the decisions of :mod:`mailrail.flow`'s reference classes.
+:class:`mailrail.transport._compiled.CompiledTransport` implements
+:class:`~mailrail.transport.base.Transport` in Cython: four interpreter calls per
+message cost about 2.5 us, several times what MPI itself needs to move a 4 KiB
+message between two ranks.  It runs the compiled Endpoint
+(:class:`mailrail._protocol.Endpoint`, :mod:`mailrail.protocol` compiled method
+for method) and, in the credit modes, the compiled
+:class:`mailrail.flow._ledger.CreditLedger` (:mod:`mailrail.flow`'s decisions in C).
 
-The engine is compiled without MPI headers and does not care which MPI is
+The transport is compiled without MPI headers and does not care which MPI is
 underneath: it calls the functions of the MPI library that mpi4py loaded,
 resolved here at run time (``dlsym`` through mpi4py's own extension module,
 which links that library), and it is told that library's layout facts
@@ -27,7 +29,10 @@ from typing import Any
 
 from mpi4py import MPI
 
-#: The MPI functions the engine calls.
+#: The compiled modules the compiled transport needs.
+COMPILED_MODULES = ("mailrail.transport._compiled", "mailrail._protocol", "mailrail.flow._ledger")
+
+#: The MPI functions the compiled transport calls.
 MPI_FUNCTIONS = (
     "MPI_Test",
     "MPI_Start",
@@ -44,7 +49,7 @@ MPI_FUNCTIONS = (
 
 @dataclasses.dataclass(frozen=True)
 class MPILibrary:
-    """The MPI library mpi4py loaded: function addresses and the layout facts the engine needs."""
+    """The MPI library mpi4py loaded: function addresses and the layout facts the compiled transport needs."""
 
     functions: dict[str, int]
     status_size: int
@@ -60,7 +65,7 @@ class MPILibrary:
 @functools.cache
 def _resolve() -> MPILibrary | str:
     """The library, or the reason the compiled transport cannot run."""
-    for module in ("mailrail._engine", "mailrail._ledger"):
+    for module in COMPILED_MODULES:
         try:
             importlib.import_module(module)
         except ImportError as error:
@@ -68,9 +73,12 @@ def _resolve() -> MPILibrary | str:
     try:
         # dlsym on mpi4py's extension searches it and the libraries it links: mpi4py's MPI.
         library = ctypes.CDLL(MPI.__file__)
-        functions = {name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in MPI_FUNCTIONS}
+        addresses = {name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in MPI_FUNCTIONS}
     except (OSError, AttributeError) as error:
         return f"the MPI functions of mpi4py's library cannot be resolved ({error})"
+    functions = {name: address for name, address in addresses.items() if address}
+    if len(functions) < len(addresses):
+        return f"the MPI functions {sorted(set(addresses) - set(functions))} resolved to NULL in mpi4py's library"
     return _layout(library, functions)
 
 
@@ -120,27 +128,32 @@ def unavailable_reason() -> str | None:
     return resolved if isinstance(resolved, str) else None
 
 
-def message_type() -> type | None:
-    """The compiled :class:`Message` type, shared by both transports when it is built."""
-    try:
-        return importlib.import_module("mailrail._engine").Message
-    except ImportError:
-        return None
+def make(comm: Any, credit_comm: Any, *, library: MPILibrary | None = None, **arguments: Any) -> Any:
+    """A :class:`mailrail.transport._compiled.CompiledTransport` moving payloads on *comm* and credits on
+    *credit_comm* (None without credits); *arguments*: ``send_pool``, ``recv_pool``, ``recv_views``,
+    ``posted_receives``, ``endpoint`` (a compiled :class:`mailrail._protocol.Endpoint`) and ``tuning``.
+
+    *comm* and *credit_comm* are mpi4py communicators over mpi4py's MPI, or, with *library* (another MPI
+    library's functions and layout, e.g. the tests' in-memory MPI), that library's raw handles."""
+    if library is None:
+        resolved = _resolve()
+        if isinstance(resolved, str):
+            raise RuntimeError(resolved)
+        library = resolved
+        comm = handle(comm)
+        credit_comm = None if credit_comm is None else handle(credit_comm)
+    transport = importlib.import_module("mailrail.transport._compiled").CompiledTransport
+    return transport(mpi=library, comm=comm, credit_comm=0 if credit_comm is None else credit_comm, **arguments)
 
 
-def make(comm: MPI.Comm, credit_comm: MPI.Comm | None, **arguments: Any) -> Any:
-    """A ``mailrail._engine.Engine`` moving payloads on *comm* and credits on *credit_comm* (see
-    :class:`~mailrail.rail.MailRail` for the *arguments*)."""
-    resolved = _resolve()
-    if isinstance(resolved, str):
-        raise RuntimeError(resolved)
-    engine = importlib.import_module("mailrail._engine").Engine
-    credits = {} if credit_comm is None else {"credit_comm": handle(credit_comm)}
-    return engine(mpi=resolved, comm=handle(comm), **credits, **arguments)
+def endpoint(*arguments: Any, **keywords: Any) -> Any:
+    """A compiled :class:`mailrail._protocol.Endpoint` (the arguments of :class:`mailrail.protocol.Endpoint`;
+    its flow control a :func:`credit_ledger` or unconstrained)."""
+    return importlib.import_module("mailrail._protocol").Endpoint(*arguments, **keywords)
 
 
 def credit_ledger(mode: str, ranks: int, credits_per_pair: int, return_threshold: int, **placement: Any) -> Any:
-    """A compiled :class:`mailrail._ledger.CreditLedger` for *mode* ``"rank"`` or ``"node"``.
+    """A compiled :class:`mailrail.flow._ledger.CreditLedger` for *mode* ``"rank"`` or ``"node"``.
 
     It has the interface of :class:`~mailrail.flow.base.FlowControl` and makes the decisions of
     :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits` (the
@@ -148,5 +161,5 @@ def credit_ledger(mode: str, ranks: int, credits_per_pair: int, return_threshold
     ``nodes``, ``ranks_per_node`` or ``node_map`` (address of an int32 rank-to-node map), ``pool``
     (address of the node's int64 credit counters) and ``owner`` (what keeps that memory alive) (node).
     """
-    module = importlib.import_module("mailrail._ledger")
+    module = importlib.import_module("mailrail.flow._ledger")
     return module.CreditLedger(mode, ranks, credits_per_pair, return_threshold, **placement)

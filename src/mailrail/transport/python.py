@@ -5,8 +5,9 @@ returns as zero-byte messages (count in the tag) on the credit communicator.
 Every per-call loop is bounded: receives are polled at the head of a ring in
 posting order (wildcard receives on one communicator match in that order),
 sends are reclaimed a few at a time from the oldest, so a call costs O(1)
-whatever the number of posted requests.  It runs when the compiled transport
-is not built, with ``MAILRAIL_ENGINE=python``, and while recording a trace.
+whatever the number of posted requests.  Every decision is the Endpoint's; this
+module holds the MPI requests and makes the calls.  It runs when the compiled
+transport is not built, with ``MAILRAIL_TRANSPORT=python``, and while recording a trace.
 """
 
 from __future__ import annotations
@@ -19,98 +20,72 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import FinalizedError, ReleaseError
 from ..pool import SlotPool
-from ..protocol import Endpoint
-from . import compiled
+from ..protocol import CREATE, ISEND_NEW, ISEND_TAGGED, NO_SLOT, REPLACE, START, Endpoint
 from .base import Tuning
-
-
-class PyMessage:
-    """An arrived message: ``data`` is a read-only view of ``nbytes`` bytes in the receive pool.
-
-    Valid until :meth:`MailRail.release_receive_buffer`; copy what must outlive it.
-    """
-
-    __slots__ = ("source", "nbytes", "data", "_slot", "_owner")
-
-    def __init__(self, source: int, nbytes: int, data: np.ndarray, slot: int, owner: object) -> None:
-        self.source = source
-        self.nbytes = nbytes
-        self.data = data
-        self._slot = slot
-        self._owner = owner
-
-    def __repr__(self) -> str:
-        state = "released" if self._slot < 0 else f"slot {self._slot}"
-        return f"Message(source={self.source}, nbytes={self.nbytes}, {state})"
-
-
-#: The class of the messages both transports hand out: the compiled one when it is built (same
-#: fields, same repr); both implement :class:`~mailrail.transport.base.Message`.
-MESSAGE_CLASS: type = compiled.message_type() or PyMessage
 
 #: Send pools of abandoned transports with sends still in flight: MPI may still read them.
 _abandoned_send_pools: list[SlotPool] = []
 
 
 class PythonTransport:
-    """Implements :class:`~mailrail.transport.base.Transport` with mpi4py (see the module doc)."""
+    """Implements :class:`~mailrail.transport.base.Transport` with mpi4py (see the module doc).
+
+    *mpi*: the namespace of MPI names it uses (``Status``, ``BYTE``, ``ANY_SOURCE``, ``ANY_TAG``,
+    ``Exception``, ``ERR_TRUNCATE``, ``Is_initialized``, ``Is_finalized``): mpi4py's ``MPI``, or a test's
+    in-memory stand-in.
+    """
 
     name = "python"
 
     def __init__(
         self,
         *,
-        comm: MPI.Comm,
-        credit_comm: MPI.Comm | None,
+        comm: Any,
+        credit_comm: Any | None,
         send_pool: SlotPool,
         recv_pool: SlotPool,
         recv_views: list[np.ndarray],
         posted_receives: int,
         endpoint: Endpoint,
         tuning: Tuning,
-        tag_ub: int,
         trace: Any = None,
+        mpi: Any = MPI,
     ) -> None:
+        self._mpi = mpi
         self._data = comm
         self._credit = credit_comm
         self._endpoint = endpoint
         self._tuning = tuning
-        self._tag_ub = tag_ub
         self._trace = trace
         self._send_pool = send_pool
         self._send_views = send_pool.views
         self._recv_views = recv_views
         self._posted_receives = posted_receives
-        self._status = MPI.Status()
-        self._stopped = False
+        self._status = mpi.Status()
         self._closed = False
-        self.held = 0
-        self.held_high_water = 0
-        # Send side: in flight oldest first; per slot the last (dest, nbytes) and its persistent send.
-        self._inflight: deque[tuple[MPI.Request, int]] = deque()
-        self._last_send: list[tuple[int, int, MPI.Prequest | None]] = [(-1, -1, None)] * send_pool.slots
-        self._head_waits = 0
+        self._idle_sleep = tuning.idle_sleep_ns * 1e-9
+        # Send side: the request in flight per slot, and per slot its persistent send (the Endpoint
+        # decides when one is made, started or replaced).
+        self._send_request: list[Any] = [None] * send_pool.slots
+        self._persistent: list[Any] = [None] * send_pool.slots
         # Receive side: one persistent wildcard receive per slot, posted in ring order; slots beyond
         # MAILRAIL_MAX_RECVS wait, unposted, until a posted one is taken.
-        self._recv_requests: list[MPI.Prequest] = []
+        self._recv_requests: list[Any] = []
         self._posted: deque[int] = deque()
         self._unposted: list[int] = []
-        self._credit_requests: deque[MPI.Prequest] = deque()
-        self._credit_inflight: deque[MPI.Request] = deque()
-        self._credit_polls = 0
-        self._idle_calls = 0
-        self._idle_sleep = tuning.idle_sleep_ns * 1e-9
+        self._credit_requests: deque[Any] = deque()
+        self._credit_inflight: deque[Any] = deque()
+        self._empty = np.empty(0, np.uint8)
         try:  # MPI requests exist from here: free them if a later step fails
-            self._recv_requests.extend(comm.Recv_init(view, MPI.ANY_SOURCE, MPI.ANY_TAG) for view in recv_pool.views)
+            any_source, any_tag = mpi.ANY_SOURCE, mpi.ANY_TAG
+            self._recv_requests.extend(comm.Recv_init(view, any_source, any_tag) for view in recv_pool.views)
             for slot in range(posted_receives):
                 self._post(slot)
             self._unposted = list(range(recv_pool.slots - 1, posted_receives - 1, -1))
             if credit_comm is not None:
-                self._empty = np.empty(0, np.uint8)
                 for _ in range(tuning.credit_receives):
-                    self._credit_requests.append(credit_comm.Recv_init(self._empty, MPI.ANY_SOURCE, MPI.ANY_TAG))
+                    self._credit_requests.append(credit_comm.Recv_init(self._empty, any_source, any_tag))
                     self._credit_requests[-1].Start()
         except BaseException:
             self.cancel_receives()
@@ -120,107 +95,78 @@ class PythonTransport:
     # -- the four per-message calls -------------------------------------------
 
     def reserve_send_buffer(self) -> np.ndarray | None:
-        if self._stopped:
-            raise FinalizedError("reserve_send_buffer() called after finalize()")
-        if self._inflight and not self._send_pool.free_count:
+        endpoint = self._endpoint
+        if endpoint.in_flight and not endpoint.free_slots:
             self.reclaim_sends()
-        slot = self._endpoint.reserve()
-        return None if slot is None else self._send_views[slot]
+        slot = endpoint.reserve()
+        return None if slot == NO_SLOT else self._send_views[slot]
 
     def send(self, dest: Any, buf: Any, nbytes: Any) -> None:
-        if self._stopped:
-            raise FinalizedError(f"send(dest={dest!r}) called after finalize()")
-        endpoint = self._endpoint
-        dest, nbytes, slot = endpoint.submit(dest, buf, nbytes)
-        self._idle_calls = 0  # a rank that sends is busy, not idle
+        dest, nbytes, slot, tag, action = self._endpoint.submit(dest, buf, nbytes)
         if self._trace is not None:
             self._trace.message(dest, nbytes)
-        if endpoint.deferred.total:
-            self._drain_deferred()
-        if slot is not None:
-            self._transmit(dest, slot, nbytes)
+        if slot != NO_SLOT:
+            self._transmit(dest, nbytes, slot, tag, action)
 
     def receive(self) -> Any:
-        if self._stopped:
-            raise FinalizedError("receive() called after finalize()")
-        if self._inflight:
-            self.reclaim_sends()
         endpoint = self._endpoint
-        if self._credit is not None:
-            self._credit_polls += 1
-            if endpoint.deferred.total or self._credit_polls >= self._tuning.credit_poll_interval:
-                self._credit_polls = 0
-                self._poll_credits()
-        if endpoint.deferred.total:
-            for dest, slot, nbytes in endpoint.drain_ready():
-                self._transmit(dest, slot, nbytes)
+        endpoint.check_open("receive()")
+        if endpoint.in_flight:
+            self.reclaim_sends()
+        if endpoint.credit_poll_due():
+            self._poll_credits()
+        if endpoint.deferred_total:
+            for ready in endpoint.drain_ready():
+                self._transmit(*ready)
         posted = self._posted
         if posted:
             slot = posted[0]
             status = self._status
-            if self._recv_requests[slot].Test(status):
+            if self._arrived(slot, status):
                 posted.popleft()
-                source = status.Get_source()
-                nbytes = status.Get_count(MPI.BYTE)
-                endpoint.arrived(source, status.Get_tag(), nbytes)
-                self.held = held = self.held + 1
-                if held > self.held_high_water:
-                    self.held_high_water = held
+                nbytes = status.Get_count(self._mpi.BYTE)
                 if self._unposted:  # MAX_RECVS < receive slots: post a parked slot
                     self._post(self._unposted.pop())
-                self._idle_calls = 0
-                return MESSAGE_CLASS(source, nbytes, self._recv_views[slot][:nbytes], slot, self)
-        self._idle()
+                return endpoint.arrived(
+                    status.Get_source(), status.Get_tag(), nbytes, slot, self._recv_views[slot][:nbytes]
+                )
+        if endpoint.idle():
+            if self._idle_sleep:
+                time.sleep(self._idle_sleep)
+            else:
+                os.sched_yield()
         return None
 
     def release_receive_buffer(self, message: Any) -> None:
-        if self._stopped:
-            raise FinalizedError("release_receive_buffer() called after finalize()")
-        if not isinstance(message, MESSAGE_CLASS) or message._owner is not self:
-            raise ReleaseError(f"{message!r} is not a message received from this MailRail")
-        slot = message._slot
-        if slot < 0:
-            raise ReleaseError(f"{message!r} was already released")
-        message._slot = -1
-        self.held -= 1
+        slot, credits = self._endpoint.release(message)
         if len(self._posted) < self._posted_receives:
             self._post(slot)
         else:
             self._unposted.append(slot)
-        credit_return = self._endpoint.released(message.source)
-        if credit_return is not None:
-            self._return_credits(*credit_return)
+        if credits:
+            self._return_credits(message.source, credits)
 
-    # -- progress, shutdown, counters -------------------------------------------
-
-    def pending_sends(self) -> int:
-        endpoint = self._endpoint
-        return endpoint.send_buffers_reserved + endpoint.deferred.total + len(self._inflight)
+    # -- progress and shutdown ------------------------------------------------------
 
     def reclaim_sends(self) -> int:
-        inflight = self._inflight
+        endpoint = self._endpoint
         budget = self._tuning.send_test_window
-        while inflight and budget:
-            request, slot = inflight[0]
-            if not request.Test():
-                self._head_waits += 1
-                if self._head_waits >= self._tuning.head_patience:
-                    self._head_waits = 0
-                    inflight.rotate(-1)
+        while budget:
+            slot = endpoint.oldest_in_flight()
+            if slot == NO_SLOT:
                 break
-            inflight.popleft()
-            self._head_waits = 0
-            self._endpoint.send_completed(slot)
+            if not self._send_request[slot].Test():
+                endpoint.oldest_still_in_flight()
+                break
+            self._send_request[slot] = None
+            endpoint.oldest_completed()
             budget -= 1
-        return len(inflight)
-
-    def stop(self) -> None:
-        self._stopped = True
+        return endpoint.in_flight
 
     def discard_arrivals(self) -> int:
         count = 0
         posted, status = self._posted, self._status
-        while posted and self._recv_requests[posted[0]].Test(status):
+        while posted and self._arrived(posted[0], status):
             slot = posted.popleft()
             self._post(slot)
             count += 1
@@ -232,12 +178,12 @@ class PythonTransport:
 
     def cancel_receives(self) -> int:
         matched = 0
-        status = MPI.Status()
+        status = self._mpi.Status()
         for slot in self._posted:
             request = self._recv_requests[slot]
             request.Cancel()
             request.Wait(status)
-            if not status.Is_cancelled() and status.Get_source() != MPI.ANY_SOURCE:
+            if not status.Is_cancelled() and status.Get_source() != self._mpi.ANY_SOURCE:
                 matched += 1
         self._posted.clear()
         for request in self._credit_requests:
@@ -246,72 +192,89 @@ class PythonTransport:
         return matched
 
     def close(self) -> None:
-        if self._inflight:
-            raise RuntimeError(f"close() with {len(self._inflight)} send(s) in flight")
+        if self._endpoint.in_flight:
+            raise RuntimeError(f"close() with {self._endpoint.in_flight} send(s) in flight")
         if self._posted:
             raise RuntimeError(f"close() with {len(self._posted)} receive(s) posted: cancel_receives() first")
         while self._credit_inflight:
             self._credit_inflight.popleft().Wait()
         for request in self._recv_requests:
             request.Free()
-        for _, _, request in self._last_send:
-            if request is not None:
+        for slot, request in enumerate(self._persistent):
+            if request is not None and self._endpoint.has_persistent(slot):
                 request.Free()
         for request in self._credit_requests:
             request.Free()
-        self._recv_requests, self._last_send = [], []
+        self._recv_requests, self._persistent = [], []
         self._credit_requests.clear()
         self._closed = True
 
     def abandon(self) -> None:
-        if self._closed or MPI.Is_finalized() or not MPI.Is_initialized():
+        mpi = self._mpi
+        if self._closed or mpi.Is_finalized() or not mpi.Is_initialized():
             return
-        self._stopped = True
-        if self._inflight:  # their requests complete with the sends: keep them and the pool
+        in_flight = self._endpoint.abandon_in_flight()
+        if in_flight:  # their requests complete with the sends: keep them and the pool
             _abandoned_send_pools.append(self._send_pool)
-            self._inflight.clear()
-            self._last_send = [(-1, -1, None)] * len(self._last_send)
         self.cancel_receives()
         self.close()
 
-    def counters(self) -> dict[str, int]:
-        return self._endpoint.transport_counters(held_high_water=self.held_high_water)
-
     # -- internals ----------------------------------------------------------------
+
+    def _arrived(self, slot: int, status: Any) -> bool:
+        """Whether the head receive (*slot*) completed; one that completed with an error (in the return code,
+        or as Open MPI may report a truncation, in the status alone) is re-posted at the back, then raised."""
+        mpi = self._mpi
+        try:
+            arrived: bool = self._recv_requests[slot].Test(status)
+            code = status.Get_error() if arrived else 0
+        except mpi.Exception as raised:
+            code = raised.Get_error_code()
+        if not code:
+            return arrived
+        self._posted.popleft()
+        self._post(slot)
+        failure = mpi.Exception(code)
+        truncated = failure.Get_error_class() == mpi.ERR_TRUNCATE
+        raise self._endpoint.receive_failed(status.Get_source(), truncated, str(failure)) from failure
 
     def _post(self, slot: int) -> None:
         self._recv_requests[slot].Start()
         self._posted.append(slot)
 
-    def _transmit(self, dest: int, slot: int, nbytes: int) -> None:
-        tag = self._endpoint.tag_for(dest)
-        # Streams repeat (destination, size) per slot: the second time, make the send a
-        # persistent request and restart it from then on (Start costs ~0.6 us less than Isend).
-        last = self._last_send[slot]
-        if tag == 0 and last[0] == dest and last[1] == nbytes:
-            request = last[2]
-            if request is None:
-                request = self._data.Send_init([self._send_views[slot], nbytes, MPI.BYTE], dest, 0)
-                self._last_send[slot] = (dest, nbytes, request)
-            request.Start()
-        else:
-            if tag == 0:  # a new stream for this slot; a piggybacking send leaves the cache alone
-                if last[2] is not None:
-                    last[2].Free()
-                self._last_send[slot] = (dest, nbytes, None)
-            request = self._data.Isend([self._send_views[slot], nbytes, MPI.BYTE], dest, tag)
-        self._inflight.append((request, slot))
-
-    def _drain_deferred(self) -> None:
-        for dest, slot, nbytes in self._endpoint.drain():
-            self._transmit(dest, slot, nbytes)
+    def _transmit(self, dest: int, nbytes: int, slot: int, tag: int, action: int) -> None:
+        """Start *slot*'s send by the Endpoint's *action* (see :mod:`mailrail.protocol`)."""
+        try:
+            buffer = [self._send_views[slot], nbytes, self._mpi.BYTE]
+            if action == START:
+                request = self._persistent[slot]
+                request.Start()
+            elif action == CREATE:
+                request = self._persistent[slot] = self._data.Send_init(buffer, dest, 0)
+                try:
+                    request.Start()
+                except BaseException:  # the Endpoint forgets the stream: free its request
+                    self._persistent[slot] = None
+                    request.Free()
+                    raise
+            else:
+                if action == REPLACE:
+                    self._persistent[slot].Free()
+                    self._persistent[slot] = None
+                assert action in (ISEND_TAGGED, ISEND_NEW, REPLACE), action
+                request = self._data.Isend(buffer, dest, tag)
+        except BaseException:
+            self._endpoint.transmit_failed(slot, nbytes, action)
+            raise
+        self._send_request[slot] = request
 
     def _return_credits(self, target: int, count: int) -> None:
+        endpoint, credit_inflight, credit = self._endpoint, self._credit_inflight, self._credit
+        assert credit is not None  # credits are returned only in the credit modes, which have the communicator
         while count > 0:  # a return larger than the tag space leaves in pieces
-            part = min(count, self._tag_ub)
-            self._credit_inflight.append(self._credit.Isend(self._empty, target, part))
+            part = endpoint.credit_part(count)
+            credit_inflight.append(credit.Isend(self._empty, target, part))
             count -= part
-        credit_inflight = self._credit_inflight
         while credit_inflight and credit_inflight[0].Test():
             credit_inflight.popleft()
 
@@ -322,12 +285,3 @@ class PythonTransport:
             self._endpoint.credits_arrived(status.Get_source(), status.Get_tag())
             requests[0].Start()
             requests.rotate(-1)
-
-    def _idle(self) -> None:
-        self._idle_calls += 1
-        if self._idle_calls >= self._tuning.idle_spins:
-            self._idle_calls = 0
-            if self._idle_sleep:
-                time.sleep(self._idle_sleep)
-            else:
-                os.sched_yield()

@@ -7,8 +7,8 @@ import pytest
 
 from mailrail.cli import main
 from mailrail.errors import TraceFormatError
+from mailrail.replay.generate import RMAT_A, RMAT_B, RMAT_C, Workload, rank_events, rmat_edges, write_trace
 from mailrail.trace import MessageBlock, PhaseEnd, TraceDir, summarize
-from mailrail.trace.generate import RMAT_A, RMAT_B, RMAT_C, Workload, rank_events, rmat_edges, write_trace
 
 
 def flatten(events):

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from .events import Event, MessageBlock, PhaseEnd
+from ..trace.events import Event, MessageBlock, PhaseEnd
 
 _HEADER = np.dtype([("count", "<i8"), ("stamped", "<i8")])  # count -1: a PhaseEnd
 _PHASE_END = -1

@@ -25,15 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.common import add_rail_arguments, format_table, rail_options, write_json
-from ..bench.flags import MPI_INT_MAX, float_in, int_in, one_line_errors
-from ..cluster.options import add_cluster_arguments
+from ..cluster.jobs import run_job
+from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, without_cluster_flags
+from ..cluster.privileges import rerun_without_root
+from ..config import Config, env_name
 from ..errors import ConfigError, TraceFormatError
-from .directory import TraceDir
-from .events import Event, MessageBlock, PhaseEnd
+from ..tools.flags import MPI_INT_MAX, add_rail_arguments, float_in, int_in, one_line_errors, rail_options
+from ..tools.output import format_table, write_json
+from ..trace.directory import TraceDir
+from ..trace.events import Event, MessageBlock, PhaseEnd
+from ..trace.summary import RankSummary, phase_count, summarize
 from .packing import DatagramPacker
 from .spool import Spool
-from .summary import RankSummary, phase_count, summarize
 
 #: The paper replays with 8 KiB datagrams (MailRail's own default is 4 KiB).
 DEFAULT_DATAGRAM_SIZE = 8192
@@ -244,8 +247,6 @@ class Plan:
 
 
 def _plan(args: argparse.Namespace, rank: int, size: int) -> Plan:
-    from ..config import Config, env_name
-
     trace = TraceDir.open(args.trace_dir)
     trace.require_ranks(size)
     if args.pacing and trace.format != "json":
@@ -268,7 +269,7 @@ def _plan(args: argparse.Namespace, rank: int, size: int) -> Plan:
 def run(args: argparse.Namespace) -> int:
     if args.cluster is not None:
         return run_on_cluster(args)
-    from mpi4py import MPI
+    from mpi4py import MPI  # on demand: importing it starts MPI, which parsing and --cluster must not
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -307,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay(comm, args: argparse.Namespace, plan: Plan, phases: int) -> dict[str, Any] | None:
-    from ..rail import MailRail
+    from ..rail import MailRail  # on demand, as mpi4py in run(): importing it starts MPI, which --help must not
 
     rank, size = comm.Get_rank(), comm.Get_size()
     with MailRail(comm, **plan.options) as rail:
@@ -414,10 +415,6 @@ def _print_summary(document: dict[str, Any]) -> None:
 
 def run_on_cluster(args: argparse.Namespace) -> int:
     """``mailrail replay TRACE_DIR --cluster N``: one rank per trace file, on a virtual cluster."""
-    from ..cluster.jobs import run_job
-    from ..cluster.options import ClusterChoice, without_cluster_flags
-    from ..cluster.privileges import rerun_without_root
-
     choice = ClusterChoice.parse(args.cluster)
     status = rerun_without_root(args.mailrail_argv)
     if status is not None:
@@ -428,4 +425,5 @@ def run_on_cluster(args: argparse.Namespace) -> int:
         print(f"mailrail replay: {error}", file=sys.stderr)
         return 2
     program = [sys.executable, "-m", "mpi4py", "-m", "mailrail", *without_cluster_flags(args.mailrail_argv)]
-    return run_job(args, choice, ranks, program, command="mailrail replay")
+    spec = cluster_spec(args, choice, ranks)
+    return run_job(spec, ranks, program, running=choice.name, timeout=args.timeout, command="mailrail replay")

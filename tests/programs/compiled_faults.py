@@ -1,12 +1,13 @@
 """Fault injection into the compiled transport: every scenario must end in a Python exception, never a crash.
 
-``python engine_faults.py SCENARIO`` (one process, COMM_SELF, no mpiexec needed) builds
-``mailrail._engine.Engine`` objects directly, with MPI functions wrapped so that chosen calls
-fail, and prints ``RESULT <json>``.  A wrapped call either *refuses* (returns an error without
-calling MPI: construction steps) or *reports* (calls MPI, then returns an error: clean-up steps,
-so that the request really is cancelled and a hang cannot hide a bug).  After each scenario a
-message sent on the engine's communicator must still be receivable by plain mpi4py: no receive of
-a failed or abandoned engine is left posted.
+``python compiled_faults.py SCENARIO`` (one process, COMM_SELF, no mpiexec needed) builds
+``mailrail.transport._compiled.CompiledTransport`` objects (over a compiled Endpoint) directly,
+with MPI functions wrapped so that chosen calls fail, and prints ``RESULT <json>``.  A wrapped
+call either *refuses* (returns an error without calling MPI: construction steps) or *reports*
+(calls MPI, then returns an error: clean-up steps, so that the request really is cancelled and a
+hang cannot hide a bug).  After each scenario a
+message sent on the transport's communicator must still be receivable by plain mpi4py: no receive of
+a failed or abandoned transport is left posted.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from mpi4py import MPI
 
 from mailrail.flow.base import Unconstrained
 from mailrail.pool import SlotPool
-from mailrail.protocol import Endpoint
 from mailrail.transport import compiled
 from mailrail.transport.base import Tuning
 
@@ -42,7 +42,7 @@ PROTOTYPES = {
     "MPI_Wait": (PTR, PTR),
     "MPI_Test_cancelled": (PTR, PTR),
 }
-_callbacks: list[Any] = []  # the wrappers must outlive every engine that calls them
+_callbacks: list[Any] = []  # the wrappers must outlive every transport that calls them
 
 
 def library(refuse: dict[str, set[int]] | None = None, report: dict[str, set[int]] | None = None) -> Any:
@@ -75,7 +75,7 @@ def library(refuse: dict[str, set[int]] | None = None, report: dict[str, set[int
     return dataclasses.replace(real, functions=functions)
 
 
-def engine(
+def transport_and_endpoint(
     comm: MPI.Comm,
     *,
     mpi: Any = None,
@@ -83,36 +83,52 @@ def engine(
     slots: int = 4,
     size: int = 64,
     credits: bool = False,
-) -> Any:
-    """An Engine on *comm* (1 rank) with its own pools; *credits*: rank flow control on a duplicate."""
+) -> tuple[Any, Any]:
+    """A CompiledTransport on *comm* (1 rank) with its own pools, and its compiled Endpoint; *credits*:
+    rank flow control, credits on a duplicate of *comm*."""
+    tuning = tuning or Tuning()
     send_pool, recv_pool = SlotPool(slots, size), SlotPool(slots, size)
     views = [view[:] for view in recv_pool.views]
-    ledger = compiled.credit_ledger("rank", 1, 2, 1, piggyback=True, max_tag=32767) if credits else None
-    endpoint = Endpoint(0, 1, send_pool, ledger if credits else Unconstrained())
-    extra: dict[str, Any] = {}
+    flow = compiled.credit_ledger("rank", 1, 2, 1, piggyback=True, max_tag=32767) if credits else Unconstrained()
+    endpoint = compiled.endpoint(
+        0,
+        1,
+        send_pool,
+        flow,
+        tag_ub=32767,
+        head_patience=tuning.head_patience,
+        credit_poll_interval=tuning.credit_poll_interval,
+        idle_spins=tuning.idle_spins,
+    )
+    credit_comm = 0
     if credits:
-        credit_comm = comm.Dup()
-        _keep.append(credit_comm)
-        extra = {"ledger": ledger, "credit_comm": compiled.handle(credit_comm), "tag_ub": 32767}
-    return importlib.import_module("mailrail._engine").Engine(
+        duplicate = comm.Dup()
+        _keep.append(duplicate)
+        credit_comm = compiled.handle(duplicate)
+    transport = importlib.import_module("mailrail.transport._compiled").CompiledTransport(
         mpi=mpi or compiled._resolve(),
         comm=compiled.handle(comm),
+        credit_comm=credit_comm,
         send_pool=send_pool,
         recv_pool=recv_pool,
         recv_views=views,
         posted_receives=slots,
-        size=1,
         endpoint=endpoint,
-        tuning=tuning or Tuning(),
-        **extra,
+        tuning=tuning,
     )
+    return transport, endpoint
+
+
+def make_transport(comm: MPI.Comm, **options: Any) -> Any:
+    """The CompiledTransport of :func:`transport_and_endpoint`."""
+    return transport_and_endpoint(comm, **options)[0]
 
 
 _keep: list[MPI.Comm] = []
 
 
 def nothing_left_posted(comm: MPI.Comm, size: int = 64) -> bool:
-    """A message sent on *comm* reaches a plain receive (no engine receive is still posted to take it)."""
+    """A message sent on *comm* reaches a plain receive (no transport receive is still posted to take it)."""
     payload = np.arange(size, dtype=np.uint8)
     request = comm.Isend(payload, 0, 7)
     found = any(comm.Iprobe(0, 7) for _ in range(100_000))
@@ -145,7 +161,7 @@ def construction(comm: MPI.Comm, spec: str) -> dict[str, Any]:
         name, call, *credit = spec.split(":")
         mpi = library(refuse={name: {int(call)}})
         extra = {"credits": bool(credit)}
-    error = failure(lambda: engine(comm, mpi=mpi, tuning=tuning, **extra))
+    error = failure(lambda: make_transport(comm, mpi=mpi, tuning=tuning, **extra))
     gc.collect()
     return {"error": error}
 
@@ -157,19 +173,19 @@ def scenario(name: str) -> dict[str, Any]:
         result = construction(comm, name.split("=", 1)[1])
     elif name.startswith("construct-uncaught="):  # the exception leaves the program (python -m mpi4py aborts)
         name, call = name.split("=", 1)[1].split(":")
-        engine(comm, mpi=library(refuse={name: {int(call)}}))
+        make_transport(comm, mpi=library(refuse={name: {int(call)}}))
     elif name == "abandon-past-errors":
         # The first cancel and the first request free report errors: the rest is still released.
-        e = engine(comm, mpi=library(report={"MPI_Cancel": {0}, "MPI_Request_free": {0}}), credits=True)
+        e = make_transport(comm, mpi=library(report={"MPI_Cancel": {0}, "MPI_Request_free": {0}}), credits=True)
         result = {"error": failure(e.abandon)}
         del e
     elif name == "close-past-errors":
-        e = engine(comm, mpi=library(report={"MPI_Wait": {1}}))
+        e = make_transport(comm, mpi=library(report={"MPI_Wait": {1}}))
         result = {"error": failure(e.cancel_receives)}
         e.close()
         del e
     elif name == "truncation":
-        e = engine(comm, size=64)
+        e = make_transport(comm, size=64)
         comm.Send(np.zeros(256, np.uint8), 0, 0)  # longer than the 64-byte datagrams
         try:
             result = {"error": failure(lambda: [e.receive() for _ in range(1000)])}
@@ -183,14 +199,16 @@ def scenario(name: str) -> dict[str, Any]:
         e.abandon()
         del e
     elif name == "send-fails":
-        e = engine(comm, mpi=library(refuse={"MPI_Isend": {0}}))
+        e, endpoint = transport_and_endpoint(comm, mpi=library(refuse={"MPI_Isend": {0}}))
         buf = e.reserve_send_buffer()
-        result = {"error": failure(lambda: e.send(0, buf, 8)), "reserved": e.counters()["send_buffers_reserved"]}
-        result["pending"] = e.pending_sends()
+        result = {"error": failure(lambda: e.send(0, buf, 8))}
+        result["reserved"] = endpoint.counters()["send_buffers_reserved"]
+        result["pending"] = endpoint.pending_sends()
+        result["sent"] = endpoint.counters()["messages_sent"]
         e.abandon()
-        del e
+        del e, endpoint
     elif name == "collected-unclosed":
-        e = engine(comm, credits=True)
+        e = make_transport(comm, credits=True)
         del e
         result = {}
     else:

@@ -6,6 +6,9 @@
 
 Bounds are inclusive; ``high=None`` means no upper bound.  The check happens while argv is parsed, so
 before any MPI work, cluster or result file, and every rank of a job parsing the same argv stops alike.
+
+MailRail's knobs are flags too (:func:`add_rail_arguments`, one ``--flag`` per knob, checked by the
+knob's own parser); :func:`rail_options` reads them back as MailRail keyword arguments.
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
+
+from ..config import KNOBS, Config, Knob, env_name, knobs
+from ..errors import ConfigError
 
 # MPI counts, ranks and tags are C ints: a value above this cannot be passed to MPI at all
 MPI_INT_MAX = 2**31 - 1
@@ -146,3 +153,77 @@ def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
     parser.error = error  # type: ignore[method-assign]
     return parser
+
+
+# -- MailRail's knobs as flags ----------------------------------------------------------
+
+
+def add_rail_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
+    """One ``--flag`` per MailRail knob (:func:`mailrail.config.knobs`, with their meanings); unset
+    flags fall back to ``MAILRAIL_*`` / defaults.  Each value is checked by its knob's parser as argv
+    is parsed (``--datagram-size 0`` is a usage error) and kept as given, for :func:`rail_flags`."""
+    group = parser.add_argument_group("MailRail options (override MAILRAIL_* variables)")
+    for knob in flag_knobs():
+        if knob.name not in skip:
+            group.add_argument(
+                "--" + knob.name.replace("_", "-"),
+                dest=knob.name,
+                default=None,
+                type=_checked_by_knob(knob.name),
+                help=f"{knob.help} ({knob.variable}; default {knob.default_text})".replace("`", "").replace("%", "%%"),
+            )
+
+
+def _checked_by_knob(name: str) -> Any:
+    parse = KNOBS[name]
+
+    def check(raw: str) -> str:
+        try:
+            parse("VALUE", raw, None)
+        except ConfigError as error:  # "VALUE must be in 1..N, got 0": the flag is named by argparse
+            raise argparse.ArgumentTypeError(str(error).removeprefix("VALUE ")) from None
+        return raw
+
+    check.__name__ = name
+    return check
+
+
+def checked_rail_options(
+    command: str, args: argparse.Namespace, defaults: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], Config] | None:
+    """:func:`rail_options` and the :class:`~mailrail.config.Config` they make with the ``MAILRAIL_*``
+    variables, checked together (say ``--max-recvs`` above ``--recv-pool-slots``, or pools larger than
+    memory): None after a one-line usage error, which every rank reaches alike from the same argv and
+    environment, before any MPI work."""
+    options = rail_options(args, defaults)
+    try:
+        return options, Config.from_env(**options)
+    except ConfigError as error:
+        usage_error(command, str(error))
+        return None
+
+
+def flag_knobs() -> list[Knob]:
+    """The knobs benchmarks take as flags."""
+    return [knob for knob in knobs() if knob.flag]
+
+
+def rail_options(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The MailRail keyword arguments the user set on the command line (validated by Config).
+
+    Only the flags :func:`add_rail_arguments` defines count: a command's own argument that
+    happens to share a knob's name (say ``trace``) is not a MailRail option.  *defaults*: a
+    command's own defaults, for the knobs set neither by a flag nor by a ``MAILRAIL_*`` variable.
+    """
+    options = {k: v for k, v in (defaults or {}).items() if not os.environ.get(env_name(k), "").strip()}
+    options.update({k.name: getattr(args, k.name) for k in flag_knobs() if getattr(args, k.name, None) is not None})
+    return options
+
+
+def rail_flags(options: dict[str, Any]) -> list[str]:
+    """Inverse of :func:`rail_options`: command-line flags for a child benchmark run."""
+    flags = []
+    for knob, value in options.items():
+        if value is not None:
+            flags += ["--" + knob.replace("_", "-"), str(value)]
+    return flags

@@ -1,4 +1,8 @@
-"""The ``mailrail`` command (also ``python -m mailrail``): every benchmark and tool."""
+"""The ``mailrail`` command (also ``python -m mailrail``): every benchmark and tool.
+
+The top layer: it imports each command's module by name, on demand (:data:`COMMANDS`), and
+:mod:`.run` is its own ``mailrail run``.  Nothing in the library or the tools imports it.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +13,16 @@ import signal
 import sys
 import threading
 
-from .bench.flags import one_line_errors
-from .errors import ClusterError
-from .failure import abort_job
-from .jobcontrol import TERMINATION_SIGNALS, Terminated, handle_termination_signals
-from .launch import LaunchError
+from ..errors import ClusterError
+from ..failure import abort_job
+from ..jobcontrol import TERMINATION_SIGNALS, Terminated, handle_termination_signals
+from ..launch import LaunchError
+from ..tools.flags import one_line_errors
 
 # command path -> module providing add_arguments(parser) and run(args) -> int (or "module:verb", see below)
 COMMANDS = {
     ("run",): (
-        "mailrail.launch",
+        "mailrail.cli.run",
         "run a mailrail command or -- any program under mpiexec, here or on a virtual "
         "cluster (mailrail run -n 16 --cluster 4 bench adversarial)",
     ),
@@ -59,11 +63,11 @@ COMMANDS = {
     ),
     ("sweep",): ("mailrail.bench.sweep", "weak scaling and victim sweep of the three modes (JSON + plots)"),
     ("replay",): (
-        "mailrail.trace.replay",
+        "mailrail.replay.replay",
         "replay a recorded trace over MailRail, verify delivery (mailrail run -n RANKS replay TRACE_DIR)",
     ),
-    ("trace", "stats"): ("mailrail.trace.stats", "a trace's ranks, phases, messages, byte matrix and heatmap"),
-    ("trace", "generate"): ("mailrail.trace.generate", "write a synthetic binary trace: uniform, zipf or rmat"),
+    ("trace", "stats"): ("mailrail.replay.stats", "a trace's ranks, phases, messages, byte matrix and heatmap"),
+    ("trace", "generate"): ("mailrail.replay.generate", "write a synthetic binary trace: uniform, zipf or rmat"),
 }
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mailrail.trace.packing import DatagramPacker
+from mailrail.replay.packing import DatagramPacker
 
 
 def datagrams(size: int, messages) -> list[tuple[int, int]]:

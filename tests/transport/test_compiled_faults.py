@@ -1,6 +1,6 @@
 """The compiled transport never crashes the process: failed construction, MPI errors, clean-up past errors.
 
-The fault-injection cases run tests/programs/engine_faults.py in one process (COMM_SELF, no
+The fault-injection cases run tests/programs/compiled_faults.py in one process (COMM_SELF, no
 mpiexec: fast and deterministic); the job cases run real mpiexec jobs.  Each asserts a Python
 exception with a clear message and no signal (a segfault is the test failing).
 """
@@ -18,12 +18,12 @@ from mailrail.launch import run_bounded
 
 
 def single_process(scenario: str) -> dict:
-    """engine_faults.py SCENARIO in one process; fails the test unless it exits 0 with a RESULT."""
-    argv = [sys.executable, program_path("engine_faults.py"), scenario]
+    """compiled_faults.py SCENARIO in one process; fails the test unless it exits 0 with a RESULT."""
+    argv = [sys.executable, program_path("compiled_faults.py"), scenario]
     try:
         completed = run_bounded(argv, timeout=MPI_TIMEOUT, env=job_environment(), capture=True)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"engine_faults.py {scenario} hung")
+        pytest.fail(f"compiled_faults.py {scenario} hung")
     assert completed.returncode == 0, f"exit {completed.returncode}\n{completed.stdout}\n{completed.stderr}"
     line = next(line for line in completed.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line[len("RESULT ") :])
@@ -52,7 +52,7 @@ def assert_no_crash(completed: subprocess.CompletedProcess) -> None:
 def test_failed_construction_releases_what_exists(step, expected):
     result = single_process(f"construct={step}")
     assert (result["injected"] if expected == "injected" else expected) in result["error"]
-    assert result["nothing_left_posted"], "a receive of the failed engine is still posted"
+    assert result["nothing_left_posted"], "a receive of the failed transport is still posted"
 
 
 def test_abandon_goes_on_past_errors_and_raises_the_first():
@@ -69,13 +69,13 @@ def test_cancel_receives_goes_on_past_errors():
     assert result["nothing_left_posted"]
 
 
-def test_a_failed_send_gives_its_slot_back():
+def test_a_failed_send_gives_its_slot_back_and_is_not_counted():
     result = single_process("send-fails")
     assert result["error"] == f"MailRailError: send(dest=0, nbytes=8) failed: {result['injected']}"
-    assert (result["reserved"], result["pending"]) == (0, 0)
+    assert (result["reserved"], result["pending"], result["sent"]) == (0, 0, 0)
 
 
-def test_an_engine_collected_without_close_cancels_its_receives():
+def test_a_transport_collected_without_close_cancels_its_receives():
     assert single_process("collected-unclosed")["nothing_left_posted"]
 
 
@@ -94,7 +94,7 @@ def test_a_truncated_receive_raises_and_the_rail_goes_on():
 @pytest.mark.mpi
 @pytest.mark.smoke
 def test_failed_construction_in_a_job_ends_in_a_python_error():
-    completed = run_program(2, "engine_faults.py", "construct-uncaught=MPI_Start:3")
+    completed = run_program(2, "compiled_faults.py", "construct-uncaught=MPI_Start:3")
     assert_no_crash(completed)
     assert completed.returncode != 0
     assert "mpi4py.MPI.Exception" in completed.stdout + completed.stderr
@@ -103,7 +103,7 @@ def test_failed_construction_in_a_job_ends_in_a_python_error():
 @pytest.mark.mpi
 @pytest.mark.smoke
 def test_a_truncating_message_mid_run_raises_and_the_job_recovers():
-    result = mpirun(2, "truncation_mid_run.py", "recover", env={"MAILRAIL_ENGINE": "compiled"})
+    result = mpirun(2, "truncation_mid_run.py", "recover", env={"MAILRAIL_TRANSPORT": "compiled"})
     assert result["error"].startswith("MailRailError: a message longer than this rank's datagram_size (1024 bytes)")
     assert "arrived from rank 0" in result["error"] and "truncate" in result["error"].lower()
     assert result["after"] == [0, 4, 7]
@@ -112,7 +112,7 @@ def test_a_truncating_message_mid_run_raises_and_the_job_recovers():
 @pytest.mark.mpi
 @pytest.mark.smoke
 def test_rails_abandoned_after_a_truncation_leave_mpi_finalize_safe():
-    completed = run_program(2, "truncation_mid_run.py", "abandon", env={"MAILRAIL_ENGINE": "compiled"})
+    completed = run_program(2, "truncation_mid_run.py", "abandon", env={"MAILRAIL_TRANSPORT": "compiled"})
     assert_no_crash(completed)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     assert "MailRailError: a message longer" in completed.stdout
@@ -121,7 +121,7 @@ def test_rails_abandoned_after_a_truncation_leave_mpi_finalize_safe():
 @pytest.mark.mpi
 @pytest.mark.smoke
 def test_an_uncaught_truncation_ends_the_job_with_its_message():
-    completed = run_program(2, "truncation_mid_run.py", "uncaught", env={"MAILRAIL_ENGINE": "compiled"})
+    completed = run_program(2, "truncation_mid_run.py", "uncaught", env={"MAILRAIL_TRANSPORT": "compiled"})
     assert_no_crash(completed)
     assert completed.returncode != 0
     assert "every rank of a rail must use the same datagram_size" in completed.stdout + completed.stderr
@@ -130,11 +130,13 @@ def test_an_uncaught_truncation_ends_the_job_with_its_message():
 @pytest.mark.mpi
 @pytest.mark.smoke
 @pytest.mark.parametrize("flow_control", ["none", "rank"])
-@pytest.mark.parametrize("engine", ["compiled", "python"])
-def test_send_refuses_strided_views_and_returns_refused_slots(engine, flow_control):
-    results = mpirun(2, "send_contract.py", env={"MAILRAIL_ENGINE": engine, "MAILRAIL_FLOW_CONTROL": flow_control})
+@pytest.mark.parametrize("transport", ["compiled", "python"])
+def test_send_refuses_strided_views_and_returns_refused_slots(transport, flow_control):
+    results = mpirun(
+        2, "send_contract.py", env={"MAILRAIL_TRANSPORT": transport, "MAILRAIL_FLOW_CONTROL": flow_control}
+    )
     for found in results:
-        assert found["engine"] == engine
+        assert found["transport"] == transport
         assert "strides (2,)" in found["strided"]
         assert found["reserved_after_strided"] == 1  # refused before anything changed
         assert found["reserved_after_bad_destination"] == 0  # the refused send gave its slot back

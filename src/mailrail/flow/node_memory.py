@@ -1,4 +1,4 @@
-"""Which ranks share a node, and the node's shared credit pool (MPI side).
+"""Which ranks share a node, and the node's shared credit pool: the MPI half of :mod:`mailrail.flow.node`.
 
 Virtual nodes (``ranks_per_node=k``) group consecutive ranks in nodes of *k*
 so node-based flow control runs for real on one machine; otherwise nodes are
@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any, cast
 
 from mpi4py import MPI
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _INT64 = 8
+
+
+def _freed_map(rank: int) -> int:
+    raise RuntimeError("the node's rank-to-node map was freed (finalize())")
+
+
+def _shared_memory(window: MPI.Win) -> tuple[int, memoryview]:
+    """The address of rank 0's memory in the shared *window*, and that memory as bytes."""
+    memory, _ = window.Shared_query(0)
+    # mpi4py's buffer implements the buffer protocol; its stub does not say so.
+    return memory.address, memoryview(memory).cast("B")  # type: ignore[arg-type]
 
 
 class NodeTopology:
@@ -22,19 +34,22 @@ class NodeTopology:
 
     def __init__(self, comm: MPI.Comm, ranks_per_node: int | None) -> None:
         rank, size = comm.Get_rank(), comm.Get_size()
+        self._map: memoryview | None = None
+        self._map_window: MPI.Win | None = None
+        self._map_bytes = 0
+        self.map_address: int | None = None
+        self.node_of: Callable[[int], int]
+        # The communicator is a MailRail duplicate of an intracommunicator: its splits are intracommunicators.
         if ranks_per_node is not None:
+            per_node = ranks_per_node
             self.virtual = True
-            self.comm = comm.Split(rank // ranks_per_node, rank)
-            self.nodes = -(-size // ranks_per_node)
-            self.node_of: Callable[[int], int] = lambda r, k=ranks_per_node: r // k
-            self.node = rank // ranks_per_node
-            self._map = None
-            self._map_bytes = 0
-            self._map_window = None
-            self.map_address: int | None = None
+            self.comm = cast(MPI.Intracomm, comm.Split(rank // per_node, rank))
+            self.nodes = -(-size // per_node)
+            self.node_of = lambda r: r // per_node
+            self.node = rank // per_node
         else:
             self.virtual = False
-            self.comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+            self.comm = cast(MPI.Intracomm, comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank))
             # Node index = position of the node's lowest world rank among all leaders.
             leader = self.comm.bcast(rank, root=0)
             leaders = comm.allgather(leader)
@@ -44,20 +59,19 @@ class NodeTopology:
             # The rank-to-node map is kept once per node, in shared memory: O(ranks) per node,
             # not per rank (the allgathered list above is dropped after start-up).
             local_rank = self.comm.Get_rank()
-            self._map_window = MPI.Win.Allocate_shared(4 * size if local_rank == 0 else 0, 4, comm=self.comm)
-            memory, _ = self._map_window.Shared_query(0)
-            self.map_address = memory.address  # for the compiled credit ledger
-            self._map = memoryview(memory).cast("B").cast("i")
-            self._map_bytes = self._map.nbytes  # still known after free(): stats() after finalize()
-            self._map_window.Lock_all(MPI.MODE_NOCHECK)  # Sync needs a passive-target epoch
+            window = self._map_window = MPI.Win.Allocate_shared(4 * size if local_rank == 0 else 0, 4, comm=self.comm)
+            self.map_address, memory = _shared_memory(window)  # the address for the compiled credit ledger
+            node_map = self._map = memory.cast("i")
+            self._map_bytes = node_map.nbytes  # still known after free(): stats() after finalize()
+            window.Lock_all(MPI.MODE_NOCHECK)  # Sync needs a passive-target epoch
             if local_rank == 0:
                 for r, node_leader in enumerate(leaders):
-                    self._map[r] = index[node_leader]
-            self._map_window.Sync()
+                    node_map[r] = index[node_leader]
+            window.Sync()
             self.comm.Barrier()
-            self._map_window.Sync()
-            self._map_window.Unlock_all()  # read-only from now on
-            self.node_of = self._map.__getitem__
+            window.Sync()
+            window.Unlock_all()  # read-only from now on
+            self.node_of = node_map.__getitem__
         self.local_rank = self.comm.Get_rank()
         self.local_size = self.comm.Get_size()
 
@@ -67,8 +81,8 @@ class NodeTopology:
         return self._map_bytes
 
     def free(self) -> None:
-        if self._map_window is not None:
-            self.node_of = None
+        if self._map_window is not None and self._map is not None:
+            self.node_of = _freed_map
             self._map.release()
             self._map_window.Free()
         self.comm.Free()
@@ -78,19 +92,18 @@ class SharedWindowCounters:
     """int64 counters in an MPI-3 shared window on the node communicator.
 
     ``atomics="cpu"`` updates them with lock-free CPU atomics through the tiny
-    compiled helper :mod:`mailrail._atomics`; ``"mpi"`` uses MPI
+    compiled helper :mod:`mailrail.flow._atomics`; ``"mpi"`` uses MPI
     ``Fetch_and_op`` under a passive-target epoch (portable, no compiler
     needed, slower); ``"auto"`` takes ``cpu`` when the helper was built.
     """
 
-    def __init__(self, node_comm: MPI.Comm, length: int, initial: int, atomics: str = "auto") -> None:
+    def __init__(self, node_comm: MPI.Intracomm, length: int, initial: int, atomics: str = "auto") -> None:
         self.length = length
         self.nbytes = length * _INT64
         local_rank = node_comm.Get_rank()
         self.win = MPI.Win.Allocate_shared(self.nbytes if local_rank == 0 else 0, _INT64, comm=node_comm)
-        memory, _ = self.win.Shared_query(0)
-        self.address = memory.address  # the int64 counters, for CPU atomics
-        self._values = memoryview(memory).cast("B").cast("q")
+        self.address, memory = _shared_memory(self.win)  # the address of the int64 counters, for CPU atomics
+        self._values = memory.cast("q")
         self.atomics = resolve_atomics(atomics)
         self.win.Lock_all(MPI.MODE_NOCHECK)
         if local_rank == 0:
@@ -99,8 +112,12 @@ class SharedWindowCounters:
         self.win.Sync()
         node_comm.Barrier()
         self.win.Sync()
+        # The three operations, bound once per instance (the per-message calls of the Python transport).
+        self.try_take: Callable[[int], bool]
+        self.add: Callable[[int, int], Any]
+        self.load: Callable[[int], int]
         if self.atomics == "cpu":
-            helper = importlib.import_module("mailrail._atomics")
+            helper = importlib.import_module("mailrail.flow._atomics")
             address, take, fetch_add, load = self.address, helper.try_take, helper.fetch_add, helper.load
             self.try_take = lambda i: take(address, i)
             self.add = lambda i, n: fetch_add(address, i, n)
@@ -108,24 +125,23 @@ class SharedWindowCounters:
         else:
             self._origin = memoryview(bytearray(_INT64)).cast("q")
             self._result = memoryview(bytearray(_INT64)).cast("q")
+            self.try_take, self.add, self.load = self._mpi_try_take, self._fetch_add, self._mpi_load
 
-    # MPI RMA path (replaced per instance by the CPU helper when atomics == "cpu").
+    # The MPI RMA path.
     def _fetch_add(self, index: int, amount: int) -> int:
         self._origin[0] = amount
         self.win.Fetch_and_op(self._origin, self._result, 0, index, MPI.SUM)
         self.win.Flush(0)
-        return self._result[0]
+        value: int = self._result[0]
+        return value
 
-    def try_take(self, index: int) -> bool:
+    def _mpi_try_take(self, index: int) -> bool:
         if self._fetch_add(index, -1) > 0:
             return True
         self._fetch_add(index, 1)  # overdrawn: give it back (transiently negative, never overrun)
         return False
 
-    def add(self, index: int, amount: int) -> None:
-        self._fetch_add(index, amount)
-
-    def load(self, index: int) -> int:
+    def _mpi_load(self, index: int) -> int:
         return self._fetch_add(index, 0)
 
     def free(self) -> None:
@@ -139,11 +155,11 @@ def resolve_atomics(mode: str) -> str:
     if mode == "mpi":
         return mode
     try:
-        importlib.import_module("mailrail._atomics")
+        importlib.import_module("mailrail.flow._atomics")
     except ImportError:
         if mode == "cpu":
             raise ConfigError(
-                "MAILRAIL_ATOMICS=cpu but the compiled helper mailrail._atomics is not "
+                "MAILRAIL_ATOMICS=cpu but the compiled helper mailrail.flow._atomics is not "
                 "built (no C compiler at install time?): use MAILRAIL_ATOMICS=mpi"
             ) from None
         return "mpi"

@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.common import format_table, write_json
-from ..bench.flags import MPI_INT_MAX, int_in, missing_module, one_line_errors, usage_error
 from ..errors import TraceFormatError
-from .directory import TraceDir
-from .summary import phase_count, summarize
+from ..tools.figures import pyplot
+from ..tools.flags import MPI_INT_MAX, int_in, missing_module, one_line_errors, usage_error
+from ..tools.output import format_table, write_json
+from ..trace.directory import TraceDir
+from ..trace.summary import phase_count, summarize
 
 
 @dataclass
@@ -109,9 +110,7 @@ def matrix_summary(matrix: np.ndarray, top: int = 5) -> dict[str, Any]:
 
 def heatmap(stats: TraceStats, path: str) -> None:
     """PNG of the byte matrix: sender rows, receiver columns, log colour scale, zero pairs blank."""
-    from matplotlib.colors import LogNorm, Normalize
-
-    from ..bench.plots import pyplot
+    from matplotlib.colors import LogNorm, Normalize  # matplotlib: optional, imported only to draw
 
     plt = pyplot()
 

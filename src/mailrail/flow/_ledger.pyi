@@ -3,7 +3,9 @@
 from typing import Any
 
 import numpy as np
+from typing_extensions import disjoint_base
 
+@disjoint_base
 class CreditLedger:
     """Rank- or node-based credits with the decisions of RankCredits / NodeCredits."""
 

@@ -10,10 +10,10 @@ import pytest
 
 from helpers import mailrail_job, replay
 from mailrail.errors import ConfigError, TraceFormatError
+from mailrail.replay.generate import Workload, write_trace
+from mailrail.replay.replay import DEFAULT_DATAGRAM_SIZE, Payload, PeerTally, _plan, add_arguments, check_delivery
+from mailrail.replay.spool import Spool
 from mailrail.trace import MessageBlock, PhaseEnd, TraceDir
-from mailrail.trace.generate import Workload, write_trace
-from mailrail.trace.replay import DEFAULT_DATAGRAM_SIZE, Payload, PeerTally, _plan, add_arguments, check_delivery
-from mailrail.trace.spool import Spool
 
 MODES = ("none", "rank", "node")
 HISTOGRAM_BYTE_MATRIX = [[7560, 7440], [7350, 7650]]

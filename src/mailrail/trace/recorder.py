@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .trace.binary import BinaryTraceWriter
+from .binary import BinaryTraceWriter
 
 #: Trace files this process has started, and the next event id of each: a later MailRail in the
 #: same process (a benchmark creating one per configuration) appends to its rank's file instead of

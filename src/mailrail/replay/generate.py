@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..bench.flags import SEED_MAX, float_in, int_in, one_line_errors, usage_error
 from ..errors import TraceFormatError
-from .binary import BARRIER_STRUCT, MESSAGE_STRUCT, BinaryTraceWriter
-from .directory import TRACE_FILE
-from .events import Event, MessageBlock, PhaseEnd
+from ..tools.flags import SEED_MAX, float_in, int_in, one_line_errors, usage_error
+from ..trace.binary import BARRIER_STRUCT, MESSAGE_STRUCT, BinaryTraceWriter
+from ..trace.directory import TRACE_FILE
+from ..trace.events import Event, MessageBlock, PhaseEnd
 
 PATTERNS = ("uniform", "zipf", "rmat")
 #: Graph500's R-MAT quadrant probabilities (d = 1 - a - b - c = 0.05).

@@ -1,4 +1,4 @@
-# The compiled credit ledger's C-level interface, cimported by mailrail._engine (see _ledger.pyx).
+# The compiled credit ledger's C-level interface, cimported by mailrail._protocol (see _ledger.pyx).
 from libc.stdint cimport int32_t, int64_t
 
 
@@ -20,7 +20,7 @@ cdef class CreditLedger:
     cdef int group_of(self, int rank) noexcept
     cdef int checked(self, object rank, bint needs_pool) except -1
 
-    # The per-message decisions, called by the engine without a Python frame.
+    # The per-message decisions, called by the compiled Endpoint without a Python frame.
     cdef bint try_take(self, int dest) noexcept
     cdef long long piggyback_for(self, int dest) noexcept
     cdef int arrival(self, int source, long long tag) except -1

@@ -5,8 +5,9 @@
 :class:`~mailrail.flow.rank.RankCredits` and :class:`~mailrail.flow.node.NodeCredits`
 (the sans-I/O reference, which the Python transport runs), with the same errors;
 ``tests/flow/test_ledger.py`` drives both with the same random events and
-compares every result.  The engine calls the ``cdef`` methods per message; Python
-calls the :class:`~mailrail.flow.base.FlowControl` methods, which share them.
+compares every result.  The compiled Endpoint (``mailrail._protocol``) calls the
+``cdef`` methods per message; Python calls the
+:class:`~mailrail.flow.base.FlowControl` methods, which share them.
 """
 
 from libc.stdint cimport int32_t, int64_t

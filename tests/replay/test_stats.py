@@ -9,9 +9,9 @@ import pytest
 
 from mailrail.cli import main
 from mailrail.errors import TraceFormatError
+from mailrail.replay.stats import compute, matrix_summary
 from mailrail.trace import TraceDir
 from mailrail.trace.binary import BinaryTraceWriter
-from mailrail.trace.stats import compute, matrix_summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,0 +1,10 @@
+"""What the tools share (bench, apps, replay, cluster and the ``mailrail`` command), apart from any one tool.
+
+- :mod:`.flags`: range-checked argparse types, one-line usage errors, MailRail's knobs as flags;
+- :mod:`.output`: tables for people, JSON documents for programs;
+- :mod:`.memory`: a node's memory need checked before a run, a process's peak resident set;
+- :mod:`.exchange`: the ``Alltoallv`` exchange, the bulk-synchronous peer of the applications;
+- :mod:`.figures`: matplotlib on demand (the optional ``plot`` extra).
+
+A tool imports these and the library; nothing here imports a tool, and the library imports nothing here.
+"""

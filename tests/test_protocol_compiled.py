@@ -1,0 +1,386 @@
+"""The compiled Endpoint (``mailrail._protocol``) against the Python one (:mod:`mailrail.protocol`), event by event.
+
+:mod:`mailrail.protocol` is the specification.  Hypothesis feeds the Python Endpoint
+over the Python flow classes and the compiled Endpoint over the compiled credit
+ledger the same random scripts (reservations; sends with good and bad
+destinations, sizes and buffers; failed transmits; the in-flight ring; arrivals
+with piggybacked tags; releases, double and foreign ones; credit returns; drains
+on a fake clock with a stall timeout; idle and poll cadence; stop and every call
+after it; abandon), and every result, error (type and text), counter and piece
+of observable state must agree after every step.  No MPI here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mailrail import protocol
+from mailrail.counters import COUNTERS
+from mailrail.flow import NodeCredits, RankCredits, Unconstrained
+from mailrail.flow.node import LocalCounters
+from mailrail.pool import SlotPool
+
+compiled_protocol = pytest.importorskip(
+    "mailrail._protocol", reason="the compiled Endpoint (mailrail._protocol) is not built: pip install -e ."
+)
+from mailrail.transport import compiled  # noqa: E402  # after the skip: its ledger is compiled too
+
+RANKS = 4
+ME = 1  # the rank under test; it may send to itself
+SLOTS = 6  # few send slots: the pool runs dry, slots are reused and streams repeat
+DATAGRAM = 16
+
+
+def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+    """One of *choices* ``(weight, strategy)`` by weight (Hypothesis draws one_of's branches evenly)."""
+    flat = [strategy for weight, strategy in choices for _ in range(weight)]
+    return st.integers(0, len(flat) - 1).flatmap(flat.__getitem__)
+
+
+# Values a script passes as destinations and sizes: valid ones (most), numpy integers, bools, out of
+# range, and not integers at all.
+VALID_DESTINATIONS = st.integers(0, RANKS - 1)
+DESTINATIONS = weighted(
+    (8, VALID_DESTINATIONS),
+    (1, st.sampled_from([np.int64(2), np.int32(0), True, False, RANKS, -1, 2**70, "1", 1.0, None])),
+)
+VALID_SIZES = st.sampled_from([0, 1, 5, DATAGRAM])  # few sizes: streams repeat (persistent sends)
+SIZES = weighted(
+    (8, VALID_SIZES),
+    (1, st.sampled_from([np.int64(3), np.uint8(DATAGRAM), True, DATAGRAM + 1, -1, 2**70, None, 2.0])),
+)
+#: How a script names a send buffer: the one reserved last (most), or a slot's view in some shape.
+BUFFERS = weighted(
+    (6, st.just(("last", "view"))),
+    (1, st.just(("last", "prefix"))),
+    (1, st.tuples(st.integers(0, SLOTS - 1), st.sampled_from(["view", "prefix", "strided", "offset"]))),
+    (1, st.sampled_from([("foreign", "array"), ("foreign", "bytes")])),
+)
+
+
+def event_scripts(credits_per_pair: int) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    source = st.integers(0, RANKS - 1)
+    tag = st.one_of(st.just(0), st.just(0), st.integers(1, credits_per_pair + 1))
+    message = st.one_of(st.integers(0, 40), st.sampled_from(["foreign", "forged", "junk"]))
+    events = weighted(
+        (3, st.just(("reserve",))),
+        # reserve, then submit that buffer: mostly one of a few streams, so that slots repeat them
+        (5, st.just(("send", 0, 5))),
+        (3, st.tuples(st.just("send"), st.sampled_from([0, 2]), st.sampled_from([1, 5]))),
+        (2, st.tuples(st.just("send"), VALID_DESTINATIONS, VALID_SIZES)),
+        (4, st.tuples(st.just("submit"), DESTINATIONS, BUFFERS, SIZES)),
+        (1, st.tuples(st.just("transmit_failed"), st.sampled_from(["last", "last", 0, 3]), st.integers(0, 4))),
+        (2, st.just(("oldest_in_flight",))),
+        (5, st.just(("oldest_completed",))),
+        (3, st.just(("oldest_still_in_flight",))),
+        (1, st.tuples(st.just("has_persistent"), st.integers(0, SLOTS - 1))),
+        (6, st.tuples(st.just("arrived"), source, tag, VALID_SIZES)),
+        (6, st.tuples(st.just("release"), message)),
+        (1, st.tuples(st.just("holds"), message)),
+        (2, st.tuples(st.just("credits_arrived"), source, st.sampled_from([1, 1, 2]))),
+        # a credit return of what *dest* holds back, mostly the two streams' (deferred sends drain then)
+        (4, st.tuples(st.just("credits_back"), st.sampled_from([0, 2, 0, 2, 1, 3]))),
+        (2, st.just(("credit_poll_due",))),
+        (2, st.just(("idle",))),
+        (5, st.tuples(st.just("drain_ready"), st.sampled_from([0.0, 0.25, 0.75, 2.0]))),
+        (2, st.tuples(st.just("drain_some"), st.integers(0, 2))),
+        (1, st.tuples(st.just("check_stall"), st.sampled_from([0.0, 1.5]))),
+        (1, st.tuples(st.just("credit_part"), st.integers(0, 9))),
+        (1, st.tuples(st.just("unreserve"), BUFFERS)),
+        (1, st.tuples(st.just("checked_rank"), DESTINATIONS)),
+        (1, st.tuples(st.just("checked_size"), SIZES)),
+        (1, st.tuples(st.just("check_open"), st.just("receive()"))),
+        (1, st.just(("abandon_in_flight",))),
+        (1, st.just(("stall_report",))),
+    )
+    # stop() once, at a drawn step (often after the last): the calls after it are refused (or not) as specified.
+    return st.tuples(st.lists(events, min_size=20, max_size=120), st.integers(10, 240)).map(
+        lambda drawn: drawn[0][: drawn[1]] + [("stop",)] + drawn[0][drawn[1] :]
+    )
+
+
+@dataclasses.dataclass
+class World:
+    """One implementation under test: its Endpoint, its pools, and what the script made of them."""
+
+    endpoint: Any
+    flow: Any
+    message_type: type
+    clock: float = 100.0
+    messages: list[Any] = dataclasses.field(default_factory=list)
+    recv_slot: int = 0
+
+    def buffer(self, spec: tuple[Any, str], last_reserved: int) -> Any:
+        slot, shape = spec
+        if slot == "foreign":
+            return np.zeros(DATAGRAM, np.uint8) if shape == "array" else b"not a slot"
+        view = self.endpoint.send_pool.views[last_reserved if slot == "last" else slot]
+        return {"view": view, "prefix": view[:5], "strided": view[::2], "offset": view[1:]}[shape]
+
+    def message(self, spec: Any) -> Any:
+        if spec == "foreign":  # one of another Endpoint
+            return self.message_type(0, 1, None, 0, object())
+        if spec == "forged":  # made by hand, naming this Endpoint as its owner
+            return self.message_type(2, 3, None, 7, self.endpoint)
+        if spec == "junk":
+            return "junk"
+        return self.messages[spec % len(self.messages)] if self.messages else None
+
+
+def apply(world: World, event: tuple[Any, ...], last: dict[str, Any]) -> Any:
+    """Run *event* on *world*'s Endpoint; its result, or the exception it raised."""
+    endpoint = world.endpoint
+    kind, *args = event
+    if kind == "send":
+        slot = endpoint.reserve()
+        return slot, endpoint.submit(args[0], world.buffer(("last", "view"), slot), args[1])
+    if kind in ("submit", "unreserve"):
+        slot = last.get("reserved", 0)
+        buf = world.buffer(args[1] if kind == "submit" else args[0], slot)
+        return endpoint.submit(args[0], buf, args[2]) if kind == "submit" else endpoint.unreserve(buf)
+    if kind == "transmit_failed":
+        which, action = args
+        if which == "last" and "left" in last:
+            slot, nbytes, action = last["left"]
+            return endpoint.transmit_failed(slot, nbytes, action)
+        return endpoint.transmit_failed(0 if which == "last" else which, 4, action)
+    if kind == "arrived":
+        world.recv_slot += 1
+        message = endpoint.arrived(args[0], args[1], args[2], world.recv_slot, None)
+        world.messages.append(message)
+        return message
+    if kind in ("release", "holds"):
+        return getattr(endpoint, kind)(world.message(args[0]))
+    if kind == "credits_back":
+        available = world.flow.available(args[0])
+        consumed = 1 if available is None else world.flow.credits_per_pair - available
+        return endpoint.credits_arrived(args[0], consumed) if consumed > 0 else "nothing held back"
+    if kind == "drain_ready":  # a generator: every send it hands out, then its stall check
+        world.clock += args[0]
+        return list(endpoint.drain_ready(now=world.clock))
+    if kind == "drain_some":  # a transport whose MPI call failed stops iterating: the rest stay queued
+        world.clock += 0.5
+        drain = endpoint.drain_ready(now=world.clock)
+        return [next(drain, None) for _ in range(args[0])]
+    if kind == "check_stall":
+        world.clock += args[0]
+        return endpoint.check_stall(world.clock)
+    if kind == "stall_report":
+        return endpoint.stall_report(3.25)
+    return getattr(endpoint, kind)(*args)
+
+
+def outcome(world: World, event: tuple[Any, ...], last: dict[str, Any]) -> Any:
+    try:
+        return normalized(apply(world, event, last))
+    except Exception as error:  # the point: the same exception, type and text
+        return ("raised", type(error).__name__, str(error))
+
+
+def normalized(value: Any) -> Any:
+    """Results as comparable values: messages by their fields, scalars with their type."""
+    if isinstance(value, (protocol.Message, compiled_protocol.Message)):
+        return ("Message", value.source, value.nbytes, value._slot, repr(value))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, [normalized(item) for item in value])
+    return (type(value).__name__, value)
+
+
+def observable(world: World) -> dict[str, Any]:
+    endpoint, flow = world.endpoint, world.flow
+    return {
+        "counters": endpoint.counters(),
+        "pending_sends": endpoint.pending_sends(),
+        "free_slots": endpoint.free_slots,
+        "in_flight": endpoint.in_flight,
+        "oldest_in_flight": endpoint.oldest_in_flight(),
+        "deferred_total": endpoint.deferred_total,
+        "deferred": {dest: endpoint.deferred.queued_for(dest) for dest in range(RANKS)},
+        "slot_states": list(endpoint.send_state),
+        "persistent": [endpoint.has_persistent(slot) for slot in range(SLOTS)],
+        "stopped": endpoint.stopped,
+        "held": endpoint.held,
+        "reserved": endpoint.reserved,
+        "available": [flow.available(dest) for dest in range(RANKS)],
+        "holds": [endpoint.holds(message) for message in world.messages],
+    }
+
+
+def run_both(reference: World, compiled_world: World, script: list[tuple[Any, ...]]) -> None:
+    last: dict[str, Any] = {}
+    for step, event in enumerate(script):
+        expected = outcome(reference, event, last)
+        got = outcome(compiled_world, event, last)
+        assert got == expected, (step, event)
+        kind, *_ = event
+        if kind == "reserve" and expected[0] == "int" and expected[1] != protocol.NO_SLOT:
+            last["reserved"] = expected[1]
+        submitted = expected[1][1] if kind == "send" and expected[0] == "tuple" else expected
+        if kind in ("submit", "send") and submitted[0] == "tuple" and submitted[1][2][1] != protocol.NO_SLOT:
+            _, nbytes, slot, _, action = (item[1] for item in submitted[1])
+            last["left"] = (slot, nbytes, action)
+        assert observable(compiled_world) == observable(reference), (step, event)
+
+
+ENDPOINT_SETTINGS = dict(
+    tag_ub=st.integers(1, 4),
+    head_patience=st.integers(1, 3),
+    credit_poll_interval=st.integers(1, 3),
+    idle_spins=st.integers(0, 3),
+    stall_timeout=st.sampled_from([0.0, 1.0]),
+)
+
+
+def worlds(reference_flow: Any, compiled_flow: Any, knobs: dict[str, Any]) -> tuple[World, World]:
+    python = protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), reference_flow, **knobs)
+    native = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), compiled_flow, **knobs)
+    return World(python, reference_flow, protocol.Message), World(native, compiled_flow, compiled_protocol.Message)
+
+
+@settings(max_examples=150, deadline=None)
+@given(knobs=st.fixed_dictionaries(ENDPOINT_SETTINGS), data=st.data())
+def test_unconstrained_endpoint_decides_like_the_specification(knobs, data):
+    run_both(*worlds(Unconstrained(), Unconstrained(), knobs), data.draw(event_scripts(2)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    credits_per_pair=st.integers(1, 4),
+    threshold=st.integers(1, 4),
+    piggyback=st.booleans(),
+    max_tag=st.integers(1, 3),
+    knobs=st.fixed_dictionaries(ENDPOINT_SETTINGS),
+    data=st.data(),
+)
+def test_rank_endpoint_decides_like_the_specification(credits_per_pair, threshold, piggyback, max_tag, knobs, data):
+    reference = RankCredits(RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
+    ledger = compiled.credit_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
+    run_both(*worlds(reference, ledger, knobs), data.draw(event_scripts(credits_per_pair)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    credits_per_pair=st.integers(1, 4),
+    threshold=st.integers(1, 4),
+    node_of_rank=st.lists(st.integers(0, 2), min_size=RANKS, max_size=RANKS),
+    virtual=st.booleans(),
+    knobs=st.fixed_dictionaries(ENDPOINT_SETTINGS),
+    data=st.data(),
+)
+def test_node_endpoint_decides_like_the_specification(credits_per_pair, threshold, node_of_rank, virtual, knobs, data):
+    if virtual:  # consecutive ranks per node, computed
+        per_node = 1 + node_of_rank[0]
+        node_map = [r // per_node for r in range(RANKS)]
+        placement: dict[str, Any] = {"ranks_per_node": per_node}
+    else:  # any rank-to-node map, read from (what would be node-shared) memory
+        node_map = node_of_rank
+        table = np.array(node_map, dtype=np.int32)
+        placement = {"node_map": table.ctypes.data}
+    nodes = max(node_map) + 1
+    pool = np.full(RANKS, credits_per_pair, dtype=np.int64)
+    reference_pool = LocalCounters(RANKS, credits_per_pair)
+    reference = NodeCredits(nodes, node_map.__getitem__, reference_pool, credits_per_pair, threshold)
+    ledger = compiled.credit_ledger(
+        "node", RANKS, credits_per_pair, threshold, nodes=nodes, pool=pool.ctypes.data, owner=pool, **placement
+    )
+    run_both(*worlds(reference, ledger, knobs), data.draw(event_scripts(credits_per_pair)))
+    assert pool.tolist() == list(reference_pool.values)
+
+
+KNOBS = {"tag_ub": 8, "head_patience": 2, "credit_poll_interval": 2, "idle_spins": 1}
+
+#: Scripts for rules that random scripts reach too seldom, each run on both Endpoints like the random ones.
+SCRIPTS = {
+    # A piggybacking Isend that fails leaves the slot's persistent send standing: the next send Starts it.
+    "failed tagged send keeps the stream": [
+        ("send", 0, 5),
+        ("oldest_completed",),
+        ("send", 0, 5),  # the stream repeats: persistent from now on
+        ("oldest_completed",),
+        ("arrived", 0, 0, 5),
+        ("release", 0),  # one credit owed to rank 0, below the threshold: it rides the next payload
+        ("send", 0, 5),
+        ("transmit_failed", "last", 0),
+        ("send", 0, 5),
+        ("has_persistent", 0),
+    ],
+    # A drain that moves a deferred send restarts the stall clock.
+    "progress restarts the stall clock": [
+        ("send", 0, 5),
+        ("send", 0, 5),
+        ("send", 0, 5),
+        ("drain_ready", 0.0),
+        ("credits_back", 0),
+        ("drain_ready", 0.75),
+        ("drain_ready", 0.75),
+        ("drain_ready", 0.75),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_scripted_rules_decide_like_the_specification(name):
+    knobs = {**KNOBS, "stall_timeout": 1.0}
+    credits = 4 if name.startswith("failed") else 1
+    reference = RankCredits(RANKS, credits, 2, piggyback=True, max_tag=8)
+    ledger = compiled.credit_ledger("rank", RANKS, credits, 2, piggyback=True, max_tag=8)
+    run_both(*worlds(reference, ledger, knobs), SCRIPTS[name])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"size": 0},
+        {"size": 2.0},
+        {"tag_ub": 0},
+        {"head_patience": True},
+        {"credit_poll_interval": -1},
+        {"idle_spins": -1},
+        {"idle_spins": None},
+    ],
+)
+def test_constructor_refuses_what_the_specification_refuses(bad):
+    arguments = {"size": RANKS, **KNOBS, **bad}
+    size = arguments.pop("size")
+    errors = []
+    for implementation in (protocol, compiled_protocol):
+        with pytest.raises(ValueError) as raised:
+            implementation.Endpoint(ME, size, SlotPool(SLOTS, DATAGRAM), Unconstrained(), **arguments)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]
+
+
+def test_compiled_endpoint_takes_only_the_compiled_ledger_or_no_credits():
+    with pytest.raises(TypeError, match="compiled CreditLedger or unconstrained flow control, not RankCredits"):
+        compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), RankCredits(RANKS, 2, 1), **KNOBS)
+    endpoint = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), Unconstrained(), **KNOBS)
+    assert list(endpoint.counters()) == list(COUNTERS)
+    assert (endpoint.has_credits, endpoint.datagram_size, endpoint.tag_ub) == (False, DATAGRAM, 8)
+
+
+def test_a_detached_node_ledger_raises_instead_of_touching_freed_memory():
+    pool = np.full(RANKS, 1, dtype=np.int64)
+    ledger = compiled.credit_ledger("node", RANKS, 1, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data)
+    endpoint = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), ledger, **KNOBS)
+    ledger.detach()
+    slot = endpoint.reserve()
+    with pytest.raises(RuntimeError, match="detached"):
+        endpoint.submit(0, endpoint.send_pool.views[slot], 1)
+    with pytest.raises(RuntimeError, match="detached"):
+        endpoint.credits_arrived(0, 1)
+
+
+@pytest.mark.parametrize("source", [-1, 0, RANKS - 1, RANKS])
+@pytest.mark.parametrize("truncated", [True, False])
+def test_a_failed_receive_is_named_like_the_specification(source, truncated):
+    reference, compiled_world = worlds(Unconstrained(), Unconstrained(), KNOBS)
+    expected = reference.endpoint.receive_failed(source, truncated, "MPI_ERR_TRUNCATE: message truncated")
+    got = compiled_world.endpoint.receive_failed(source, truncated, "MPI_ERR_TRUNCATE: message truncated")
+    assert (type(got), str(got)) == (type(expected), str(expected))
+    assert (f"from rank {source}" in str(got)) == (0 <= source < RANKS)
