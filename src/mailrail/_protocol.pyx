@@ -187,7 +187,7 @@ cdef class Endpoint:
     cdef int c_submit(self, object dest, object buf, object nbytes) except -2:
         """submit(): the slot that leaves now (out_* say how) or NO_SLOT (deferred; out_dest/out_nbytes set)."""
         if self.stopped:
-            raise FinalizedError(f"send(dest={dest!r}) called after finalize()")
+            raise _specification.finalized(f"send(dest={dest!r})")
         cdef int overflow = 0, slot
         cdef long rank = -1, size = -1
         # Exact ints in range are checked in C; anything else takes the specification's slow path.
@@ -207,9 +207,7 @@ cdef class Endpoint:
             slot = self.slot_of(buf)
         cdef unsigned char current = self.state[slot]
         if current != HELD:
-            raise BufferOwnershipError(
-                f"send buffer slot {slot} is {_STATE_NAMES[current]}, not reserved: a buffer is sent "
-                f"once per reserve_send_buffer()")
+            raise _specification.not_reserved(slot, current)
         self.idle_calls = 0  # a rank that sends is busy, not idle
         self.reserved -= 1
         self.messages_sent += 1  # submitted: deferred sends count now
@@ -308,23 +306,20 @@ cdef class Endpoint:
         return slots
 
     cdef int refuse_slot(self, int slot) except -1:
-        raise ProtocolError(f"send slot {slot} completed while {_STATE_NAMES[self.state[slot]]}")
+        raise _specification.freed_twice(slot, self.state[slot])
 
     cdef int refuse_finalized(self, object call) except -1:
-        raise FinalizedError(f"{call} called after finalize()")
+        raise _specification.finalized(call)
 
     cdef int refuse_release(self, object message) except -1:
-        if type(message) is not Message or (<Message>message)._owner is not self:
-            raise ReleaseError(f"{message!r} is not a message received from this MailRail")
-        raise ReleaseError(f"{message!r} was already released")
+        raise _specification.release_refused(
+            message, type(message) is Message and (<Message>message)._owner is self)
 
     def slot_of(self, buf):
         """The send slot of *buf*: the reserved view itself, or a C-contiguous view starting at a slot."""
         slot = self.send_pool.slot_of(buf)
         if slot is None:
-            raise BufferOwnershipError(
-                f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "
-                f"MailRail's send pool: use reserve_send_buffer()")
+            raise _specification.not_from_the_pool(buf)
         return slot
 
     cdef long checked_or_unreserved(self, object check, object value, object buf) except? -1:
@@ -352,30 +347,11 @@ cdef class Endpoint:
 
     def checked_rank(self, dest):
         """A destination rank as int: numpy integers accepted, the rest rejected by value (slow path)."""
-        try:
-            rank = operator.index(dest)
-        except TypeError:
-            rank = None
-        if isinstance(dest, bool) or rank is None:
-            raise InvalidDestinationError(
-                f"destination {dest!r} is not an integer rank (valid ranks are 0..{self.size - 1})")
-        if not 0 <= rank < self.size:
-            raise InvalidDestinationError(f"destination {dest!r} is out of range: valid ranks are 0..{self.size - 1}")
-        return rank
+        return _specification.checked_rank(dest, self.size)
 
     def checked_size(self, nbytes):
         """A payload size as int: numpy integers accepted, the rest rejected by value (slow path)."""
-        try:
-            size = operator.index(nbytes)
-        except TypeError:
-            size = None
-        if isinstance(nbytes, bool) or size is None:
-            raise MessageSizeError(
-                f"nbytes={nbytes!r} is not an integer byte count (a message holds 0..{self.datagram_size} bytes)")
-        if not 0 <= size <= self.datagram_size:
-            raise MessageSizeError(
-                f"nbytes={nbytes!r} is out of range: a message holds 0..{self.datagram_size} bytes (the datagram size)")
-        return size
+        return _specification.checked_size(nbytes, self.datagram_size)
 
     # -- deferred sends ----------------------------------------------------
 
@@ -468,12 +444,7 @@ cdef class Endpoint:
     def receive_failed(self, int source, bint truncated, str reason):
         """The error to raise for a payload receive that completed with an MPI error (*reason*: MPI's text;
         *truncated*: ``MPI_ERR_TRUNCATE``); the transport re-posts its slot first."""
-        origin = f" from rank {source}" if 0 <= source < self.size else ""
-        if truncated:
-            return MailRailError(
-                f"a message longer than this rank's datagram_size ({self.datagram_size} bytes) arrived{origin} "
-                f"({reason}): every rank of a rail must use the same datagram_size")
-        return MailRailError(f"receiving a message{origin} failed: {reason}")
+        return _specification.receive_error(source, self.size, self.datagram_size, truncated, reason)
 
     def credit_part(self, long long remaining):
         """The credits the next credit message carries of *remaining* (the count is its tag: at most tag_ub)."""
@@ -510,45 +481,8 @@ cdef class Endpoint:
             raise CreditStallError(self.stall_report(waited))
 
     def stall_report(self, waited):
-        flow, deferred = self.flow, self.deferred
-        lines = [
-            f"rank {self.rank}: {self.deferred_count} deferred message(s) made no progress for "
-            f"{waited:.1f} s ({flow.name} flow control, {flow.credits_per_pair} credits "
-            f"per pair, return threshold {flow.return_threshold})"
-        ]
-        for dest in sorted(deferred.destinations())[:16]:
-            lines.append(
-                f"  destination {dest}: {deferred.queued_for(dest)} queued, "
-                f"{flow.available(dest)} credit(s) available"
-            )
-        lines.append(
-            f"  this rank received {self.messages_received} message(s), released "
-            f"{self.messages_released}, got {self.credit_messages_received} credit message(s), "
-            f"holds {self.reserved} reserved send buffer(s) not yet sent"
-        )
-        return "\n".join(lines)
+        return _specification.stall_report(self, waited)
 
     def counters(self):
         """Every counter of :data:`~mailrail.counters.COUNTERS`, in its order."""
-        flow, deferred = self.flow, self.deferred
-        values = {
-            "messages_sent": self.messages_sent,
-            "bytes_sent": self.bytes_sent,
-            "messages_received": self.messages_received,
-            "bytes_received": self.bytes_received,
-            "messages_released": self.messages_released,
-            "reserve_failures": self.reserve_failures,
-            "held_high_water": self.held_high_water,
-            "credit_messages_sent": self.credit_messages_sent,
-            "credit_messages_received": self.credit_messages_received,
-            "credits_returned": self.credits_returned,
-            "send_buffers_reserved": self.reserved,
-            "credits_piggybacked": getattr(flow, "piggybacked", 0),
-            "deferred_sends": deferred.deferred_count,
-            "deferred_now": deferred.total,
-            "deferred_high_water": deferred.high_water,
-            "credit_window_high_water": flow.unreturned_high_water,
-            "credit_state_bytes": flow.credit_state_bytes(),
-            "shared_credit_bytes": flow.shared_state_bytes(),
-        }
-        return {name: values[name] for name in _COUNTERS}
+        return _specification.counters_of(self)

@@ -167,7 +167,7 @@ class Endpoint:
     def reserve(self) -> int:
         """A free send slot, now reserved by the application, or :data:`NO_SLOT` (backpressure)."""
         if self.stopped:
-            raise FinalizedError("reserve_send_buffer() called after finalize()")
+            raise finalized("reserve_send_buffer()")
         if not self._free:
             self.reserve_failures += 1
             return NO_SLOT
@@ -184,7 +184,7 @@ class Endpoint:
         gives a reserved buffer back to the pool (except a non-contiguous view: it stays reserved).
         """
         if self.stopped:
-            raise FinalizedError(f"send(dest={dest!r}) called after finalize()")
+            raise finalized(f"send(dest={dest!r})")
         if type(dest) is not int or not 0 <= dest < self.size:
             dest = self._checked_or_unreserved(self.checked_rank, dest, buf)
         if type(nbytes) is not int or not 0 <= nbytes <= self.datagram_size:
@@ -192,10 +192,7 @@ class Endpoint:
         slot = self.slot_of(buf)
         state = self.send_state[slot]
         if state != HELD:
-            raise BufferOwnershipError(
-                f"send buffer slot {slot} is {STATE_NAMES[state]}, not reserved: a buffer is sent "
-                f"once per reserve_send_buffer()"
-            )
+            raise not_reserved(slot, state)
         self._idle_calls = 0  # a rank that sends is busy, not idle
         self.reserved -= 1
         self.messages_sent += 1  # submitted: deferred sends count now
@@ -277,7 +274,7 @@ class Endpoint:
 
     def _free_slot(self, slot: int) -> None:
         if self.send_state[slot] != IN_FLIGHT:  # a slot freed twice would be handed out twice
-            raise ProtocolError(f"send slot {slot} completed while {STATE_NAMES[self.send_state[slot]]}")
+            raise freed_twice(slot, self.send_state[slot])
         self.send_state[slot] = FREE
         self._free.append(slot)
 
@@ -285,10 +282,7 @@ class Endpoint:
         """The send slot of *buf*: the reserved view itself, or a C-contiguous view starting at a slot."""
         slot = self.send_pool.slot_of(buf)
         if slot is None:
-            raise BufferOwnershipError(
-                f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "
-                f"MailRail's send pool: use reserve_send_buffer()"
-            )
+            raise not_from_the_pool(buf)
         return slot
 
     def _checked_or_unreserved(self, check: Any, value: object, buf: object) -> int:
@@ -313,33 +307,11 @@ class Endpoint:
 
     def checked_rank(self, dest: object) -> int:
         """A destination rank as int: numpy integers accepted, the rest rejected by value (slow path)."""
-        try:
-            rank = operator.index(dest)  # type: ignore[arg-type]  # any object may be an index
-        except TypeError:
-            rank = None
-        if isinstance(dest, bool) or rank is None:
-            raise InvalidDestinationError(
-                f"destination {dest!r} is not an integer rank (valid ranks are 0..{self.size - 1})"
-            )
-        if not 0 <= rank < self.size:
-            raise InvalidDestinationError(f"destination {dest!r} is out of range: valid ranks are 0..{self.size - 1}")
-        return rank
+        return checked_rank(dest, self.size)
 
     def checked_size(self, nbytes: object) -> int:
         """A payload size as int: numpy integers accepted, the rest rejected by value (slow path)."""
-        try:
-            size = operator.index(nbytes)  # type: ignore[arg-type]  # any object may be an index
-        except TypeError:
-            size = None
-        if isinstance(nbytes, bool) or size is None:
-            raise MessageSizeError(
-                f"nbytes={nbytes!r} is not an integer byte count (a message holds 0..{self.datagram_size} bytes)"
-            )
-        if not 0 <= size <= self.datagram_size:
-            raise MessageSizeError(
-                f"nbytes={nbytes!r} is out of range: a message holds 0..{self.datagram_size} bytes (the datagram size)"
-            )
-        return size
+        return checked_size(nbytes, self.datagram_size)
 
     # -- deferred sends ----------------------------------------------------
 
@@ -381,7 +353,7 @@ class Endpoint:
     def check_open(self, call: str) -> None:
         """Raise :class:`~mailrail.errors.FinalizedError` for *call* (e.g. ``"receive()"``) after finalize()."""
         if self.stopped:
-            raise FinalizedError(f"{call} called after finalize()")
+            raise finalized(call)
 
     # -- progress ----------------------------------------------------------
 
@@ -424,12 +396,12 @@ class Endpoint:
         """The application gives *message* back: ``(receive slot, credits)``, credits > 0 a credit return
         due to ``message.source`` (sent in pieces of at most :meth:`credit_part`)."""
         if self.stopped:
-            raise FinalizedError("release_receive_buffer() called after finalize()")
+            raise finalized("release_receive_buffer()")
         if type(message) is not Message or message._owner is not self:
-            raise ReleaseError(f"{message!r} is not a message received from this MailRail")
+            raise release_refused(message, False)
         slot: int = message._slot
         if slot < 0:
-            raise ReleaseError(f"{message!r} was already released")
+            raise release_refused(message, True)
         message._slot = -1
         self.held -= 1
         self.messages_released += 1
@@ -447,13 +419,7 @@ class Endpoint:
     def receive_failed(self, source: int, truncated: bool, reason: str) -> MailRailError:
         """The error to raise for a payload receive that completed with an MPI error (*reason*: MPI's text;
         *truncated*: ``MPI_ERR_TRUNCATE``); the transport re-posts its slot first."""
-        origin = f" from rank {source}" if 0 <= source < self.size else ""
-        if truncated:
-            return MailRailError(
-                f"a message longer than this rank's datagram_size ({self.datagram_size} bytes) arrived{origin} "
-                f"({reason}): every rank of a rail must use the same datagram_size"
-            )
-        return MailRailError(f"receiving a message{origin} failed: {reason}")
+        return receive_error(source, self.size, self.datagram_size, truncated, reason)
 
     def credit_part(self, remaining: int) -> int:
         """The credits the next credit message carries of *remaining* (the count is its tag: at most tag_ub)."""
@@ -478,44 +444,146 @@ class Endpoint:
             raise CreditStallError(self.stall_report(waited))
 
     def stall_report(self, waited: float) -> str:
-        lines = [
-            f"rank {self.rank}: {self.deferred.total} deferred message(s) made no progress for "
-            f"{waited:.1f} s ({self.flow.name} flow control, {self.flow.credits_per_pair} credits "
-            f"per pair, return threshold {self.flow.return_threshold})"
-        ]
-        for dest in sorted(self.deferred.destinations())[:16]:
-            lines.append(
-                f"  destination {dest}: {self.deferred.queued_for(dest)} queued, "
-                f"{self.flow.available(dest)} credit(s) available"
-            )
-        lines.append(
-            f"  this rank received {self.messages_received} message(s), released "
-            f"{self.messages_released}, got {self.credit_messages_received} credit message(s), "
-            f"holds {self.reserved} reserved send buffer(s) not yet sent"
-        )
-        return "\n".join(lines)
+        return stall_report(self, waited)
 
     def counters(self) -> dict[str, int]:
         """Every counter of :data:`~mailrail.counters.COUNTERS`, in its order."""
-        flow, deferred = self.flow, self.deferred
-        values = {
-            "messages_sent": self.messages_sent,
-            "bytes_sent": self.bytes_sent,
-            "messages_received": self.messages_received,
-            "bytes_received": self.bytes_received,
-            "messages_released": self.messages_released,
-            "reserve_failures": self.reserve_failures,
-            "held_high_water": self.held_high_water,
-            "credit_messages_sent": self.credit_messages_sent,
-            "credit_messages_received": self.credit_messages_received,
-            "credits_returned": self.credits_returned,
-            "send_buffers_reserved": self.reserved,
-            "credits_piggybacked": getattr(flow, "piggybacked", 0),
-            "deferred_sends": deferred.deferred_count,
-            "deferred_now": deferred.total,
-            "deferred_high_water": deferred.high_water,
-            "credit_window_high_water": flow.unreturned_high_water,
-            "credit_state_bytes": flow.credit_state_bytes(),
-            "shared_credit_bytes": flow.shared_state_bytes(),
-        }
-        return {name: values[name] for name in COUNTERS}
+        return counters_of(self)
+
+
+# -- What both Endpoints say: the errors and reports, written once.  These are off the per-message path,
+# so the compiled Endpoint (mailrail._protocol) calls these same functions rather than a copy.
+
+
+def checked_rank(dest: object, size: int) -> int:
+    """*dest* as a rank of 0..size-1: numpy integers accepted, the rest refused by value."""
+    try:
+        rank = operator.index(dest)  # type: ignore[arg-type]  # any object may be an index
+    except TypeError:
+        rank = None
+    if isinstance(dest, bool) or rank is None:
+        raise InvalidDestinationError(f"destination {dest!r} is not an integer rank (valid ranks are 0..{size - 1})")
+    if not 0 <= rank < size:
+        raise InvalidDestinationError(f"destination {dest!r} is out of range: valid ranks are 0..{size - 1}")
+    return rank
+
+
+def checked_size(nbytes: object, datagram_size: int) -> int:
+    """*nbytes* as a payload size of 0..datagram_size: numpy integers accepted, the rest refused by value."""
+    try:
+        size = operator.index(nbytes)  # type: ignore[arg-type]  # any object may be an index
+    except TypeError:
+        size = None
+    if isinstance(nbytes, bool) or size is None:
+        raise MessageSizeError(
+            f"nbytes={nbytes!r} is not an integer byte count (a message holds 0..{datagram_size} bytes)"
+        )
+    if not 0 <= size <= datagram_size:
+        raise MessageSizeError(
+            f"nbytes={nbytes!r} is out of range: a message holds 0..{datagram_size} bytes (the datagram size)"
+        )
+    return size
+
+
+def finalized(call: str) -> FinalizedError:
+    """The error of *call* (``"receive()"``, ``"send(dest=3)"``) after finalize()."""
+    return FinalizedError(f"{call} called after finalize()")
+
+
+def not_from_the_pool(buf: object) -> BufferOwnershipError:
+    return BufferOwnershipError(
+        f"the buffer passed to send() (type {type(buf).__name__}) was not reserved from this "
+        f"MailRail's send pool: use reserve_send_buffer()"
+    )
+
+
+def not_reserved(slot: int, state: int) -> BufferOwnershipError:
+    return BufferOwnershipError(
+        f"send buffer slot {slot} is {STATE_NAMES[state]}, not reserved: a buffer is sent once per "
+        f"reserve_send_buffer()"
+    )
+
+
+def freed_twice(slot: int, state: int) -> ProtocolError:
+    """A send slot completed that is not in flight: freeing it would hand it out twice."""
+    return ProtocolError(f"send slot {slot} completed while {STATE_NAMES[state]}")
+
+
+def release_refused(message: object, received_here: bool) -> ReleaseError:
+    if not received_here:
+        return ReleaseError(f"{message!r} is not a message received from this MailRail")
+    return ReleaseError(f"{message!r} was already released")
+
+
+def receive_error(source: int, size: int, datagram_size: int, truncated: bool, reason: str) -> MailRailError:
+    """The error of a payload receive that completed with an MPI error (*reason*: MPI's text)."""
+    origin = f" from rank {source}" if 0 <= source < size else ""
+    if truncated:
+        return MailRailError(
+            f"a message longer than this rank's datagram_size ({datagram_size} bytes) arrived{origin} "
+            f"({reason}): every rank of a rail must use the same datagram_size"
+        )
+    return MailRailError(f"receiving a message{origin} failed: {reason}")
+
+
+def send_error(dest: int, nbytes: int, reason: str, *, deferred: bool) -> MailRailError:
+    """The error of a send whose MPI call failed to start it (it was uncounted and its slot freed)."""
+    if deferred:
+        return MailRailError(f"a deferred send of {nbytes} bytes to rank {dest} failed: {reason}")
+    return MailRailError(f"send(dest={dest}, nbytes={nbytes}) failed: {reason}")
+
+
+def completion_error(slot: int, nbytes: int, reason: str) -> MailRailError:
+    """The error of a send that completed with an MPI error (its slot is free again)."""
+    return MailRailError(f"a send of {nbytes} bytes (send slot {slot}) failed: {reason}")
+
+
+def credit_receive_error(reason: str) -> MailRailError:
+    """The error of a credit message whose receive completed with an MPI error (re-posted)."""
+    return MailRailError(f"receiving a credit message failed: {reason}")
+
+
+def stall_report(endpoint: Any, waited: float) -> str:
+    """What a :class:`~mailrail.errors.CreditStallError` says of *endpoint* (either implementation)."""
+    flow, deferred = endpoint.flow, endpoint.deferred
+    lines = [
+        f"rank {endpoint.rank}: {deferred.total} deferred message(s) made no progress for "
+        f"{waited:.1f} s ({flow.name} flow control, {flow.credits_per_pair} credits "
+        f"per pair, return threshold {flow.return_threshold})"
+    ]
+    for dest in sorted(deferred.destinations())[:16]:
+        lines.append(
+            f"  destination {dest}: {deferred.queued_for(dest)} queued, {flow.available(dest)} credit(s) available"
+        )
+    lines.append(
+        f"  this rank received {endpoint.messages_received} message(s), released "
+        f"{endpoint.messages_released}, got {endpoint.credit_messages_received} credit message(s), "
+        f"holds {endpoint.reserved} reserved send buffer(s) not yet sent"
+    )
+    return "\n".join(lines)
+
+
+def counters_of(endpoint: Any) -> dict[str, int]:
+    """Every counter of :data:`~mailrail.counters.COUNTERS` of *endpoint* (either implementation), in order."""
+    flow, deferred = endpoint.flow, endpoint.deferred
+    values = {
+        "messages_sent": endpoint.messages_sent,
+        "bytes_sent": endpoint.bytes_sent,
+        "messages_received": endpoint.messages_received,
+        "bytes_received": endpoint.bytes_received,
+        "messages_released": endpoint.messages_released,
+        "reserve_failures": endpoint.reserve_failures,
+        "held_high_water": endpoint.held_high_water,
+        "credit_messages_sent": endpoint.credit_messages_sent,
+        "credit_messages_received": endpoint.credit_messages_received,
+        "credits_returned": endpoint.credits_returned,
+        "send_buffers_reserved": endpoint.reserved,
+        "credits_piggybacked": getattr(flow, "piggybacked", 0),
+        "deferred_sends": deferred.deferred_count,
+        "deferred_now": deferred.total,
+        "deferred_high_water": deferred.high_water,
+        "credit_window_high_water": flow.unreturned_high_water,
+        "credit_state_bytes": flow.credit_state_bytes(),
+        "shared_credit_bytes": flow.shared_state_bytes(),
+    }
+    return {name: values[name] for name in COUNTERS}

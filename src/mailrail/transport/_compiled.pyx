@@ -43,6 +43,7 @@ import weakref
 from mpi4py import MPI
 
 from mailrail.errors import MailRailError
+from mailrail.protocol import completion_error, credit_receive_error, send_error  # the texts, written once
 
 cdef extern from "<sched.h>":
     int sched_yield() nogil
@@ -369,7 +370,7 @@ cdef class CompiledTransport:
             if code:  # it completed, with an error
                 endpoint.c_oldest_completed()
                 error = MPI.Exception(code)
-                raise MailRailError(f"a send of {s.nbytes} bytes (send slot {slot}) failed: {error}") from error
+                raise completion_error(slot, s.nbytes, str(error)) from error
             if not flag:
                 endpoint.c_oldest_still_in_flight()
                 return 0
@@ -428,7 +429,7 @@ cdef class CompiledTransport:
             if code:
                 endpoint.c_transmit_failed(slot, nbytes, action)
                 error = MPI.Exception(code)
-                raise MailRailError(f"a deferred send of {nbytes} bytes to rank {dest} failed: {error}") from error
+                raise send_error(dest, nbytes, str(error), deferred=True) from error
             slot = endpoint.c_drain_next()
         return 0
 
@@ -445,7 +446,7 @@ cdef class CompiledTransport:
             self.credit_head = (self.credit_head + 1) % self.credit_receives
             self.start(request)
             error = MPI.Exception(code)
-            raise MailRailError(f"receiving a credit message failed: {error}") from error
+            raise credit_receive_error(str(error)) from error
         if not flag:
             return 0
         source[0] = (<int *>(self.status + self.source_offset))[0]
@@ -536,7 +537,7 @@ cdef class CompiledTransport:
         if code:
             endpoint.c_transmit_failed(slot, size, action)
             error = MPI.Exception(code)
-            raise MailRailError(f"send(dest={rank}, nbytes={size}) failed: {error}") from error
+            raise send_error(rank, size, str(error), deferred=False) from error
 
     def receive(self):
         """Make progress (reclaim sends, credits, deferred sends), then return one arrived message or None."""

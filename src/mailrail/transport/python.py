@@ -21,7 +21,18 @@ import numpy as np
 from mpi4py import MPI
 
 from ..pool import SlotPool
-from ..protocol import CREATE, ISEND_NEW, ISEND_TAGGED, NO_SLOT, REPLACE, START, Endpoint
+from ..protocol import (
+    CREATE,
+    ISEND_NEW,
+    ISEND_TAGGED,
+    NO_SLOT,
+    REPLACE,
+    START,
+    Endpoint,
+    completion_error,
+    credit_receive_error,
+    send_error,
+)
 from .base import Tuning
 
 #: Send pools of abandoned transports with sends still in flight: MPI may still read them.
@@ -68,6 +79,7 @@ class PythonTransport:
         # Send side: the request in flight per slot, and per slot its persistent send (the Endpoint
         # decides when one is made, started or replaced).
         self._send_request: list[Any] = [None] * send_pool.slots
+        self._send_nbytes = [0] * send_pool.slots  # of the send in flight, for its error message
         self._persistent: list[Any] = [None] * send_pool.slots
         # Receive side: one persistent wildcard receive per slot, posted in ring order; slots beyond
         # MAILRAIL_MAX_RECVS wait, unposted, until a posted one is taken.
@@ -106,7 +118,7 @@ class PythonTransport:
         if self._trace is not None:
             self._trace.message(dest, nbytes)
         if slot != NO_SLOT:
-            self._transmit(dest, nbytes, slot, tag, action)
+            self._transmit(dest, nbytes, slot, tag, action, deferred=False)
 
     def receive(self) -> Any:
         endpoint = self._endpoint
@@ -116,8 +128,8 @@ class PythonTransport:
         if endpoint.credit_poll_due():
             self._poll_credits()
         if endpoint.deferred_total:
-            for ready in endpoint.drain_ready():
-                self._transmit(*ready)
+            for ready in endpoint.drain_ready():  # a failed start stops the drain: the rest stay queued
+                self._transmit(*ready, deferred=True)
         posted = self._posted
         if posted:
             slot = posted[0]
@@ -155,7 +167,12 @@ class PythonTransport:
             slot = endpoint.oldest_in_flight()
             if slot == NO_SLOT:
                 break
-            if not self._send_request[slot].Test():
+            try:
+                done = self._send_request[slot].Test()
+            except self._mpi.Exception as error:  # it completed, with an error: its slot is free again
+                endpoint.oldest_completed()
+                raise completion_error(slot, self._send_nbytes[slot], str(error)) from error
+            if not done:
                 endpoint.oldest_still_in_flight()
                 break
             self._send_request[slot] = None
@@ -242,8 +259,9 @@ class PythonTransport:
         self._recv_requests[slot].Start()
         self._posted.append(slot)
 
-    def _transmit(self, dest: int, nbytes: int, slot: int, tag: int, action: int) -> None:
-        """Start *slot*'s send by the Endpoint's *action* (see :mod:`mailrail.protocol`)."""
+    def _transmit(self, dest: int, nbytes: int, slot: int, tag: int, action: int, *, deferred: bool) -> None:
+        """Start *slot*'s send by the Endpoint's *action* (see :mod:`mailrail.protocol`); an MPI error gives the
+        slot back to the Endpoint and raises (*deferred*: it waited for credit)."""
         try:
             buffer = [self._send_views[slot], nbytes, self._mpi.BYTE]
             if action == START:
@@ -263,10 +281,14 @@ class PythonTransport:
                     self._persistent[slot] = None
                 assert action in (ISEND_TAGGED, ISEND_NEW, REPLACE), action
                 request = self._data.Isend(buffer, dest, tag)
+        except self._mpi.Exception as error:
+            self._endpoint.transmit_failed(slot, nbytes, action)
+            raise send_error(dest, nbytes, str(error), deferred=deferred) from error
         except BaseException:
             self._endpoint.transmit_failed(slot, nbytes, action)
             raise
         self._send_request[slot] = request
+        self._send_nbytes[slot] = nbytes
 
     def _return_credits(self, target: int, count: int) -> None:
         endpoint, credit_inflight, credit = self._endpoint, self._credit_inflight, self._credit
@@ -281,7 +303,14 @@ class PythonTransport:
     def _poll_credits(self) -> None:
         requests = self._credit_requests
         status = self._status
-        while requests[0].Test(status):
+        while True:
+            try:
+                if not requests[0].Test(status):
+                    return
+            except self._mpi.Exception as error:  # completed with an error: post it again, at the back
+                requests[0].Start()
+                requests.rotate(-1)
+                raise credit_receive_error(str(error)) from error
             self._endpoint.credits_arrived(status.Get_source(), status.Get_tag())
             requests[0].Start()
             requests.rotate(-1)
