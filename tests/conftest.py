@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from helpers import job_environment
+from helpers import BINARY_TRACE, JSON_TRACE, job_environment
 
 
 @pytest.fixture
@@ -18,3 +19,15 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in job_environment().items():
         if name.startswith("MAILRAIL_"):
             monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="session")
+def binary_trace() -> Path:
+    """A real binary YGM trace of two ranks (helpers.YGM_TRACES)."""
+    return BINARY_TRACE
+
+
+@pytest.fixture(scope="session")
+def json_trace() -> Path:
+    """A real JSON-lines YGM trace of two ranks (helpers.YGM_TRACES)."""
+    return JSON_TRACE

@@ -19,6 +19,12 @@ from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 ROOT = Path(__file__).resolve().parent.parent
+#: Real traces written by YGM: the project's copy of ../shared/traces (ygm-traces/README.md describes the
+#: formats), so the tests never depend on what lies beside the repository.  The library's trace tests
+#: and the trace tools' tests both read them.
+YGM_TRACES = Path(__file__).resolve().parent / "trace" / "ygm-traces"
+BINARY_TRACE = YGM_TRACES / "ygm-histogram-binary-2ranks"
+JSON_TRACE = YGM_TRACES / "ygm-histogram-json-2ranks"
 #: Seconds before a hung job is killed (all its ranks) and its test fails with the output.
 MPI_TIMEOUT = float(os.environ.get("MAILRAIL_TEST_TIMEOUT", "120"))
 

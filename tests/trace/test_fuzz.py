@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import gzip
 import os
-from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import BINARY_TRACE, JSON_TRACE
 from mailrail.errors import TraceFormatError
 from mailrail.trace import MessageBlock, read_binary, read_jsonl
 
-# Same place as conftest.YGM_TRACES (conftest is not importable under --import-mode=importlib).
-YGM_TRACES = Path(__file__).resolve().parent / "ygm-traces"
-BINARY_TRACE = YGM_TRACES / "ygm-histogram-binary-2ranks"
-JSON_TRACE = YGM_TRACES / "ygm-histogram-json-2ranks"
 # Examples per run stay few (the suite's time budget); MAILRAIL_FUZZ_EXAMPLES=5000 for a long session.
 FUZZ = settings(
     max_examples=int(os.environ.get("MAILRAIL_FUZZ_EXAMPLES", "100")),
