@@ -91,15 +91,7 @@ cdef class Endpoint:
                  stall_timeout=0.0):
         if self.state != NULL:
             raise RuntimeError("Endpoint is initialized once")
-        for name, value, low in (
-            ("size", size, 1),
-            ("tag_ub", tag_ub, 1),
-            ("head_patience", head_patience, 1),
-            ("credit_poll_interval", credit_poll_interval, 1),
-            ("idle_spins", idle_spins, 0),
-        ):
-            if type(value) is not int or value < low:
-                raise ValueError(f"Endpoint {name}={value!r} must be an integer >= {low}")
+        _specification.check_settings(size, tag_ub, head_patience, credit_poll_interval, idle_spins)
         if isinstance(flow, CreditLedger):
             self.ledger = <CreditLedger>flow
         elif not (isinstance(flow, FlowControl) and flow.name == "none"):

@@ -101,15 +101,7 @@ class Endpoint:
         idle_spins: int,
         stall_timeout: float = 0.0,
     ) -> None:
-        for name, value, low in (
-            ("size", size, 1),
-            ("tag_ub", tag_ub, 1),
-            ("head_patience", head_patience, 1),
-            ("credit_poll_interval", credit_poll_interval, 1),
-            ("idle_spins", idle_spins, 0),
-        ):
-            if type(value) is not int or value < low:
-                raise ValueError(f"Endpoint {name}={value!r} must be an integer >= {low}")
+        check_settings(size, tag_ub, head_patience, credit_poll_interval, idle_spins)
         self.rank = rank
         self.size = size
         self.send_pool = send_pool
@@ -453,6 +445,19 @@ class Endpoint:
 
 # -- What both Endpoints say: the errors and reports, written once.  These are off the per-message path,
 # so the compiled Endpoint (mailrail._protocol) calls these same functions rather than a copy.
+
+
+def check_settings(size: int, tag_ub: int, head_patience: int, credit_poll_interval: int, idle_spins: int) -> None:
+    """An Endpoint's integer settings, refused by name and value (both Endpoints' constructors)."""
+    for name, value, low in (
+        ("size", size, 1),
+        ("tag_ub", tag_ub, 1),
+        ("head_patience", head_patience, 1),
+        ("credit_poll_interval", credit_poll_interval, 1),
+        ("idle_spins", idle_spins, 0),
+    ):
+        if type(value) is not int or value < low:
+            raise ValueError(f"Endpoint {name}={value!r} must be an integer >= {low}")
 
 
 def checked_rank(dest: object, size: int) -> int:
