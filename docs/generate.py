@@ -35,6 +35,45 @@ def counter_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+#: The jobs of the memory table: ranks, and ranks per node (64, as on the MailRail paper's cluster).
+MEMORY_JOBS = [(16, 16), (64, 64), (256, 64), (1024, 64), (4096, 64), (16384, 64), (16384, 16)]
+
+
+def memory_table() -> str:
+    """Per mode and job size: credits per pair and credit state per rank at the default receive slots, and
+    the least receive memory the mode runs with (from :func:`mailrail.flow.memory_plan`)."""
+    from mailrail.config import Config
+    from mailrail.flow import least_recv_slots, memory_plan
+
+    config = Config()
+    slot = config.datagram_size
+    rows = [
+        f"| ranks (per node) | nodes | mode | credits per pair at R = {config.recv_pool_slots} | credit state per "
+        f"rank: private + node's share | least receive memory per rank (slots of {slot // 1024} KiB) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for ranks, per_node in MEMORY_JOBS:
+        for mode in ("rank", "node", "adaptive"):
+            plan = memory_plan(
+                mode,
+                ranks=ranks,
+                ranks_per_node=per_node,
+                recv_slots=config.recv_pool_slots,
+                send_slots=config.send_pool_slots,
+                datagram_size=slot,
+                credit_threshold=config.credit_threshold,
+            )
+            credits = "**refused**" if plan.refused else str(plan.credits_per_pair)
+            state = "-" if plan.refused else f"{plan.credit_bytes:,} B + {plan.shared_bytes_per_rank:,} B"
+            least = least_recv_slots(mode, ranks, plan.nodes) * slot
+            rows.append(f"| {ranks:,} ({per_node}) | {plan.nodes:,} | {mode} | {credits} | {state} | {_size(least)} |")
+    return "\n".join(rows) + "\n"
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:,.0f} MiB" if nbytes >= 2**20 else f"{nbytes // 1024} KiB"
+
+
 def command_reference() -> str:
     """Every ``mailrail`` command with the help its parser prints (from :data:`mailrail.cli.COMMANDS`)."""
     from mailrail.cli import COMMANDS, build_parser
@@ -58,6 +97,7 @@ def write_generated_pages(directory: str) -> None:
     os.makedirs(directory, exist_ok=True)
     for name, text in (
         ("knobs.md", knob_table()),
+        ("memory.md", memory_table()),
         ("counters.md", counter_table()),
         ("commands.md", command_reference()),
     ):

@@ -172,3 +172,11 @@ def result_of(completed: subprocess.CompletedProcess) -> dict:
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])
     pytest.fail(f"no RESULT line:\n{completed.stdout[-4000:]}\n{completed.stderr[-4000:]}")
+
+
+def released(flow: object, source: int) -> list[tuple[int, int, int]]:
+    """Release one payload from *source* on a flow-control strategy: the credit messages it caused,
+    ``(target, kind, count)``, taken from its outbox."""
+    flow.on_release(source)  # type: ignore[attr-defined]
+    outbox = flow.outbox  # type: ignore[attr-defined]
+    return [outbox.popleft() for _ in range(len(outbox))]

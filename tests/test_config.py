@@ -366,7 +366,7 @@ def test_bool_keyword_accepts_bools_and_spellings(value, expected):
     assert Config.from_env({"MAILRAIL_PIGGYBACK": "on"}, piggyback=value).piggyback is expected
 
 
-@pytest.mark.parametrize("mode", ["none", "rank", "node"])
+@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
 def test_flow_control_accepts_each_documented_mode(mode):
     assert Config.from_env({"MAILRAIL_FLOW_CONTROL": mode}).flow_control == mode
     assert Config.from_env({}, flow_control=mode).flow_control == mode
@@ -376,7 +376,7 @@ def test_flow_control_error_lists_the_valid_choices():
     with pytest.raises(ConfigError) as info:
         Config.from_env({"MAILRAIL_FLOW_CONTROL": "ranks"})
     message = str(info.value)
-    for mode in ("none", "rank", "node"):
+    for mode in ("none", "rank", "node", "adaptive"):
         assert mode in message
 
 

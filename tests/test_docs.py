@@ -39,6 +39,24 @@ def test_the_counter_table_is_counters_py():
     assert "{include} _generated/counters.md" in (DOCS / "flow-control.md").read_text()
 
 
+def test_the_memory_table_is_memory_plan():
+    """Rank mode refused from 1,024 ranks (more than the 512 slots), node mode at 1,024 nodes, adaptive never;
+    each row's numbers are memory_plan's."""
+    table = generate().memory_table()
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    refused = {(row[0].lstrip("| "), row[2]) for row in rows if "refused" in row[3]}
+    assert refused == {
+        ("1,024 (64)", "rank"),
+        ("4,096 (64)", "rank"),
+        ("16,384 (64)", "rank"),
+        ("16,384 (16)", "rank"),
+        ("16,384 (16)", "node"),
+    }
+    assert "| 16,384 (64) | 256 | node | 2 | 4,096 B + 3,072 B | 1 MiB |" in table
+    assert all(row[5].startswith("4 KiB") for row in rows if row[2] == "adaptive")  # one slot, any size
+    assert "{include} _generated/memory.md" in (DOCS / "flow-control.md").read_text()
+
+
 def test_the_command_page_has_every_command_with_its_help():
     page = generate().command_reference()
     for path, (_, summary) in COMMANDS.items():

@@ -19,7 +19,7 @@ def run(ranks: int, *argv: str, env: dict[str, str] | None = None):
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 4])
-@pytest.mark.parametrize("mode", ["none", "rank", "node"])
+@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
 def test_the_tutorial_program_finds_every_level(ranks, mode):
     out = run(
         ranks,

@@ -16,7 +16,8 @@ from mailrail.errors import (
     ProtocolError,
     ReleaseError,
 )
-from mailrail.flow import NodeCredits, RankCredits, Unconstrained
+from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits, Unconstrained
+from mailrail.flow.base import ANSWER, GIVE_BACK, GRANT, REQUEST, REVOKE, credit_tag
 from mailrail.flow.node import LocalCounters
 from mailrail.pool import SlotPool
 from mailrail.protocol import (
@@ -38,6 +39,11 @@ DATAGRAM = 64
 SIZE = 4
 #: The progress rules of the tests' endpoints (each test that is about one of them sets its own).
 TUNING = {"tag_ub": 32767, "head_patience": 64, "credit_poll_interval": 8, "idle_spins": 4}
+
+
+def grant(count: int) -> int:
+    """The tag of a credit message returning *count* credits."""
+    return credit_tag(GRANT, count)
 
 
 def endpoint(flow=None, *, rank=0, size=SIZE, slots=8, stall_timeout=0.0, **tuning) -> Endpoint:
@@ -446,12 +452,12 @@ def test_a_piggybacked_send_is_a_one_off_that_leaves_the_stream_cache_alone():
 def test_deferred_sends_leave_with_their_action_and_tag_too():
     ep = rank_endpoint(per_pair=1, threshold=1, slots=1)
     assert resend(ep, 0, 1, 8) == ISEND_NEW
-    ep.credits_arrived(1, 1)
+    ep.credits_arrived(1, grant(1))
     assert resend(ep, 0, 1, 8) == CREATE  # the credit came back: it leaves at once
     assert ep.reserve() == 0  # no credit now: deferred
     assert ep.submit(1, ep.send_pool.views[0], 8) == (1, 8, NO_SLOT, 0, 0)
     assert list(ep.drain_ready()) == []
-    ep.credits_arrived(1, 1)
+    ep.credits_arrived(1, grant(1))
     assert list(ep.drain_ready()) == [(1, 8, 0, 0, START)]
 
 
@@ -510,8 +516,8 @@ def test_the_first_of_several_drained_sends_can_fail_to_start():
     send(ep, 2)
     first, _ = send(ep, 1)
     second, _ = send(ep, 2)
-    ep.credits_arrived(1, 1)
-    ep.credits_arrived(2, 1)
+    ep.credits_arrived(1, grant(1))
+    ep.credits_arrived(2, grant(1))
     ready = ep.drain_ready()
     dest, nbytes, slot, _, action = next(ready)  # the transport's MPI call for it fails: it stops iterating
     assert slot == first
@@ -533,7 +539,7 @@ def test_send_without_credit_is_deferred_until_credit_returns():
     assert (now1, now2, now3) == (True, True, False)
     assert ep.send_state[slot3] == QUEUED and ep.in_flight == 2
     assert drained(ep) == []  # still no credit
-    ep.credits_arrived(1, 1)
+    ep.credits_arrived(1, grant(1))
     assert drained(ep) == [(1, slot3, 8)]
     assert ep.send_state[slot3] == IN_FLIGHT and ep.in_flight == 3
     assert drained(ep) == []
@@ -563,12 +569,12 @@ def test_newer_message_never_overtakes_an_older_queued_one_even_when_credit_appe
     ep = rank_endpoint(per_pair=1)
     send(ep, 1)
     older, _ = send(ep, 1)
-    ep.credits_arrived(1, 1)  # credit is available now, but `older` is still queued
+    ep.credits_arrived(1, grant(1))  # credit is available now, but `older` is still queued
     newer, now = send(ep, 1)
     assert not now, "the newer message overtook the queued one"
     assert drained(ep) == [(1, older, 8)]
     assert drained(ep) == []
-    ep.credits_arrived(1, 1)
+    ep.credits_arrived(1, grant(1))
     assert drained(ep) == [(1, newer, 8)]
 
 
@@ -577,7 +583,7 @@ def test_drain_sends_at_most_one_per_destination_per_call_in_fifo_order():
     for _ in range(3):
         send(ep, 1)
     queued = [send(ep, 1)[0] for _ in range(3)]
-    ep.credits_arrived(1, 3)
+    ep.credits_arrived(1, grant(3))
     order = []
     for _ in range(5):
         batch = drained(ep)
@@ -591,8 +597,8 @@ def test_drain_serves_every_destination_that_gained_credit():
     for dest in (1, 2, 3):
         send(ep, dest)
     queued = {dest: send(ep, dest)[0] for dest in (1, 2, 3)}
-    ep.credits_arrived(3, 1)
-    ep.credits_arrived(1, 1)
+    ep.credits_arrived(3, grant(1))
+    ep.credits_arrived(1, grant(1))
     assert sorted(drained(ep)) == [(1, queued[1], 8), (3, queued[3], 8)]
 
 
@@ -603,7 +609,7 @@ def test_node_mode_fifo_with_credits_refilled_silently_by_a_neighbour():
     ep = endpoint(me)
     send(ep, 2)
     older, _ = send(ep, 2)
-    neighbour.on_credit_return(2, 1)  # no event reaches `ep`
+    neighbour.on_credit_message(2, GRANT, 1)  # no event reaches `ep`
     newer, now = send(ep, 2)
     assert not now
     assert drained(ep) == [(2, older, 8)]
@@ -636,7 +642,7 @@ def test_stop_drops_the_deferred_sends_and_frees_their_slots():
     assert [complete_oldest(ep) for _ in range(2)] == in_flight
     assert ep.free_slots == 5
     # Credit that comes back now wakes nothing: nothing is queued any more.
-    ep.credits_arrived(1, 1)
+    ep.credits_arrived(1, grant(1))
     assert list(ep.drain_ready()) == []
     assert ep.stop() == 0  # stopping again drops nothing
 
@@ -672,7 +678,7 @@ def test_an_arrived_message_carries_its_source_size_data_and_slot():
     assert (message.source, message.nbytes, message.data) == (3, 5, data)
     assert repr(message) == "Message(source=3, nbytes=5, slot 6)"
     assert ep.holds(message) and ep.held == 1
-    assert ep.release(message) == (6, 0)  # unconstrained: no credits to return
+    assert ep.release(message) == 6 and not ep.credit_outbox  # unconstrained: no credits to return
     assert not ep.holds(message) and ep.held == 0
     assert repr(message) == "Message(source=3, nbytes=5, released)"
 
@@ -714,8 +720,12 @@ def test_held_messages_and_their_high_water_are_counted():
 def test_receiver_counts_and_returns_credits_at_the_threshold():
     ep = rank_endpoint(per_pair=4, threshold=2)
     first, second = arrive(ep, 2, nbytes=10, slot=5), arrive(ep, 2, nbytes=20, slot=3)
-    assert ep.release(first) == (5, 0)
-    assert ep.release(second) == (3, 2)  # two credits due to the message's source, rank 2
+    assert ep.release(first) == 5 and not ep.credit_outbox
+    assert ep.release(second) == 3
+    assert list(ep.credit_outbox) == [(2, GRANT, 2)]  # two credits due to the message's source, rank 2
+    assert ep.counters()["credit_messages_sent"] == 0  # counted as they are handed to the transport
+    assert ep.next_credit_message() == (2, 2 << 3)
+    assert not ep.credit_outbox
     counters = ep.counters()
     assert counters["messages_received"] == 2
     assert counters["bytes_received"] == 30
@@ -735,14 +745,37 @@ def test_the_tag_piggybacks_owed_credits():
     assert ep.counters()["credits_piggybacked"] == 1
 
 
-def test_a_credit_return_above_tag_ub_leaves_in_pieces_of_at_most_tag_ub():
-    ep = endpoint(tag_ub=5)
-    parts, remaining = [], 12
-    while remaining:
-        parts.append(ep.credit_part(remaining))
-        remaining -= parts[-1]
-    assert parts == [5, 5, 2]
-    assert [ep.credit_part(n) for n in (1, 4, 5, 6)] == [1, 4, 5, 5]
+def test_a_credit_return_above_the_tag_space_leaves_in_pieces():
+    """The count shares the tag with the message kind: at most (TAG_UB - 7) >> 3 credits per message."""
+    ep = endpoint(RankCredits(SIZE, 12, 12, piggyback=False, max_tag=31), tag_ub=31)
+    for message in [arrive(ep, 1) for _ in range(12)]:
+        ep.release(message)
+    messages = []
+    while ep.credit_outbox:
+        messages.append(ep.next_credit_message())
+    assert messages == [(1, 3 << 3)] * 4
+    assert ep.counters()["credit_messages_sent"] == 4 and ep.counters()["credits_returned"] == 12
+
+
+def test_an_endpoint_refuses_a_tag_space_too_small_for_credit_messages():
+    with pytest.raises(ValueError, match="Endpoint tag_ub=14 must be an integer >= 15"):
+        endpoint(tag_ub=14)
+
+
+def test_credit_messages_of_every_kind_reach_the_flow_control_decoded():
+    received = []
+
+    class Recording(Unconstrained):
+        name = "recording"
+
+        def on_credit_message(self, source, kind, count):
+            received.append((source, kind, count))
+
+    ep = endpoint(Recording())
+    for kind in (GRANT, ANSWER, REQUEST, REVOKE, GIVE_BACK):
+        ep.credits_arrived(2, credit_tag(kind, 5))
+    assert received == [(2, kind, 5) for kind in (GRANT, ANSWER, REQUEST, REVOKE, GIVE_BACK)]
+    assert ep.counters()["credit_messages_received"] == 5
 
 
 # -- progress cadences -----------------------------------------------------------------
@@ -759,7 +792,7 @@ def test_credit_messages_are_polled_at_every_call_while_sends_wait_for_credit():
     send(ep, 1)
     send(ep, 1)  # deferred
     assert [ep.credit_poll_due() for _ in range(4)] == [True] * 4
-    ep.credits_arrived(1, 1)
+    ep.credits_arrived(1, grant(1))
     assert len(list(ep.drain_ready())) == 1
     # Nothing waits any more: the interval counts afresh from the last poll.
     assert [ep.credit_poll_due() for _ in range(3)] == [False, False, True]
@@ -830,7 +863,7 @@ def test_the_stall_report_tells_this_ranks_own_counters():
     for dest in (1, 2, 3, 1, 2, 3):
         send(ep, dest)  # every credit to 1, 2 and 3 in use
     for dest in (1, 2, 3):
-        ep.credits_arrived(dest, 1)
+        ep.credits_arrived(dest, grant(1))
     send(ep, 1)
     send(ep, 1)  # deferred
     for _ in range(5):
@@ -864,7 +897,7 @@ def test_no_stall_error_without_deferred_sends():
 def test_progress_restarts_the_stall_clock():
     ep = stalled_endpoint(5.0)
     ep.check_stall(0.0)
-    ep.credits_arrived(2, 1)
+    ep.credits_arrived(2, grant(1))
     assert len(drained(ep, now=10.0)) == 1  # progress: one message left; the clock restarts here
     ep.check_stall(14.0)  # no error although 14 s passed since 0
     with pytest.raises(CreditStallError, match="destination 2: 1 queued"):
@@ -876,7 +909,7 @@ def test_stall_clock_restarts_when_a_new_deferral_episode_begins():
     send(ep, 1)
     send(ep, 1)
     ep.check_stall(0.0)
-    ep.credits_arrived(1, 1)
+    ep.credits_arrived(1, grant(1))
     drained(ep, now=1.0)  # queue empty again
     ep.check_stall(3.0)  # nothing deferred: no clock
     send(ep, 1)  # deferred: a new episode
@@ -907,3 +940,50 @@ def test_counters_report_deferral_statistics():
     assert counters["shared_credit_bytes"] == 0
     # A send counts when it is submitted, deferred or not (the same on both transports).
     assert counters["messages_sent"] == 3 and counters["bytes_sent"] == 3 * 8
+
+
+# -- adaptive credits: asking ------------------------------------------------------------
+
+
+def adaptive_endpoint(**kwargs) -> Endpoint:
+    """Rank 0 of a node of ranks 0-1 (SIZE ranks, nodes of two), receive slots 4, leases of 2."""
+    pool, tokens, demand = LocalCounters(SIZE, 0), LocalCounters(SIZE, 1), LocalCounters(SIZE, 0)
+    flow = AdaptiveCredits(lambda r: r // 2, pool, tokens, demand, 4, 2, 2)
+    return endpoint(flow, **kwargs)
+
+
+def test_a_deferred_send_asks_for_credit_once_and_its_answer_lets_the_queue_go():
+    ep = adaptive_endpoint()
+    assert send(ep, 3)[1] is False and send(ep, 3)[1] is False  # no credit before asking: both wait
+    assert [ep.next_credit_message() for _ in range(len(ep.credit_outbox))] == [(3, credit_tag(REQUEST, 1))]
+    assert ep.counters()["credit_requests_sent"] == 1
+    assert list(ep.drain_ready()) == [] and not ep.credit_outbox  # still waiting: no second request
+    ep.credits_arrived(3, credit_tag(ANSWER, 2))
+    assert [dest for dest, *_ in ep.drain_ready()] == [3]  # one per destination per drain
+    assert [dest for dest, *_ in ep.drain_ready()] == [3]
+    assert ep.deferred_total == 0 and not ep.credit_outbox
+
+
+def test_a_drain_that_finds_no_credit_asks_again_once_the_answer_came():
+    ep = adaptive_endpoint()
+    for _ in range(3):
+        send(ep, 2)
+    ep.next_credit_message()  # the request, for 1 waiting send
+    ep.credits_arrived(2, credit_tag(ANSWER, 1))
+    assert len(list(ep.drain_ready())) == 1  # the answer's one credit: two still wait
+    assert list(ep.drain_ready()) == []  # no credit: the drain asks, with how many wait
+    assert ep.next_credit_message() == (2, credit_tag(REQUEST, 2))
+
+
+def test_the_stall_report_of_adaptive_mode_tells_what_was_asked_and_what_is_lent():
+    ep = adaptive_endpoint(stall_timeout=1.0)
+    send(ep, 3)
+    ep.credits_arrived(1, credit_tag(REQUEST, 5))  # rank 1 (this node) asks this rank: a lease of 2 lent
+    ep.check_stall(0.0)
+    with pytest.raises(CreditStallError) as info:
+        ep.check_stall(2.0)
+    report = str(info.value)
+    assert "(adaptive flow control, 2 credits per pair, return threshold 2)" in report
+    assert "destination 3: 1 queued, 0 credit(s) available" in report
+    assert "this node asked 1 of them for credit and awaits the answer (3)" in report
+    assert "as a receiver: 2 of 4 slots lent to 1 node(s), 0 node(s) waiting" in report

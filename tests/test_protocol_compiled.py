@@ -4,10 +4,12 @@
 over the Python flow classes and the compiled Endpoint over the compiled credit
 ledger the same random scripts (reservations; sends with good and bad
 destinations, sizes and buffers; failed transmits; the in-flight ring; arrivals
-with piggybacked tags; releases, double and foreign ones; credit returns; drains
-on a fake clock with a stall timeout; idle and poll cadence; stop and every call
-after it; abandon), and every result, error (type and text), counter and piece
-of observable state must agree after every step.  No MPI here.
+with piggybacked tags; releases, double and foreign ones; credit messages of
+every kind, valid and not; the credit messages due, taken one by one; drains on
+a fake clock with a stall timeout; idle and poll cadence; stop and every call
+after it; abandon), in every credit mode, and every result, error (type and
+text), credit message due, counter and piece of observable state must agree
+after every step.  No MPI here.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from hypothesis import strategies as st
 
 from mailrail import protocol
 from mailrail.counters import COUNTERS
-from mailrail.flow import NodeCredits, RankCredits, Unconstrained
+from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits, Unconstrained
+from mailrail.flow.base import ANSWER, GIVE_BACK, GRANT, KIND_BITS, REQUEST, REVOKE
 from mailrail.flow.node import LocalCounters
 from mailrail.pool import SlotPool
 
@@ -64,8 +67,11 @@ BUFFERS = weighted(
 )
 
 
-def event_scripts(credits_per_pair: int) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+def event_scripts(credits_per_pair: int, *, adaptive: bool = False) -> st.SearchStrategy[list[tuple[Any, ...]]]:
     source = st.integers(0, RANKS - 1)
+    # Credit messages of every kind (mostly the mode's own: grants, or adaptive's requests and give-backs).
+    kinds = [GRANT, ANSWER, REQUEST, REQUEST, REQUEST, REVOKE, GIVE_BACK, GIVE_BACK] if adaptive else [GRANT] * 6
+    kind = st.one_of(st.sampled_from(kinds), st.integers(0, 7))
     tag = st.one_of(st.just(0), st.just(0), st.integers(1, credits_per_pair + 1))
     message = st.one_of(st.integers(0, 40), st.sampled_from(["foreign", "forged", "junk"]))
     events = weighted(
@@ -84,6 +90,10 @@ def event_scripts(credits_per_pair: int) -> st.SearchStrategy[list[tuple[Any, ..
         (6, st.tuples(st.just("release"), message)),
         (1, st.tuples(st.just("holds"), message)),
         (2, st.tuples(st.just("credits_arrived"), source, st.sampled_from([1, 1, 2]))),
+        (10 if adaptive else 1, st.tuples(st.just("credit_message"), source, kind, st.integers(0, 4))),
+        (4, st.just(("next_credit_message",))),
+        (3 if adaptive else 0, st.tuples(st.just("give_back"), st.integers(0, 3))),
+        (6 if adaptive else 0, st.tuples(st.just("lease_arrival"), st.integers(0, 3), VALID_SIZES)),
         # a credit return of what *dest* holds back, mostly the two streams' (deferred sends drain then)
         (4, st.tuples(st.just("credits_back"), st.sampled_from([0, 2, 0, 2, 1, 3]))),
         (2, st.just(("credit_poll_due",))),
@@ -91,7 +101,6 @@ def event_scripts(credits_per_pair: int) -> st.SearchStrategy[list[tuple[Any, ..
         (5, st.tuples(st.just("drain_ready"), st.sampled_from([0.0, 0.25, 0.75, 2.0]))),
         (2, st.tuples(st.just("drain_some"), st.integers(0, 2))),
         (1, st.tuples(st.just("check_stall"), st.sampled_from([0.0, 1.5]))),
-        (1, st.tuples(st.just("credit_part"), st.integers(0, 9))),
         (1, st.tuples(st.just("unreserve"), BUFFERS)),
         (1, st.tuples(st.just("checked_rank"), DESTINATIONS)),
         (1, st.tuples(st.just("checked_size"), SIZES)),
@@ -112,6 +121,7 @@ class World:
     endpoint: Any
     flow: Any
     message_type: type
+    asked: Any = None  # adaptive mode: dest -> whether this node's request to it awaits its answer
     clock: float = 100.0
     messages: list[Any] = dataclasses.field(default_factory=list)
     recv_slot: int = 0
@@ -157,10 +167,29 @@ def apply(world: World, event: tuple[Any, ...], last: dict[str, Any]) -> Any:
         return message
     if kind in ("release", "holds"):
         return getattr(endpoint, kind)(world.message(args[0]))
-    if kind == "credits_back":
+    if kind == "credits_back":  # adaptive: the answer to this node's request (a grant if it asked none)
+        if world.asked is not None:
+            kind = ANSWER if world.asked(args[0]) else GRANT
+            return endpoint.credits_arrived(args[0], (1 + args[0] % 2) << KIND_BITS | kind)
         available = world.flow.available(args[0])
         consumed = 1 if available is None else world.flow.credits_per_pair - available
-        return endpoint.credits_arrived(args[0], consumed) if consumed > 0 else "nothing held back"
+        return endpoint.credits_arrived(args[0], consumed << KIND_BITS) if consumed > 0 else "nothing held back"
+    if kind == "credits_arrived":  # a grant (or, adaptive, an answer) of *count*, as rank and node modes send
+        return endpoint.credits_arrived(args[0], args[1] << KIND_BITS)
+    if kind == "credit_message":  # any kind, any count: *source* says what it means
+        return endpoint.credits_arrived(args[0], args[2] << KIND_BITS | args[1])
+    if kind in ("give_back", "lease_arrival"):  # adaptive: what a node holding credits of this rank may send
+        state = adaptive_state(world.flow)
+        # a revoked node, or a node with an unused credit
+        leases = sorted(
+            lease for lease in state["leases"].values() if (lease[5] if kind == "give_back" else lease[1] > lease[2])
+        )
+        if not leases:
+            return "no such node"
+        contact, held, unreturned, *_ = leases[args[0] % len(leases)]
+        if kind == "give_back":  # what it holds unused (as its pool would)
+            return endpoint.credits_arrived(contact, (held - unreturned) << KIND_BITS | GIVE_BACK)
+        return apply(world, ("arrived", contact, 0, args[1]), last)
     if kind == "drain_ready":  # a generator: every send it hands out, then its stall check
         world.clock += args[0]
         return list(endpoint.drain_ready(now=world.clock))
@@ -209,6 +238,35 @@ def observable(world: World) -> dict[str, Any]:
         "reserved": endpoint.reserved,
         "available": [flow.available(dest) for dest in range(RANKS)],
         "holds": [endpoint.holds(message) for message in world.messages],
+        "credit_outbox": list(endpoint.credit_outbox),
+        "credits_due": bool(endpoint.credit_outbox),
+        "adaptive": adaptive_state(flow),
+    }
+
+
+def adaptive_state(flow: Any) -> dict[str, Any] | None:
+    """Adaptive mode's receiver state (the ledger reports it; the reference's is read from its objects)."""
+    if flow.name != "adaptive":
+        return None
+    if not isinstance(flow, AdaptiveCredits):
+        return dict(flow.adaptive_state())
+    return {
+        "free": flow.free,
+        "leases": {
+            node: (
+                lease.contact,
+                lease.held,
+                lease.unreturned,
+                lease.owed,
+                lease.demand,
+                lease.revoking,
+                lease.recheck,
+            )
+            for node, lease in flow.leases.items()
+        },
+        "waiting": list(flow.waiting),
+        "revocable": list(flow.revocable),
+        "owing": list(flow.owing),
     }
 
 
@@ -228,8 +286,11 @@ def run_both(reference: World, compiled_world: World, script: list[tuple[Any, ..
         assert observable(compiled_world) == observable(reference), (step, event)
 
 
+#: TAG_UB values: the smallest allowed (one credit per credit message), small ones that split counts, MPI's minimum.
+TAG_UBS = st.sampled_from([15, 23, 31, 32767])
+
 ENDPOINT_SETTINGS = dict(
-    tag_ub=st.integers(1, 4),
+    tag_ub=TAG_UBS,
     head_patience=st.integers(1, 3),
     credit_poll_interval=st.integers(1, 3),
     idle_spins=st.integers(0, 3),
@@ -237,10 +298,15 @@ ENDPOINT_SETTINGS = dict(
 )
 
 
-def worlds(reference_flow: Any, compiled_flow: Any, knobs: dict[str, Any]) -> tuple[World, World]:
+def worlds(
+    reference_flow: Any, compiled_flow: Any, knobs: dict[str, Any], asked: tuple[Any, Any] = (None, None)
+) -> tuple[World, World]:
     python = protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), reference_flow, **knobs)
     native = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), compiled_flow, **knobs)
-    return World(python, reference_flow, protocol.Message), World(native, compiled_flow, compiled_protocol.Message)
+    return (
+        World(python, reference_flow, protocol.Message, asked[0]),
+        World(native, compiled_flow, compiled_protocol.Message, asked[1]),
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -254,7 +320,7 @@ def test_unconstrained_endpoint_decides_like_the_specification(knobs, data):
     credits_per_pair=st.integers(1, 4),
     threshold=st.integers(1, 4),
     piggyback=st.booleans(),
-    max_tag=st.integers(1, 3),
+    max_tag=TAG_UBS,
     knobs=st.fixed_dictionaries(ENDPOINT_SETTINGS),
     data=st.data(),
 )
@@ -274,26 +340,71 @@ def test_rank_endpoint_decides_like_the_specification(credits_per_pair, threshol
     data=st.data(),
 )
 def test_node_endpoint_decides_like_the_specification(credits_per_pair, threshold, node_of_rank, virtual, knobs, data):
-    if virtual:  # consecutive ranks per node, computed
-        per_node = 1 + node_of_rank[0]
-        node_map = [r // per_node for r in range(RANKS)]
-        placement: dict[str, Any] = {"ranks_per_node": per_node}
-    else:  # any rank-to-node map, read from (what would be node-shared) memory
-        node_map = node_of_rank
-        table = np.array(node_map, dtype=np.int32)
-        placement = {"node_map": table.ctypes.data}
+    node_map, placement = placement_of(node_of_rank, virtual)
     nodes = max(node_map) + 1
     pool = np.full(RANKS, credits_per_pair, dtype=np.int64)
     reference_pool = LocalCounters(RANKS, credits_per_pair)
-    reference = NodeCredits(nodes, node_map.__getitem__, reference_pool, credits_per_pair, threshold)
+    tag_ub = knobs["tag_ub"]
+    reference = NodeCredits(nodes, node_map.__getitem__, reference_pool, credits_per_pair, threshold, max_tag=tag_ub)
     ledger = compiled.credit_ledger(
-        "node", RANKS, credits_per_pair, threshold, nodes=nodes, pool=pool.ctypes.data, owner=pool, **placement
+        "node", RANKS, credits_per_pair, threshold, max_tag=tag_ub, nodes=nodes, pool=pool.ctypes.data, **placement
     )
     run_both(*worlds(reference, ledger, knobs), data.draw(event_scripts(credits_per_pair)))
     assert pool.tolist() == list(reference_pool.values)
 
 
-KNOBS = {"tag_ub": 8, "head_patience": 2, "credit_poll_interval": 2, "idle_spins": 1}
+def placement_of(node_of_rank: list[int], virtual: bool) -> tuple[list[int], dict[str, Any]]:
+    """A rank-to-node map and how the ledger is told it: consecutive blocks (computed) or any map (in memory)."""
+    if virtual:
+        per_node = 1 + node_of_rank[0]
+        return [r // per_node for r in range(RANKS)], {"ranks_per_node": per_node}
+    table = np.array(node_of_rank, dtype=np.int32)
+    return list(node_of_rank), {"node_map": table.ctypes.data, "owner": table}
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    recv_slots=st.integers(1, 5),
+    lease=st.integers(1, 4),
+    threshold=st.integers(1, 3),
+    node_of_rank=st.lists(st.integers(0, 2), min_size=RANKS, max_size=RANKS),
+    virtual=st.booleans(),
+    knobs=st.fixed_dictionaries(ENDPOINT_SETTINGS),
+    data=st.data(),
+)
+def test_adaptive_endpoint_decides_like_the_specification(
+    recv_slots, lease, threshold, node_of_rank, virtual, knobs, data
+):
+    node_map, placement = placement_of(node_of_rank, virtual)
+    lease = min(lease, recv_slots)
+    references = reference_pool, reference_tokens, reference_demand = (
+        LocalCounters(RANKS, 0),
+        LocalCounters(RANKS, 1),
+        LocalCounters(RANKS, 0),
+    )
+    tag_ub = knobs["tag_ub"]
+    reference = AdaptiveCredits(node_map.__getitem__, *references, recv_slots, lease, threshold, max_tag=tag_ub)
+    pool, tokens, demand = np.zeros(RANKS, dtype=np.int64), np.ones(RANKS, dtype=np.int64), np.zeros(RANKS, np.int64)
+    ledger = compiled.credit_ledger(
+        "adaptive",
+        RANKS,
+        lease,
+        threshold,
+        max_tag=tag_ub,
+        recv_slots=recv_slots,
+        nodes=max(node_map) + 1,
+        pool=pool.ctypes.data,
+        tokens=tokens.ctypes.data,
+        demand=demand.ctypes.data,
+        **placement,
+    )
+    asked = (lambda dest: reference_tokens.load(dest) == 0, lambda dest: tokens[dest] == 0)
+    run_both(*worlds(reference, ledger, knobs, asked), data.draw(event_scripts(lease, adaptive=True)))
+    for array, values in zip((pool, tokens, demand), references):  # the ledger counts in the node's counters
+        assert array.tolist() == list(values.values)
+
+
+KNOBS = {"tag_ub": 15, "head_patience": 2, "credit_poll_interval": 2, "idle_spins": 1}
 
 #: Scripts for rules that random scripts reach too seldom, each run on both Endpoints like the random ones.
 SCRIPTS = {
@@ -328,8 +439,8 @@ SCRIPTS = {
 def test_scripted_rules_decide_like_the_specification(name):
     knobs = {**KNOBS, "stall_timeout": 1.0}
     credits = 4 if name.startswith("failed") else 1
-    reference = RankCredits(RANKS, credits, 2, piggyback=True, max_tag=8)
-    ledger = compiled.credit_ledger("rank", RANKS, credits, 2, piggyback=True, max_tag=8)
+    reference = RankCredits(RANKS, credits, 2, piggyback=True, max_tag=15)
+    ledger = compiled.credit_ledger("rank", RANKS, credits, 2, piggyback=True, max_tag=15)
     run_both(*worlds(reference, ledger, knobs), SCRIPTS[name])
 
 
@@ -339,6 +450,7 @@ def test_scripted_rules_decide_like_the_specification(name):
         {"size": 0},
         {"size": 2.0},
         {"tag_ub": 0},
+        {"tag_ub": 14},
         {"head_patience": True},
         {"credit_poll_interval": -1},
         {"idle_spins": -1},
@@ -361,7 +473,7 @@ def test_compiled_endpoint_takes_only_the_compiled_ledger_or_no_credits():
         compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), RankCredits(RANKS, 2, 1), **KNOBS)
     endpoint = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), Unconstrained(), **KNOBS)
     assert list(endpoint.counters()) == list(COUNTERS)
-    assert (endpoint.has_credits, endpoint.datagram_size, endpoint.tag_ub) == (False, DATAGRAM, 8)
+    assert (endpoint.has_credits, endpoint.datagram_size, endpoint.tag_ub) == (False, DATAGRAM, 15)
 
 
 def test_a_detached_node_ledger_raises_instead_of_touching_freed_memory():
@@ -373,7 +485,28 @@ def test_a_detached_node_ledger_raises_instead_of_touching_freed_memory():
     with pytest.raises(RuntimeError, match="detached"):
         endpoint.submit(0, endpoint.send_pool.views[slot], 1)
     with pytest.raises(RuntimeError, match="detached"):
-        endpoint.credits_arrived(0, 1)
+        endpoint.credits_arrived(0, 1 << KIND_BITS)
+
+
+def test_a_detached_adaptive_ledger_raises_and_stop_leaves_the_freed_memory_alone():
+    counters = np.zeros(RANKS, np.int64), np.ones(RANKS, np.int64), np.zeros(RANKS, np.int64)
+    addresses = {name: array.ctypes.data for name, array in zip(("pool", "tokens", "demand"), counters)}
+    ledger = compiled.credit_ledger("adaptive", RANKS, 1, 1, recv_slots=4, nodes=1, ranks_per_node=RANKS, **addresses)
+    endpoint = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), ledger, **KNOBS)
+    slot = endpoint.reserve()
+    assert endpoint.submit(0, endpoint.send_pool.views[slot], 1)[2] == protocol.NO_SLOT  # deferred: it asks
+    assert endpoint.next_credit_message() == (0, 1 << KIND_BITS | REQUEST) and counters[2][0] == 1
+    ledger.detach()
+    slot = endpoint.reserve()
+    for call in (
+        lambda: endpoint.submit(0, endpoint.send_pool.views[slot], 1),
+        lambda: endpoint.credits_arrived(0, 1 << KIND_BITS | ANSWER),
+        lambda: endpoint.arrived(0, 0, 1, 0, None),
+    ):
+        with pytest.raises(RuntimeError, match="detached"):
+            call()
+    counters[2][0] = 7
+    assert endpoint.stop() == 1 and counters[2][0] == 7  # the node's memory is not touched any more
 
 
 @pytest.mark.parametrize("source", [-1, 0, RANKS - 1, RANKS])

@@ -61,9 +61,9 @@ def test_sys_exit_0_inside_with_is_a_normal_exit(transport):
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("mode", ["none", "rank", "node"])
+@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
 def test_on_error_raise_cleans_up_locally_without_a_collective_and_re_raises(transport, mode):
-    if transport == "compiled" and mode == "node":
+    if transport == "compiled" and mode in ("node", "adaptive"):
         env = {"MAILRAIL_TRANSPORT": transport, "MAILRAIL_ATOMICS": "cpu"}
     else:
         env = {"MAILRAIL_TRANSPORT": transport}

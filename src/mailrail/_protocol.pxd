@@ -1,7 +1,7 @@
 # The compiled Endpoint's C-level interface, cimported by mailrail.transport._compiled (see _protocol.pyx).
 cimport cython
 
-from mailrail.flow._ledger cimport CreditLedger
+from mailrail.flow._ledger cimport ANSWER, KIND_BITS, KIND_MASK, CreditLedger, CreditMessage, Outbox
 
 # Send-slot states and how a send leaves: the values of mailrail.protocol (checked when the module imports).
 cdef enum:
@@ -38,8 +38,11 @@ cdef class Endpoint:
     cdef public double stall_timeout
     cdef readonly bint has_credits, stopped
     cdef readonly object send_pool, flow, deferred
+    cdef readonly object credit_outbox  # the credit messages due, (target, kind, count): flow.outbox
     cdef CreditLedger ledger          # the credit modes' ledger; None when unconstrained
-    cdef bint silent                  # flow.credits_change_silently (node mode)
+    cdef Outbox outbox                # the ledger's outbox (None when unconstrained: its outbox stays empty)
+    cdef bint silent                  # flow.credits_change_silently (node and adaptive modes)
+    cdef bint asks                    # flow.asks_for_credit (adaptive mode)
     # counters (see mailrail.counters)
     cdef readonly long long messages_sent, bytes_sent, messages_received, bytes_received, messages_released
     cdef readonly long long reserve_failures, credit_messages_sent, credit_messages_received, credits_returned
@@ -68,8 +71,6 @@ cdef class Endpoint:
     # what c_submit() (and a leaving send) decided: the send's destination, size, tag and MPI call
     cdef int out_dest, out_nbytes, out_action
     cdef long long out_tag
-    # what c_release() decided: credits due to the message's source (0: none)
-    cdef long long credits_due
 
     # The per-message paths, called by the compiled transport without a Python frame.  The shortest are
     # defined here, inline (the transport compiles them into its own calls); what they raise is built by
@@ -77,7 +78,9 @@ cdef class Endpoint:
     cdef int c_submit(self, object dest, object buf, object nbytes) except -2
     cdef int leave(self, int dest, int nbytes, int slot) noexcept
     cdef int c_transmit_failed(self, int slot, int nbytes, int action) except -1
-    cdef int c_credits_arrived(self, int source, long long count) except -1
+    cdef int c_credits_arrived(self, int source, long long tag) except -1
+    cdef int c_next_credit_message(self, int *target, long long *tag) except -1
+    cdef long queued_for(self, int dest) except -1
     cdef int c_drain_begin(self, object now) except -1
     cdef int c_drain_next(self) except -2
     cdef int pool_attached(self) except -1
@@ -158,6 +161,8 @@ cdef class Endpoint:
         if self.ledger is not None:
             if not 0 <= source < self.size:  # never index the ledger out of range
                 raise IndexError(f"rank {source} is out of range 0..{self.size - 1}")
+            if self.ledger.credits == NULL:
+                self.pool_attached()
             if self.ledger.arrival(source, tag) and self.deferred_count:
                 self.deferred_mark_ready(source)
         self.held += 1
@@ -173,7 +178,7 @@ cdef class Endpoint:
         return message
 
     cdef inline int c_release(self, object message) except -2:
-        """release(): the receive slot; credits_due the credits to return to the message's source now."""
+        """release(): the receive slot; credit messages it causes join the ledger's outbox."""
         if self.stopped:
             self.refuse_finalized("release_receive_buffer()")
         if type(message) is not Message or (<Message>message)._owner is not self or (<Message>message)._slot < 0:
@@ -183,15 +188,15 @@ cdef class Endpoint:
         m._slot = -1
         self.held -= 1
         self.messages_released += 1
-        self.credits_due = 0
         if self.ledger is not None:
             if not 0 <= m.source < self.size:  # a Message made by hand: never index the ledger out of range
                 raise IndexError(f"rank {m.source} is out of range 0..{self.size - 1}")
-            self.credits_due = self.ledger.release(m.source)
-            if self.credits_due:
-                self.credit_messages_sent += 1
-                self.credits_returned += self.credits_due
+            if self.ledger.credits == NULL:
+                self.pool_attached()
+            self.ledger.release(m.source)
         return slot
 
-    cdef inline long long c_credit_part(self, long long remaining) noexcept:
-        return remaining if remaining < self.tag_ub else self.tag_ub
+    # Credit messages.
+    cdef inline bint c_credits_due(self) noexcept:
+        """Whether credit messages are due (the transport sends them with c_next_credit_message())."""
+        return self.outbox is not None and self.outbox.count != 0

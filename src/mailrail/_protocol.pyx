@@ -10,7 +10,8 @@ compares every result and every piece of observable state.
 The per-message paths have ``cdef`` versions (declared in ``_protocol.pxd``)
 that :mod:`mailrail.transport._compiled` calls without a Python frame; the
 ``def`` methods are thin wrappers over them (one implementation).  Credits go
-through the compiled :class:`~mailrail.flow._ledger.CreditLedger`'s C methods.
+through the compiled :class:`~mailrail.flow._ledger.CreditLedger`'s C methods, and the credit messages it
+decides to send are popped from its :class:`~mailrail.flow._ledger.Outbox` in C.
 What is off the per-message path (the deferred queues, the stall check and its
 report, stop) calls the same Python :class:`~mailrail.deferred.DeferredSends`
 the Python Endpoint uses.
@@ -41,6 +42,7 @@ from mailrail.errors import (
     ProtocolError,
     ReleaseError,
 )
+from mailrail.flow import base as _base
 from mailrail.flow.base import FlowControl
 from mailrail.protocol import NODE_DRAIN_WINDOW as _NODE_DRAIN_WINDOW, STATE_NAMES as _STATE_NAMES
 
@@ -50,7 +52,8 @@ if ((FREE, HELD, QUEUED, IN_FLIGHT) != (_specification.FREE, _specification.HELD
         or (ISEND_TAGGED, START, CREATE, ISEND_NEW, REPLACE) != (
             _specification.ISEND_TAGGED, _specification.START, _specification.CREATE, _specification.ISEND_NEW,
             _specification.REPLACE)
-        or NO_SLOT != _specification.NO_SLOT):
+        or NO_SLOT != _specification.NO_SLOT
+        or (ANSWER, KIND_BITS) != (_base.ANSWER, _base.KIND_BITS)):
     raise ImportError("mailrail._protocol is out of step with mailrail.protocol's constants: rebuild it")
 
 _DETACHED = "the credit ledger was detached from its shared memory (finalize())"
@@ -105,6 +108,10 @@ cdef class Endpoint:
         self.datagram_size = send_pool.slot_size
         self.flow = flow
         self.has_credits = flow.name != "none"
+        self.credit_outbox = flow.outbox
+        if self.ledger is not None:
+            self.outbox = self.ledger.outbox
+            self.asks = self.ledger.asks_for_credit
         self.silent = flow.credits_change_silently
         self.tag_ub = tag_ub
         self.head_patience = head_patience
@@ -213,13 +220,21 @@ cdef class Endpoint:
         self.deferred_push(rank, slot, size)
         self.deferred_count += 1
         self.out_dest, self.out_nbytes, self.out_tag, self.out_action = <int>rank, <int>size, 0, 0
+        if self.asks:  # adaptive: the node counts its waiting sends, and asks for credit if it has none
+            self.ledger.deferred_to(<int>rank, self.queued_for(<int>rank))
         return NO_SLOT
 
     cdef int pool_attached(self) except -1:
-        """A node ledger detached from its shared memory (finalize()) must not be used: raise, never crash."""
-        if self.ledger.node_mode and self.ledger.credits == NULL:
+        """A node or adaptive ledger detached from its shared memory (finalize()) must not be used: raise,
+        never crash."""
+        if self.ledger.shared and self.ledger.credits == NULL:
             raise RuntimeError(_DETACHED)
         return 0
+
+    cdef long queued_for(self, int dest) except -1:
+        """deferred.queued_for(dest): the sends queued for *dest*."""
+        queue = self.deferred_queues.get(dest)
+        return len(queue) if queue else 0
 
     cdef int leave(self, int dest, int nbytes, int slot) noexcept:
         """*slot* leaves now for *dest* (its credit taken): in flight; out_* say its tag and MPI call."""
@@ -379,10 +394,14 @@ cdef class Endpoint:
                 if self.ledger.try_take(dest):
                     slot, nbytes = self.deferred_pop(dest)
                     self.deferred_count -= 1
+                    if self.asks:
+                        self.ledger.undeferred_to(dest, 1)
                     self.has_last_progress = False
                     if not self.silent and self.ledger.credits[dest]:
                         self.deferred_mark_ready(dest)
                     return self.leave(dest, nbytes, slot)
+                elif self.asks:
+                    self.ledger.ask_for(dest, self.queued_for(dest))
             self.drain_candidates = None
         if self.stall_timeout and self.deferred_count:
             now, self.drain_now = self.drain_now, None
@@ -395,11 +414,13 @@ cdef class Endpoint:
         self.stopped = True
         dropped = self.deferred.clear()
         self.deferred_count = 0
-        cdef int slot
-        for _, slot, _ in dropped:
+        cdef int dest, slot
+        for dest, slot, _ in dropped:
             self.state[slot] = FREE
             self.free_stack[self.free_count] = slot
             self.free_count += 1
+            if self.asks and self.ledger.credits != NULL:  # never into node memory already freed (detached)
+                self.ledger.undeferred_to(dest, 1)
         return len(dropped)
 
     def check_open(self, call):
@@ -424,10 +445,9 @@ cdef class Endpoint:
         return self.c_arrived(source, tag, nbytes, slot, data)
 
     def release(self, message):
-        """The application gives *message* back: ``(receive slot, credits)``, credits > 0 a credit return
-        due to ``message.source`` (sent in pieces of at most :meth:`credit_part`)."""
-        cdef int slot = self.c_release(message)
-        return slot, self.credits_due
+        """The application gives *message* back: its receive slot.  Credit messages it causes join
+        :attr:`credit_outbox`."""
+        return self.c_release(message)
 
     def holds(self, message):
         """Whether *message* was received here and is not yet released."""
@@ -438,23 +458,48 @@ cdef class Endpoint:
         *truncated*: ``MPI_ERR_TRUNCATE``); the transport re-posts its slot first."""
         return _specification.receive_error(source, self.size, self.datagram_size, truncated, reason)
 
-    def credit_part(self, long long remaining):
-        """The credits the next credit message carries of *remaining* (the count is its tag: at most tag_ub)."""
-        return self.c_credit_part(remaining)
+    def next_credit_message(self):
+        """The oldest credit message due, taken from :attr:`credit_outbox`: ``(target rank, tag)`` for a
+        zero-byte send on the credit communicator."""
+        cdef int target
+        cdef long long tag
+        if self.outbox is None:  # unconstrained: its outbox is the FlowControl's deque (empty)
+            target, kind, count = self.credit_outbox.popleft()
+            self.credit_messages_sent += 1
+            if kind <= ANSWER:
+                self.credits_returned += count
+            return target, _base.credit_tag(kind, count)
+        if not self.c_next_credit_message(&target, &tag):
+            raise IndexError("pop from an empty deque")  # as the specification's deque says
+        return target, tag
 
-    def credits_arrived(self, int source, long long count):
-        self.c_credits_arrived(source, count)
+    cdef int c_next_credit_message(self, int *target, long long *tag) except -1:
+        """The oldest credit message due into *target* and *tag*: 1, or 0 if none is due."""
+        cdef CreditMessage message
+        if self.outbox is None or not self.outbox.pop(&message):
+            return 0
+        self.credit_messages_sent += 1
+        if message.kind <= ANSWER:
+            self.credits_returned += message.count
+        target[0] = message.target
+        tag[0] = message.count << KIND_BITS | message.kind
+        return 1
 
-    cdef int c_credits_arrived(self, int source, long long count) except -1:
+    def credits_arrived(self, int source, long long tag):
+        """A credit message with *tag* arrived from *source* (credit messages it causes join the outbox)."""
+        self.c_credits_arrived(source, tag)
+
+    cdef int c_credits_arrived(self, int source, long long tag) except -1:
         self.credit_messages_received += 1
+        cdef int kind = tag & KIND_MASK
         if self.ledger is None:
-            self.flow.on_credit_return(source, count)  # unconstrained flow control refuses it
+            self.flow.on_credit_message(source, kind, tag >> KIND_BITS)  # unconstrained flow control refuses it
         else:
             if not 0 <= source < self.size:
                 raise IndexError(f"rank {source} is out of range 0..{self.size - 1}")
             self.pool_attached()
-            self.ledger.credit_return(source, count)
-        if self.deferred_count:
+            self.ledger.credit_message(source, kind, tag >> KIND_BITS)
+        if kind <= ANSWER and self.deferred_count:
             self.deferred_mark_ready(source)
         return 0
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, ConfigWarning, DeprecatedKnobWarning
 
-FLOW_CONTROL_MODES = ("none", "rank", "node")
+FLOW_CONTROL_MODES = ("none", "rank", "node", "adaptive")
 ATOMICS_MODES = ("auto", "cpu", "mpi")
 TRANSPORT_MODES = ("auto", "compiled", "python")
 ON_ERROR_MODES = ("abort", "raise")
@@ -159,12 +159,20 @@ class Config:
 
     datagram_size: int = knob(4096, _int(1), "bytes per message slot: the largest payload")
     send_pool_slots: int = knob(256, _int(1), "send buffers per rank: held by the application, in flight and deferred")
-    recv_pool_slots: int = knob(512, _int(1), "receive slots per rank; the credit budget of both credit modes")
+    recv_pool_slots: int = knob(512, _int(1), "receive slots per rank; the credit budget of every credit mode")
     max_recvs: int | None = knob(
         None, _int(1), "receives kept posted (the other slots wait, unposted)", shown="all receive slots"
     )
-    flow_control: str = knob("none", _choice(FLOW_CONTROL_MODES), "`none` (unconstrained), `rank` or `node`")
-    credit_threshold: int = knob(2, _int(1), "return credits once `credits_per_pair / THRESHOLD` were consumed")
+    flow_control: str = knob(
+        "none",
+        _choice(FLOW_CONTROL_MODES),
+        "`none` (unconstrained), `rank`, `node` or `adaptive` (credits lent on request)",
+    )
+    credit_threshold: int = knob(
+        2,
+        _int(1),
+        "return credits once `credits_per_pair / THRESHOLD` were consumed (adaptive: `credits held / THRESHOLD`)",
+    )
     piggyback: bool = knob(
         True, _bool, "rank mode: carry owed credits in the tag of payloads going that way", shown="on"
     )
@@ -172,7 +180,11 @@ class Config:
         None, _int(1), "virtual nodes: group K consecutive ranks into a node", shown="real nodes"
     )
     credits_per_pair: int | None = knob(
-        None, _int(1), "credits per (sender rank or node, receiver rank) instead of the derived number", shown="derived"
+        None,
+        _int(1),
+        "credits per (sender rank or node, receiver rank) instead of the derived number; adaptive: the most "
+        "credits one grant carries (derived: receive slots / 8)",
+        shown="derived",
     )
     stall_timeout: float = knob(
         0.0,

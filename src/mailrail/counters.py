@@ -17,9 +17,9 @@ MESSAGE_COUNTERS: dict[str, str] = {
     "messages_released": "messages given back with release_receive_buffer()",
     "reserve_failures": "times reserve_send_buffer() returned None (backpressure)",
     "held_high_water": "most messages the application held (received, not released) at once",
-    "credit_messages_sent": "credit-return messages this rank sent",
-    "credit_messages_received": "credit-return messages this rank received",
-    "credits_returned": "credits those returns carried (piggybacked ones not included)",
+    "credit_messages_sent": "credit messages this rank sent (returns and grants; adaptive: requests, revokes too)",
+    "credit_messages_received": "credit messages this rank received",
+    "credits_returned": "credits the returns and grants it sent carried (piggybacked ones not included)",
     "send_buffers_reserved": "send buffers reserve_send_buffer() handed out and not yet passed to send() (now)",
 }
 
@@ -30,6 +30,14 @@ CREDIT_COUNTERS: dict[str, str] = {
     "deferred_now": "sends waiting for credit now",
     "deferred_high_water": "most sends waiting for credit at once",
     "credit_window_high_water": "most payloads arrived here whose credits were not yet returned",
+    "credit_requests_sent": "adaptive: requests for credit this rank sent for its node",
+    "credit_requests_received": "adaptive: requests for credit this rank received",
+    "credits_reclaimed": "adaptive: released credits kept in the free slots because other nodes waited",
+    "credit_revokes_sent": "adaptive: revokes sent to nodes that might hold credits they do not use",
+    "credits_given_back": "adaptive: credits nodes gave back after a revoke",
+    "leases_now": "adaptive: nodes that hold credits of this rank now",
+    "leases_high_water": "adaptive: most nodes holding credits of this rank, or asking, at once",
+    "waiting_high_water": "adaptive: most nodes waiting for this rank's credits at once",
     "credit_state_bytes": "private credit state of this rank",
     "shared_credit_bytes": "the node's shared credit pool and rank-to-node map (counted once per node)",
 }
@@ -40,10 +48,11 @@ COUNTERS: dict[str, str] = {**MESSAGE_COUNTERS, **CREDIT_COUNTERS}
 #: Facts about the rail; ``nodes`` and ``atomics`` only in node mode.
 RAIL_FACTS: dict[str, str] = {
     "transport": "the transport in use: compiled or python",
-    "flow_control": "none, rank or node",
-    "credits_per_pair": "credits per (sender rank or node, receiver rank); 0 when unconstrained",
+    "flow_control": "none, rank, node or adaptive",
+    "credits_per_pair": "credits per (sender rank or node, receiver rank); adaptive: the most one grant carries; "
+    "0 when unconstrained",
     "recv_pool_bytes": "bytes of the receive pool",
     "send_pool_bytes": "bytes of the send pool",
-    "nodes": "nodes the ranks form (node mode)",
-    "atomics": "how node credits are updated: cpu or mpi (node mode)",
+    "nodes": "nodes the ranks form (node and adaptive modes)",
+    "atomics": "how node credits are updated: cpu or mpi (node and adaptive modes)",
 }

@@ -36,7 +36,7 @@ from .errors import (
     ProtocolError,
     ReleaseError,
 )
-from .flow.base import FlowControl
+from .flow.base import ANSWER, KIND_BITS, KIND_MASK, MIN_TAG_UB, FlowControl, credit_tag
 from .pool import SlotPool
 
 # Send-slot states.
@@ -108,6 +108,8 @@ class Endpoint:
         self.datagram_size = send_pool.slot_size
         self.flow = flow
         self.has_credits = flow.name != "none"
+        #: The credit messages due, ``(target, kind, count)``: the flow control's outbox (see next_credit_message).
+        self.credit_outbox = flow.outbox
         self.tag_ub = tag_ub
         self.head_patience = head_patience
         self.credit_poll_interval = credit_poll_interval
@@ -189,10 +191,13 @@ class Endpoint:
         self.reserved -= 1
         self.messages_sent += 1  # submitted: deferred sends count now
         self.bytes_sent += nbytes
-        if dest not in self.deferred.queues and self.flow.try_acquire(dest):
+        flow = self.flow
+        if dest not in self.deferred.queues and flow.try_acquire(dest):
             return self._leave(dest, nbytes, slot)
         self.send_state[slot] = QUEUED  # the stall clock was reset when the queues last emptied (a drain)
         self.deferred.push(dest, slot, nbytes)
+        if flow.asks_for_credit:
+            flow.on_deferred(dest, self.deferred.queued_for(dest))
         return dest, nbytes, NO_SLOT, 0, 0
 
     def _leave(self, dest: int, nbytes: int, slot: int) -> tuple[int, int, int, int, int]:
@@ -325,10 +330,14 @@ class Endpoint:
             for dest in deferred.candidates():
                 if flow.try_acquire(dest):
                     slot, nbytes = deferred.pop(dest)
+                    if flow.asks_for_credit:
+                        flow.on_undeferred(dest, 1)
                     self._last_progress = None
                     if not flow.credits_change_silently and flow.available(dest):
                         deferred.mark_ready(dest)
                     yield self._leave(dest, nbytes, slot)
+                elif flow.asks_for_credit:
+                    flow.ask(dest, deferred.queued_for(dest))
         if self.stall_timeout and deferred.total:
             self.check_stall(time.monotonic() if now is None else now)
 
@@ -337,9 +346,11 @@ class Endpoint:
         slots free again).  Returns how many were dropped."""
         self.stopped = True
         dropped = self.deferred.clear()
-        for _, slot, _ in dropped:
+        for dest, slot, _ in dropped:
             self.send_state[slot] = FREE
             self._free.append(slot)
+            if self.flow.asks_for_credit:
+                self.flow.on_undeferred(dest, 1)
         return len(dropped)
 
     def check_open(self, call: str) -> None:
@@ -384,9 +395,9 @@ class Endpoint:
         self._idle_calls = 0
         return Message(source, nbytes, data, slot, self)
 
-    def release(self, message: Any) -> tuple[int, int]:
-        """The application gives *message* back: ``(receive slot, credits)``, credits > 0 a credit return
-        due to ``message.source`` (sent in pieces of at most :meth:`credit_part`)."""
+    def release(self, message: Any) -> int:
+        """The application gives *message* back: its receive slot.  Credit messages it causes join
+        :attr:`credit_outbox`."""
         if self.stopped:
             raise finalized("release_receive_buffer()")
         if type(message) is not Message or message._owner is not self:
@@ -397,12 +408,8 @@ class Endpoint:
         message._slot = -1
         self.held -= 1
         self.messages_released += 1
-        credit_return = self.flow.on_release(message.source)
-        if credit_return is None:
-            return slot, 0
-        self.credit_messages_sent += 1
-        self.credits_returned += credit_return[1]
-        return slot, credit_return[1]
+        self.flow.on_release(message.source)
+        return slot
 
     def holds(self, message: Any) -> bool:
         """Whether *message* was received here and is not yet released."""
@@ -413,14 +420,21 @@ class Endpoint:
         *truncated*: ``MPI_ERR_TRUNCATE``); the transport re-posts its slot first."""
         return receive_error(source, self.size, self.datagram_size, truncated, reason)
 
-    def credit_part(self, remaining: int) -> int:
-        """The credits the next credit message carries of *remaining* (the count is its tag: at most tag_ub)."""
-        return remaining if remaining < self.tag_ub else self.tag_ub
+    def next_credit_message(self) -> tuple[int, int]:
+        """The oldest credit message due, taken from :attr:`credit_outbox`: ``(target rank, tag)`` for a
+        zero-byte send on the credit communicator."""
+        target, kind, count = self.credit_outbox.popleft()
+        self.credit_messages_sent += 1
+        if kind <= ANSWER:
+            self.credits_returned += count
+        return target, credit_tag(kind, count)
 
-    def credits_arrived(self, source: int, count: int) -> None:
+    def credits_arrived(self, source: int, tag: int) -> None:
+        """A credit message with *tag* arrived from *source* (credit messages it causes join the outbox)."""
         self.credit_messages_received += 1
-        self.flow.on_credit_return(source, count)
-        if self.deferred.total:
+        kind = tag & KIND_MASK
+        self.flow.on_credit_message(source, kind, tag >> KIND_BITS)
+        if kind <= ANSWER and self.deferred.total:
             self.deferred.mark_ready(source)
 
     # -- diagnostics -------------------------------------------------------
@@ -451,7 +465,7 @@ def check_settings(size: int, tag_ub: int, head_patience: int, credit_poll_inter
     """An Endpoint's integer settings, refused by name and value (both Endpoints' constructors)."""
     for name, value, low in (
         ("size", size, 1),
-        ("tag_ub", tag_ub, 1),
+        ("tag_ub", tag_ub, MIN_TAG_UB),
         ("head_patience", head_patience, 1),
         ("credit_poll_interval", credit_poll_interval, 1),
         ("idle_spins", idle_spins, 0),
@@ -560,6 +574,7 @@ def stall_report(endpoint: Any, waited: float) -> str:
         lines.append(
             f"  destination {dest}: {deferred.queued_for(dest)} queued, {flow.available(dest)} credit(s) available"
         )
+    lines.extend(flow.stall_lines(deferred.destinations()))
     lines.append(
         f"  this rank received {endpoint.messages_received} message(s), released "
         f"{endpoint.messages_released}, got {endpoint.credit_messages_received} credit message(s), "
@@ -583,11 +598,19 @@ def counters_of(endpoint: Any) -> dict[str, int]:
         "credit_messages_received": endpoint.credit_messages_received,
         "credits_returned": endpoint.credits_returned,
         "send_buffers_reserved": endpoint.reserved,
-        "credits_piggybacked": getattr(flow, "piggybacked", 0),
+        "credits_piggybacked": flow.piggybacked,
         "deferred_sends": deferred.deferred_count,
         "deferred_now": deferred.total,
         "deferred_high_water": deferred.high_water,
         "credit_window_high_water": flow.unreturned_high_water,
+        "credit_requests_sent": flow.requests_sent,
+        "credit_requests_received": flow.requests_received,
+        "credits_reclaimed": flow.reclaimed,
+        "credit_revokes_sent": flow.revokes_sent,
+        "credits_given_back": flow.given_back,
+        "leases_now": flow.lease_count(),
+        "leases_high_water": flow.leases_high_water,
+        "waiting_high_water": flow.waiting_high_water,
         "credit_state_bytes": flow.credit_state_bytes(),
         "shared_credit_bytes": flow.shared_state_bytes(),
     }

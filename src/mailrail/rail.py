@@ -204,16 +204,38 @@ class MailRail:
         self._topology = topology = NodeTopology(comm, config.ranks_per_node)
         resources.callback(topology.free)
         budget = budget or self._credits_for(topology.nodes)  # real nodes: counted just now
-        self._shared = shared = SharedWindowCounters(topology.comm, self.size, budget.credits_per_pair, config.atomics)
+        # Node and adaptive modes: the node's credit pool, one counter per destination rank (node mode starts
+        # full, adaptive mode empty: credits are lent on request), shared by the node's ranks.
+        initial = budget.credits_per_pair if config.flow_control == "node" else 0
+        self._shared = shared = SharedWindowCounters(topology.comm, self.size, initial, config.atomics)
         resources.callback(shared.free)
-        flow = implementation.node_credits(
-            topology,
-            shared,
-            self.size,
-            budget.credits_per_pair,
-            budget.return_threshold,
-            ranks_per_node=config.ranks_per_node,
-        )
+        if config.flow_control == "node":
+            flow = implementation.node_credits(
+                topology,
+                shared,
+                self.size,
+                budget.credits_per_pair,
+                budget.return_threshold,
+                ranks_per_node=config.ranks_per_node,
+                max_tag=self.tag_ub,
+            )
+        else:  # adaptive: and per destination the node's request token (1: it may ask) and its waiting sends
+            tokens = SharedWindowCounters(topology.comm, self.size, 1, config.atomics)
+            resources.callback(tokens.free)
+            demand = SharedWindowCounters(topology.comm, self.size, 0, config.atomics)
+            resources.callback(demand.free)
+            flow = implementation.adaptive_credits(
+                topology,
+                shared,
+                tokens,
+                demand,
+                self.size,
+                config.recv_pool_slots,
+                budget.credits_per_pair,
+                budget.return_threshold,
+                ranks_per_node=config.ranks_per_node,
+                max_tag=self.tag_ub,
+            )
         resources.callback(flow.detach)  # before the node memory it points into is freed
         return flow
 
@@ -392,7 +414,7 @@ class MailRail:
         stats["credits_per_pair"] = self.flow.credits_per_pair
         stats["recv_pool_bytes"] = self._recv_pool.nbytes
         stats["send_pool_bytes"] = self._send_pool.nbytes
-        if self._topology is not None and self._shared is not None:  # node mode
+        if self._topology is not None and self._shared is not None:  # node and adaptive modes
             stats["shared_credit_bytes"] += self._topology.shared_map_bytes
             stats["nodes"] = self._topology.nodes
             stats["atomics"] = self._shared.atomics

@@ -10,7 +10,10 @@ OUT_OF_RANGE = [
     (["app", "cc", "--scale", "32"], "argument --scale: must be an integer in 1..31, got '32'"),
     (["app", "cc", "--edge-factor", "0"], "argument --edge-factor: must be an integer in 1..65536, got '0'"),
     (["app", "cc", "--trials", "0"], "argument --trials: must be an integer in 1..100000, got '0'"),
-    (["app", "cc", "--modes", "rank,fast"], "argument --modes: each must be one of none,rank,node, got 'rank,fast'"),
+    (
+        ["app", "cc", "--modes", "rank,fast"],
+        "argument --modes: each must be one of none,rank,node,adaptive, got 'rank,fast'",
+    ),
     (["app", "moe", "--tokens", "0"], "argument --tokens: must be an integer in 1..4294967295, got '0'"),
     (["app", "moe", "--hidden", "2000000"], "argument --hidden: must be an integer in 1..1048576, got '2000000'"),
     (["app", "moe", "--experts", "65537"], "argument --experts: must be an integer in 1..65536, got '65537'"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from helpers import MPI_TIMEOUT
@@ -73,7 +75,7 @@ def adversarial(tmp_path, mode: str, victims: int, *amount: str) -> tuple[dict, 
     return document, metrics
 
 
-@pytest.mark.parametrize("mode", ["none", "rank", "node"])
+@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
 @pytest.mark.parametrize(
     "victims, amount, per_sender_bytes",
     [
@@ -121,6 +123,14 @@ def test_victims_receive_exactly_what_was_sent_to_them(
         assert document["summary"]["credit_messages"] > 0
         # Credits bound what can arrive at a rank unreturned by its receive slots.
         assert max(d["credit_window_high_water"] for d in detail) <= 6
+    # Only adaptive credits are asked for, and then by every node with senders (a node asks once for all of
+    # its ranks: nodes of two ranks here); every request reached a receiver.
+    asked = Counter()
+    for d in detail:
+        if d["messages_sent"]:
+            asked[d["rank"] // 2] += d["credit_requests_sent"]
+    assert all(asked.values()) if mode == "adaptive" else not any(asked.values())
+    assert sum(d["credit_requests_received"] for d in detail) == sum(asked.values())
 
     assert_metrics_match_totals(document, metrics)
 

@@ -38,7 +38,7 @@ COMPARE = [
     (["--time-limit", "0"], "argument --time-limit: must be a number in 0.1..1e+06, got '0'"),
     (["--time-limit", "nan"], "argument --time-limit"),
     (["--metrics-interval", "0"], "argument --metrics-interval"),
-    (["--modes", "none,fast"], "argument --modes: each must be one of none,rank,node"),
+    (["--modes", "none,fast"], "argument --modes: each must be one of none,rank,node,adaptive"),
     (["--node-slots", "0"], "argument --node-slots: must be an integer in 1.."),
     (["--datagram-size", "0"], "argument --datagram-size"),
 ]

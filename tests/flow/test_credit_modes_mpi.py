@@ -1,8 +1,9 @@
-"""Rank- and node-based flow control under a real mpiexec: exactly once, invariants, sharing, stalls."""
+"""Rank-, node-based and adaptive flow control under a real mpiexec: exactly once, invariants, sharing,
+stalls."""
 
 import pytest
 
-from helpers import assert_exactly_once, mpirun
+from helpers import assert_exactly_once, mpirun, run_program
 
 pytestmark = pytest.mark.mpi
 
@@ -75,6 +76,7 @@ def test_node_mode_with_virtual_nodes(ranks_per_node, transport):
     [
         ("rank", dict(recv_pool_slots=32)),  # 4 credits per pair at 8 ranks
         ("node", dict(recv_pool_slots=32, ranks_per_node=2)),  # 8 credits per node
+        ("adaptive", dict(recv_pool_slots=32, ranks_per_node=2)),  # leases of 4, up to all 32 slots
     ],
 )
 def test_unreturned_messages_never_exceed_receive_slots(mode, knobs):
@@ -149,3 +151,65 @@ def test_node_mode_with_portable_mpi_atomics():
     assert_exactly_once(result, transport="python")
     assert {s["atomics"] for s in result["stats"]} == {"mpi"}
     assert sum(s["deferred_sends"] for s in result["stats"]) > 0
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("transport", ["compiled", "python"])
+@pytest.mark.parametrize("pattern", ["incast", "uniform"])
+def test_adaptive_mode_with_fewer_receive_slots_than_sending_nodes(pattern, transport):
+    """Eight nodes of one rank, three receive slots per rank: rank and node modes are refused here (fewer
+    slots than senders); adaptive credits lend the three slots around, and nothing is lost."""
+    knobs = dict(recv_pool_slots=3, send_pool_slots=4, ranks_per_node=1, transport=transport)
+    result = mpirun(8, "traffic.py", "--pattern", pattern, "--max-messages", "150", env=env("adaptive", **knobs))
+    assert_exactly_once(result, transport)
+    stats = result["stats"]
+    assert {s["nodes"] for s in stats} == {8} and {s["credits_per_pair"] for s in stats} == {1}
+    assert max(s["credit_window_high_water"] for s in stats) <= 3
+    assert max(s["held_high_water"] for s in stats) <= 3
+    assert sum(s["credit_requests_sent"] for s in stats) == sum(s["credit_requests_received"] for s in stats) > 0
+    assert max(s["waiting_high_water"] for s in stats) > 1  # nodes really queued for the slots
+
+    for mode in ("rank", "node"):  # what the static modes say to the same job
+        refused = run_program(8, "traffic.py", "--max-messages", "1", env=env(mode, **knobs))
+        assert refused.returncode != 0
+        assert f"{mode}-based flow control gets 0 credits per" in refused.stderr
+        assert "use flow_control='adaptive'" in refused.stderr
+
+
+def test_adaptive_mode_with_portable_mpi_atomics_and_idle_nodes():
+    """The no-compiler path (MPI atomics on the node's pool, tokens and demand), with most ranks sending
+    only a little: their idle credits are revoked for the nodes that keep sending."""
+    result = mpirun(
+        8,
+        "traffic.py",
+        "--pattern",
+        "incast",
+        "--max-messages",
+        "150",
+        env=env("adaptive", recv_pool_slots=4, send_pool_slots=4, ranks_per_node=2, atomics="mpi"),
+    )
+    assert_exactly_once(result, transport="python")
+    stats = result["stats"]
+    assert {s["atomics"] for s in stats} == {"mpi"}
+    assert {s["shared_credit_bytes"] for s in stats} == {3 * 8 * 8}  # pool, tokens, demand: 8 B per rank each
+    victim = stats[result["victims"][0]]
+    assert victim["credit_revokes_sent"] > 0 and victim["credit_window_high_water"] <= 4
+
+
+@pytest.mark.parametrize("pattern", ["uniform", "incast", "hotspot", "sparse"])
+@pytest.mark.parametrize(
+    "ranks, ranks_per_node",
+    [(8, 2), (8, None), pytest.param(16, 4, marks=pytest.mark.slow)],
+    ids=["8-ranks-4-virtual-nodes", "8-ranks-real-node", "16-ranks-4-virtual-nodes"],
+)
+def test_adaptive_mode_delivers_exactly_once_with_one_receive_slot(ranks, ranks_per_node, pattern):
+    """One receive slot per rank, every pattern: the slot is lent around, never overrun, nothing lost."""
+    knobs = dict(recv_pool_slots=1, send_pool_slots=4)
+    if ranks_per_node is not None:
+        knobs["ranks_per_node"] = ranks_per_node
+    result = mpirun(ranks, "traffic.py", "--pattern", pattern, "--max-messages", "60", env=env("adaptive", **knobs))
+    assert_exactly_once(result)
+    stats = result["stats"]
+    assert {s["nodes"] for s in stats} == {ranks // ranks_per_node if ranks_per_node else 1}
+    assert max(s["credit_window_high_water"] for s in stats) <= 1 and max(s["held_high_water"] for s in stats) <= 1
+    assert max(s["leases_high_water"] for s in stats) >= 1

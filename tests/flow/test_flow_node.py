@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import released
 from mailrail.errors import ProtocolError
 from mailrail.flow import NodeCredits, Unconstrained
+from mailrail.flow.base import GRANT, REQUEST
 from mailrail.flow.node import LocalCounters
 
 RANKS_PER_NODE = 2
@@ -32,7 +34,25 @@ def test_local_counters():
     assert counters.load(1) == 0
     counters.add(1, 5)
     assert counters.load(1) == 5
+    assert counters.take_up_to(1, 3) == 3 and counters.load(1) == 2
+    assert counters.take_up_to(1, 3) == 2 and counters.load(1) == 0
+    assert counters.take_up_to(1, 3) == 0 and counters.load(1) == 0
     assert counters.nbytes == 3 * 8
+
+
+def test_a_credit_return_above_the_tag_space_leaves_in_pieces():
+    _, (receiver,) = make_node(ranks=4, per_pair=40, threshold=40, local_ranks=1)
+    receiver.max_count = 16  # what a TAG_UB of 2**7 - 1 allows
+    for _ in range(40):
+        receiver.on_arrival(3, 0)
+    messages = [message for _ in range(40) for message in released(receiver, 3)]
+    assert messages == [(3, GRANT, 16), (3, GRANT, 16), (3, GRANT, 8)]
+
+
+def test_node_mode_refuses_credit_messages_of_other_kinds():
+    _, (flow,) = make_node(local_ranks=1)
+    with pytest.raises(ProtocolError, match=r"node flow control got a credit message \(request, count 2\) from rank 3"):
+        flow.on_credit_message(3, REQUEST, 2)
 
 
 def test_acquire_until_the_shared_pool_is_exhausted():
@@ -50,7 +70,7 @@ def test_credit_return_to_one_rank_is_usable_by_its_neighbour_at_once():
     pool, (a, b) = make_node(per_pair=1)
     assert a.try_acquire(4)
     assert not b.try_acquire(4)
-    a.on_credit_return(4, 1)
+    a.on_credit_message(4, GRANT, 1)
     assert b.available(4) == 1
     assert b.try_acquire(4)
 
@@ -83,16 +103,16 @@ def test_return_goes_to_the_rank_whose_release_crossed_the_threshold():
     receiver.on_arrival(2, 0)
     receiver.on_arrival(3, 0)
     receiver.on_arrival(3, 0)
-    assert receiver.on_release(2) is None
-    assert receiver.on_release(3) == (3, 2)  # node 1's owed count reached 2 via rank 3
+    assert released(receiver, 2) == []
+    assert released(receiver, 3) == [(3, GRANT, 2)]  # node 1's owed count reached 2 via rank 3
     assert receiver.unreturned[1] == 1
-    assert receiver.on_release(3) is None
+    assert released(receiver, 3) == []
 
 
 def test_released_credits_reopen_the_node_window():
     _, (receiver,) = make_node(ranks=4, per_pair=1, threshold=1, local_ranks=1)
     receiver.on_arrival(1, 0)
-    assert receiver.on_release(1) == (1, 1)
+    assert released(receiver, 1) == [(1, GRANT, 1)]
     receiver.on_arrival(0, 0)  # same node as rank 1: allowed again
 
 
@@ -105,10 +125,10 @@ def test_full_round_trip_between_two_nodes():
     assert r1.try_acquire(2)
     r2.on_arrival(1, 0)
     assert not r0.try_acquire(2) and not r1.try_acquire(2)
-    assert r2.on_release(0) is None
-    target, count = r2.on_release(1)
-    assert (target, count) == (1, 2)
-    r1.on_credit_return(2, count)  # the credit message reaches rank 1 ...
+    assert released(r2, 0) == []
+    [(target, kind, count)] = released(r2, 1)
+    assert (target, kind, count) == (1, GRANT, 2)
+    r1.on_credit_message(2, GRANT, count)  # the credit message reaches rank 1 ...
     assert r0.available(2) == 2  # ... and rank 0 sees it immediately
     assert pool1.load(0) == 2  # node 1's pool was never touched
 
@@ -132,6 +152,6 @@ def test_unconstrained_never_defers_and_rejects_credit_returns():
     flow = Unconstrained()
     assert all(flow.try_acquire(7) for _ in range(1000))
     assert flow.available(7) is None
-    assert flow.on_release(3) is None
+    assert released(flow, 3) == []
     with pytest.raises(AssertionError):
-        flow.on_credit_return(3, 1)
+        flow.on_credit_message(3, GRANT, 1)

@@ -2,7 +2,9 @@
 
 Every rank sends a random number of messages of random sizes (0..datagram
 size) to random destinations (itself included), or to the victims only
-(``--pattern incast``).  Payloads are deterministic bytes stamped with
+(``--pattern incast``), half to the victims and half anywhere (``hotspot``), or
+to two fixed partners each, among them the victims (``sparse``: most pairs
+never talk).  Payloads are deterministic bytes stamped with
 (source, sequence).  Receivers check every payload, reject duplicates, and at
 the end every (sender, receiver) pair compares message counts, byte counts and
 a CRC sum with what the sender sent.  MailRail options come from MAILRAIL_*
@@ -30,7 +32,7 @@ def payload(source: int, seq: int, nbytes: int) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pattern", choices=("uniform", "incast"), default="uniform")
+    parser.add_argument("--pattern", choices=("uniform", "incast", "hotspot", "sparse"), default="uniform")
     parser.add_argument("--max-messages", type=int, default=300)
     parser.add_argument("--victims", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
@@ -50,11 +52,16 @@ def main() -> None:
     datagram = rail.datagram_size
     victims = np.random.default_rng(args.seed).choice(size, args.victims, replace=False)
     count = int(rng.integers(args.max_messages // 2, args.max_messages + 1))
+    others = [v for v in victims if v != rank]
     if args.pattern == "uniform":
         dests = rng.integers(0, size, count)
-    else:
-        others = [v for v in victims if v != rank]
+    elif args.pattern == "incast":
         dests = rng.choice(others, count) if others else np.empty(0, int)
+    elif args.pattern == "hotspot":
+        dests = np.where(rng.random(count) < 0.5, rng.choice(others or [rank], count), rng.integers(0, size, count))
+    else:  # sparse: two partners, one a victim (or, on a victim, its next rank), one at random
+        partners = [others[0] if others else (rank + 1) % size, int(rng.integers(0, size))]
+        dests = rng.choice(partners, count)
     sizes = rng.integers(0, datagram + 1, len(dests))
     sizes[: min(3, len(sizes))] = [0, datagram, 1][: min(3, len(sizes))]
 

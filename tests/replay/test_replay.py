@@ -15,7 +15,7 @@ from mailrail.replay.replay import DEFAULT_DATAGRAM_SIZE, Payload, PeerTally, _p
 from mailrail.replay.spool import Spool
 from mailrail.trace import MessageBlock, PhaseEnd, TraceDir
 
-MODES = ("none", "rank", "node")
+MODES = ("none", "rank", "node", "adaptive")
 HISTOGRAM_BYTE_MATRIX = [[7560, 7440], [7350, 7650]]
 DOCUMENT_KEYS = {
     "benchmark",

@@ -72,7 +72,7 @@ OUT_OF_RANGE = [
     (["bench", "histogram", "--inserts", "0"], "argument --inserts: must be an integer in 1..1099511627776, got '0'"),
     (["bench", "histogram", "--trials", "0"], "argument --trials: must be an integer in 1..100000, got '0'"),
     (["bench", "histogram", "--seed", "-1"], "argument --seed: must be an integer in 0..9223372036854775807"),
-    (["bench", "histogram", "--modes", "none,credit"], "argument --modes: each must be one of none,rank,node"),
+    (["bench", "histogram", "--modes", "none,credit"], "argument --modes: each must be one of none,rank,node,adaptive"),
     (["bench", "histogram", "--datagram-size", "0"], "argument --datagram-size: must be in 1..2147483647, got 0"),
     (["bench", "histogram", "--recv-pool-slots", "1e9"], "argument --recv-pool-slots: must be an integer"),
     (["bench", "histogram", "--idle-sleep-us", "9e15"], "argument --idle-sleep-us: must be a number in 0.."),

@@ -865,8 +865,9 @@ def make_rank(
 ) -> RankRail:
     """Rank *rank*'s *kind* (``"python"`` or ``"compiled"``) implementation over *world*, built as
     ``MailRail._make_flow_control``, ``_make_endpoint`` and ``_make_transport`` build it, with the
-    same knobs.  Node mode groups ranks into nodes of *ranks_per_node* consecutive ranks, sharing a
-    :class:`NodeCounters` pool per node.  The transport is abandoned when *world* closes, if still open.
+    same knobs.  Node and adaptive modes group ranks into nodes of *ranks_per_node* consecutive ranks,
+    sharing a :class:`NodeCounters` pool (and adaptive mode's request tokens and deferred-send counts) per
+    node.  The transport is abandoned when *world* closes, if still open.
     """
     from mailrail.transport import implementation
 
@@ -881,7 +882,7 @@ def make_rank(
     flow: FlowControl
     if flow_control == "none":
         flow = Unconstrained()
-    elif flow_control in ("rank", "node"):
+    elif flow_control in ("rank", "node", "adaptive"):
         per_node = ranks_per_node or size
         nodes = 1 if flow_control == "rank" else -(-size // per_node)
         budget = credit_budget(
@@ -898,14 +899,41 @@ def make_rank(
             )
         else:
             layout = NodeLayout(nodes, per_node, np.arange(size, dtype=np.int32) // per_node)
+            # The node's shared counters: node mode's pool starts full, adaptive mode's empty (credits are lent
+            # on request), with a request token (1) and the count of deferred sends (0) per destination.
+            initial = budget.credits_per_pair if flow_control == "node" else 0
             pools: dict[int, NodeCounters] = world.__dict__.setdefault("_node_pools", {})
-            pool = pools.setdefault(rank // per_node, NodeCounters(size, budget.credits_per_pair))
-            flow = chosen.node_credits(
-                layout, pool, size, budget.credits_per_pair, budget.return_threshold, ranks_per_node=None
-            )
+            pool = pools.setdefault(rank // per_node, NodeCounters(size, initial))
+            if flow_control == "node":
+                flow = chosen.node_credits(
+                    layout,
+                    pool,
+                    size,
+                    budget.credits_per_pair,
+                    budget.return_threshold,
+                    ranks_per_node=None,
+                    max_tag=world.tag_ub,
+                )
+            else:
+                tokens_of: dict[int, NodeCounters] = world.__dict__.setdefault("_node_tokens", {})
+                tokens = tokens_of.setdefault(rank // per_node, NodeCounters(size, 1))
+                demand_of: dict[int, NodeCounters] = world.__dict__.setdefault("_node_demand", {})
+                demand = demand_of.setdefault(rank // per_node, NodeCounters(size, 0))
+                flow = chosen.adaptive_credits(
+                    layout,
+                    pool,
+                    tokens,
+                    demand,
+                    size,
+                    recv_pool_slots,
+                    budget.credits_per_pair,
+                    budget.return_threshold,
+                    ranks_per_node=None,
+                    max_tag=world.tag_ub,
+                )
             world.on_close(flow.detach)
     else:
-        raise ValueError(f"flow_control must be none, rank or node, not {flow_control!r}")
+        raise ValueError(f"flow_control must be none, rank, node or adaptive, not {flow_control!r}")
     # -- pools, Endpoint and transport, as MailRail.__init__, _make_endpoint and _make_transport --
     send_pool = SlotPool(send_pool_slots, datagram_size)
     recv_pool = SlotPool(recv_pool_slots, datagram_size)

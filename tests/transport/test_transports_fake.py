@@ -121,7 +121,7 @@ def pattern_pairs(pattern: str, size: int) -> list[tuple[int, int]]:
 # -- scripted ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flow_control", ["none", "rank", "node"])
+@pytest.mark.parametrize("flow_control", ["none", "rank", "node", "adaptive"])
 @pytest.mark.parametrize(("pattern", "size"), [("uniform", 2), ("uniform", 4), ("incast", 3), ("incast", 4)])
 def test_every_message_arrives_once_in_order_with_its_bytes(kind, flow_control, pattern, size):
     with FakeWorld(size, seed=size) as world:
@@ -137,6 +137,39 @@ def test_every_message_arrives_once_in_order_with_its_bytes(kind, flow_control, 
             traffic.check_credit_bound(8)
         assert all(report == dict.fromkeys(report, 0) for report in finalize_all(ranks))
         assert world.live_requests() == 0 and not any(world.posted(rank) for rank in range(size))
+
+
+def adaptive_incast(kind: str) -> list[dict[str, int]]:
+    """Three single-rank nodes send to rank 0, whose 2 receive slots are lent a credit at a time: nodes ask,
+    wait, are revoked and give back; the application holds a message now and then."""
+    with FakeWorld(4, seed=5) as world:
+        ranks = make_ranks(world, kind, flow_control="adaptive", recv_pool_slots=2, send_pool_slots=4, ranks_per_node=1)
+        traffic = Traffic(world, ranks)
+        for round_number in range(8):
+            for source in range(1, 4):
+                traffic.send_waiting(source, 0, 1 + round_number, hold=round_number % 2)
+            world.deliver_random(2)
+        traffic.drain()
+        traffic.check_exactly_once_in_order()
+        traffic.check_credit_bound(2)
+        counters = traffic.counters()
+        assert all(report == dict.fromkeys(report, 0) for report in finalize_all(ranks))
+        return counters
+
+
+def test_adaptive_credits_are_asked_for_lent_and_revoked(kind):
+    counters = adaptive_incast(kind)
+    receiver, senders = counters[0], counters[1:]
+    assert sum(c["credit_requests_sent"] for c in senders) == receiver["credit_requests_received"] > 3
+    assert receiver["credit_revokes_sent"] > 0 and receiver["leases_high_water"] >= 2
+    assert receiver["credit_window_high_water"] <= 2 and receiver["leases_now"] <= 2
+
+
+def test_both_transports_lend_adaptive_credits_alike():
+    for kind in TRANSPORTS:
+        if reason := unavailable(kind):
+            pytest.skip(reason)
+    assert adaptive_incast("python") == adaptive_incast("compiled")
 
 
 def test_without_credits_an_incast_overfills_the_receiver(kind):
@@ -352,7 +385,7 @@ def test_both_transports_raise_the_same_errors_with_the_same_messages():
 @st.composite
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     size = draw(st.integers(2, 4))
-    flow_control = draw(st.sampled_from(["none", "rank", "node"]))
+    flow_control = draw(st.sampled_from(["none", "rank", "node", "adaptive"]))
     knobs = {
         "flow_control": flow_control,
         "recv_pool_slots": draw(st.sampled_from([4, 8])),

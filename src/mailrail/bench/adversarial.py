@@ -59,6 +59,13 @@ DETAIL_COUNTERS = (
     "deferred_high_water",
     "reserve_failures",
     "credit_window_high_water",
+    "credit_requests_sent",
+    "credit_requests_received",
+    "credits_reclaimed",
+    "credit_revokes_sent",
+    "credits_given_back",
+    "leases_high_water",
+    "waiting_high_water",
     "held_high_water",
     "credit_state_bytes",
     "shared_credit_bytes",
@@ -95,6 +102,14 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, messages: int, tr
         default=0.0,
         help="microseconds (up to a second) a rank computes on each message it receives, as an application "
         "would (default: none: receive as fast as possible)",
+    )
+    parser.add_argument(
+        "--partners",
+        type=int_in(0, MPI_INT_MAX),
+        default=0,
+        help="besides the victims, each rank also sends to this many other ranks of its own, chosen from --seed "
+        "(its messages spread evenly over all its destinations): sparse traffic with a hot receiver, where most "
+        "pairs never talk (default: 0, incast only)",
     )
 
 
@@ -160,10 +175,15 @@ def message_sizes(datagram_size: int, messages: int | None, bytes_per_rank: int 
     return [datagram_size] * full + ([rest] if rest else [])
 
 
-def make_plan(comm, victims: list[int], sizes: list[int], seed: int) -> Plan:
-    """This rank's send order (its own random permutation) and what it must receive (collective)."""
+def make_plan(comm, victims: list[int], sizes: list[int], seed: int, partners: int = 0) -> Plan:
+    """This rank's send order (its own random permutation) and what it must receive (collective).
+    *partners*: other ranks this rank also sends to, its own choice from *seed* (not victims, not itself)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     targets = [v for v in victims if v != rank]
+    if partners:
+        others = [r for r in range(size) if r != rank and r not in victims]
+        rng = np.random.default_rng([seed, rank, 1])
+        targets += sorted(int(r) for r in rng.choice(others, min(partners, len(others)), replace=False))
     if not targets:
         sizes = []
     # Spread evenly over the victims, then shuffle: every rank hits every victim in its own order.
@@ -305,12 +325,12 @@ def run(args: argparse.Namespace) -> int:
     topology = NodeTopology(comm, config.ranks_per_node)
     nodes = topology.nodes
     victims = choose_victims(size, args.victims, args.seed)
-    remote_victims = {v for v in victims if topology.node_of(v) != topology.node}
+    remote = {r for r in range(size) if topology.node_of(r) != topology.node}
     topology.free()
     sizes = message_sizes(config.datagram_size, args.messages, args.bytes_per_rank)
-    plan = make_plan(comm, victims, sizes, args.seed)
+    plan = make_plan(comm, victims, sizes, args.seed, args.partners)
     # Payload that must leave this rank's node (the rest moves through the node's shared memory).
-    internode_bytes = args.trials * sum(n for d, n in zip(plan.dests, plan.sizes) if d in remote_victims)
+    internode_bytes = args.trials * sum(n for d, n in zip(plan.dests, plan.sizes) if d in remote)
     senders = comm.allreduce(1 if plan.dests else 0)
     rss_start = current_rss_bytes()  # pools allocated, nothing received yet: growth from here is the traffic's
     recorder = None
@@ -322,7 +342,9 @@ def run(args: argparse.Namespace) -> int:
             f"adversarial incast, flow control {config.flow_control}: {size} ranks on {nodes} node(s), "
             f"{len(victims)} victim(s) {_ranks_text(victims)}, {senders} senders "
             f"(incast {senders / len(victims):g}:1), {len(sizes)} x {config.datagram_size} B "
-            f"per sending rank, {args.trials} trial(s)",
+            f"per sending rank"
+            + (f", each also to {args.partners} partner(s) of its own" if args.partners else "")
+            + f", {args.trials} trial(s)",
             flush=True,
         )
 
@@ -372,6 +394,7 @@ def run(args: argparse.Namespace) -> int:
         "bytes_per_rank": sum(sizes),
         "seed": args.seed,
         "receive_work_us": args.receive_work_us,
+        "partners": args.partners,
         "trials": trials,
         "ranks_detail": details,
         "summary": summarize_run(trials, details),
@@ -402,6 +425,11 @@ def summarize_run(trials: list[dict], details: list[dict]) -> dict[str, Any]:
         "victim_rss_growth_bytes": max((d["rss_growth_bytes"] for d in victims), default=0),
         "sender_rss_growth_bytes": max((d["rss_growth_bytes"] for d in senders), default=0),
         "credit_messages": sum(d["credit_messages_sent"] for d in details),
+        # Adaptive credits (zero in the other modes): requests, revokes, what came back and how.
+        "credit_requests": sum(d["credit_requests_sent"] for d in details),
+        "credit_revokes": sum(d["credit_revokes_sent"] for d in details),
+        "credits_reclaimed": sum(d["credits_reclaimed"] for d in details),
+        "credits_given_back": sum(d["credits_given_back"] for d in details),
         "deferred_high_water": max(d["deferred_high_water"] for d in details),
         # Payload that crossed between nodes, all trials: what a network has to carry.
         "internode_payload_bytes": sum(d["internode_bytes_sent"] for d in details),
@@ -429,6 +457,12 @@ def summary_text(document: dict) -> str:
         f"(+{summary['sender_rss_growth_bytes'] / 2**20:.1f}); credit messages {summary['credit_messages']:,}; "
         f"deferred high water {summary['deferred_high_water']:,}",
     ]
+    if summary.get("credit_requests"):
+        lines.append(
+            f"adaptive: {summary['credit_requests']:,} requests, {summary['credit_revokes']:,} revokes, "
+            f"{summary['credits_reclaimed']:,} credits reclaimed at release, "
+            f"{summary['credits_given_back']:,} given back"
+        )
     if not summary["accounting_ok"]:
         lines.append("ACCOUNTING MISMATCH: the victims did not receive exactly what was sent to them")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``mailrail compare``: the main job.  The adversarial incast under none, rank and node flow control.
+"""``mailrail compare``: the main job.  The adversarial incast under each flow-control mode.
 
 Launches ``bench adversarial`` under mpiexec once per mode with the same
 workload and the same memory budget (pools), each run bounded by a time
@@ -41,6 +41,7 @@ from .jobs import (
     DEFAULT_TIME_LIMIT,
     adversarial_args,
     all_finished,
+    refusal,
     run_adversarial,
     status_text,
 )
@@ -49,7 +50,7 @@ from .plots import plot_compare
 DEFAULT_RANKS = 16
 DEFAULT_NODES = 4
 DEFAULT_MESSAGES = 6000
-#: The shared memory budget: receive slots per rank (the credit budget of both credit modes).
+#: The shared memory budget: receive slots per rank (the credit budget of every credit mode).
 DEFAULT_RECV_POOL_SLOTS = 64
 #: On a virtual cluster, the victim's node gets this much memory: about 4x what a node of four
 #: credit-mode ranks peaks at (90 MiB), and about half of what MPI buffers at an unconstrained
@@ -148,6 +149,7 @@ def workload(args: argparse.Namespace, cluster_nodes: int | None = None) -> dict
         "trials": args.trials,
         "seed": args.seed,
         "receive_work_us": args.receive_work_us,
+        "partners": args.partners,
         "recv_pool_slots": config.recv_pool_slots,
         "send_pool_slots": config.send_pool_slots,
         "time_limit_s": args.time_limit,
@@ -166,6 +168,7 @@ def benchmark_args(load: dict[str, Any], mode: str, metrics_dir: str) -> list[st
         bytes_per_rank=load["bytes_per_rank"],
         knobs=dict(load["rail_options"], flow_control=mode),
         receive_work_us=load["receive_work_us"],
+        partners=load["partners"],
         extra=("--metrics", metrics_dir, "--metrics-interval", str(load["metrics_interval_s"])),
     )
 
@@ -220,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         for index, mode in enumerate(modes, 1):
             metrics_dirs[mode] = os.path.join(out, "metrics", mode)
             print(f"\n[{index}/{len(modes)}] flow control {mode} (limit {args.time_limit:g} s)", flush=True)
-            result = run_adversarial(
+            result = refusal(mode, load["ranks"], load["nodes"], load["rail_options"]) or run_adversarial(
                 load["ranks"],
                 benchmark_args(load, mode, metrics_dirs[mode]),
                 os.path.join(out, f"adversarial-{mode}.json"),
@@ -235,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
             )
             if result["status"] in ("failed", "timeout"):
                 print(result["output_tail"][-1500:], flush=True)  # the job's own error messages
+            elif result["status"] == "refused":
+                print(f"[{index}/{len(modes)}] {mode}: {result['reason']}", flush=True)
         wall = time.monotonic() - started
 
     rows = table_rows(results, load)
@@ -378,7 +383,9 @@ def observations(
             f"buffered for the incast outgrew it; the job was ended then"
         )
     for mode, result in results.items():
-        if result["status"] not in ("ok", "out_of_memory"):
+        if result["status"] == "refused":
+            lines.append(f"- {mode}: refused before it started: {result['reason']}")
+        elif result["status"] not in ("ok", "out_of_memory"):
             lines.append(f"- {mode}: {status_text(result)}; see {mode}'s output above")
     for mode, result in ok.items():
         if mode == "none":
@@ -391,7 +398,11 @@ def observations(
         )
     if len(ok) > 1:
         goodputs = {m: median_goodput(r) for m, r in ok.items()}
-        pairs = [(a, b) for a, b in (("node", "rank"), ("node", "none"), ("rank", "none")) if a in ok and b in ok]
+        pairs = [
+            (a, b)
+            for a, b in (("node", "rank"), ("node", "none"), ("rank", "none"), ("adaptive", "node"))
+            if a in ok and b in ok
+        ]
         lines.append(
             "- goodput (median of trials): "
             + ", ".join(f"{m} {g / 1e6:,.0f} Mb/s" for m, g in goodputs.items())
@@ -406,6 +417,24 @@ def observations(
                 f"- node credits needed {rank_credits / node_credits:.1f}x fewer credit messages than rank "
                 f"credits ({node_credits:,} vs {rank_credits:,}) for the same traffic"
             )
+    per_megabyte = {
+        m: r["summary"]["credit_messages"] / (sum(t["bytes_received"] for t in r["trials"]) / 1e6)
+        for m, r in ok.items()
+        if m != "none" and any(t["bytes_received"] for t in r["trials"])
+    }
+    if per_megabyte:
+        lines.append(
+            "- credit messages per MB of payload delivered: "
+            + ", ".join(f"{m} {v:,.1f}" for m, v in per_megabyte.items())
+        )
+    if "adaptive" in ok:
+        summary = ok["adaptive"]["summary"]
+        lines.append(
+            f"- adaptive: {summary['credit_messages']:,} credit messages ({summary['credit_requests']:,} requests, "
+            f"{summary['credit_revokes']:,} revokes; {summary['credits_reclaimed']:,} released credits went to "
+            f"nodes that waited, {summary['credits_given_back']:,} idle ones came back), within the same "
+            f"{load['recv_pool_slots']} receive slots whatever the job size"
+        )
     if ok:
         growth = {m: r["summary"]["victim_rss_growth_bytes"] for m, r in ok.items()}
         text = ", ".join(f"{m} +{g / _MIB:.1f} MiB" for m, g in growth.items())
@@ -458,6 +487,11 @@ def _plot(
 
 
 def _amount_text(load: dict[str, Any]) -> str:
-    if load["bytes_per_rank"] is not None:
-        return f"{load['bytes_per_rank']:,} B"
-    return f"{load['messages_per_rank']:,} x {load['datagram_size']} B"
+    amount = (
+        f"{load['bytes_per_rank']:,} B"
+        if load["bytes_per_rank"] is not None
+        else f"{load['messages_per_rank']:,} x {load['datagram_size']} B"
+    )
+    if load.get("partners"):
+        amount += f" (spread over the victims and {load['partners']} partner(s) of each rank)"
+    return amount

@@ -16,6 +16,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ..config import Config
+from ..errors import ConfigError
+from ..flow.sizing import credit_budget
 from ..launch import mpi_environment, mpiexec_argv, run_bounded
 from ..tools.flags import rail_flags
 from .adversarial import add_arguments
@@ -61,11 +64,13 @@ def adversarial_args(
     bytes_per_rank: int | None,
     knobs: Mapping[str, Any],
     receive_work_us: float = 0.0,
+    partners: int = 0,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``bench adversarial`` command line of one run (*bytes_per_rank*, when given, wins over *messages*)."""
     amount = ["--bytes-per-rank", str(bytes_per_rank)] if bytes_per_rank is not None else ["--messages", str(messages)]
     work = ["--receive-work-us", f"{receive_work_us:g}"] if receive_work_us else []
+    work += ["--partners", str(partners)] if partners else []
     return [
         "--victims",
         str(victims),
@@ -159,18 +164,42 @@ def run_adversarial(
     return document
 
 
+def refusal(mode: str, ranks: int, nodes: int, options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The result of a run whose credit budget MailRail refuses (fewer receive slots than the senders its
+    mode divides them by: ``status`` ``"refused"`` and the reason), without launching it; None if it runs."""
+    if mode == "none":
+        return None
+    config = Config.from_env(**dict(options, flow_control=mode))
+    try:
+        credit_budget(
+            mode,
+            recv_slots=config.recv_pool_slots,
+            ranks=ranks,
+            nodes=nodes,
+            credit_threshold=config.credit_threshold,
+            credits_per_pair=config.credits_per_pair,
+        )
+    except ConfigError as error:
+        return {"status": "refused", "reason": str(error), "wall_s": 0.0}
+    return None
+
+
 def all_finished(statuses: Iterable[str], capped: bool) -> bool:
-    """Every run ended as a run may: ``ok``, or ``out_of_memory`` where a memory cap was set on purpose."""
-    expected = {"ok", "out_of_memory"} if capped else {"ok"}
+    """Every run ended as a run may: ``ok``, ``refused`` (its credit budget does not fit the job: it says
+    why), or ``out_of_memory`` where a memory cap was set on purpose."""
+    expected = {"ok", "refused", "out_of_memory"} if capped else {"ok", "refused"}
     return all(status in expected for status in statuses)
 
 
 def status_text(result: dict[str, Any]) -> str:
-    """``ok``, ``timed out (> 120 s)``, ``failed (exit 1)`` or ``out of memory (node 1, cap 384 MiB)``."""
+    """``ok``, ``timed out (> 120 s)``, ``failed (exit 1)``, ``refused (too few receive slots)`` or
+    ``out of memory (node 1, cap 384 MiB)``."""
     if result["status"] == "timeout":
         return f"timed out (> {result['time_limit_s']:g} s)"
     if result["status"] == "failed":
         return f"failed (exit {result['returncode']})"
+    if result["status"] == "refused":
+        return "refused (too few receive slots)"
     if result["status"] == "out_of_memory":
         nodes = [n for n in result.get("cluster_nodes", []) if n["node"] in result["oom_nodes"]]
         caps = ", ".join(

@@ -11,8 +11,13 @@ import numpy as np
 from ..tools.figures import pyplot
 from .metrics import trial_samples
 
-MODE_COLORS = {"none": "tab:red", "rank": "tab:blue", "node": "tab:green"}
-MODE_LABELS = {"none": "none (unconstrained)", "rank": "rank credits", "node": "node credits"}
+MODE_COLORS = {"none": "tab:red", "rank": "tab:blue", "node": "tab:green", "adaptive": "tab:purple"}
+MODE_LABELS = {
+    "none": "none (unconstrained)",
+    "rank": "rank credits",
+    "node": "node credits",
+    "adaptive": "adaptive credits",
+}
 _MIB = 2**20
 
 

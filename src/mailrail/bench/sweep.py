@@ -42,7 +42,7 @@ from ..tools.flags import (
 from ..tools.output import format_table, write_json
 from .adversarial import add_workload_arguments, choose_victims, incast_ratio
 from .compare import DEFAULT_RECV_POOL_SLOTS, MODES, TIME_LIMIT_RANGE, note_out_of_memory, outcome_text, ranks_flag
-from .jobs import adversarial_args, all_finished, run_adversarial
+from .jobs import adversarial_args, all_finished, refusal, run_adversarial
 from .plots import plot_sweep
 
 STUDIES = ("weak", "victims")
@@ -179,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
         for index, (study, ranks, victims, mode) in enumerate(plan, 1):
             name = f"{study}-r{ranks}-v{victims}-{mode}"
             used = min(-(-ranks // args.node_ranks), ranks) if cluster else None
+            nodes = used or -(-ranks // virtual_node_ranks(options, ranks))
             with victim_node_caps(cluster, args, ranks, used, victims):
-                result = run_adversarial(
+                result = refusal(mode, ranks, nodes, options) or run_adversarial(
                     ranks,
                     benchmark_args(args, options, ranks, victims, mode, cluster is not None),
                     os.path.join(out, "runs", name + ".json"),
@@ -218,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "modes": modes,
             "receive_work_us": args.receive_work_us,
+            "partners": args.partners,
             "time_limit_s": args.time_limit,
             "rail_options": options,
         },
@@ -259,8 +261,8 @@ def benchmark_args(
     args: argparse.Namespace, options: dict[str, Any], ranks: int, victims: int, mode: str, on_cluster: bool = False
 ) -> list[str]:
     knobs = dict(options, flow_control=mode)
-    if not on_cluster:  # the cluster's nodes are real; here virtual nodes of 4 ranks, a smaller job is one node
-        knobs["ranks_per_node"] = min(int(options.get("ranks_per_node") or DEFAULT_RANKS_PER_NODE), ranks)
+    if not on_cluster:  # the cluster's nodes are real; here virtual nodes
+        knobs["ranks_per_node"] = virtual_node_ranks(options, ranks)
     return adversarial_args(
         victims=victims,
         trials=args.trials,
@@ -269,7 +271,13 @@ def benchmark_args(
         bytes_per_rank=args.bytes_per_rank,
         knobs=knobs,
         receive_work_us=args.receive_work_us,
+        partners=args.partners,
     )
+
+
+def virtual_node_ranks(options: dict[str, Any], ranks: int) -> int:
+    """Ranks per virtual node of a run on shared memory: ``--ranks-per-node`` (default 4), a smaller job one node."""
+    return min(int(options.get("ranks_per_node") or DEFAULT_RANKS_PER_NODE), ranks)
 
 
 def _messages(args: argparse.Namespace) -> int:

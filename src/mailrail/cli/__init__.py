@@ -59,9 +59,9 @@ COMMANDS = {
     ),
     ("compare",): (
         "mailrail.bench.compare",
-        "the main job: adversarial incast under none, rank and node flow control, side by side",
+        "the main job: adversarial incast under none, rank, node and adaptive flow control, side by side",
     ),
-    ("sweep",): ("mailrail.bench.sweep", "weak scaling and victim sweep of the three modes (JSON + plots)"),
+    ("sweep",): ("mailrail.bench.sweep", "weak scaling and victim sweep of the flow-control modes (JSON + plots)"),
     ("replay",): (
         "mailrail.replay.replay",
         "replay a recorded trace over MailRail, verify delivery (mailrail run -n RANKS replay TRACE_DIR)",

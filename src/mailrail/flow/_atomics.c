@@ -31,6 +31,22 @@ static PyObject *try_take(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_FALSE;
 }
 
+/* take_up_to(address, index, most) -> taken: take min(value, most), never below zero (compare-and-swap loop). */
+static PyObject *take_up_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "take_up_to(address, index, most)"); return NULL; }
+    int64_t *p = slot_of(args);
+    if (!p) return NULL;
+    long long most = PyLong_AsLongLong(args[2]);
+    if (most == -1 && PyErr_Occurred()) return NULL;
+    int64_t seen = __atomic_load_n(p, __ATOMIC_ACQUIRE), taken = 0;
+    while (seen > 0 && most > 0) {
+        taken = seen < most ? seen : most;
+        if (__atomic_compare_exchange_n(p, &seen, seen - taken, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
+        taken = 0;
+    }
+    return PyLong_FromLongLong(taken);
+}
+
 /* fetch_add(address, index, amount) -> previous value. */
 static PyObject *fetch_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "fetch_add(address, index, amount)"); return NULL; }
@@ -51,6 +67,7 @@ static PyObject *load(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
 static PyMethodDef methods[] = {
     {"try_take", (PyCFunction)(void (*)(void))try_take, METH_FASTCALL, "Decrement if positive; True if taken."},
+    {"take_up_to", (PyCFunction)(void (*)(void))take_up_to, METH_FASTCALL, "Take min(value, most); returns it."},
     {"fetch_add", (PyCFunction)(void (*)(void))fetch_add, METH_FASTCALL, "Atomic add; returns the old value."},
     {"load", (PyCFunction)(void (*)(void))load, METH_FASTCALL, "Atomic load."},
     {NULL, NULL, 0, NULL},

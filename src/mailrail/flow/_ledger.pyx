@@ -1,20 +1,44 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled credit ledger: :mod:`mailrail.flow`'s rank and node credits for the compiled transport.
+"""The compiled credit ledger: :mod:`mailrail.flow`'s rank, node and adaptive credits for the compiled transport.
 
 :class:`CreditLedger` makes exactly the decisions of
-:class:`~mailrail.flow.rank.RankCredits` and :class:`~mailrail.flow.node.NodeCredits`
-(the sans-I/O reference, which the Python transport runs), with the same errors;
-``tests/flow/test_ledger.py`` drives both with the same random events and
-compares every result.  The compiled Endpoint (``mailrail._protocol``) calls the
-``cdef`` methods per message; Python calls the
-:class:`~mailrail.flow.base.FlowControl` methods, which share them.
+:class:`~mailrail.flow.rank.RankCredits`, :class:`~mailrail.flow.node.NodeCredits` and
+:class:`~mailrail.flow.adaptive.AdaptiveCredits` (the sans-I/O reference, which the
+Python transport runs), with the same errors, and puts the same credit messages in
+the same order into its :class:`Outbox`; ``tests/flow/test_ledger.py`` drives both
+with the same random events and compares every result.  The compiled Endpoint
+(``mailrail._protocol``) calls the ``cdef`` methods per message and pops the outbox
+in C; Python calls the :class:`~mailrail.flow.base.FlowControl` methods, which
+share them, and the outbox's deque face.
+
+Adaptive mode's receiver state is C: lease records in a growable array (with a free
+list), found by node through an open-addressing table; the FIFO of waiting nodes a
+growable ring; adaptive.py's insertion-ordered sets ``revocable`` and ``owing``
+intrusive doubly linked lists over the records (a membership flag per record), so
+they iterate in the same order.  Per-message work is O(1) and allocates no Python
+object; memory grows to the most records (leases and waiting nodes) ever held at once.
 """
 
-from libc.stdint cimport int32_t, int64_t
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy
 
 import numpy as np
 
 from mailrail.errors import ProtocolError
+from mailrail.flow import base as _base
+from mailrail.flow.adaptive import LEASE_BYTES as _LEASE_BYTES, QUEUE_ENTRY_BYTES as _QUEUE_ENTRY_BYTES
+from mailrail.flow.base import max_credit_count, unknown_kind
+
+# The C enums of _ledger.pxd must be flow.base's values: checked once, here.
+if ((GRANT, ANSWER, REQUEST, REVOKE, GIVE_BACK, KIND_BITS, KIND_MASK) != (
+        _base.GRANT, _base.ANSWER, _base.REQUEST, _base.REVOKE, _base.GIVE_BACK, _base.KIND_BITS, _base.KIND_MASK)):
+    raise ImportError("mailrail.flow._ledger is out of step with mailrail.flow.base's credit kinds: rebuild it")
+
+cdef long long LEASE_BYTES = _LEASE_BYTES
+cdef long long QUEUE_ENTRY_BYTES = _QUEUE_ENTRY_BYTES
+cdef tuple MODE_NAMES = ("rank", "node", "adaptive")
+_DETACHED = "the credit ledger was detached from its shared memory (finalize())"
 
 cdef extern from *:
     """
@@ -30,10 +54,21 @@ cdef extern from *:
             if (__atomic_compare_exchange_n(p, &seen, seen - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 1;
         return 0;
     }
+    /* Take min(value, most), never below zero: what was taken. */
+    static inline int64_t mailrail_take_up_to(int64_t *p, int64_t most) {
+        int64_t seen = __atomic_load_n(p, __ATOMIC_ACQUIRE), taken;
+        while (seen > 0 && most > 0) {
+            taken = seen < most ? seen : most;
+            if (__atomic_compare_exchange_n(p, &seen, seen - taken, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return taken;
+        }
+        return 0;
+    }
     """
     int64_t mailrail_load(int64_t *p) noexcept nogil
     int64_t mailrail_add(int64_t *p, int64_t v) noexcept nogil
     int mailrail_take(int64_t *p) noexcept nogil
+    int64_t mailrail_take_up_to(int64_t *p, int64_t most) noexcept nogil
 
 
 cdef int64_t *_data(object array):
@@ -41,51 +76,163 @@ cdef int64_t *_data(object array):
     return <int64_t *><size_t>array.ctypes.data
 
 
+cdef inline long long floor_div(long long a, long long b) noexcept:
+    """Python's a // b (b > 0): C division truncates toward zero."""
+    cdef long long q = a / b
+    if a % b != 0 and a < 0:
+        q -= 1
+    return q
+
+
+cdef class Outbox:
+    """The credit messages a ledger decided to send, ``(target rank, kind, count)``, oldest first.
+
+    The compiled Endpoint pushes and pops them in C; from Python it behaves as the deque a
+    :class:`~mailrail.flow.base.FlowControl`'s ``outbox`` is: ``len``, truth, :meth:`popleft`,
+    :meth:`append`, :meth:`clear` and iteration (over a snapshot).
+    """
+
+    def __cinit__(self):
+        self.ring = <CreditMessage *>PyMem_Malloc(8 * sizeof(CreditMessage))
+        if self.ring == NULL:
+            raise MemoryError()
+        self.capacity = 8
+
+    def __dealloc__(self):
+        PyMem_Free(self.ring)
+
+    cdef int grow(self) except -1:
+        cdef Py_ssize_t capacity = 2 * self.capacity, i
+        cdef CreditMessage *ring = <CreditMessage *>PyMem_Malloc(capacity * sizeof(CreditMessage))
+        if ring == NULL:
+            raise MemoryError()
+        for i in range(self.count):
+            ring[i] = self.ring[(self.head + i) & (self.capacity - 1)]
+        PyMem_Free(self.ring)
+        self.ring, self.head, self.capacity = ring, 0, capacity
+        return 0
+
+    def __len__(self):
+        return self.count
+
+    def __bool__(self):
+        return self.count != 0
+
+    def popleft(self):
+        """The oldest message, ``(target, kind, count)``; IndexError when empty (as a deque's)."""
+        cdef CreditMessage message
+        if not self.pop(&message):
+            raise IndexError("pop from an empty deque")
+        return message.target, message.kind, message.count
+
+    def append(self, item):
+        """Add ``(target, kind, count)`` at the end."""
+        target, kind, count = item
+        self.push(target, kind, count)
+
+    def clear(self):
+        self.head = self.count = 0
+
+    def __iter__(self):
+        cdef Py_ssize_t i
+        cdef CreditMessage *message
+        snapshot = []
+        for i in range(self.count):
+            message = &self.ring[(self.head + i) & (self.capacity - 1)]
+            snapshot.append((message.target, message.kind, message.count))
+        return iter(snapshot)
+
+    def __repr__(self):
+        return f"Outbox({list(self)!r})"
+
+
 cdef class CreditLedger:
-    """Rank- or node-based credit accounting in C, with the interface and decisions of
-    :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits`.
+    """Rank-, node- or adaptive credit accounting in C, with the interface and decisions of
+    :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits` /
+    :class:`~mailrail.flow.adaptive.AdaptiveCredits`.
 
     *mode* ``"rank"``: credits per (sender rank, receiver rank), optionally piggybacked
     in payload tags up to *max_tag*.  ``"node"``: the node's int64 credit counters at
     address *pool* (one per destination rank, shared by the node's ranks and updated
-    atomically); sending ranks are grouped into *nodes* by an int32 rank-to-node map at
+    atomically).  ``"adaptive"``: *credits_per_pair* is the lease, *return_threshold* the
+    credit threshold; the node's int64 pool (starting at 0), request tokens (starting at 1)
+    and deferred sends (starting at 0) per destination rank at addresses *pool*, *tokens*
+    and *demand*; *recv_slots* the receive slots lent.  Node and
+    adaptive modes group sending ranks into *nodes* by an int32 rank-to-node map at
     address *node_map*, or as consecutive blocks of *ranks_per_node*; *owner* keeps that
-    memory alive.
+    memory alive.  *max_tag* (MPI's ``TAG_UB``) bounds piggybacked counts and each
+    credit message's count (:func:`~mailrail.flow.base.max_credit_count`).
     """
+
+    def __cinit__(self):
+        self.outbox = Outbox()
+        self.free_records = self.revocable_head = self.revocable_tail = self.owing_head = self.owing_tail = -1
 
     def __init__(self, str mode, int ranks, long long credits_per_pair, long long return_threshold, *,
                  bint piggyback=True, long long max_tag=32767, int nodes=0, int ranks_per_node=0,
-                 node_map=None, pool=None, owner=None):
+                 node_map=None, pool=None, tokens=None, demand=None, long long recv_slots=0, owner=None):
         if self._private is not None:
             raise RuntimeError("CreditLedger is initialized once")
+        if mode == "adaptive" and (recv_slots < 1 or credits_per_pair < 1 or return_threshold < 1):
+            raise ValueError(f"recv_slots={recv_slots}, lease={credits_per_pair} and credit_threshold="
+                             f"{return_threshold} must be >= 1")
         if ranks < 1 or credits_per_pair < 1 or return_threshold < 1 or max_tag < 1:
             raise ValueError("ranks, credits_per_pair, return_threshold and max_tag must be >= 1")
+        max_count = max_credit_count(max_tag)  # ValueError below MIN_TAG_UB, as the reference's
+        credits = None
         if mode == "rank":
+            self.mode = RANK_MODE
             self.groups = ranks
             credits = np.full(ranks, credits_per_pair, dtype=np.int64)
             self.credits = _data(credits)
-        elif mode == "node":
+        elif mode == "node" or mode == "adaptive":
             if nodes < 1 or pool is None or (node_map is None) == (ranks_per_node < 1):
-                raise ValueError("node mode needs nodes >= 1, a pool address, and either ranks_per_node >= 1 "
-                                 "or a node_map address")
-            self.node_mode = self.credits_change_silently = True
+                raise ValueError(f"{mode} mode needs nodes >= 1, a pool address, and either ranks_per_node >= 1 "
+                                 f"or a node_map address")
+            if mode == "adaptive" and (tokens is None or demand is None):
+                raise ValueError("adaptive mode needs tokens and demand addresses")
+            self.mode = NODE_MODE if mode == "node" else ADAPTIVE_MODE
+            self.shared = self.credits_change_silently = True
+            self.node_mode = mode == "node"
+            self.asks_for_credit = mode == "adaptive"
             self.groups = nodes
-            credits = None
             self.credits = <int64_t *><size_t>pool
+            if mode == "adaptive":
+                self.tokens = <int64_t *><size_t>tokens
+                self.demands = <int64_t *><size_t>demand
             self.group_map = NULL if node_map is None else <const int32_t *><size_t>node_map
             self.owner = owner
         else:
-            raise ValueError(f"mode must be 'rank' or 'node', not {mode!r}")
+            raise ValueError(f"mode must be 'rank', 'node' or 'adaptive', not {mode!r}")
+        self.max_count = max_count
         self.ranks = ranks
         self.ranks_per_group = ranks_per_node if ranks_per_node > 0 else 1
         self.credits_per_pair = credits_per_pair
         self.return_threshold = return_threshold
         self.max_tag = max_tag
-        self.piggyback = piggyback and not self.node_mode
+        self.piggyback = piggyback and self.mode == RANK_MODE
+        if self.mode == ADAPTIVE_MODE:
+            self.recv_slots = self.free = recv_slots
+            self.lease = credits_per_pair
+            self.table = <int *>PyMem_Malloc(16 * sizeof(int))
+            self.waiting = <int *>PyMem_Malloc(8 * sizeof(int))
+            if self.table == NULL or self.waiting == NULL:
+                raise MemoryError()
+            for i in range(16):
+                self.table[i] = -1
+            self.table_mask, self.waiting_mask = 15, 7
+            self.grow_records()
+            self._private = (None, None, None)
+            return
         owed = np.zeros(self.groups, dtype=np.int64)
         unreturned = np.zeros(self.groups, dtype=np.int64)
         self.owed_counts, self.unreturned_counts = _data(owed), _data(unreturned)
         self._private = (owed, unreturned, credits)
+
+    def __dealloc__(self):
+        PyMem_Free(self.records)
+        PyMem_Free(self.table)
+        PyMem_Free(self.waiting)
 
     # -- the per-message decisions -------------------------------------------
 
@@ -94,12 +241,16 @@ cdef class CreditLedger:
 
     cdef bint try_take(self, int dest) noexcept:
         """Take one credit for *dest*: True if taken, False if none is left."""
-        if self.node_mode:
+        if self.shared:
             return mailrail_take(&self.credits[dest])
         if self.credits[dest] <= 0:
             return False
         self.credits[dest] -= 1
         return True
+
+    cdef long long credits_for(self, int dest) noexcept:
+        """Send credits usable for *dest* now."""
+        return mailrail_load(&self.credits[dest]) if self.shared else self.credits[dest]
 
     cdef long long piggyback_for(self, int dest) noexcept:
         """Credits owed to *dest* that ride in the tag of a payload leaving for it now (rank mode)."""
@@ -117,6 +268,8 @@ cdef class CreditLedger:
 
     cdef int arrival(self, int source, long long tag) except -1:
         """Account one payload from *source*: 1 if its tag brought credits, else 0."""
+        if self.mode == ADAPTIVE_MODE:
+            return self.adaptive_arrival(source)
         cdef int group = self.group_of(source)
         self.unreturned_counts[group] += 1
         cdef long long unreturned = self.unreturned_counts[group]
@@ -131,12 +284,14 @@ cdef class CreditLedger:
             raise ProtocolError(f"rank {source} has {unreturned} unreturned messages here but only "
                                 f"{self.credits_per_pair} credits per pair: a send without credit")
         if tag and not self.node_mode:  # piggybacked credits obey the same bound
-            self.credit_return(source, tag)
+            self.credit_message(source, GRANT, tag)
             return 1
         return 0
 
-    cdef long long release(self, int source) noexcept:
-        """The application released a payload from *source*: the credits to return to it now (0: none yet)."""
+    cdef int release(self, int source) except -1:
+        """The application released a payload from *source*: credit messages it causes go to the outbox."""
+        if self.mode == ADAPTIVE_MODE:
+            return self.adaptive_release(source)
         cdef int group = self.group_of(source)
         self.owed_counts[group] += 1
         cdef long long count = self.owed_counts[group]
@@ -145,11 +300,23 @@ cdef class CreditLedger:
         self.owed_counts[group] = 0
         self.unreturned_counts[group] -= count
         self.unreturned_total -= count
-        return count
+        return self.send_credits(source, GRANT, count)
 
-    cdef int credit_return(self, int source, long long count) except -1:
-        """A credit message from *source* returned *count* credits."""
+    cdef int send_credits(self, int target, int kind, long long count) except -1:
+        """Credits to *target* in pieces of at most max_count; only the first piece of an ANSWER answers."""
+        while count > self.max_count:
+            self.outbox.push(target, kind, self.max_count)
+            count -= self.max_count
+            kind = GRANT
+        return self.outbox.push(target, kind, count)
+
+    cdef int credit_message(self, int source, int kind, long long count) except -1:
+        """A credit message of *kind* carrying *count* arrived from *source*."""
         cdef long long now
+        if self.mode == ADAPTIVE_MODE:
+            return self.adaptive_message(source, kind, count)
+        if kind != GRANT:
+            raise unknown_kind(source, kind, count, MODE_NAMES[self.mode])
         if self.node_mode:
             now = mailrail_add(&self.credits[source], count)
             if now > self.credits_per_pair:
@@ -163,6 +330,406 @@ cdef class CreditLedger:
                                 f"{self.credits_per_pair} credits per pair")
         return 0
 
+    cdef int ask_for(self, int dest, long long queued) except -1:
+        """*queued* sends wait for *dest* without credit: adaptive mode asks (once per node: the token)."""
+        if self.mode != ADAPTIVE_MODE:
+            return 0
+        if mailrail_take(&self.tokens[dest]):
+            self.requests_sent += 1
+            self.outbox.push(dest, REQUEST, queued if queued < self.max_count else self.max_count)
+        return 0
+
+    cdef int deferred_to(self, int dest, long long queued) except -1:
+        """A send to *dest* was deferred (*queued* wait now): adaptive mode counts it for the node, and asks
+        if the node's pool is empty."""
+        if self.mode != ADAPTIVE_MODE:
+            return 0
+        mailrail_add(&self.demands[dest], 1)
+        if not mailrail_load(&self.credits[dest]):
+            return self.ask_for(dest, queued)
+        return 0
+
+    cdef int undeferred_to(self, int dest, long long count) noexcept:
+        """*count* deferred sends to *dest* left or were dropped (adaptive mode)."""
+        if self.mode == ADAPTIVE_MODE:
+            mailrail_add(&self.demands[dest], -count)
+        return 0
+
+    # -- adaptive mode: what adaptive.py decides ------------------------------
+
+    cdef int adaptive_message(self, int source, int kind, long long count) except -1:
+        cdef long long now, spare
+        if kind == GRANT or kind == ANSWER:
+            now = mailrail_add(&self.credits[source], count)
+            if kind == ANSWER:
+                if mailrail_add(&self.tokens[source], 1) > 1:
+                    raise ProtocolError(f"rank {source} answered a request this node did not make")
+            if now > self.recv_slots:
+                raise ProtocolError(f"rank {source} granted {count} credits, leaving this node {now} > its "
+                                    f"{self.recv_slots} receive slots")
+            return 0
+        if kind == REVOKE:  # give back what the node's waiting sends will not use
+            spare = mailrail_load(&self.credits[source]) - mailrail_load(&self.demands[source])
+            if spare > self.max_count:
+                spare = self.max_count
+            return self.outbox.push(source, GIVE_BACK,
+                                    mailrail_take_up_to(&self.credits[source], spare) if spare > 0 else 0)
+        if kind == REQUEST:
+            return self.requested(source, count)
+        if kind == GIVE_BACK:
+            return self.given_back_from(source, count)
+        raise unknown_kind(source, kind, count, "adaptive")
+
+    cdef int adaptive_arrival(self, int source) except -1:
+        cdef int node = self.group_of(source)
+        cdef int index = self.live_lease(node)
+        cdef Lease *lease = &self.records[index] if index >= 0 else NULL
+        cdef long long held = 0, in_use = 0
+        if lease == NULL or lease.unreturned >= lease.held:
+            if lease != NULL:
+                held, in_use = lease.held, lease.unreturned
+            raise ProtocolError(
+                f"node {node} (via rank {source}) sent a message here without credit: it holds {held} "
+                f"credit(s) of this rank and {in_use} are in use")
+        lease.unreturned += 1
+        self.unreturned_total += 1
+        if self.unreturned_total > self.unreturned_high_water:
+            self.unreturned_high_water = self.unreturned_total
+        if lease.recheck:  # it used what it kept: what is left may be idle now
+            lease.recheck = False
+            self.revocable_add(index)
+        return 0
+
+    cdef int adaptive_release(self, int source) except -1:
+        cdef int node = self.group_of(source)
+        cdef int index = self.live_lease(node)
+        if index < 0 or self.records[index].owed >= self.records[index].unreturned:
+            raise ProtocolError(f"node {node} (via rank {source}) has no message here to release")
+        self.records[index].owed += 1
+        self.settle(index)
+        if self.waiting_count:
+            self.serve()
+        return 0
+
+    cdef int settle(self, int index) except -1:
+        """What becomes of the lease's released credits: reclaimed if another node waits, sent back if it
+        waits alone or once held // credit_threshold gathered, else kept owed (adaptive.py's _settle)."""
+        cdef Lease *lease = &self.records[index]
+        cdef long long owed = lease.owed, due
+        if not owed:
+            return 0
+        if self.waiting_count > (1 if lease.demand else 0):  # another node waits: the slots go to the queue
+            lease.owed = 0
+            lease.held -= owed
+            lease.unreturned -= owed
+            self.unreturned_total -= owed
+            self.free += owed
+            self.reclaimed += owed
+            self.owing_remove(index)
+            return self.forget_if_idle(index)
+        due = floor_div(lease.held, self.return_threshold)
+        if lease.demand or owed >= (due if due > 1 else 1):
+            lease.owed = 0
+            lease.unreturned -= owed
+            self.unreturned_total -= owed
+            self.owing_remove(index)
+            if lease.demand:  # it waits alone: these answer it
+                self.waiting_head = self.waiting_count = 0
+                return self.grant(index, ANSWER, owed)
+            return self.grant(index, GRANT, owed)
+        self.owing_add(index)
+        return 0
+
+    cdef int requested(self, int source, long long demand) except -1:
+        cdef int node = self.group_of(source)
+        cdef int index = self.live_lease(node)
+        if index < 0:
+            index = self.new_lease(node, source)
+            if self.live_count > self.leases_high_water:
+                self.leases_high_water = self.live_count
+        elif self.records[index].demand:
+            raise ProtocolError(f"node {node} (via rank {source}) asked for credits again before its answer")
+        self.requests_received += 1
+        self.records[index].demand = demand if demand > 1 else 1
+        self.waiting_push(node)
+        if self.waiting_count > self.waiting_high_water:
+            self.waiting_high_water = self.waiting_count
+        return self.serve()
+
+    cdef int given_back_from(self, int source, long long count) except -1:
+        cdef int node = self.group_of(source)
+        cdef int index = self.live_lease(node)
+        cdef Lease *lease = &self.records[index] if index >= 0 else NULL
+        if lease == NULL or not lease.revoking:
+            raise ProtocolError(f"node {node} (via rank {source}) gave back {count} credit(s) that were not revoked")
+        if count > lease.held - lease.unreturned:
+            raise ProtocolError(
+                f"node {node} (via rank {source}) gave back {count} credit(s) but held only "
+                f"{lease.held - lease.unreturned} unused")
+        lease.revoking = False
+        if count == self.max_count:  # a full message: its pool may hold more
+            self.revocable_add(index)
+        elif count < lease.held - lease.unreturned:  # it kept some: look again once it used them (an arrival)
+            lease.recheck = True
+        lease.held -= count
+        self.free += count
+        self.given_back += count
+        self.forget_if_idle(index)
+        return self.serve()
+
+    cdef int serve(self) except -1:
+        """Serve waiting nodes in order from the free slots; while some wait and none is free, the owed
+        credits come back now and idle ones by a revoke (adaptive.py's _serve)."""
+        cdef int node, index, following
+        cdef long long count
+        cdef Lease *lease
+        while True:
+            while self.waiting_count and self.free:
+                node = self.waiting_pop()
+                index = self.live_lease(node)
+                if index < 0:
+                    raise KeyError(node)
+                lease = &self.records[index]
+                count = self.free
+                if lease.demand < count:
+                    count = lease.demand
+                if self.lease < count:
+                    count = self.lease
+                self.free -= count
+                lease.held += count
+                self.grant(index, ANSWER, count)
+            if not self.waiting_count or not self.owing_count:
+                break
+            # Others wait: each owing node is reclaimed (or answers its node, if alone).  Settling a node
+            # removes at most that node from `owing` and adds none: the saved successor stays valid.
+            index = self.owing_head
+            while index != -1:
+                following = self.records[index].owing_next
+                if not self.records[index].live:
+                    raise KeyError(self.records[index].node)
+                self.settle(index)
+                index = following
+        if self.waiting_count:
+            self.revoke_idle()
+        return 0
+
+    cdef int grant(self, int index, int kind, long long count) except -1:
+        if kind == ANSWER:
+            self.records[index].demand = 0
+        self.send_credits(self.records[index].contact, kind, count)
+        self.revocable_add(index)
+        return 0
+
+    cdef int revoke_idle(self) except -1:
+        """Every node granted credits since its last revoke gets a REVOKE, unless all its credits are here or a
+        revoke is already on its way (adaptive.py's _revoke_idle)."""
+        cdef int index = self.revocable_head, following
+        cdef Lease *lease
+        while index != -1:
+            lease = &self.records[index]
+            following = lease.revocable_next
+            if not lease.live:
+                raise KeyError(lease.node)
+            if not lease.revoking:
+                self.revocable_remove(index)
+                if lease.held > lease.unreturned:
+                    lease.revoking = True
+                    self.revokes_sent += 1
+                    self.outbox.push(lease.contact, REVOKE, 0)
+            index = following
+        return 0
+
+    cdef int forget_if_idle(self, int index) except -1:
+        cdef Lease *lease = &self.records[index]
+        if not lease.held and not lease.demand and not lease.revoking:
+            lease.live = False  # del leases[node]
+            self.live_count -= 1
+            self.revocable_remove(index)
+            self.owing_remove(index)
+            self.free_record(index)
+        return 0
+
+    # -- adaptive mode's containers ---------------------------------------------
+
+    cdef int home(self, int node) noexcept:
+        cdef uint32_t x = <uint32_t>node
+        x = ((x >> 16) ^ x) * 0x45d9f3bU
+        x = ((x >> 16) ^ x) * 0x45d9f3bU
+        return <int>(((x >> 16) ^ x) & <uint32_t>self.table_mask)
+
+    cdef int find(self, int node) noexcept:
+        """The record of *node*, or -1."""
+        cdef int slot = self.home(node), index
+        while True:
+            index = self.table[slot]
+            if index < 0 or self.records[index].node == node:
+                return index
+            slot = (slot + 1) & self.table_mask
+
+    cdef int live_lease(self, int node) noexcept:
+        """adaptive.py's leases.get(node): the live record of *node*, or -1."""
+        cdef int index = self.find(node)
+        return index if index >= 0 and self.records[index].live else -1
+
+    cdef int new_lease(self, int node, int contact) except -1:
+        """A new live lease of *node* (which has none): a record from the free list, entered in the table."""
+        cdef int index, slot
+        cdef Lease *lease
+        if (self.table_used + 1) * 2 > self.table_mask + 1:
+            self.grow_table()
+        if self.free_records < 0:
+            self.grow_records()
+        index = self.free_records
+        self.free_records = self.records[index].next_free
+        slot = self.home(node)
+        while self.table[slot] >= 0:
+            slot = (slot + 1) & self.table_mask
+        self.table[slot] = index
+        self.table_used += 1
+        lease = &self.records[index]
+        lease.node, lease.contact = node, contact
+        lease.held = lease.unreturned = lease.owed = lease.demand = 0
+        lease.revoking = lease.recheck = lease.in_revocable = lease.in_owing = False
+        lease.revocable_prev = lease.revocable_next = lease.owing_prev = lease.owing_next = -1
+        lease.live = True
+        self.live_count += 1
+        return index
+
+    cdef int free_record(self, int index) noexcept:
+        """Remove record *index* from the table (backward-shift deletion: no tombstones) and free it."""
+        cdef int mask = self.table_mask, hole, slot, home
+        hole = self.home(self.records[index].node)
+        while self.table[hole] != index:
+            hole = (hole + 1) & mask
+        slot = hole
+        while True:
+            slot = (slot + 1) & mask
+            if self.table[slot] < 0:
+                break
+            home = self.home(self.records[self.table[slot]].node)
+            # the entry at slot may move into the hole unless its home lies cyclically in (hole, slot]
+            if (hole < slot and hole < home <= slot) or (hole > slot and (home > hole or home <= slot)):
+                continue
+            self.table[hole] = self.table[slot]
+            hole = slot
+        self.table[hole] = -1
+        self.table_used -= 1
+        self.records[index].live = False
+        self.records[index].next_free = self.free_records
+        self.free_records = index
+        return 0
+
+    cdef int grow_table(self) except -1:
+        cdef int old_capacity = self.table_mask + 1, capacity = 2 * old_capacity, i, slot, index
+        cdef int *old = self.table
+        cdef int *table = <int *>PyMem_Malloc(capacity * sizeof(int))
+        if table == NULL:
+            raise MemoryError()
+        for i in range(capacity):
+            table[i] = -1
+        self.table, self.table_mask = table, capacity - 1
+        for i in range(old_capacity):
+            index = old[i]
+            if index >= 0:
+                slot = self.home(self.records[index].node)
+                while table[slot] >= 0:
+                    slot = (slot + 1) & self.table_mask
+                table[slot] = index
+        PyMem_Free(old)
+        return 0
+
+    cdef int grow_records(self) except -1:
+        cdef int capacity = 2 * self.record_capacity if self.record_capacity else 8, i
+        cdef Lease *records = <Lease *>PyMem_Realloc(self.records, capacity * sizeof(Lease))
+        if records == NULL:
+            raise MemoryError()
+        self.records = records
+        for i in range(capacity - 1, self.record_capacity - 1, -1):  # the lowest new record on top
+            records[i].live = records[i].in_owing = records[i].in_revocable = records[i].recheck = False
+            records[i].next_free = self.free_records
+            self.free_records = i
+        self.record_capacity = capacity
+        return 0
+
+    cdef int waiting_push(self, int node) except -1:
+        cdef int capacity = self.waiting_mask + 1, i
+        cdef int *ring
+        if self.waiting_count == capacity:
+            ring = <int *>PyMem_Malloc(2 * capacity * sizeof(int))
+            if ring == NULL:
+                raise MemoryError()
+            for i in range(self.waiting_count):
+                ring[i] = self.waiting[(self.waiting_head + i) & self.waiting_mask]
+            PyMem_Free(self.waiting)
+            self.waiting, self.waiting_head, self.waiting_mask = ring, 0, 2 * capacity - 1
+        self.waiting[(self.waiting_head + self.waiting_count) & self.waiting_mask] = node
+        self.waiting_count += 1
+        return 0
+
+    cdef int waiting_pop(self) noexcept:
+        cdef int node = self.waiting[self.waiting_head]
+        self.waiting_head = (self.waiting_head + 1) & self.waiting_mask
+        self.waiting_count -= 1
+        return node
+
+    # Insertion-ordered sets as adaptive.py's dicts of None: adding a member keeps its place, removing and
+    # adding again moves it to the end.
+    cdef void revocable_add(self, int index) noexcept:
+        cdef Lease *lease = &self.records[index]
+        if lease.in_revocable:
+            return
+        lease.in_revocable = True
+        lease.revocable_prev, lease.revocable_next = self.revocable_tail, -1
+        if self.revocable_tail >= 0:
+            self.records[self.revocable_tail].revocable_next = index
+        else:
+            self.revocable_head = index
+        self.revocable_tail = index
+        self.revocable_count += 1
+
+    cdef void revocable_remove(self, int index) noexcept:
+        cdef Lease *lease = &self.records[index]
+        if not lease.in_revocable:
+            return
+        lease.in_revocable = False
+        if lease.revocable_prev >= 0:
+            self.records[lease.revocable_prev].revocable_next = lease.revocable_next
+        else:
+            self.revocable_head = lease.revocable_next
+        if lease.revocable_next >= 0:
+            self.records[lease.revocable_next].revocable_prev = lease.revocable_prev
+        else:
+            self.revocable_tail = lease.revocable_prev
+        self.revocable_count -= 1
+
+    cdef void owing_add(self, int index) noexcept:
+        cdef Lease *lease = &self.records[index]
+        if lease.in_owing:
+            return
+        lease.in_owing = True
+        lease.owing_prev, lease.owing_next = self.owing_tail, -1
+        if self.owing_tail >= 0:
+            self.records[self.owing_tail].owing_next = index
+        else:
+            self.owing_head = index
+        self.owing_tail = index
+        self.owing_count += 1
+
+    cdef void owing_remove(self, int index) noexcept:
+        cdef Lease *lease = &self.records[index]
+        if not lease.in_owing:
+            return
+        lease.in_owing = False
+        if lease.owing_prev >= 0:
+            self.records[lease.owing_prev].owing_next = lease.owing_next
+        else:
+            self.owing_head = lease.owing_next
+        if lease.owing_next >= 0:
+            self.records[lease.owing_next].owing_prev = lease.owing_prev
+        else:
+            self.owing_tail = lease.owing_prev
+        self.owing_count -= 1
+
     # -- the FlowControl interface, for Python -------------------------------
 
     cdef int checked(self, object rank, bint needs_pool) except -1:
@@ -170,13 +737,13 @@ cdef class CreditLedger:
         if not 0 <= value < self.ranks:
             raise IndexError(f"rank {value} is out of range 0..{self.ranks - 1}")
         if needs_pool and self.credits == NULL:
-            raise RuntimeError("the credit ledger was detached from its shared memory (finalize())")
+            raise RuntimeError(_DETACHED)
         return value
 
     @property
     def name(self) -> str:
-        """The flow-control mode: ``"rank"`` or ``"node"``."""
-        return "node" if self.node_mode else "rank"
+        """The flow-control mode: ``"rank"``, ``"node"`` or ``"adaptive"``."""
+        return MODE_NAMES[self.mode]
 
     def try_acquire(self, dest) -> bool:
         """Take one credit for *dest*; True if one was taken."""
@@ -184,57 +751,135 @@ cdef class CreditLedger:
 
     def available(self, dest) -> int:
         """Send credits usable for *dest* now."""
-        cdef int rank = self.checked(dest, True)
-        return mailrail_load(&self.credits[rank]) if self.node_mode else self.credits[rank]
+        return self.credits_for(self.checked(dest, True))
 
     def take_piggyback(self, dest) -> int:
         """Credits to carry in the tag of a payload leaving for *dest* now."""
         return self.piggyback_for(self.checked(dest, False))
 
+    def ask(self, dest, long long queued) -> None:
+        """*queued* sends wait for *dest* and this rank found no credit for it: adaptive mode asks."""
+        if self.mode == ADAPTIVE_MODE:
+            self.ask_for(self.checked(dest, True), queued)
+
+    def on_deferred(self, dest, long long queued) -> None:
+        """A send to *dest* was deferred (*queued* wait now): adaptive mode counts it, and asks if need be."""
+        if self.mode == ADAPTIVE_MODE:
+            self.deferred_to(self.checked(dest, True), queued)
+
+    def on_undeferred(self, dest, long long count) -> None:
+        """*count* deferred sends to *dest* left or were dropped (adaptive mode counts them)."""
+        if self.mode == ADAPTIVE_MODE:
+            self.undeferred_to(self.checked(dest, True), count)
+
     def on_arrival(self, source, long long tag) -> bool:
         """Account one payload from *source*; True if its tag brought credits."""
         return bool(self.arrival(self.checked(source, True), tag))
 
-    def on_release(self, source):
-        """The application released a payload from *source*: ``(source, count)`` to return now, or None."""
-        cdef int rank = self.checked(source, True)
-        cdef long long count = self.release(rank)
-        return (rank, count) if count else None
+    def on_release(self, source) -> None:
+        """The application released a payload from *source* (credit messages it causes go to the outbox)."""
+        self.release(self.checked(source, True))
 
-    def on_credit_return(self, source, long long count) -> None:
-        """A credit message from *source* returned *count* credits."""
-        self.credit_return(self.checked(source, True), count)
+    def on_credit_message(self, source, int kind, long long count) -> None:
+        """A credit message of *kind* carrying *count* arrived from *source*."""
+        self.credit_message(self.checked(source, True), kind, count)
+
+    def lease_count(self) -> int:
+        """Nodes that hold credits of this rank now (adaptive mode)."""
+        cdef int index, count = 0
+        if self.mode == ADAPTIVE_MODE:
+            for index in range(self.record_capacity):
+                if self.records[index].live and self.records[index].held:
+                    count += 1
+        return count
 
     def credit_state_bytes(self) -> int:
-        """Private state: owed and unreturned per group, plus the credits per destination in rank mode."""
+        """Private state: rank mode owed, unreturned and credits per rank; node mode owed and unreturned per
+        node; adaptive mode what adaptive.py counts of its leases and queues."""
+        if self.mode == ADAPTIVE_MODE:
+            return (LEASE_BYTES * self.live_count
+                    + QUEUE_ENTRY_BYTES * (self.waiting_count + self.revocable_count + self.owing_count))
         return (2 * self.groups if self.node_mode else 3 * self.ranks) * sizeof(int64_t)
 
     def shared_state_bytes(self) -> int:
-        """Bytes of credit state in node-shared memory (the node's pool)."""
+        """Bytes of credit state in node-shared memory (the node's pool, and adaptive mode's tokens and demand)."""
+        if self.mode == ADAPTIVE_MODE:
+            return 3 * self.ranks * sizeof(int64_t)
         return self.ranks * sizeof(int64_t) if self.node_mode else 0
+
+    def stall_lines(self, destinations) -> list:
+        """What a stall report says of this mode's state beyond credits per destination (adaptive mode)."""
+        if self.mode != ADAPTIVE_MODE:
+            return []
+        asked = [d for d in destinations if mailrail_load(&self.tokens[self.checked(d, True)]) == 0]
+        lines = [
+            f"  this node asked {len(asked)} of them for credit and awaits the answer"
+            + (f" ({', '.join(map(str, asked[:16]))})" if asked else "")
+        ]
+        cdef int index, revoking = 0
+        for index in range(self.record_capacity):
+            if self.records[index].live and self.records[index].revoking:
+                revoking += 1
+        lines.append(
+            f"  as a receiver: {self.recv_slots - self.free} of {self.recv_slots} slots lent to "
+            f"{self.lease_count()} node(s), {self.waiting_count} node(s) waiting, {revoking} revoke(s) unanswered"
+        )
+        return lines
 
     def detach(self) -> None:
         """Forget the node-shared memory before it is freed: only the counters stay readable."""
-        if self.node_mode:
+        if self.shared:
             self.credits = NULL
+            self.tokens = NULL
+            self.demands = NULL
             self.group_map = NULL
             self.ranks_per_group = 1
             self.owner = None
 
+    def adaptive_state(self) -> dict:
+        """Adaptive mode's receiver state as adaptive.py keeps it (for tests): ``free``, ``leases`` (node ->
+        ``(contact, held, unreturned, owed, demand, revoking, recheck)``), and the nodes in ``waiting``,
+        ``revocable`` and ``owing``, in order."""
+        if self.mode != ADAPTIVE_MODE:
+            raise AttributeError(f"{self.name} mode has no leases")
+        cdef int index, i
+        cdef Lease *lease
+        leases = {}
+        for index in range(self.record_capacity):
+            lease = &self.records[index]
+            if lease.live:
+                leases[lease.node] = (lease.contact, lease.held, lease.unreturned, lease.owed, lease.demand,
+                                      bool(lease.revoking), bool(lease.recheck))
+        waiting = [self.waiting[(self.waiting_head + i) & self.waiting_mask] for i in range(self.waiting_count)]
+        revocable, owing = [], []
+        index = self.revocable_head
+        while index != -1:
+            revocable.append(self.records[index].node)
+            index = self.records[index].revocable_next
+        index = self.owing_head
+        while index != -1:
+            owing.append(self.records[index].node)
+            index = self.records[index].owing_next
+        return {"free": self.free, "leases": leases, "waiting": waiting, "revocable": revocable, "owing": owing}
+
     # Receiver- and sender-side state, as live int64 views (what the reference classes expose as arrays).
     @property
     def owed(self):
-        """Per sending group: credits released and not yet returned."""
+        """Rank and node modes, per sending group: credits released and not yet returned."""
+        if self.mode == ADAPTIVE_MODE:
+            raise AttributeError("adaptive mode keeps owed credits per lease (adaptive_state())")
         return self._private[0]
 
     @property
     def unreturned(self):
-        """Per sending group: payloads arrived and not yet returned."""
+        """Rank and node modes, per sending group: payloads arrived and not yet returned."""
+        if self.mode == ADAPTIVE_MODE:
+            raise AttributeError("adaptive mode keeps unreturned credits per lease (adaptive_state())")
         return self._private[1]
 
     @property
     def send_credits(self):
-        """Rank mode: credits per destination rank (node mode keeps them in the node's pool)."""
-        if self.node_mode:
-            raise AttributeError("node credits live in the node's shared pool, not in the ledger")
+        """Rank mode: credits per destination rank (node and adaptive modes keep them in the node's pool)."""
+        if self.shared:
+            raise AttributeError(f"{self.name} credits live in the node's shared pool, not in the ledger")
         return self._private[2]

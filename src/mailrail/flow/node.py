@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..errors import ProtocolError
-from .base import FlowControl
+from .base import GRANT, FlowControl, max_credit_count, unknown_kind
 
 
 class SharedCounters(Protocol):
@@ -16,11 +16,14 @@ class SharedCounters(Protocol):
     def try_take(self, index: int) -> bool:
         """Decrement counter *index* if it is positive; True if a credit was taken."""
 
-    def add(self, index: int, amount: int) -> None:
-        """Atomically add *amount* to counter *index*."""
+    def add(self, index: int, amount: int) -> int:
+        """Atomically add *amount* to counter *index*; return its value before."""
 
     def load(self, index: int) -> int:
         """The current value of counter *index*."""
+
+    def take_up_to(self, index: int, most: int) -> int:
+        """Atomically take min(value, *most*) from counter *index* (never below zero); return what was taken."""
 
     @property
     def nbytes(self) -> int:
@@ -39,11 +42,18 @@ class LocalCounters:
             return True
         return False
 
-    def add(self, index: int, amount: int) -> None:
+    def add(self, index: int, amount: int) -> int:
+        before = self.values[index]
         self.values[index] += amount
+        return before
 
     def load(self, index: int) -> int:
         return self.values[index]
+
+    def take_up_to(self, index: int, most: int) -> int:
+        taken = max(0, min(self.values[index], most))
+        self.values[index] -= taken
+        return taken
 
     @property
     def nbytes(self) -> int:
@@ -58,7 +68,8 @@ class NodeCredits(FlowControl):
     rank, with no message.  Receiver side: consumed credits are counted per
     *sending node* and returned (count in the tag) to the rank whose release
     crossed the threshold, which adds them to its node's pool.  Private state is
-    O(nodes) per rank; the shared pool is O(ranks) per node.
+    O(nodes) per rank; the shared pool is O(ranks) per node.  *max_tag*: the largest
+    tag (MPI's ``TAG_UB``), which bounds the count of one credit message.
     """
 
     name = "node"
@@ -71,7 +82,11 @@ class NodeCredits(FlowControl):
         pool: SharedCounters,
         credits_per_pair: int,
         return_threshold: int,
+        *,
+        max_tag: int = 32767,
     ) -> None:
+        super().__init__()
+        self.max_count = max_credit_count(max_tag)
         self.nodes = nodes
         self.node_of = node_of
         self.pool = pool
@@ -100,7 +115,7 @@ class NodeCredits(FlowControl):
             )
         return False
 
-    def on_release(self, source: int) -> tuple[int, int] | None:
+    def on_release(self, source: int) -> None:
         node = self.node_of(source)
         owed = self.owed
         owed[node] += 1
@@ -109,12 +124,12 @@ class NodeCredits(FlowControl):
             owed[node] = 0
             self.unreturned[node] -= count
             self.unreturned_total -= count
-            return source, count
-        return None
+            self._send_credits(source, GRANT, count, self.max_count)
 
-    def on_credit_return(self, source: int, count: int) -> None:
-        self.pool.add(source, count)
-        now = self.pool.load(source)
+    def on_credit_message(self, source: int, kind: int, count: int) -> None:
+        if kind != GRANT:
+            raise unknown_kind(source, kind, count, self.name)
+        now = self.pool.add(source, count) + count
         if now > self.credits_per_pair:
             raise ProtocolError(
                 f"rank {source} returned {count} credits, leaving this node {now} "

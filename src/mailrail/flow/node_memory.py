@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
 from mpi4py import MPI
 
@@ -114,18 +114,22 @@ class SharedWindowCounters:
         self.win.Sync()
         # The three operations, bound once per instance (the per-message calls of the Python transport).
         self.try_take: Callable[[int], bool]
-        self.add: Callable[[int, int], Any]
+        self.add: Callable[[int, int], int]
         self.load: Callable[[int], int]
+        self.take_up_to: Callable[[int, int], int]
         if self.atomics == "cpu":
             helper = importlib.import_module("mailrail.flow._atomics")
             address, take, fetch_add, load = self.address, helper.try_take, helper.fetch_add, helper.load
+            take_up_to = helper.take_up_to
             self.try_take = lambda i: take(address, i)
             self.add = lambda i, n: fetch_add(address, i, n)
             self.load = lambda i: load(address, i)
+            self.take_up_to = lambda i, most: take_up_to(address, i, most)
         else:
             self._origin = memoryview(bytearray(_INT64)).cast("q")
             self._result = memoryview(bytearray(_INT64)).cast("q")
             self.try_take, self.add, self.load = self._mpi_try_take, self._fetch_add, self._mpi_load
+            self.take_up_to = self._mpi_take_up_to
 
     # The MPI RMA path.
     def _fetch_add(self, index: int, amount: int) -> int:
@@ -140,6 +144,16 @@ class SharedWindowCounters:
             return True
         self._fetch_add(index, 1)  # overdrawn: give it back (transiently negative, never overrun)
         return False
+
+    def _mpi_take_up_to(self, index: int, most: int) -> int:
+        wanted = min(most, self._mpi_load(index))
+        if wanted <= 0:
+            return 0
+        before = self._fetch_add(index, -wanted)
+        taken = max(0, min(before, wanted))
+        if taken < wanted:  # others took some meanwhile: give back what was not there (never overrun)
+            self._fetch_add(index, wanted - taken)
+        return taken
 
     def _mpi_load(self, index: int) -> int:
         return self._fetch_add(index, 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 
 from ..errors import ProtocolError
-from .base import FlowControl
+from .base import GRANT, FlowControl, max_credit_count, unknown_kind
 
 
 class RankCredits(FlowControl):
@@ -14,7 +14,8 @@ class RankCredits(FlowControl):
     The receiver counts a credit as consumed when the application releases the
     slot, and returns consumed credits once ``return_threshold`` have gathered
     (a zero-byte credit message), or sooner in the tag of a payload it sends to
-    that rank anyway (piggybacking).  State is O(ranks) on both sides.
+    that rank anyway (piggybacking).  State is O(ranks) on both sides.  *max_tag*: the
+    largest tag (MPI's ``TAG_UB``), which bounds piggybacked counts and credit messages.
     """
 
     name = "rank"
@@ -22,10 +23,12 @@ class RankCredits(FlowControl):
     def __init__(
         self, ranks: int, credits_per_pair: int, return_threshold: int, *, piggyback: bool = True, max_tag: int = 32767
     ) -> None:
+        super().__init__()
         self.credits_per_pair = credits_per_pair
         self.return_threshold = return_threshold
         self.piggyback = piggyback
         self.max_tag = max_tag
+        self.max_count = max_credit_count(max_tag)
         self.send_credits = array("q", [credits_per_pair]) * ranks  # sender side
         self.owed = array("q", [0]) * ranks  # receiver side: released, not yet returned
         self.unreturned = array("q", [0]) * ranks  # receiver side: arrived, not yet returned
@@ -65,11 +68,11 @@ class RankCredits(FlowControl):
                 f"{self.credits_per_pair} credits per pair: a send without credit"
             )
         if tag:
-            self.on_credit_return(source, tag)  # piggybacked credits obey the same bound
+            self._credits_from(source, tag)  # piggybacked credits obey the same bound
             return True
         return False
 
-    def on_release(self, source: int) -> tuple[int, int] | None:
+    def on_release(self, source: int) -> None:
         owed = self.owed
         owed[source] += 1
         count = owed[source]
@@ -77,10 +80,14 @@ class RankCredits(FlowControl):
             owed[source] = 0
             self.unreturned[source] -= count
             self.unreturned_total -= count
-            return source, count
-        return None
+            self._send_credits(source, GRANT, count, self.max_count)
 
-    def on_credit_return(self, source: int, count: int) -> None:
+    def on_credit_message(self, source: int, kind: int, count: int) -> None:
+        if kind != GRANT:
+            raise unknown_kind(source, kind, count, self.name)
+        self._credits_from(source, count)
+
+    def _credits_from(self, source: int, count: int) -> None:
         self.send_credits[source] += count
         if self.send_credits[source] > self.credits_per_pair:
             raise ProtocolError(

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..flow import NodeCredits, RankCredits
+from ..flow import AdaptiveCredits, NodeCredits, RankCredits
 from ..flow.base import FlowControl
 from ..flow.node_memory import resolve_atomics
 from ..protocol import Endpoint, Message
@@ -42,6 +42,8 @@ class Implementation:
     transport: Callable[..., Transport]  # (*, comm, credit_comm, send_pool, recv_pool, ...)
     rank_credits: Callable[..., FlowControl]  # (ranks, credits_per_pair, return_threshold, *, piggyback, max_tag)
     node_credits: Callable[..., FlowControl]  # (topology, shared, ranks, credits_per_pair, return_threshold, *, ...)
+    # (topology, pool, tokens, demand, ranks, recv_slots, lease, credit_threshold, *, ranks_per_node, max_tag)
+    adaptive_credits: Callable[..., FlowControl]
 
 
 def _python_node_credits(
@@ -52,8 +54,9 @@ def _python_node_credits(
     return_threshold: int,
     *,
     ranks_per_node: int | None,
+    max_tag: int,
 ) -> FlowControl:
-    return NodeCredits(topology.nodes, topology.node_of, shared, credits_per_pair, return_threshold)
+    return NodeCredits(topology.nodes, topology.node_of, shared, credits_per_pair, return_threshold, max_tag=max_tag)
 
 
 def _compiled_node_credits(
@@ -64,17 +67,66 @@ def _compiled_node_credits(
     return_threshold: int,
     *,
     ranks_per_node: int | None,
+    max_tag: int,
 ) -> FlowControl:
     ledger: FlowControl = compiled.credit_ledger(
         "node",
         ranks,
         credits_per_pair,
         return_threshold,
+        max_tag=max_tag,
         nodes=topology.nodes,
         ranks_per_node=ranks_per_node or 0,
         node_map=topology.map_address,
         pool=shared.address,
         owner=(shared, topology),
+    )
+    return ledger
+
+
+def _python_adaptive_credits(
+    topology: NodeTopology,
+    pool: SharedWindowCounters,
+    tokens: SharedWindowCounters,
+    demand: SharedWindowCounters,
+    ranks: int,
+    recv_slots: int,
+    lease: int,
+    credit_threshold: int,
+    *,
+    ranks_per_node: int | None,
+    max_tag: int,
+) -> FlowControl:
+    return AdaptiveCredits(topology.node_of, pool, tokens, demand, recv_slots, lease, credit_threshold, max_tag=max_tag)
+
+
+def _compiled_adaptive_credits(
+    topology: NodeTopology,
+    pool: SharedWindowCounters,
+    tokens: SharedWindowCounters,
+    demand: SharedWindowCounters,
+    ranks: int,
+    recv_slots: int,
+    lease: int,
+    credit_threshold: int,
+    *,
+    ranks_per_node: int | None,
+    max_tag: int,
+) -> FlowControl:
+    ledger: FlowControl = compiled.credit_ledger(
+        "adaptive",
+        ranks,
+        lease,
+        credit_threshold,
+        max_tag=max_tag,
+        recv_slots=recv_slots,
+        nodes=topology.nodes,
+        ranks_per_node=ranks_per_node or 0,
+        node_map=topology.map_address,
+        pool=pool.address,
+        tokens=tokens.address,
+        demand=demand.address,
+        owner=(pool, tokens, demand, topology),
     )
     return ledger
 
@@ -95,6 +147,7 @@ PYTHON = Implementation(
     transport=PythonTransport,
     rank_credits=RankCredits,
     node_credits=_python_node_credits,
+    adaptive_credits=_python_adaptive_credits,
 )
 
 
@@ -115,6 +168,7 @@ def implementation(name: str) -> Implementation:
         transport=compiled.make,
         rank_credits=_compiled_rank_credits,
         node_credits=_compiled_node_credits,
+        adaptive_credits=_compiled_adaptive_credits,
     )
 
 
@@ -124,7 +178,7 @@ def choose(config: Config) -> tuple[str, str | None]:
     if config.transport == "python":
         return "python", "MAILRAIL_TRANSPORT=python"
     reason = compiled.unavailable_reason()
-    if reason is None and config.flow_control == "node" and resolve_atomics(config.atomics) != "cpu":
+    if reason is None and config.flow_control in ("node", "adaptive") and resolve_atomics(config.atomics) != "cpu":
         reason = "node credits updated through MPI atomics (MAILRAIL_ATOMICS=mpi) run on the Python transport"
     if reason is not None and config.transport == "compiled":
         raise ConfigError(f"MAILRAIL_TRANSPORT=compiled, but {reason}")

@@ -4,7 +4,7 @@
 The same transport as :class:`mailrail.transport.python.PythonTransport`: a ring
 of persistent wildcard receives polled at its head, per send slot a one-off and
 a persistent send request, in-flight sends reclaimed a few at a time from the
-oldest, rings of zero-byte credit receives and credit returns.  Four
+oldest, rings of zero-byte credit receives and credit messages sent.  Four
 interpreter calls per message cost about 2.5 us; here the four calls are C
 functions.
 
@@ -73,7 +73,7 @@ ctypedef struct SendRequests:
     bint inflight_persistent    # the send in flight is the persistent one
     int nbytes                  # the size of the send in flight (for its error message)
 
-cdef char credit_buffer[1]  # credit messages carry no payload (the count is the tag)
+cdef char credit_buffer[1]  # credit messages carry no payload (their meaning is the tag)
 
 #: Pools of abandoned transports that MPI may still read (sends in flight) or write (a receive whose
 #: cancellation failed): kept alive until the process ends rather than freed under MPI (see abandon()).
@@ -173,7 +173,7 @@ cdef class CompiledTransport:
     cdef Request *credit_recv         # ring of posted zero-byte receives for credit messages
     cdef int credit_receives, credit_head, credit_receives_made
     cdef bint credit_receives_cancelled
-    cdef Request *credit_send         # ring of zero-byte credit returns in flight, grown on demand
+    cdef Request *credit_send         # ring of zero-byte credit messages in flight, grown on demand
     cdef int credit_send_head, credit_send_count, credit_send_capacity
 
     def __init__(self, *, mpi, intptr_t comm, intptr_t credit_comm, send_pool, recv_pool, list recv_views,
@@ -433,8 +433,8 @@ cdef class CompiledTransport:
             slot = endpoint.c_drain_next()
         return 0
 
-    cdef int next_credit_message(self, int *source, int *count) except -1:
-        """The oldest posted credit receive, if its message arrived: 1 with its source and count (the
+    cdef int next_credit_arrival(self, int *source, int *tag) except -1:
+        """The oldest posted credit receive, if its message arrived: 1 with its source and tag (the
         receive is re-posted), 0 if none arrived."""
         cdef int flag, code
         cdef void *request = self.credit_recv[self.credit_head].handle
@@ -450,16 +450,16 @@ cdef class CompiledTransport:
         if not flag:
             return 0
         source[0] = (<int *>(self.status + self.source_offset))[0]
-        count[0] = (<int *>(self.status + self.tag_offset))[0]
+        tag[0] = (<int *>(self.status + self.tag_offset))[0]
         self.check(self.start(request))
         self.credit_head = (self.credit_head + 1) % self.credit_receives
         return 1
 
     cdef int poll_credits(self) except -1:
         """Hand every credit message that arrived to the Endpoint, oldest posted receive first."""
-        cdef int source, count
-        while self.next_credit_message(&source, &count):
-            self.endpoint.c_credits_arrived(source, count)
+        cdef int source, tag
+        while self.next_credit_arrival(&source, &tag):
+            self.endpoint.c_credits_arrived(source, tag)
         return 0
 
     cdef int grow_credit_sends(self) except -1:
@@ -475,22 +475,20 @@ cdef class CompiledTransport:
         self.credit_send_capacity = capacity
         return 0
 
-    cdef int return_credits(self, int target, long long count) except -1:
-        """Send *count* credits back to *target*: zero-byte messages, the count in the tag (in the
-        Endpoint's pieces, each at most tag_ub)."""
-        cdef long long part
-        cdef int flag, code
+    cdef int send_credit_messages(self) except -1:
+        """Send the credit messages the Endpoint has due: zero-byte messages, their meaning in the tag (the
+        Endpoint's, at most tag_ub)."""
+        cdef int target, flag, code
+        cdef long long tag
         cdef Request *request
-        while count > 0:
-            part = self.endpoint.c_credit_part(count)
+        while self.endpoint.c_next_credit_message(&target, &tag):
             if self.credit_send_count == self.credit_send_capacity:
                 self.grow_credit_sends()
             request = &self.credit_send[(self.credit_send_head + self.credit_send_count) %
                                         self.credit_send_capacity]
-            self.check(self.isend(credit_buffer, 0, self.byte, target, <int>part, self.credit_comm, request.handle))
+            self.check(self.isend(credit_buffer, 0, self.byte, target, <int>tag, self.credit_comm, request.handle))
             self.credit_send_count += 1
-            count -= part
-        while self.credit_send_count:  # forget completed returns, oldest first
+        while self.credit_send_count:  # forget completed credit messages, oldest first
             code = self.test(self.credit_send[self.credit_send_head].handle, &flag, self.status)
             if not flag and not code:
                 break
@@ -531,6 +529,8 @@ cdef class CompiledTransport:
         cdef Endpoint endpoint = self.endpoint
         cdef int slot = endpoint.c_submit(dest, buf, nbytes)
         if slot < 0:
+            if endpoint.c_credits_due():  # deferred: adaptive mode asks for credit
+                self.send_credit_messages()
             return
         cdef int rank = endpoint.out_dest, size = endpoint.out_nbytes, action = endpoint.out_action
         cdef int code = self.transmit(slot, rank, size, endpoint.out_tag, action)
@@ -550,6 +550,8 @@ cdef class CompiledTransport:
             self.poll_credits()
         if endpoint.deferred_count:
             self.drain_deferred()
+        if endpoint.c_credits_due():
+            self.send_credit_messages()
         cdef int slot, flag, count, code
         cdef Message message
         if self.posted_count:
@@ -574,7 +576,7 @@ cdef class CompiledTransport:
         return None
 
     def release_receive_buffer(self, message):
-        """Give *message*'s slot back: re-post its receive; return credits when the Endpoint says so."""
+        """Give *message*'s slot back: re-post its receive; send the credit messages the Endpoint has due."""
         cdef Endpoint endpoint = self.endpoint
         cdef int slot = endpoint.c_release(message)
         if self.posted_count < self.posted_limit:
@@ -582,8 +584,8 @@ cdef class CompiledTransport:
         else:
             self.unposted[self.unposted_count] = slot
             self.unposted_count += 1
-        if endpoint.credits_due:
-            self.return_credits((<Message>message).source, endpoint.credits_due)
+        if endpoint.c_credits_due():
+            self.send_credit_messages()
 
     # -- the transport interface: progress and shutdown ------------------------
 
@@ -596,7 +598,7 @@ cdef class CompiledTransport:
         """Re-post arrived messages without handing them out, drop arrived credit messages; return how
         many payloads were discarded."""
         cdef long count = 0
-        cdef int flag, slot, source, credits, code
+        cdef int flag, slot, source, tag, code
         while self.posted_count:
             slot = self.posted[self.posted_head]
             code = self.test(self.recv_request[slot].handle, &flag, self.status)
@@ -609,7 +611,7 @@ cdef class CompiledTransport:
             self.post_receive(slot)
             count += 1
         if self.credit_receives_made and not self.credit_receives_cancelled:
-            while self.next_credit_message(&source, &credits):
+            while self.next_credit_arrival(&source, &tag):
                 pass
         return count
 
@@ -665,7 +667,7 @@ cdef class CompiledTransport:
 
     cdef int release_requests(self, ErrorLog log, bint wait_credit_sends=False) except -1:
         """Release what exists of the requests, in order, going on past MPI errors (noted in *log*):
-        posted receives cancelled and completed, credit returns completed (*wait_credit_sends*) or
+        posted receives cancelled and completed, credit messages sent completed (*wait_credit_sends*) or
         left to complete, then every inactive persistent request freed.  Sends still in flight are
         the caller's (abandon keeps their pool).  Safe whatever step of construction failed."""
         cdef int slot
@@ -673,9 +675,9 @@ cdef class CompiledTransport:
         while self.credit_send_count:  # zero-byte sends of a static buffer
             if wait_credit_sends:
                 log.note(self.wait(self.credit_send[self.credit_send_head].handle, self.status),
-                         "complete a credit return")
+                         "complete a credit message")
             else:  # a peer that left may never take it: MPI frees it when it completes
-                log.note(self.request_free(self.credit_send[self.credit_send_head].handle), "free a credit return")
+                log.note(self.request_free(self.credit_send[self.credit_send_head].handle), "free a credit message")
             self.credit_send_head = (self.credit_send_head + 1) % self.credit_send_capacity
             self.credit_send_count -= 1
         if self.send_requests != NULL and self.endpoint is not None:

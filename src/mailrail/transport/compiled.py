@@ -153,13 +153,15 @@ def endpoint(*arguments: Any, **keywords: Any) -> Any:
 
 
 def credit_ledger(mode: str, ranks: int, credits_per_pair: int, return_threshold: int, **placement: Any) -> Any:
-    """A compiled :class:`mailrail.flow._ledger.CreditLedger` for *mode* ``"rank"`` or ``"node"``.
+    """A compiled :class:`mailrail.flow._ledger.CreditLedger` for *mode* ``"rank"``, ``"node"`` or ``"adaptive"``.
 
     It has the interface of :class:`~mailrail.flow.base.FlowControl` and makes the decisions of
-    :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits` (the
-    reference, tested against it event by event).  *placement*: ``piggyback``, ``max_tag`` (rank);
-    ``nodes``, ``ranks_per_node`` or ``node_map`` (address of an int32 rank-to-node map), ``pool``
-    (address of the node's int64 credit counters) and ``owner`` (what keeps that memory alive) (node).
+    :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits` /
+    :class:`~mailrail.flow.adaptive.AdaptiveCredits` (the reference, tested against it event by event).
+    *placement*: ``max_tag`` (all); ``piggyback`` (rank); ``nodes``, ``ranks_per_node`` or ``node_map``
+    (address of an int32 rank-to-node map), ``pool`` (address of the node's int64 credit counters) and
+    ``owner`` (what keeps that memory alive) (node, adaptive); ``recv_slots``, ``tokens`` and ``demand``
+    (addresses of the node's int64 request tokens and waiting-send counts) (adaptive).
     """
     module = importlib.import_module("mailrail.flow._ledger")
     return module.CreditLedger(mode, ranks, credits_per_pair, return_threshold, **placement)

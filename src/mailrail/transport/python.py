@@ -1,7 +1,8 @@
 """The Python transport: mpi4py calls that move bytes for the sans-I/O :class:`~mailrail.protocol.Endpoint`.
 
 Payloads travel on the rail's data communicator with wildcard receives; credit
-returns as zero-byte messages (count in the tag) on the credit communicator.
+messages (returns, grants, requests: see :mod:`mailrail.flow.base`) as zero-byte
+messages, their meaning in the tag, on the credit communicator.
 Every per-call loop is bounded: receives are polled at the head of a ring in
 posting order (wildcard receives on one communicator match in that order),
 sends are reclaimed a few at a time from the oldest, so a call costs O(1)
@@ -114,11 +115,14 @@ class PythonTransport:
         return None if slot == NO_SLOT else self._send_views[slot]
 
     def send(self, dest: Any, buf: Any, nbytes: Any) -> None:
-        dest, nbytes, slot, tag, action = self._endpoint.submit(dest, buf, nbytes)
+        endpoint = self._endpoint
+        dest, nbytes, slot, tag, action = endpoint.submit(dest, buf, nbytes)
         if self._trace is not None:
             self._trace.message(dest, nbytes)
         if slot != NO_SLOT:
             self._transmit(dest, nbytes, slot, tag, action, deferred=False)
+        elif endpoint.credit_outbox:  # deferred: adaptive mode asks for credit
+            self._send_credit_messages()
 
     def receive(self) -> Any:
         endpoint = self._endpoint
@@ -130,6 +134,8 @@ class PythonTransport:
         if endpoint.deferred_total:
             for ready in endpoint.drain_ready():  # a failed start stops the drain: the rest stay queued
                 self._transmit(*ready, deferred=True)
+        if endpoint.credit_outbox:
+            self._send_credit_messages()
         posted = self._posted
         if posted:
             slot = posted[0]
@@ -150,13 +156,14 @@ class PythonTransport:
         return None
 
     def release_receive_buffer(self, message: Any) -> None:
-        slot, credits = self._endpoint.release(message)
+        endpoint = self._endpoint
+        slot = endpoint.release(message)
         if len(self._posted) < self._posted_receives:
             self._post(slot)
         else:
             self._unposted.append(slot)
-        if credits:
-            self._return_credits(message.source, credits)
+        if endpoint.credit_outbox:
+            self._send_credit_messages()
 
     # -- progress and shutdown ------------------------------------------------------
 
@@ -290,13 +297,14 @@ class PythonTransport:
         self._send_request[slot] = request
         self._send_nbytes[slot] = nbytes
 
-    def _return_credits(self, target: int, count: int) -> None:
+    def _send_credit_messages(self) -> None:
+        """Send the credit messages the Endpoint has due (zero-byte, the meaning in the tag)."""
         endpoint, credit_inflight, credit = self._endpoint, self._credit_inflight, self._credit
-        assert credit is not None  # credits are returned only in the credit modes, which have the communicator
-        while count > 0:  # a return larger than the tag space leaves in pieces
-            part = endpoint.credit_part(count)
-            credit_inflight.append(credit.Isend(self._empty, target, part))
-            count -= part
+        assert credit is not None  # credit messages exist only in the credit modes, which have the communicator
+        outbox, empty = endpoint.credit_outbox, self._empty
+        while outbox:
+            target, tag = endpoint.next_credit_message()
+            credit_inflight.append(credit.Isend(empty, target, tag))
         while credit_inflight and credit_inflight[0].Test():
             credit_inflight.popleft()
 

@@ -1,0 +1,333 @@
+"""Adaptive credits: a receiver lends its receive slots to the sending nodes that ask, for any job size.
+
+A receiver's ``R`` receive slots are its only receive memory, however many ranks
+and nodes the job has.  Credits are *leased* to sending nodes, not owned by pairs:
+
+* **Sender side** (node-shared, as in node mode): per destination rank, the
+  node's credit pool, one *request token* and the count of its ranks' sends waiting
+  (*demand*).  A rank takes credits from the pool atomically.  A rank whose sends
+  wait for a destination with an empty pool takes the token (atomically, so a node
+  asks once) and sends a ``REQUEST`` carrying how many sends wait.  The ``ANSWER``
+  to it adds credits to the pool and puts the token back; a ``GRANT`` only adds
+  credits.  On a ``REVOKE`` a rank takes what the pool holds beyond the waiting
+  sends and sends it back (``GIVE_BACK``, possibly 0): credits just granted to
+  sends that wait are used, not bounced back and forth.
+* **Receiver side**: slots not leased are *free*.  Per node holding credits or
+  asking for them, a lease record: credits held (``held``), those in use (arrived,
+  not yet returned: ``unreturned``), released ones not yet sent back (``owed``),
+  what it asked for (``demand``), and its *contact* rank, to which every grant and
+  revoke for the node goes (one communicator, one pair of ranks: they arrive in the
+  order they were sent).
+  - A request joins a FIFO of waiting nodes; waiting nodes are served in order
+    from the free slots, each at most ``lease`` credits (and at most its demand).
+  - A released credit goes back to its node (``GRANT`` once ``held //
+    credit_threshold`` gathered, or at once as the ``ANSWER`` if that node waits),
+    unless *another* node waits: then it is reclaimed into the free slots and the
+    head of the queue is served.
+  - When nodes wait and no slot is free, released credits kept back below the
+    threshold are reclaimed, and every node granted credits since it was last
+    revoked gets one ``REVOKE``; what comes back is served in order.  A node that
+    kept some (for its waiting sends) is looked at again after its next arrival.
+
+Invariants (checked as they are used; ``tests/flow/test_flow_adaptive.py`` and the
+cluster simulation check them after every event):
+
+* ``free + sum(held) == R`` at the receiver, and ``unreturned <= held`` per node,
+  checked on every arrival: never more messages arrive than there are slots.
+* A node has at most one request outstanding per receiver (its token), and every
+  request is answered exactly once.
+* A waiting node is answered after at most the nodes queued ahead of it were
+  served (FIFO, each node once in the queue), provided the application releases
+  what it receives and every rank keeps calling ``receive()``: while a node waits,
+  every credit comes back to the free slots, from released messages at once, and
+  from idle pools within one revoke round trip.
+
+State per rank: one record per node holding credits (at most ``R``, each holds one)
+or waiting, plus the queue: ``O(R + active senders)``, not ``O(ranks)`` or ``O(nodes)``.
+The node-shared pool, tokens and waiting-send counts are 24 bytes per destination rank per
+node, as node mode's pool is 8.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from ..errors import ProtocolError
+from .base import ANSWER, GIVE_BACK, GRANT, REQUEST, REVOKE, FlowControl, max_credit_count, unknown_kind
+from .node import SharedCounters
+
+#: What credit_state_bytes() counts: 8 bytes per field of a lease record, and per queued node.
+LEASE_BYTES = 8 * 7
+QUEUE_ENTRY_BYTES = 8
+
+
+class Lease:
+    """What a receiver knows of one sending node (see the module doc)."""
+
+    __slots__ = ("node", "contact", "held", "unreturned", "owed", "demand", "revoking", "recheck")
+
+    def __init__(self, node: int, contact: int) -> None:
+        self.node = node
+        self.contact = contact  # the rank every grant and revoke for this node goes to
+        self.held = 0  # credits leased to the node and not come back
+        self.unreturned = 0  # of those: payloads arrived, credit not yet sent back or reclaimed
+        self.owed = 0  # of those: released, to be sent back (or reclaimed)
+        self.demand = 0  # > 0: the node asked and waits (how many sends wait)
+        self.revoking = False  # a REVOKE is on its way; its GIVE_BACK has not arrived
+        self.recheck = False  # it kept credits at the last revoke (for sends waiting or on their way)
+
+
+class AdaptiveCredits(FlowControl):
+    """``flow_control="adaptive"``: credits leased to sending nodes on request (see the module doc).
+
+    *node_of*: rank -> node; *pool*, *tokens* and *demand*: the node's shared counters, one per
+    destination rank (pool starts at 0, tokens at 1, demand at 0); *recv_slots*: ``R``; *lease*: the
+    most credits one grant carries; *credit_threshold*: a node holding ``h`` credits gets
+    released ones back once ``h // credit_threshold`` gathered; *max_tag*: MPI's ``TAG_UB``.
+    """
+
+    name = "adaptive"
+    credits_change_silently = True
+    asks_for_credit = True
+
+    def __init__(
+        self,
+        node_of: Callable[[int], int],
+        pool: SharedCounters,
+        tokens: SharedCounters,
+        demand: SharedCounters,
+        recv_slots: int,
+        lease: int,
+        credit_threshold: int,
+        *,
+        max_tag: int = 32767,
+    ) -> None:
+        super().__init__()
+        if recv_slots < 1 or lease < 1 or credit_threshold < 1:
+            raise ValueError(
+                f"recv_slots={recv_slots}, lease={lease} and credit_threshold={credit_threshold} must be >= 1"
+            )
+        self.node_of = node_of
+        self.pool = pool
+        self.tokens = tokens
+        self.demand = demand
+        self.recv_slots = recv_slots
+        self.credits_per_pair = lease  # what stats() reports as the credit unit
+        self.lease = lease
+        self.return_threshold = credit_threshold
+        self.max_count = max_credit_count(max_tag)
+        self.free = recv_slots
+        self.leases: dict[int, Lease] = {}
+        self.waiting: deque[int] = deque()  # nodes that asked, in order; each at most once
+        # Ordered sets (dicts of None): nodes granted credits since their last revoke, and nodes with released
+        # credits kept back (owed, below the threshold): what must come back when nodes wait and no slot is free.
+        self.revocable: dict[int, None] = {}
+        self.owing: dict[int, None] = {}
+
+    # -- sender side -----------------------------------------------------------------
+
+    def try_acquire(self, dest: int) -> bool:
+        return self.pool.try_take(dest)
+
+    def available(self, dest: int) -> int:
+        return self.pool.load(dest)
+
+    def ask(self, dest: int, queued: int) -> None:
+        if self.tokens.try_take(dest):  # the node's one request to dest: whoever takes the token sends it
+            self.requests_sent += 1
+            self.outbox.append((dest, REQUEST, min(queued, self.max_count)))
+
+    def on_deferred(self, dest: int, queued: int) -> None:
+        self.demand.add(dest, 1)
+        if not self.pool.load(dest):
+            self.ask(dest, queued)
+
+    def on_undeferred(self, dest: int, count: int) -> None:
+        self.demand.add(dest, -count)
+
+    def on_credit_message(self, source: int, kind: int, count: int) -> None:
+        if kind == GRANT or kind == ANSWER:
+            now = self.pool.add(source, count) + count
+            if kind == ANSWER and self.tokens.add(source, 1) >= 1:
+                raise ProtocolError(f"rank {source} answered a request this node did not make")
+            if now > self.recv_slots:
+                raise ProtocolError(
+                    f"rank {source} granted {count} credits, leaving this node {now} > its "
+                    f"{self.recv_slots} receive slots"
+                )
+        elif kind == REVOKE:  # give back what the node's waiting sends will not use
+            spare = min(self.pool.load(source) - self.demand.load(source), self.max_count)
+            self.outbox.append((source, GIVE_BACK, self.pool.take_up_to(source, spare) if spare > 0 else 0))
+        elif kind == REQUEST:
+            self._requested(source, count)
+        elif kind == GIVE_BACK:
+            self._given_back(source, count)
+        else:
+            raise unknown_kind(source, kind, count, self.name)
+
+    # -- receiver side ---------------------------------------------------------------
+
+    def on_arrival(self, source: int, tag: int) -> bool:
+        node = self.node_of(source)
+        lease = self.leases.get(node)
+        if lease is None or lease.unreturned >= lease.held:
+            held, in_use = (0, 0) if lease is None else (lease.held, lease.unreturned)
+            raise ProtocolError(
+                f"node {node} (via rank {source}) sent a message here without credit: it holds {held} "
+                f"credit(s) of this rank and {in_use} are in use"
+            )
+        lease.unreturned += 1
+        self.unreturned_total += 1
+        if self.unreturned_total > self.unreturned_high_water:
+            self.unreturned_high_water = self.unreturned_total
+        if lease.recheck:  # it used what it kept: what is left may be idle now
+            lease.recheck = False
+            self.revocable[node] = None
+        return False
+
+    def on_release(self, source: int) -> None:
+        node = self.node_of(source)
+        lease = self.leases.get(node)
+        if lease is None or lease.owed >= lease.unreturned:  # an Endpoint releases only what arrived
+            raise ProtocolError(f"node {node} (via rank {source}) has no message here to release")
+        lease.owed += 1
+        self._settle(lease)
+        if self.waiting:
+            self._serve()
+
+    def _settle(self, lease: Lease) -> None:
+        """What becomes of *lease*'s released credits: reclaimed if another node waits, sent back if it waits
+        alone or once ``held // credit_threshold`` gathered, else kept owed."""
+        owed = lease.owed
+        if not owed:
+            return
+        waiting = self.waiting
+        if len(waiting) > (1 if lease.demand else 0):  # another node waits: the slots go to the queue
+            lease.owed = 0
+            lease.held -= owed
+            lease.unreturned -= owed
+            self.unreturned_total -= owed
+            self.free += owed
+            self.reclaimed += owed
+            self.owing.pop(lease.node, None)
+            self._forget_if_idle(lease)
+        elif lease.demand or owed >= max(1, lease.held // self.return_threshold):
+            lease.owed = 0
+            lease.unreturned -= owed
+            self.unreturned_total -= owed
+            self.owing.pop(lease.node, None)
+            if lease.demand:  # it waits alone: these answer it
+                waiting.clear()
+                self._grant(lease, ANSWER, owed)
+            else:
+                self._grant(lease, GRANT, owed)
+        else:
+            self.owing[lease.node] = None
+
+    def _requested(self, source: int, demand: int) -> None:
+        node = self.node_of(source)
+        lease = self.leases.get(node)
+        if lease is None:
+            lease = self.leases[node] = Lease(node, source)
+            if len(self.leases) > self.leases_high_water:
+                self.leases_high_water = len(self.leases)
+        elif lease.demand:
+            raise ProtocolError(f"node {node} (via rank {source}) asked for credits again before its answer")
+        self.requests_received += 1
+        lease.demand = max(1, demand)
+        self.waiting.append(node)
+        if len(self.waiting) > self.waiting_high_water:
+            self.waiting_high_water = len(self.waiting)
+        self._serve()
+
+    def _given_back(self, source: int, count: int) -> None:
+        node = self.node_of(source)
+        lease = self.leases.get(node)
+        if lease is None or not lease.revoking:
+            raise ProtocolError(f"node {node} (via rank {source}) gave back {count} credit(s) that were not revoked")
+        if count > lease.held - lease.unreturned:
+            raise ProtocolError(
+                f"node {node} (via rank {source}) gave back {count} credit(s) but held only "
+                f"{lease.held - lease.unreturned} unused"
+            )
+        lease.revoking = False
+        if count == self.max_count:  # a full message: its pool may hold more
+            self.revocable[node] = None
+        elif count < lease.held - lease.unreturned:  # it kept some: look again once it used them (an arrival)
+            lease.recheck = True
+        lease.held -= count
+        self.free += count
+        self.given_back += count
+        self._forget_if_idle(lease)
+        self._serve()
+
+    def _serve(self) -> None:
+        """Serve waiting nodes in order from the free slots.  While some wait and none is free, every credit
+        must come back: the owed ones now, the idle ones in nodes' pools by a revoke."""
+        waiting, leases = self.waiting, self.leases
+        while True:
+            while waiting and self.free:
+                lease = leases[waiting.popleft()]
+                count = min(self.free, lease.demand, self.lease)
+                self.free -= count
+                lease.held += count
+                self._grant(lease, ANSWER, count)
+            if not waiting or not self.owing:
+                break
+            for node in list(self.owing):  # others wait: each is reclaimed (or answers its node, if alone)
+                self._settle(leases[node])
+        if waiting:
+            self._revoke_idle()
+
+    def _grant(self, lease: Lease, kind: int, count: int) -> None:
+        if kind == ANSWER:
+            lease.demand = 0
+        self._send_credits(lease.contact, kind, count, self.max_count)
+        self.revocable[lease.node] = None
+
+    def _revoke_idle(self) -> None:
+        """Every node granted credits since its last revoke gets a REVOKE, unless all its credits are here (in
+        messages: released, they come back) or a revoke is already on its way (it is looked at again later)."""
+        leases, revocable = self.leases, self.revocable
+        for node in list(revocable):
+            lease = leases[node]
+            if lease.revoking:
+                continue
+            del revocable[node]
+            if lease.held > lease.unreturned:
+                lease.revoking = True
+                self.revokes_sent += 1
+                self.outbox.append((lease.contact, REVOKE, 0))
+
+    def _forget_if_idle(self, lease: Lease) -> None:
+        if not lease.held and not lease.demand and not lease.revoking:  # (held 0: nothing owed)
+            del self.leases[lease.node]
+            self.revocable.pop(lease.node, None)
+            self.owing.pop(lease.node, None)
+
+    # -- reports ---------------------------------------------------------------------
+
+    def lease_count(self) -> int:
+        return sum(1 for lease in self.leases.values() if lease.held)
+
+    def credit_state_bytes(self) -> int:
+        queued = len(self.waiting) + len(self.revocable) + len(self.owing)
+        return LEASE_BYTES * len(self.leases) + QUEUE_ENTRY_BYTES * queued
+
+    def shared_state_bytes(self) -> int:
+        return self.pool.nbytes + self.tokens.nbytes + self.demand.nbytes
+
+    def stall_lines(self, destinations: list[int]) -> list[str]:
+        asked = [d for d in destinations if self.tokens.load(d) == 0]
+        lines = [
+            f"  this node asked {len(asked)} of them for credit and awaits the answer"
+            + (f" ({', '.join(map(str, asked[:16]))})" if asked else "")
+        ]
+        held = self.recv_slots - self.free
+        lines.append(
+            f"  as a receiver: {held} of {self.recv_slots} slots lent to {self.lease_count()} node(s), "
+            f"{len(self.waiting)} node(s) waiting, {sum(lease.revoking for lease in self.leases.values())} revoke(s) "
+            f"unanswered"
+        )
+        return lines
