@@ -34,7 +34,7 @@ def read_outputs(out) -> tuple[dict, bytes]:
     return document, (out / "compare.png").read_bytes()
 
 
-def test_compare_runs_the_three_modes_side_by_side(tmp_path, clean_environment, capfd):
+def test_compare_runs_the_four_modes_side_by_side(tmp_path, clean_environment, capfd):
     out = tmp_path / "results"
     assert main(["compare", *SMALL, "--out", str(out)]) == 0
     printed = capfd.readouterr().out
@@ -45,7 +45,7 @@ def test_compare_runs_the_three_modes_side_by_side(tmp_path, clean_environment, 
     load = document["workload"]
     assert (load["ranks"], load["nodes"], load["ranks_per_node"], load["victims"]) == (4, 2, 2, 1)
     assert load["recv_pool_slots"] == 64  # the scarce default budget, the same for every mode
-    assert list(document["modes"]) == ["none", "rank", "node"]
+    assert list(document["modes"]) == ["none", "rank", "node", "adaptive"]
     for mode, result in document["modes"].items():
         assert result["status"] == "ok"
         assert result["benchmark"] == "adversarial" and result["flow_control"] == mode
@@ -58,10 +58,29 @@ def test_compare_runs_the_three_modes_side_by_side(tmp_path, clean_environment, 
     assert rows["none"]["speedup vs none"] == "1.00x"
     assert rows["none"]["credit msgs"] == 0 and rows["rank"]["credit msgs"] > 0
     # Progress while it ran, then the side-by-side table.
-    assert "[1/3] flow control none" in printed and "[3/3] node: ok" in printed
+    assert rows["adaptive"]["credit msgs"] > 0
+    assert "[1/4] flow control none" in printed and "[4/4] adaptive: ok" in printed
     assert "trial 2/2" in printed
     table = printed[printed.index("speedup vs none") :]
-    assert all(mode in table for mode in ("none", "rank", "node"))
+    assert all(mode in table for mode in ("none", "rank", "node", "adaptive"))
+    assert "- adaptive: " in table and " requests, " in table  # its requests and revokes, counted
+
+
+def test_modes_that_the_receive_slots_cannot_back_are_refused_and_said_so(tmp_path, clean_environment, capfd):
+    """One receive slot per rank on 4 ranks in 2 nodes: rank and node credits are refused before they start
+    (fewer slots than sender ranks, than sending nodes); adaptive credits run, and compare still succeeds."""
+    out = tmp_path / "results"
+    argv = ["compare", *SMALL, "--modes", "rank,node,adaptive", "--recv-pool-slots", "1", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capfd.readouterr().out
+    document, _ = read_outputs(out)
+    modes = document["modes"]
+    assert [modes[m]["status"] for m in ("rank", "node", "adaptive")] == ["refused", "refused", "ok"]
+    assert "rank-based flow control gets 0 credits per sender rank" in modes["rank"]["reason"]
+    assert "node-based flow control gets 0 credits per sending node" in modes["node"]["reason"]
+    assert modes["adaptive"]["summary"]["accounting_ok"]
+    assert "[1/3] rank: refused (too few receive slots)" in printed
+    assert "- node: refused before it started: node-based flow control gets 0 credits" in printed
 
 
 def test_a_mode_past_the_time_limit_is_reported_not_hidden(tmp_path, clean_environment, capfd):

@@ -76,6 +76,18 @@ def test_exactly_once_across_four_nodes(four_nodes, mode, pattern):
         assert {s["nodes"] for s in stats} == {4}
 
 
+@pytest.mark.parametrize("pattern", ["uniform", "incast", "hotspot", "sparse"])
+def test_adaptive_credits_with_one_receive_slot_across_four_nodes(four_nodes, pattern):
+    """Adaptive credits on real nodes (found by MPI), one receive slot per rank: lent around, never overrun."""
+    env = {"MAILRAIL_FLOW_CONTROL": "adaptive", "MAILRAIL_RECV_POOL_SLOTS": "1", "MAILRAIL_SEND_POOL_SLOTS": "4"}
+    job, result = cluster_job(four_nodes, 8, "traffic.py", "--pattern", pattern, "--max-messages", "80", env=env)
+    assert_exactly_once(result)
+    stats = result["stats"]
+    assert {s["nodes"] for s in stats} == {4} and {s["credits_per_pair"] for s in stats} == {1}
+    assert max(s["credit_window_high_water"] for s in stats) <= 1
+    assert sum(s["credit_requests_sent"] for s in stats) == sum(s["credit_requests_received"] for s in stats) > 0
+
+
 @pytest.mark.smoke
 def test_a_node_credit_pool_is_shared_by_the_ranks_of_one_virtual_node(leaves_nothing):
     """Rank 3 sends on credits its node neighbour rank 2 consumed: one pool per node, in that node's memory."""
