@@ -266,6 +266,7 @@ def adaptive_state(flow: Any) -> dict[str, Any] | None:
         },
         "waiting": list(flow.waiting),
         "revocable": list(flow.revocable),
+        "parked": list(flow.parked),
         "owing": list(flow.owing),
     }
 

@@ -209,6 +209,42 @@ def test_while_another_node_waits_released_credits_are_reclaimed_for_it():
     check_conserved(flow)
 
 
+def test_a_node_within_its_share_keeps_its_standing_window_while_others_wait():
+    """Two nodes hold their fair share (2 of 4 each) and both asked for more: nothing is free, nothing is
+    reclaimed, and each node's released credits go back to it once its threshold gathered, as when nobody
+    waits: a standing window, not a request and an answer per message."""
+    flow = make(recv_slots=4, lease=2, threshold=1)  # back once all it holds gathered
+    flow.on_credit_message(0, REQUEST, 2)
+    flow.on_credit_message(2, REQUEST, 2)
+    assert sent(flow) == [(0, ANSWER, 2), (2, ANSWER, 2)]
+    arrive(flow, 0, 2)
+    arrive(flow, 2, 2)
+    flow.on_credit_message(0, REQUEST, 5)
+    flow.on_credit_message(2, REQUEST, 5)
+    assert sent(flow) == [] and list(flow.waiting) == [0, 1]  # each within its share: no revoke
+    assert release(flow, 0) == [] and release(flow, 3) == []  # one of two back: kept owed
+    assert release(flow, 1) == [(0, GRANT, 2)]
+    assert release(flow, 2) == [(2, GRANT, 2)]
+    assert flow.reclaimed == 0 and flow.revokes_sent == 0 and list(flow.parked) == [0, 1]
+    check_conserved(flow)
+
+
+def test_a_new_node_shrinks_the_shares_and_an_idle_node_above_its_share_is_revoked():
+    flow = make(recv_slots=4, lease=4)
+    flow.on_credit_message(0, REQUEST, 2)
+    flow.on_credit_message(2, REQUEST, 2)
+    sent(flow)
+    arrive(flow, 2, 2)
+    flow.on_credit_message(2, REQUEST, 1)  # free 0; shares 2: neither above, both parked
+    assert sent(flow) == [] and list(flow.parked) == [0, 1]
+    flow.on_credit_message(4, REQUEST, 1)  # a third node: shares 1, node 0 idle above its share
+    assert sent(flow) == [(0, REVOKE, 0)]  # node 1 is above its share too, but all its credits are here
+    assert not flow.parked and not flow.revocable
+    flow.on_credit_message(0, GIVE_BACK, 2)
+    assert sent(flow) == [(2, ANSWER, 1), (4, ANSWER, 1)]
+    check_conserved(flow)
+
+
 def test_idle_credits_are_revoked_when_a_node_waits_and_none_is_free():
     flow = make(recv_slots=4, lease=4)
     flow.on_credit_message(0, REQUEST, 4)  # node 0 holds all four and stops sending

@@ -123,6 +123,7 @@ def adaptive_state(flow: Any) -> dict[str, Any]:
         },
         "waiting": list(flow.waiting),
         "revocable": list(flow.revocable),
+        "parked": list(flow.parked),
         "owing": list(flow.owing),
     }
 

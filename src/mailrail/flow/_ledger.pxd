@@ -56,14 +56,26 @@ cdef class Outbox:
 
 # Adaptive mode, receiver side: what this rank knows of one sending node (adaptive.py's Lease), a record in
 # a growable array found by node through an open-addressing table.  A record is *live* while adaptive.py's
-# `leases` holds the node, and freed when it forgets it.  `revocable` and `owing` are intrusive doubly
-# linked lists over the records.
+# `leases` holds the node, and freed when it forgets it.  adaptive.py's ordered sets `revocable`, `parked`
+# and `owing` are intrusive doubly linked lists over the records: `revocable` and `parked` share one pair
+# of links (a node is in at most one of them), `owing` has its own.
+cdef enum:
+    REVOCABLE = 0
+    PARKED = 1
+    OWING = 2
+    ORDERED_SETS = 3
+
 cdef struct Lease:
     long long held, unreturned, owed, demand
     int node, contact
-    int revocable_prev, revocable_next, owing_prev, owing_next
+    int prev[2]
+    int next[2]                 # links: [0] in revocable or parked, [1] in owing (-1: none)
+    signed char member[2]       # which set each pair of links is in: -1 none, REVOCABLE/PARKED, OWING
     int next_free
-    bint live, revoking, recheck, in_revocable, in_owing
+    bint live, revoking, recheck
+
+cdef struct OrderedSet:
+    int head, tail, count
 
 
 cdef class CreditLedger:
@@ -97,8 +109,7 @@ cdef class CreditLedger:
     cdef int live_count                      # live records: len(leases)
     cdef int *waiting                        # FIFO ring of node ids (capacity a power of 2)
     cdef int waiting_head, waiting_count, waiting_mask
-    cdef int revocable_head, revocable_tail, revocable_count
-    cdef int owing_head, owing_tail, owing_count
+    cdef OrderedSet sets[ORDERED_SETS]       # revocable, parked, owing
 
     cdef int group_of(self, int rank) noexcept
     cdef int checked(self, object rank, bint needs_pool) except -1
@@ -122,6 +133,7 @@ cdef class CreditLedger:
     cdef int requested(self, int source, long long demand) except -1
     cdef int given_back_from(self, int source, long long count) except -1
     cdef int settle(self, int index) except -1
+    cdef void give_back_owed(self, int index) noexcept
     cdef int serve(self) except -1
     cdef int grant(self, int index, int kind, long long count) except -1
     cdef int revoke_idle(self) except -1
@@ -136,7 +148,5 @@ cdef class CreditLedger:
     cdef int grow_records(self) except -1
     cdef int waiting_push(self, int node) except -1
     cdef int waiting_pop(self) noexcept
-    cdef void revocable_add(self, int index) noexcept
-    cdef void revocable_remove(self, int index) noexcept
-    cdef void owing_add(self, int index) noexcept
-    cdef void owing_remove(self, int index) noexcept
+    cdef void set_add(self, int which, int index) noexcept
+    cdef void set_remove(self, int which, int index) noexcept

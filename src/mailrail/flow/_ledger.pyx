@@ -166,7 +166,11 @@ cdef class CreditLedger:
 
     def __cinit__(self):
         self.outbox = Outbox()
-        self.free_records = self.revocable_head = self.revocable_tail = self.owing_head = self.owing_tail = -1
+        self.free_records = -1
+        cdef int which
+        for which in range(ORDERED_SETS):
+            self.sets[which].head = self.sets[which].tail = -1
+            self.sets[which].count = 0
 
     def __init__(self, str mode, int ranks, long long credits_per_pair, long long return_threshold, *,
                  bint piggyback=True, long long max_tag=32767, int nodes=0, int ranks_per_node=0,
@@ -397,7 +401,7 @@ cdef class CreditLedger:
             self.unreturned_high_water = self.unreturned_total
         if lease.recheck:  # it used what it kept: what is left may be idle now
             lease.recheck = False
-            self.revocable_add(index)
+            self.set_add(REVOCABLE, index)
         return 0
 
     cdef int adaptive_release(self, int source) except -1:
@@ -412,33 +416,46 @@ cdef class CreditLedger:
         return 0
 
     cdef int settle(self, int index) except -1:
-        """What becomes of the lease's released credits: reclaimed if another node waits, sent back if it
-        waits alone or once held // credit_threshold gathered, else kept owed (adaptive.py's _settle)."""
+        """What becomes of the lease's released credits: while another node waits, those above the node's
+        fair share are reclaimed; the rest go back at once if it waits alone, or once held // credit_threshold
+        gathered, else they are kept owed (adaptive.py's _settle)."""
         cdef Lease *lease = &self.records[index]
-        cdef long long owed = lease.owed, due
+        cdef long long owed = lease.owed, take, due
         if not owed:
             return 0
-        if self.waiting_count > (1 if lease.demand else 0):  # another node waits: the slots go to the queue
-            lease.owed = 0
-            lease.held -= owed
-            lease.unreturned -= owed
-            self.unreturned_total -= owed
-            self.free += owed
-            self.reclaimed += owed
-            self.owing_remove(index)
-            return self.forget_if_idle(index)
+        cdef bint others = self.waiting_count > (1 if lease.demand else 0)
+        if others:
+            take = lease.held - floor_div(self.recv_slots, self.live_count)
+            if take > owed:
+                take = owed
+            if take > 0:  # above its share: those slots go to the queue
+                lease.owed = owed = owed - take
+                lease.held -= take
+                lease.unreturned -= take
+                self.unreturned_total -= take
+                self.free += take
+                self.reclaimed += take
+                if not owed:
+                    self.set_remove(OWING, index)
+                    return self.forget_if_idle(index)
         due = floor_div(lease.held, self.return_threshold)
-        if lease.demand or owed >= (due if due > 1 else 1):
-            lease.owed = 0
-            lease.unreturned -= owed
-            self.unreturned_total -= owed
-            self.owing_remove(index)
-            if lease.demand:  # it waits alone: these answer it
-                self.waiting_head = self.waiting_count = 0
-                return self.grant(index, ANSWER, owed)
+        if lease.demand and not others:  # it waits alone: these answer it, at once
+            self.give_back_owed(index)
+            self.waiting_head = self.waiting_count = 0
+            return self.grant(index, ANSWER, owed)
+        if owed >= (due if due > 1 else 1):
+            self.give_back_owed(index)
             return self.grant(index, GRANT, owed)
-        self.owing_add(index)
+        self.set_add(OWING, index)
         return 0
+
+    cdef void give_back_owed(self, int index) noexcept:
+        """The lease's owed credits go back to its node: no longer in use here (adaptive.py's _give_back_owed)."""
+        cdef Lease *lease = &self.records[index]
+        lease.unreturned -= lease.owed
+        self.unreturned_total -= lease.owed
+        lease.owed = 0
+        self.set_remove(OWING, index)
 
     cdef int requested(self, int source, long long demand) except -1:
         cdef int node = self.group_of(source)
@@ -447,6 +464,8 @@ cdef class CreditLedger:
             index = self.new_lease(node, source)
             if self.live_count > self.leases_high_water:
                 self.leases_high_water = self.live_count
+            while self.sets[PARKED].head != -1:  # one more node: every share shrinks, a parked node may be above
+                self.set_add(REVOCABLE, self.sets[PARKED].head)
         elif self.records[index].demand:
             raise ProtocolError(f"node {node} (via rank {source}) asked for credits again before its answer")
         self.requests_received += 1
@@ -468,7 +487,7 @@ cdef class CreditLedger:
                 f"{lease.held - lease.unreturned} unused")
         lease.revoking = False
         if count == self.max_count:  # a full message: its pool may hold more
-            self.revocable_add(index)
+            self.set_add(REVOCABLE, index)
         elif count < lease.held - lease.unreturned:  # it kept some: look again once it used them (an arrival)
             lease.recheck = True
         lease.held -= count
@@ -481,7 +500,7 @@ cdef class CreditLedger:
         """Serve waiting nodes in order from the free slots; while some wait and none is free, the owed
         credits come back now and idle ones by a revoke (adaptive.py's _serve)."""
         cdef int node, index, following
-        cdef long long count
+        cdef long long count, free
         cdef Lease *lease
         while True:
             while self.waiting_count and self.free:
@@ -498,17 +517,20 @@ cdef class CreditLedger:
                 self.free -= count
                 lease.held += count
                 self.grant(index, ANSWER, count)
-            if not self.waiting_count or not self.owing_count:
+            if not self.waiting_count or not self.sets[OWING].count:
                 break
-            # Others wait: each owing node is reclaimed (or answers its node, if alone).  Settling a node
-            # removes at most that node from `owing` and adds none: the saved successor stays valid.
-            index = self.owing_head
+            # Others wait: shares above fair are reclaimed (or answer a lone waiter).  Settling a node removes
+            # at most that node from `owing` and adds none: the saved successor stays valid.
+            free = self.free
+            index = self.sets[OWING].head
             while index != -1:
-                following = self.records[index].owing_next
+                following = self.records[index].next[1]
                 if not self.records[index].live:
                     raise KeyError(self.records[index].node)
                 self.settle(index)
                 index = following
+            if self.free == free:  # nothing above a fair share was owed: the rest is in use or in pools
+                break
         if self.waiting_count:
             self.revoke_idle()
         return 0
@@ -517,22 +539,26 @@ cdef class CreditLedger:
         if kind == ANSWER:
             self.records[index].demand = 0
         self.send_credits(self.records[index].contact, kind, count)
-        self.revocable_add(index)
+        self.set_add(REVOCABLE, index)
         return 0
 
     cdef int revoke_idle(self) except -1:
-        """Every node granted credits since its last revoke gets a REVOKE, unless all its credits are here or a
-        revoke is already on its way (adaptive.py's _revoke_idle)."""
-        cdef int index = self.revocable_head, following
+        """Every node granted credits since its last revoke that holds more than its fair share gets a REVOKE,
+        unless all its credits are here or a revoke is already on its way; those within their share are
+        parked (adaptive.py's _revoke_idle)."""
+        cdef int index = self.sets[REVOCABLE].head, following
+        cdef long long share = floor_div(self.recv_slots, self.live_count)
         cdef Lease *lease
         while index != -1:
             lease = &self.records[index]
-            following = lease.revocable_next
+            following = lease.next[0]
             if not lease.live:
                 raise KeyError(lease.node)
             if not lease.revoking:
-                self.revocable_remove(index)
-                if lease.held > lease.unreturned:
+                self.set_remove(REVOCABLE, index)
+                if lease.held <= share:
+                    self.set_add(PARKED, index)
+                elif lease.held > lease.unreturned:
                     lease.revoking = True
                     self.revokes_sent += 1
                     self.outbox.push(lease.contact, REVOKE, 0)
@@ -544,8 +570,9 @@ cdef class CreditLedger:
         if not lease.held and not lease.demand and not lease.revoking:
             lease.live = False  # del leases[node]
             self.live_count -= 1
-            self.revocable_remove(index)
-            self.owing_remove(index)
+            self.set_remove(REVOCABLE, index)
+            self.set_remove(PARKED, index)
+            self.set_remove(OWING, index)
             self.free_record(index)
         return 0
 
@@ -589,8 +616,9 @@ cdef class CreditLedger:
         lease = &self.records[index]
         lease.node, lease.contact = node, contact
         lease.held = lease.unreturned = lease.owed = lease.demand = 0
-        lease.revoking = lease.recheck = lease.in_revocable = lease.in_owing = False
-        lease.revocable_prev = lease.revocable_next = lease.owing_prev = lease.owing_next = -1
+        lease.revoking = lease.recheck = False
+        lease.member[0] = lease.member[1] = -1
+        lease.prev[0] = lease.next[0] = lease.prev[1] = lease.next[1] = -1
         lease.live = True
         self.live_count += 1
         return index
@@ -645,7 +673,8 @@ cdef class CreditLedger:
             raise MemoryError()
         self.records = records
         for i in range(capacity - 1, self.record_capacity - 1, -1):  # the lowest new record on top
-            records[i].live = records[i].in_owing = records[i].in_revocable = records[i].recheck = False
+            records[i].live = records[i].recheck = False
+            records[i].member[0] = records[i].member[1] = -1
             records[i].next_free = self.free_records
             self.free_records = i
         self.record_capacity = capacity
@@ -673,62 +702,40 @@ cdef class CreditLedger:
         return node
 
     # Insertion-ordered sets as adaptive.py's dicts of None: adding a member keeps its place, removing and
-    # adding again moves it to the end.
-    cdef void revocable_add(self, int index) noexcept:
+    # adding again moves it to the end; adding to revocable takes a node out of parked, and back.
+    cdef void set_add(self, int which, int index) noexcept:
         cdef Lease *lease = &self.records[index]
-        if lease.in_revocable:
+        cdef int link = 1 if which == OWING else 0
+        cdef OrderedSet *ordered = &self.sets[which]
+        if lease.member[link] == which:
             return
-        lease.in_revocable = True
-        lease.revocable_prev, lease.revocable_next = self.revocable_tail, -1
-        if self.revocable_tail >= 0:
-            self.records[self.revocable_tail].revocable_next = index
+        if lease.member[link] >= 0:
+            self.set_remove(lease.member[link], index)
+        lease.member[link] = which
+        lease.prev[link], lease.next[link] = ordered.tail, -1
+        if ordered.tail >= 0:
+            self.records[ordered.tail].next[link] = index
         else:
-            self.revocable_head = index
-        self.revocable_tail = index
-        self.revocable_count += 1
+            ordered.head = index
+        ordered.tail = index
+        ordered.count += 1
 
-    cdef void revocable_remove(self, int index) noexcept:
+    cdef void set_remove(self, int which, int index) noexcept:
         cdef Lease *lease = &self.records[index]
-        if not lease.in_revocable:
+        cdef int link = 1 if which == OWING else 0
+        cdef OrderedSet *ordered = &self.sets[which]
+        if lease.member[link] != which:
             return
-        lease.in_revocable = False
-        if lease.revocable_prev >= 0:
-            self.records[lease.revocable_prev].revocable_next = lease.revocable_next
+        lease.member[link] = -1
+        if lease.prev[link] >= 0:
+            self.records[lease.prev[link]].next[link] = lease.next[link]
         else:
-            self.revocable_head = lease.revocable_next
-        if lease.revocable_next >= 0:
-            self.records[lease.revocable_next].revocable_prev = lease.revocable_prev
+            ordered.head = lease.next[link]
+        if lease.next[link] >= 0:
+            self.records[lease.next[link]].prev[link] = lease.prev[link]
         else:
-            self.revocable_tail = lease.revocable_prev
-        self.revocable_count -= 1
-
-    cdef void owing_add(self, int index) noexcept:
-        cdef Lease *lease = &self.records[index]
-        if lease.in_owing:
-            return
-        lease.in_owing = True
-        lease.owing_prev, lease.owing_next = self.owing_tail, -1
-        if self.owing_tail >= 0:
-            self.records[self.owing_tail].owing_next = index
-        else:
-            self.owing_head = index
-        self.owing_tail = index
-        self.owing_count += 1
-
-    cdef void owing_remove(self, int index) noexcept:
-        cdef Lease *lease = &self.records[index]
-        if not lease.in_owing:
-            return
-        lease.in_owing = False
-        if lease.owing_prev >= 0:
-            self.records[lease.owing_prev].owing_next = lease.owing_next
-        else:
-            self.owing_head = lease.owing_next
-        if lease.owing_next >= 0:
-            self.records[lease.owing_next].owing_prev = lease.owing_prev
-        else:
-            self.owing_tail = lease.owing_prev
-        self.owing_count -= 1
+            ordered.tail = lease.prev[link]
+        ordered.count -= 1
 
     # -- the FlowControl interface, for Python -------------------------------
 
@@ -798,7 +805,8 @@ cdef class CreditLedger:
         node; adaptive mode what adaptive.py counts of its leases and queues."""
         if self.mode == ADAPTIVE_MODE:
             return (LEASE_BYTES * self.live_count
-                    + QUEUE_ENTRY_BYTES * (self.waiting_count + self.revocable_count + self.owing_count))
+                    + QUEUE_ENTRY_BYTES * (self.waiting_count + self.sets[REVOCABLE].count + self.sets[PARKED].count
+                                           + self.sets[OWING].count))
         return (2 * self.groups if self.node_mode else 3 * self.ranks) * sizeof(int64_t)
 
     def shared_state_bytes(self) -> int:
@@ -839,7 +847,7 @@ cdef class CreditLedger:
     def adaptive_state(self) -> dict:
         """Adaptive mode's receiver state as adaptive.py keeps it (for tests): ``free``, ``leases`` (node ->
         ``(contact, held, unreturned, owed, demand, revoking, recheck)``), and the nodes in ``waiting``,
-        ``revocable`` and ``owing``, in order."""
+        ``revocable``, ``parked`` and ``owing``, in order."""
         if self.mode != ADAPTIVE_MODE:
             raise AttributeError(f"{self.name} mode has no leases")
         cdef int index, i
@@ -851,16 +859,18 @@ cdef class CreditLedger:
                 leases[lease.node] = (lease.contact, lease.held, lease.unreturned, lease.owed, lease.demand,
                                       bool(lease.revoking), bool(lease.recheck))
         waiting = [self.waiting[(self.waiting_head + i) & self.waiting_mask] for i in range(self.waiting_count)]
-        revocable, owing = [], []
-        index = self.revocable_head
-        while index != -1:
-            revocable.append(self.records[index].node)
-            index = self.records[index].revocable_next
-        index = self.owing_head
-        while index != -1:
-            owing.append(self.records[index].node)
-            index = self.records[index].owing_next
-        return {"free": self.free, "leases": leases, "waiting": waiting, "revocable": revocable, "owing": owing}
+        cdef list nodes
+        ordered = []
+        for which, link in ((REVOCABLE, 0), (PARKED, 0), (OWING, 1)):
+            nodes = []
+            index = self.sets[which].head
+            while index != -1:
+                nodes.append(self.records[index].node)
+                index = self.records[index].next[link]
+            ordered.append(nodes)
+        revocable, parked, owing = ordered
+        return {"free": self.free, "leases": leases, "waiting": waiting, "revocable": revocable, "parked": parked,
+                "owing": owing}
 
     # Receiver- and sender-side state, as live int64 views (what the reference classes expose as arrays).
     @property

@@ -21,13 +21,15 @@ and nodes the job has.  Credits are *leased* to sending nodes, not owned by pair
   - A request joins a FIFO of waiting nodes; waiting nodes are served in order
     from the free slots, each at most ``lease`` credits (and at most its demand).
   - A released credit goes back to its node (``GRANT`` once ``held //
-    credit_threshold`` gathered, or at once as the ``ANSWER`` if that node waits),
-    unless *another* node waits: then it is reclaimed into the free slots and the
-    head of the queue is served.
+    credit_threshold`` gathered, or at once as the ``ANSWER`` if that node waits
+    alone): a busy node keeps a standing window.  While *another* node waits, a node
+    keeps at most its fair share ``R // (nodes holding or asking)``: released credits
+    above it are reclaimed into the free slots and the head of the queue is served.
   - When nodes wait and no slot is free, released credits kept back below the
-    threshold are reclaimed, and every node granted credits since it was last
-    revoked gets one ``REVOKE``; what comes back is served in order.  A node that
-    kept some (for its waiting sends) is looked at again after its next arrival.
+    threshold are reclaimed down to the shares, and every node granted credits since
+    it was last revoked gets one ``REVOKE``; what comes back is served in order.  A
+    node that kept some (for its waiting sends) is looked at again after its next
+    arrival.
 
 Invariants (checked as they are used; ``tests/flow/test_flow_adaptive.py`` and the
 cluster simulation check them after every event):
@@ -38,9 +40,10 @@ cluster simulation check them after every event):
   request is answered exactly once.
 * A waiting node is answered after at most the nodes queued ahead of it were
   served (FIFO, each node once in the queue), provided the application releases
-  what it receives and every rank keeps calling ``receive()``: while a node waits,
-  every credit comes back to the free slots, from released messages at once, and
-  from idle pools within one revoke round trip.
+  what it receives and every rank keeps calling ``receive()``: while a node that
+  holds less than its share waits, some node holds more (the shares sum to at most
+  ``R``), and its credits above the share come back to the free slots, from
+  released messages at once and from idle pools within one revoke round trip.
 
 State per rank: one record per node holding credits (at most ``R``, each holds one)
 or waiting, plus the queue: ``O(R + active senders)``, not ``O(ranks)`` or ``O(nodes)``.
@@ -120,9 +123,11 @@ class AdaptiveCredits(FlowControl):
         self.free = recv_slots
         self.leases: dict[int, Lease] = {}
         self.waiting: deque[int] = deque()  # nodes that asked, in order; each at most once
-        # Ordered sets (dicts of None): nodes granted credits since their last revoke, and nodes with released
+        # Ordered sets (dicts of None): nodes granted credits since their last revoke (revocable; those a revoke
+        # round found within their fair share wait in parked until shares shrink), and nodes with released
         # credits kept back (owed, below the threshold): what must come back when nodes wait and no slot is free.
         self.revocable: dict[int, None] = {}
+        self.parked: dict[int, None] = {}
         self.owing: dict[int, None] = {}
 
     # -- sender side -----------------------------------------------------------------
@@ -183,7 +188,7 @@ class AdaptiveCredits(FlowControl):
             self.unreturned_high_water = self.unreturned_total
         if lease.recheck:  # it used what it kept: what is left may be idle now
             lease.recheck = False
-            self.revocable[node] = None
+            self._mark_revocable(lease)
         return False
 
     def on_release(self, source: int) -> None:
@@ -197,33 +202,45 @@ class AdaptiveCredits(FlowControl):
             self._serve()
 
     def _settle(self, lease: Lease) -> None:
-        """What becomes of *lease*'s released credits: reclaimed if another node waits, sent back if it waits
-        alone or once ``held // credit_threshold`` gathered, else kept owed."""
+        """What becomes of *lease*'s released credits: while another node waits, those above the node's fair
+        share (``R // nodes holding or asking``) are reclaimed for the queue; the rest go back to the node at
+        once if it waits alone (the answer), or once ``held // credit_threshold`` gathered (its standing
+        window: every credit it holds comes back to it this way, since the threshold is at most what it
+        holds), else they are kept owed."""
         owed = lease.owed
         if not owed:
             return
         waiting = self.waiting
-        if len(waiting) > (1 if lease.demand else 0):  # another node waits: the slots go to the queue
-            lease.owed = 0
-            lease.held -= owed
-            lease.unreturned -= owed
-            self.unreturned_total -= owed
-            self.free += owed
-            self.reclaimed += owed
-            self.owing.pop(lease.node, None)
-            self._forget_if_idle(lease)
-        elif lease.demand or owed >= max(1, lease.held // self.return_threshold):
-            lease.owed = 0
-            lease.unreturned -= owed
-            self.unreturned_total -= owed
-            self.owing.pop(lease.node, None)
-            if lease.demand:  # it waits alone: these answer it
-                waiting.clear()
-                self._grant(lease, ANSWER, owed)
-            else:
-                self._grant(lease, GRANT, owed)
+        others = len(waiting) > (1 if lease.demand else 0)
+        if others:
+            take = min(owed, lease.held - self.recv_slots // len(self.leases))
+            if take > 0:  # above its share: those slots go to the queue
+                lease.owed = owed = owed - take
+                lease.held -= take
+                lease.unreturned -= take
+                self.unreturned_total -= take
+                self.free += take
+                self.reclaimed += take
+                if not owed:
+                    self.owing.pop(lease.node, None)
+                    self._forget_if_idle(lease)
+                    return
+        if lease.demand and not others:  # it waits alone: these answer it, at once
+            self._give_back_owed(lease)
+            waiting.clear()
+            self._grant(lease, ANSWER, owed)
+        elif owed >= max(1, lease.held // self.return_threshold):
+            self._give_back_owed(lease)
+            self._grant(lease, GRANT, owed)
         else:
             self.owing[lease.node] = None
+
+    def _give_back_owed(self, lease: Lease) -> None:
+        """*lease*'s owed credits go back to its node: no longer in use here."""
+        lease.unreturned -= lease.owed
+        self.unreturned_total -= lease.owed
+        lease.owed = 0
+        self.owing.pop(lease.node, None)
 
     def _requested(self, source: int, demand: int) -> None:
         node = self.node_of(source)
@@ -232,6 +249,9 @@ class AdaptiveCredits(FlowControl):
             lease = self.leases[node] = Lease(node, source)
             if len(self.leases) > self.leases_high_water:
                 self.leases_high_water = len(self.leases)
+            for parked in self.parked:  # one more node: every share shrinks, a parked node may be above its
+                self.revocable[parked] = None
+            self.parked.clear()
         elif lease.demand:
             raise ProtocolError(f"node {node} (via rank {source}) asked for credits again before its answer")
         self.requests_received += 1
@@ -253,7 +273,7 @@ class AdaptiveCredits(FlowControl):
             )
         lease.revoking = False
         if count == self.max_count:  # a full message: its pool may hold more
-            self.revocable[node] = None
+            self._mark_revocable(lease)
         elif count < lease.held - lease.unreturned:  # it kept some: look again once it used them (an arrival)
             lease.recheck = True
         lease.held -= count
@@ -275,8 +295,11 @@ class AdaptiveCredits(FlowControl):
                 self._grant(lease, ANSWER, count)
             if not waiting or not self.owing:
                 break
-            for node in list(self.owing):  # others wait: each is reclaimed (or answers its node, if alone)
+            free = self.free
+            for node in list(self.owing):  # others wait: shares above fair are reclaimed (or answer a lone waiter)
                 self._settle(leases[node])
+            if self.free == free:  # nothing above a fair share was owed: the rest is in use or in pools
+                break
         if waiting:
             self._revoke_idle()
 
@@ -284,18 +307,26 @@ class AdaptiveCredits(FlowControl):
         if kind == ANSWER:
             lease.demand = 0
         self._send_credits(lease.contact, kind, count, self.max_count)
+        self._mark_revocable(lease)
+
+    def _mark_revocable(self, lease: Lease) -> None:
+        self.parked.pop(lease.node, None)
         self.revocable[lease.node] = None
 
     def _revoke_idle(self) -> None:
-        """Every node granted credits since its last revoke gets a REVOKE, unless all its credits are here (in
-        messages: released, they come back) or a revoke is already on its way (it is looked at again later)."""
+        """Every node granted credits since its last revoke that holds more than its fair share gets a REVOKE,
+        unless all its credits are here (in messages: released, they come back) or a revoke is already on its
+        way (it is looked at again later); those within their share are parked until the shares shrink."""
         leases, revocable = self.leases, self.revocable
+        share = self.recv_slots // len(leases)
         for node in list(revocable):
             lease = leases[node]
             if lease.revoking:
                 continue
             del revocable[node]
-            if lease.held > lease.unreturned:
+            if lease.held <= share:
+                self.parked[node] = None
+            elif lease.held > lease.unreturned:
                 lease.revoking = True
                 self.revokes_sent += 1
                 self.outbox.append((lease.contact, REVOKE, 0))
@@ -304,6 +335,7 @@ class AdaptiveCredits(FlowControl):
         if not lease.held and not lease.demand and not lease.revoking:  # (held 0: nothing owed)
             del self.leases[lease.node]
             self.revocable.pop(lease.node, None)
+            self.parked.pop(lease.node, None)
             self.owing.pop(lease.node, None)
 
     # -- reports ---------------------------------------------------------------------
@@ -312,7 +344,7 @@ class AdaptiveCredits(FlowControl):
         return sum(1 for lease in self.leases.values() if lease.held)
 
     def credit_state_bytes(self) -> int:
-        queued = len(self.waiting) + len(self.revocable) + len(self.owing)
+        queued = len(self.waiting) + len(self.revocable) + len(self.parked) + len(self.owing)
         return LEASE_BYTES * len(self.leases) + QUEUE_ENTRY_BYTES * queued
 
     def shared_state_bytes(self) -> int:
