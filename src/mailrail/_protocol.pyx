@@ -220,8 +220,8 @@ cdef class Endpoint:
         self.deferred_push(rank, slot, size)
         self.deferred_count += 1
         self.out_dest, self.out_nbytes, self.out_tag, self.out_action = <int>rank, <int>size, 0, 0
-        if self.asks:  # adaptive: the node counts its waiting sends, and asks for credit if it has none
-            self.ledger.deferred_to(<int>rank, self.queued_for(<int>rank))
+        if self.asks and self.ledger.deferred_to(<int>rank):  # adaptive: counted; no credit: ask
+            self.ledger.ask_for(<int>rank, self.queued_for(<int>rank))
         return NO_SLOT
 
     cdef int pool_attached(self) except -1:
@@ -400,7 +400,7 @@ cdef class Endpoint:
                     if not self.silent and self.ledger.credits[dest]:
                         self.deferred_mark_ready(dest)
                     return self.leave(dest, nbytes, slot)
-                elif self.asks:
+                elif self.asks and self.ledger.may_ask(dest):
                     self.ledger.ask_for(dest, self.queued_for(dest))
             self.drain_candidates = None
         if self.stall_timeout and self.deferred_count:

@@ -186,3 +186,16 @@ def test_bad_arguments_exit_with_a_message(tmp_path, clean_environment, args, me
 def test_a_victim_that_works_on_each_message_still_gets_all_of_them(tmp_path, clean_environment):
     document, _ = adversarial(tmp_path, "node", 1, "--messages", "50", "--receive-work-us", "200")
     assert document["receive_work_us"] == 200 and document["summary"]["accounting_ok"]
+
+
+@pytest.mark.parametrize("mode", ["rank", "adaptive"])
+def test_partners_spread_each_rank_over_the_victim_and_its_own_partner(tmp_path, clean_environment, mode):
+    """--partners 1: every rank sends half to the victim, half to one partner of its own (most pairs never
+    talk); every receiver gets exactly what was sent to it."""
+    document, _ = adversarial(tmp_path, mode, 1, "--messages", "100", "--partners", "1")
+    assert document["partners"] == 1 and document["summary"]["accounting_ok"]
+    detail = document["ranks_detail"]
+    assert all(d["messages_sent"] == TRIALS * 100 for d in detail)  # the victim sends to its partner too
+    receivers = [d for d in detail if d["messages_received"]]
+    assert 2 <= len(receivers) < RANKS  # the victim and some partners; a pair that never talks is the rule
+    assert sum(d["messages_received"] for d in detail) == TRIALS * 100 * RANKS

@@ -122,7 +122,8 @@ cdef class CreditLedger:
     cdef int release(self, int source) except -1
     cdef int credit_message(self, int source, int kind, long long count) except -1
     cdef int ask_for(self, int dest, long long queued) except -1
-    cdef int deferred_to(self, int dest, long long queued) except -1
+    cdef bint deferred_to(self, int dest) noexcept
+    cdef bint may_ask(self, int dest) noexcept
     cdef int undeferred_to(self, int dest, long long count) noexcept
     cdef int send_credits(self, int target, int kind, long long count) except -1
 

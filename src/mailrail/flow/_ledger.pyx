@@ -343,15 +343,17 @@ cdef class CreditLedger:
             self.outbox.push(dest, REQUEST, queued if queued < self.max_count else self.max_count)
         return 0
 
-    cdef int deferred_to(self, int dest, long long queued) except -1:
-        """A send to *dest* was deferred (*queued* wait now): adaptive mode counts it for the node, and asks
-        if the node's pool is empty."""
+    cdef bint deferred_to(self, int dest) noexcept:
+        """A send to *dest* was deferred: adaptive mode counts it for the node; True if the node's pool is empty
+        and it may ask (then the caller asks, with how many wait: adaptive.py's on_deferred)."""
         if self.mode != ADAPTIVE_MODE:
-            return 0
+            return False
         mailrail_add(&self.demands[dest], 1)
-        if not mailrail_load(&self.credits[dest]):
-            return self.ask_for(dest, queued)
-        return 0
+        return not mailrail_load(&self.credits[dest]) and mailrail_load(&self.tokens[dest]) > 0
+
+    cdef bint may_ask(self, int dest) noexcept:
+        """Whether the node's token for *dest* is there to take (so counting the waiting sends is worth it)."""
+        return self.mode == ADAPTIVE_MODE and mailrail_load(&self.tokens[dest]) > 0
 
     cdef int undeferred_to(self, int dest, long long count) noexcept:
         """*count* deferred sends to *dest* left or were dropped (adaptive mode)."""
@@ -771,8 +773,11 @@ cdef class CreditLedger:
 
     def on_deferred(self, dest, long long queued) -> None:
         """A send to *dest* was deferred (*queued* wait now): adaptive mode counts it, and asks if need be."""
+        cdef int rank
         if self.mode == ADAPTIVE_MODE:
-            self.deferred_to(self.checked(dest, True), queued)
+            rank = self.checked(dest, True)
+            if self.deferred_to(rank):
+                self.ask_for(rank, queued)
 
     def on_undeferred(self, dest, long long count) -> None:
         """*count* deferred sends to *dest* left or were dropped (adaptive mode counts them)."""
