@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from mailrail import jobcontrol
 from mailrail.cluster import cgroups, namespaces, state
 from mailrail.cluster.spec import PREFIX
 from mailrail.config import DEPRECATED_KNOBS, env_name
+from mailrail.flow import AdaptiveCredits
 from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
@@ -180,3 +182,23 @@ def released(flow: object, source: int) -> list[tuple[int, int, int]]:
     flow.on_release(source)  # type: ignore[attr-defined]
     outbox = flow.outbox  # type: ignore[attr-defined]
     return [outbox.popleft() for _ in range(len(outbox))]
+
+
+def adaptive_state(flow: Any) -> dict[str, Any] | None:
+    """Adaptive mode's receiver state, to compare the ledger with the reference (None in the other modes): the
+    compiled ledger reports it, the reference's :class:`~mailrail.flow.adaptive.AdaptiveCredits` is read."""
+    if flow.name != "adaptive":
+        return None
+    if not isinstance(flow, AdaptiveCredits):
+        return dict(flow.adaptive_state())
+    return {
+        "free": flow.free,
+        "leases": {
+            node: (lease.contact, lease.held, lease.unreturned, lease.owed, lease.demand, lease.revoking, lease.recheck)
+            for node, lease in flow.leases.items()
+        },
+        "waiting": list(flow.waiting),
+        "revocable": list(flow.revocable),
+        "parked": list(flow.parked),
+        "owing": list(flow.owing),
+    }

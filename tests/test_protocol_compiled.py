@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import adaptive_state
 from mailrail import protocol
 from mailrail.counters import COUNTERS
 from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits, Unconstrained
@@ -241,33 +242,6 @@ def observable(world: World) -> dict[str, Any]:
         "credit_outbox": list(endpoint.credit_outbox),
         "credits_due": bool(endpoint.credit_outbox),
         "adaptive": adaptive_state(flow),
-    }
-
-
-def adaptive_state(flow: Any) -> dict[str, Any] | None:
-    """Adaptive mode's receiver state (the ledger reports it; the reference's is read from its objects)."""
-    if flow.name != "adaptive":
-        return None
-    if not isinstance(flow, AdaptiveCredits):
-        return dict(flow.adaptive_state())
-    return {
-        "free": flow.free,
-        "leases": {
-            node: (
-                lease.contact,
-                lease.held,
-                lease.unreturned,
-                lease.owed,
-                lease.demand,
-                lease.revoking,
-                lease.recheck,
-            )
-            for node, lease in flow.leases.items()
-        },
-        "waiting": list(flow.waiting),
-        "revocable": list(flow.revocable),
-        "parked": list(flow.parked),
-        "owing": list(flow.owing),
     }
 
 

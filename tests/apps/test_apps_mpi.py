@@ -10,7 +10,7 @@ from helpers import mailrail
 
 pytestmark = pytest.mark.mpi
 
-MODES = "none,rank,node"
+MODES = "none,rank,node,adaptive"
 #: Small graphs with a known number of components (edges as 'u v' lines).
 GRAPHS = {
     "path": ([(v, v + 1) for v in range(9)], 1),
@@ -48,7 +48,7 @@ def run_app(tmp_path, ranks: int, *args: str) -> dict:
 
 def assert_every_run_verified(document: dict, ranks: int) -> None:
     assert document["verified"] is True and document["ranks"] == ranks
-    assert [run["mode"] for run in document["runs"]] == ["none", "rank", "node", "alltoallv"]
+    assert [run["mode"] for run in document["runs"]] == ["none", "rank", "node", "adaptive", "alltoallv"]
     for run in document["runs"]:
         assert run["runtime_s_median"] > 0
         assert all(trial["correct"] for trial in run["trials"]), run["mode"]

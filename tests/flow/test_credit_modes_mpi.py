@@ -169,11 +169,14 @@ def test_adaptive_mode_with_fewer_receive_slots_than_sending_nodes(pattern, tran
     assert sum(s["credit_requests_sent"] for s in stats) == sum(s["credit_requests_received"] for s in stats) > 0
     assert max(s["waiting_high_water"] for s in stats) > 1  # nodes really queued for the slots
 
-    for mode in ("rank", "node"):  # what the static modes say to the same job
-        refused = run_program(8, "traffic.py", "--max-messages", "1", env=env(mode, **knobs))
-        assert refused.returncode != 0
-        assert f"{mode}-based flow control gets 0 credits per" in refused.stderr
-        assert "use flow_control='adaptive'" in refused.stderr
+
+@pytest.mark.parametrize("mode", ["rank", "node"])
+def test_the_static_modes_refuse_that_job_and_name_adaptive_mode(mode):
+    knobs = dict(recv_pool_slots=3, send_pool_slots=4, ranks_per_node=1)
+    refused = run_program(8, "traffic.py", "--max-messages", "1", env=env(mode, **knobs))
+    assert refused.returncode != 0
+    assert f"{mode}-based flow control gets 0 credits per" in refused.stderr
+    assert "use flow_control='adaptive'" in refused.stderr
 
 
 def test_adaptive_mode_with_portable_mpi_atomics():

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import adaptive_state
 from mailrail.errors import ProtocolError
 from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits
 from mailrail.flow.adaptive import LEASE_BYTES, QUEUE_ENTRY_BYTES
@@ -100,31 +101,6 @@ def observable(flow: Any, ranks: int) -> dict[str, Any]:
         "private_bytes": flow.credit_state_bytes(),
         "shared_bytes": flow.shared_state_bytes(),
         "stall_lines": flow.stall_lines(list(range(ranks))),
-    }
-
-
-def adaptive_state(flow: Any) -> dict[str, Any]:
-    """The adaptive receiver state: the ledger reports it, the reference's is read from its objects."""
-    if not isinstance(flow, AdaptiveCredits):
-        return dict(flow.adaptive_state())
-    return {
-        "free": flow.free,
-        "leases": {
-            node: (
-                lease.contact,
-                lease.held,
-                lease.unreturned,
-                lease.owed,
-                lease.demand,
-                lease.revoking,
-                lease.recheck,
-            )
-            for node, lease in flow.leases.items()
-        },
-        "waiting": list(flow.waiting),
-        "revocable": list(flow.revocable),
-        "parked": list(flow.parked),
-        "owing": list(flow.owing),
     }
 
 
