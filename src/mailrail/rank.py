@@ -22,7 +22,7 @@ import types
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .failure import abort_job, exit_code_of, rank_label
+from .failure import abort_job, end_job, exit_code_of, rank_label
 from .jobcontrol import die_with_parent
 
 #: The interpreter options ``mailrail run -- python OPTIONS ...`` keeps (they take no value ...)
@@ -95,13 +95,7 @@ def end_job_on(error: BaseException) -> NoReturn:
     if isinstance(error, SystemExit):
         if error.code is not None and not isinstance(error.code, int):
             sys.stderr.write(f"[{rank_label()}] {error.code}\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        mpi = sys.modules.get("mpi4py.MPI")
-        code = exit_code_of(error)
-        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-            mpi.COMM_WORLD.Abort(code)
-        os._exit(code)
+        end_job(exit_code_of(error))
     abort_job(_without_runner_frames(error), exit_code=exit_code_of(error))
 
 

@@ -17,7 +17,6 @@ import argparse
 import os
 import sys
 import time
-import traceback
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec
 from ..cluster.privileges import rerun_without_root
 from ..config import Config, env_name
 from ..errors import ConfigError, TraceFormatError
+from ..failure import abort_job
 from ..tools.flags import MPI_INT_MAX, add_rail_arguments, float_in, int_in, one_line_errors, rail_options
 from ..tools.output import format_table, write_json
 from ..trace.directory import TraceDir
@@ -292,11 +292,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         document = _replay(comm, args, plan, phases)
-    except Exception:  # one failing rank would leave the others in a barrier forever
-        traceback.print_exc()
-        sys.stderr.flush()
-        comm.Abort(1)
-        raise
+    except Exception as error:  # one failing rank would leave the others in a barrier forever
+        abort_job(error, comm=comm)
     finally:
         if plan.spool:
             plan.spool.close()
