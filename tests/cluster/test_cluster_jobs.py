@@ -76,11 +76,17 @@ def test_exactly_once_across_four_nodes(four_nodes, mode, pattern):
         assert {s["nodes"] for s in stats} == {4}
 
 
-@pytest.mark.parametrize("pattern", ["uniform", "incast", "hotspot", "sparse"])
-def test_adaptive_credits_with_one_receive_slot_across_four_nodes(four_nodes, pattern):
+@pytest.mark.parametrize(
+    "ranks, pattern",
+    [
+        *((8, pattern) for pattern in ("uniform", "incast", "hotspot", "sparse")),
+        *(pytest.param(16, pattern, marks=pytest.mark.slow) for pattern in ("incast", "sparse")),
+    ],
+)
+def test_adaptive_credits_with_one_receive_slot_across_four_nodes(four_nodes, ranks, pattern):
     """Adaptive credits on real nodes (found by MPI), one receive slot per rank: lent around, never overrun."""
     env = {"MAILRAIL_FLOW_CONTROL": "adaptive", "MAILRAIL_RECV_POOL_SLOTS": "1", "MAILRAIL_SEND_POOL_SLOTS": "4"}
-    job, result = cluster_job(four_nodes, 8, "traffic.py", "--pattern", pattern, "--max-messages", "80", env=env)
+    job, result = cluster_job(four_nodes, ranks, "traffic.py", "--pattern", pattern, "--max-messages", "80", env=env)
     assert_exactly_once(result)
     stats = result["stats"]
     assert {s["nodes"] for s in stats} == {4} and {s["credits_per_pair"] for s in stats} == {1}
