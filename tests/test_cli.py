@@ -140,6 +140,31 @@ def test_run_starts_a_program_named_without_the_double_dash():
     assert sorted(completed.stdout.split("\n")[:2]) == ["rank 0", "rank 1"], completed.stdout
 
 
+def completions(line: str) -> list[str]:
+    """What bash completion offers after typing *line* (argcomplete's protocol: answers on fd 8)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, _ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n", COMP_LINE=line, COMP_POINT=str(len(line)))
+    completed = subprocess.run(
+        ["bash", "-c", '"$0" -m mailrail 8>&1 9>/dev/null', sys.executable],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return sorted(completed.stdout.split("\n"))
+
+
+def test_the_shell_completes_commands_and_the_named_command_s_flags():
+    pytest.importorskip("argcomplete")
+    assert completions("mailrail ben") == ["bench "]
+    assert completions("mailrail bench ") == sorted(path[1] for path in COMMANDS if path[0] == "bench")
+    assert completions("mailrail trace stats --js") == ["--json "]
+    assert completions("mailrail run -n") == ["-n", "-np"]
+
+
 def test_unknown_command_is_named(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "nonesuch"])

@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     The signal handlers are this call's (restored on return: ``main`` also runs inside test processes).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    complete_if_asked()
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {signum: signal.getsignal(signum) for signum in TERMINATION_SIGNALS} if in_main_thread else {}
     if in_main_thread:
@@ -169,6 +170,24 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def complete_if_asked() -> None:
+    """Shell completion, when the shell asks (``_ARGCOMPLETE`` set) and argcomplete is installed
+    (``pip install 'mailrail[completion]'``): print the completions of the words typed so far and exit.
+
+    The parsers are built for the words typed (:func:`build_parsers`), so completing a command's flags
+    imports that command's module alone, as running it does.
+    """
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    try:
+        import argcomplete
+    except ImportError:  # optional: without it the shell completes nothing
+        return
+    typed = os.environ.get("COMP_LINE", "")[: int(os.environ.get("COMP_POINT", "0"))]
+    words = argcomplete.split_line(typed)[3][1:]  # the whole words after "mailrail", not the one being typed
+    argcomplete.autocomplete(build_parsers(words)[()], always_complete_options=False)  # flags once "-" is typed
 
 
 def _run_command(argv: list[str]) -> int:
