@@ -100,6 +100,17 @@ def test_sweep_s_table_fits_with_every_column():
     assert words.count("memory") == words.count("384") == words.count("8.8") == 4
 
 
+def test_a_failed_fault_s_row_wraps_its_error_under_the_exit_column():
+    from mailrail.bench.faults import error_row
+
+    error = "the job did not end within 30 s of the fault: mpiexec still running with 4 ranks alive (pids 1234, 1235)"
+    first, *rest = error_row("rank-sigkill", error).splitlines()
+    assert rest and max(len(line) for line in (first, *rest)) <= TABLE_WIDTH
+    assert first.split()[:3] == ["rank-sigkill", "-", "-"] and first[35:].startswith("the job did not end")
+    assert all(line[:35] == " " * 35 for line in rest)
+    assert " ".join([first[35:], *(line[35:] for line in rest)]) == error
+
+
 @pytest.mark.parametrize("width", [60, 80])
 def test_the_width_is_a_parameter(width):
     headers = ["name", *(f"a long header {i}" for i in range(6))]
