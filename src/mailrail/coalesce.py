@@ -77,7 +77,14 @@ class Coalescer:
     # -- sending -----------------------------------------------------------
 
     def send(self, dests: np.ndarray, records: np.ndarray) -> None:
-        """Queue ``records[i]`` for rank ``dests[i]``; full datagrams leave at once."""
+        """Queue ``records[i]`` for rank ``dests[i]``; full datagrams leave at once.
+
+        *dests*: one destination rank per record, an array of any integer dtype (``np.int64``,
+        ``np.uint32``, ...; a list of ints works) with values in ``0 .. rail.size - 1``; another dtype
+        is refused with ``TypeError`` (a float rank would be truncated), a rank out of range with
+        :class:`~mailrail.errors.InvalidDestinationError`.  *records*: an array of the Coalescer's
+        *dtype*, as long as *dests*.  Both are copied into send buffers before the call returns.
+        """
         if self.rail._coalescer is not self:
             self._retired()
         records = np.asarray(records)
@@ -88,6 +95,8 @@ class Coalescer:
             raise ValueError(f"{len(dests)} destinations for {len(records)} records")
         if len(dests) == 0:
             return
+        if not np.issubdtype(dests.dtype, np.integer):
+            raise TypeError(f"dests have dtype {dests.dtype}: destination ranks must be integers")
         if self._sending:
             self._nested.append((dests.copy(), records.copy()))
             return

@@ -105,8 +105,10 @@ class MailRail:
         }
         comm = MPI.COMM_WORLD if comm is None else comm
         self._comm = comm  # the user's: MPI_Abort goes to it (on_error="abort")
-        self.rank = comm.Get_rank()
-        self.size = comm.Get_size()
+        #: This process's rank in :attr:`comm`: the ``dest`` other ranks send to it with.
+        self.rank: int = comm.Get_rank()
+        #: The ranks of :attr:`comm`: valid destinations are ``0 .. size - 1``.
+        self.size: int = comm.Get_size()
         # Everything that can be checked without MPI objects is checked first, and agreed by every
         # rank in one exchange: a bad option or a disagreement leaves nothing behind, on every rank.
         self.config, self.transport, self.transport_reason = _agreed_configuration(comm, options)
@@ -268,6 +270,13 @@ class MailRail:
             endpoint=self._endpoint,
             tuning=self._tuning,
         )
+
+    @property
+    def comm(self) -> MPI.Comm:
+        """The communicator the rail was made on (``COMM_WORLD`` by default), for the application's own
+        MPI calls: MailRail's traffic travels on duplicates of it, so no message of the rail's ever
+        meets one of the application's."""
+        return self._comm
 
     # -- application API (per instance, these are the transport's own methods) --
 

@@ -92,6 +92,13 @@ other.send(1 - rank, other_buf, 3)
 other_message = wait_for_message(other)
 expect("release_other_rails_message", lambda: rail.release_receive_buffer(other_message))
 other.release_receive_buffer(other_message)
+cases["rail_shape"] = [other.comm is comm, other.rank == rank, other.size == comm.Get_size()]
+# The package exports the Coalescer; its destinations are integer ranks of any integer dtype.
+coalescer = mailrail.Coalescer(other, np.uint64, lambda source, records: None)
+expect("coalescer_float_dests", lambda: coalescer.send(np.array([1.0]), np.zeros(1, np.uint64)))
+expect("coalescer_dest_too_large", lambda: coalescer.send(np.array([2], np.uint8), np.zeros(1, np.uint64)))
+coalescer.send(np.array([1 - rank], np.uint8), np.zeros(1, np.uint64))  # staged until the barrier
+coalescer.barrier()
 other.barrier()
 other.finalize(strict=True)
 

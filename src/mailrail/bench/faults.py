@@ -25,11 +25,13 @@ import signal
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from typing import Any
 
 from ..jobcontrol import children_of, descendants, is_alive, is_watchdog
 from ..tools.flags import float_in, int_in, one_line_errors
+from ..tools.output import TABLE_WIDTH
 
 FAULTS = ("exception", "rank-sigkill", "run-sigterm", "run-sigint", "run-sigkill", "timeout")
 #: Seconds a job may take to start, and to end after its fault, before the trial counts as hung.
@@ -159,6 +161,13 @@ def _launcher_started(run_pid: int, *, default: float) -> float:
     return default
 
 
+def error_row(fault: str, error: str) -> str:
+    """The row of a fault whose trial failed: *error* in the exit column, wrapped under it to fit the
+    tables' width.  Rows are printed as each fault's trials end, seconds apart, so not by format_table."""
+    row = f"{fault:<14} {'-':>9} {'-':>8}  {error}"
+    return textwrap.fill(row, TABLE_WIDTH, subsequent_indent=" " * 35, break_long_words=False)
+
+
 def run(args: argparse.Namespace) -> int:
     unknown = [name for name in args.faults if name not in FAULTS]
     if unknown or not args.faults:
@@ -175,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         results["faults"][fault] = {"seconds": seconds, "returncodes": codes, "errors": errors}
         if errors:
             failed = True
-            print(f"{fault:<14} {'-':>9} {'-':>8}  {errors[0]}")
+            print(error_row(fault, errors[0]))
         else:
             codes_text = ",".join(map(str, codes))
             print(f"{fault:<14} {statistics.median(seconds):>9.3f} {max(seconds):>8.3f}  {codes_text}")

@@ -100,6 +100,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rail_arguments(parser, skip=("flow_control",))
 
 
+def study_table(points: list[dict[str, Any]]) -> str:
+    """One study's results as the table ``mailrail sweep`` prints (sweep.json keeps every field)."""
+    return format_table(
+        ["ranks", "nodes", "victims", "incast", "mode", "status", "runtime s", "goodput Mb/s"],
+        [
+            (
+                p["ranks"],
+                p["nodes"] or "-",
+                p["victims"],
+                p["incast_ratio"],
+                p["mode"],
+                outcome_text(p["result"]),
+                p.get("runtime_s", "-"),
+                p["goodput_bps"] / 1e6 if p["status"] == "ok" else "-",
+            )
+            for p in points
+        ],
+    )
+
+
 def study_points(study: str, args: argparse.Namespace, nodes: int | None = None) -> list[tuple[int, int]]:
     """The (ranks, victims) of one study, in run order (on a cluster of *nodes* nodes: node counts double)."""
     if nodes is not None:
@@ -229,24 +249,7 @@ def run(args: argparse.Namespace) -> int:
     write_json(os.path.join(out, "sweep.json"), document)
     for study, points in results.items():
         print(f"\n{STUDY_TITLES[study]}")
-        print(
-            format_table(
-                ["ranks", "nodes", "victims", "incast", "mode", "status", "runtime s", "goodput Mb/s"],
-                [
-                    (
-                        p["ranks"],
-                        p["nodes"] or "-",
-                        p["victims"],
-                        p["incast_ratio"],
-                        p["mode"],
-                        outcome_text(p["result"]),
-                        p.get("runtime_s", "-"),
-                        p["goodput_bps"] / 1e6 if p["status"] == "ok" else "-",
-                    )
-                    for p in points
-                ],
-            )
-        )
+        print(study_table(points))
     where = f"{summary(described)}, {args.node_ranks} ranks a node" if described else "one host, shared memory"
     figure = _plot(results, os.path.join(out, "sweep.png"), where)
     print(

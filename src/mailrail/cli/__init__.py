@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import signal
 import sys
+import textwrap
 import threading
+from typing import Any
 
 from ..errors import ClusterError
 from ..failure import abort_job
@@ -23,7 +26,7 @@ from ..tools.flags import one_line_errors
 COMMANDS = {
     ("run",): (
         "mailrail.cli.run",
-        "run a mailrail command or -- any program under mpiexec, here or on a virtual "
+        "run a mailrail command or any program under mpiexec, here or on a virtual "
         "cluster (mailrail run -n 16 --cluster 4 bench adversarial)",
     ),
     ("cluster", "up"): (
@@ -71,32 +74,84 @@ COMMANDS = {
 }
 
 
-def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    """A parser for the command *argv* names, importing only that command's module.
-
-    Every command's parser is built on demand, so a broken or slow module never
-    takes the other commands down, and ``mailrail compare`` does not load MPI.
-    Usage errors are one line (exit status 2).
-    """
-    for path in sorted(COMMANDS, key=len, reverse=True):
-        if tuple(argv[: len(path)]) == path:
-            module_name, help_text = COMMANDS[path]
-            parser = one_line_errors(argparse.ArgumentParser(prog="mailrail " + " ".join(path), description=help_text))
-            module_path, _, verb = module_name.partition(":")
-            module = importlib.import_module(module_path)
-            # "module:verb": one module serves several commands (module.VERBS[verb] = (add_arguments, run))
-            add_arguments, run = module.VERBS[verb] if verb else (module.add_arguments, module.run)
-            add_arguments(parser)
-            parser.set_defaults(run=run, consumed=len(path))
-            return parser
-    parser = argparse.ArgumentParser(
-        prog="mailrail",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands:\n" + "\n".join(f"  {' '.join(path):<18} {text}" for path, (_, text) in COMMANDS.items()),
+def command_list(prefix: tuple[str, ...] = ()) -> str:
+    """The commands under *prefix* (all of them for ``()``), one per entry with its one-line help, in
+    100 columns."""
+    return "\n".join(
+        textwrap.fill(f"{' '.join(path):<18} {text}", 100, initial_indent="  ", subsequent_indent=" " * 21)
+        for path, (_, text) in COMMANDS.items()
+        if path[: len(prefix)] == prefix
     )
-    parser.add_argument("command", nargs="+", help="one of the commands below")
-    return one_line_errors(parser)
+
+
+#: What ``mailrail --help`` says before the commands.
+DESCRIPTION = textwrap.fill(
+    "MailRail's benchmarks and tools. Commands that move messages run under MPI: start them with "
+    "mailrail run -n N COMMAND (or any mpiexec); mailrail COMMAND --help tells a command's flags.",
+    100,
+)
+
+
+def build_parsers(argv: list[str]) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """The parser tree, keyed by command path: the root ``()``, each group (``("bench",)``), each command.
+
+    Only the command *argv* names gets its arguments, so only its module is imported: a broken or slow
+    module never takes the other commands down, and ``mailrail compare`` does not load MPI.  Every
+    parser's usage errors are one line (exit status 2); a group's help lists its commands.
+    """
+    root = argparse.ArgumentParser(
+        prog="mailrail",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n" + command_list(),
+    )
+    root.add_argument("--version", action="version", version=f"mailrail {importlib.metadata.version('mailrail')}")
+    parsers: dict[tuple[str, ...], argparse.ArgumentParser] = {(): one_line_errors(root)}
+    subcommands: dict[tuple[str, ...], Any] = {}
+    for path, (_, summary) in COMMANDS.items():
+        for depth in range(1, len(path) + 1):
+            prefix, parent = path[:depth], path[: depth - 1]
+            if prefix in parsers:
+                continue
+            if parent not in subcommands:
+                subcommands[parent] = parsers[parent].add_subparsers(
+                    metavar="COMMAND", required=True, help="one of the commands below"
+                )
+            group = prefix != path
+            parsers[prefix] = one_line_errors(
+                subcommands[parent].add_parser(
+                    prefix[-1],
+                    prog="mailrail " + " ".join(prefix),
+                    description=None if group else summary,
+                    **_group_help(prefix) if group else {},
+                )
+            )
+    named = named_path(argv)
+    if named in COMMANDS:
+        module_name = COMMANDS[named][0]
+        module_path, _, verb = module_name.partition(":")
+        module = importlib.import_module(module_path)
+        # "module:verb": one module serves several commands (module.VERBS[verb] = (add_arguments, run))
+        add_arguments, run = module.VERBS[verb] if verb else (module.add_arguments, module.run)
+        add_arguments(parsers[named])
+        parsers[named].set_defaults(run=run, prog=parsers[named].prog)
+    return parsers
+
+
+def _group_help(prefix: tuple[str, ...]) -> dict[str, Any]:
+    """A group's help ends with its commands, one a line, as written (not refilled)."""
+    return {"formatter_class": argparse.RawDescriptionHelpFormatter, "epilog": "commands:\n" + command_list(prefix)}
+
+
+def named_path(argv: list[str]) -> tuple[str, ...]:
+    """The longest command or group path *argv* starts with (``()``: none)."""
+    paths = {path[:depth] for path in COMMANDS for depth in range(len(path) + 1)}
+    return max((path for path in paths if tuple(argv[: len(path)]) == path), key=len)
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the command (or group) *argv* names, with its arguments (:func:`build_parsers`)."""
+    return build_parsers(argv)[named_path(argv)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     The signal handlers are this call's (restored on return: ``main`` also runs inside test processes).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    complete_if_asked()
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {signum: signal.getsignal(signum) for signum in TERMINATION_SIGNALS} if in_main_thread else {}
     if in_main_thread:
@@ -114,6 +170,24 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def complete_if_asked() -> None:
+    """Shell completion, when the shell asks (``_ARGCOMPLETE`` set) and argcomplete is installed
+    (``pip install 'mailrail[completion]'``): print the completions of the words typed so far and exit.
+
+    The parsers are built for the words typed (:func:`build_parsers`), so completing a command's flags
+    imports that command's module alone, as running it does.
+    """
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    try:
+        import argcomplete
+    except ImportError:  # optional: without it the shell completes nothing
+        return
+    typed = os.environ.get("COMP_LINE", "")[: int(os.environ.get("COMP_POINT", "0"))]
+    words = argcomplete.split_line(typed)[3][1:]  # the whole words after "mailrail", not the one being typed
+    argcomplete.autocomplete(build_parsers(words)[()], always_complete_options=False)  # flags once "-" is typed
 
 
 def _run_command(argv: list[str]) -> int:
@@ -146,14 +220,24 @@ def _run_command(argv: list[str]) -> int:
 def parse_command(argv: list[str]) -> argparse.Namespace:
     """The arguments of the command *argv* names (``args.run``, ``args.prog``); argparse exits 2 on a bad one.
 
+    A group alone (``mailrail bench``), or nothing, prints the commands it holds and exits 0.
     ``mailrail run`` calls it too, so a bad flag of the command it launches is refused once, before any rank.
     """
-    parser = build_parser(argv)
-    if parser.get_default("run") is None:
-        args = parser.parse_args(argv)  # --help, or not a command: say which exist
-        parser.error(f"unknown command {' '.join(args.command)!r}")
-    parser.set_defaults(mailrail_argv=argv, prog=parser.prog)  # mailrail_argv: a command that reruns itself
-    return parser.parse_args(argv[parser.get_default("consumed") :])
+    parsers = build_parsers(argv)
+    named = named_path(argv)
+    parser = parsers[named]
+    rest = argv[len(named) :]
+    if named not in COMMANDS:
+        if not rest:
+            parser.print_help()
+            raise SystemExit(0)
+        if not rest[0].startswith("-"):
+            parser.error(f"unknown command {' '.join(argv[: len(named) + 1])!r}")
+    parsers[()].set_defaults(mailrail_argv=argv)  # a command that reruns itself
+    args, unknown = parsers[()].parse_known_args(argv)  # --help and --version exit here
+    if unknown:  # named by the command's own parser, not the root's
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def _job_size() -> int:

@@ -1,5 +1,11 @@
 """``mailrail run -n N [--cluster N] COMMAND...``: a mailrail command or any program under mpiexec.
 
+Which program the ranks run is decided by the first word after ``mailrail run``'s own flags: ``--``
+starts a program (``-- python app.py``); a mailrail command's first word (``bench``, ``compare``, the
+first words of :data:`mailrail.cli.COMMANDS`) starts that mailrail command; any other word starts a
+program too (``-n 2 python -c pass``, as mpiexec users type it).  A program whose name is a mailrail
+command's first word needs the ``--``.
+
 Part of the command layer: it checks the launched command's flags with the dispatcher's own parser
 (:func:`mailrail.cli.parse_command`), runs the job through the job runner (:mod:`mailrail.launch`),
 or on a virtual cluster (:mod:`mailrail.cluster`), telling the cluster which ranks are victims
@@ -20,11 +26,12 @@ from ..cluster.privileges import rerun_without_root
 from ..launch import mpi_environment, mpiexec_argv, require_mpi4py, run_bounded
 from ..rank import rank_argv
 from ..tools.flags import float_in, int_in
-from . import parse_command
+from . import COMMANDS, parse_command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--ranks", type=int_in(1), default=2, help="MPI ranks (default: %(default)s)")
+    # -np: how mpiexec users type it (mpiexec -np 4)
+    parser.add_argument("-n", "-np", "--ranks", type=int_in(1), default=2, help="MPI ranks (default: %(default)s)")
     parser.add_argument(
         "--timeout", type=float_in(1e-3), default=None, help="end the job (every rank) after this many seconds"
     )
@@ -32,16 +39,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
-        help="a mailrail command and its arguments (bench stream --messages 1000), "
-        "or -- and any program (-- python app.py; python is the interpreter running mailrail)",
+        help="a mailrail command and its arguments (bench stream --messages 1000), or any program (python app.py; "
+        "-- before it when its name is a mailrail command's; python is the interpreter running mailrail)",
     )
 
 
-def program_argv(command: Sequence[str]) -> list[str]:
-    """What every rank runs: ``-- PROGRAM ARGS`` under the rank runner (:mod:`mailrail.rank`), else a
-    mailrail command run with this Python."""
+def launched_program(command: Sequence[str]) -> list[str] | None:
+    """The program every rank runs when *command* names one (the words after ``--``, or *command* itself
+    when its first word is no mailrail command's); None when *command* is a mailrail command."""
     if command and command[0] == "--":
-        return rank_argv(command[1:])
+        return list(command[1:])
+    if command and command[0] in {path[0] for path in COMMANDS}:
+        return None
+    return list(command)
+
+
+def program_argv(command: Sequence[str]) -> list[str]:
+    """What every rank runs: a program under the rank runner (:mod:`mailrail.rank`), else a mailrail
+    command run with this Python."""
+    program = launched_program(command)
+    if program is not None:
+        return rank_argv(program)
     return [sys.executable, "-m", "mailrail", *command]
 
 
@@ -55,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
     """``mailrail run -n N [--cluster N] COMMAND...``: mpiexec with this machine's settings."""
     if not args.command or args.command == ["--"]:
         print(
-            "mailrail run: name a mailrail command (mailrail run -n 2 bench stream) or a program after -- "
-            "(mailrail run -n 2 -- python app.py)",
+            "mailrail run: name a mailrail command (mailrail run -n 2 bench stream) or a program "
+            "(mailrail run -n 2 python app.py)",
             file=sys.stderr,
         )
         return 2
-    if args.command[0] != "--":
+    if launched_program(args.command) is None:
         check_command_arguments(args.command)
     program = program_argv(args.command)
     require_mpi4py(program)

@@ -43,13 +43,20 @@ class Message(Protocol):
     """
 
     @property
-    def source(self) -> int: ...
+    def source(self) -> int:
+        """The rank that sent it (in :attr:`MailRail.comm <mailrail.rail.MailRail.comm>`)."""
+        ...
 
     @property
-    def nbytes(self) -> int: ...
+    def nbytes(self) -> int:
+        """Its length in bytes: the *nbytes* the sender passed to :meth:`~mailrail.rail.MailRail.send`."""
+        ...
 
     @property
-    def data(self) -> np.ndarray: ...
+    def data(self) -> np.ndarray:
+        """The *nbytes* bytes, a read-only ``uint8`` array viewing the receive pool (no copy); view it as
+        another dtype with ``message.data.view(dtype)``."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
