@@ -30,6 +30,9 @@ import subprocess
 from ..errors import ClusterError
 from .spec import NODE_INTERFACE, SUBNET
 
+#: ``srun --mpi=`` for each MPI (see :attr:`Launcher.srun_mpi`).
+SRUN_MPI_PLUGINS = {"openmpi": "pmix", "mpich": "pmi2"}
+
 
 @dataclasses.dataclass(frozen=True)
 class Launcher:
@@ -66,6 +69,13 @@ class Launcher:
                 "PMIX_MCA_ptl_tcp_if_include": SUBNET,
             }
         return {"MPICH_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": NODE_INTERFACE}
+
+    @property
+    def srun_mpi(self) -> str:
+        """The ``srun --mpi`` plugin that starts this MPI's ranks: the process-management interface its wheel
+        speaks with Slurm 22.05 (tests/cluster/test_slurm.py runs both): Open MPI 5's PMIx client with Slurm's
+        PMIx 4 server, MPICH through PMI-2."""
+        return SRUN_MPI_PLUGINS[self.flavor]
 
 
 def detect(mpiexec: str) -> Launcher:
