@@ -170,3 +170,38 @@ def test_the_sbatch_templates_run_a_mailrail_program(slurm_cluster, tmp_path, te
             break
     else:
         pytest.fail(f"no RESULT line in the job's output:\n{text[-4000:]}")
+
+
+def test_compare_runs_its_modes_through_srun(slurm_cluster, tmp_path):
+    out = tmp_path / "compare"
+    compared = mailrail(
+        "compare",
+        "--cluster",
+        f"up:{slurm_cluster}",
+        "--launcher",
+        "srun",
+        "--ranks",
+        "4",
+        "--nodes",
+        "2",
+        "--messages",
+        "200",
+        "--trials",
+        "1",
+        "--datagram-size",
+        "1024",
+        "--modes",
+        "none,node",
+        "--victim-node-memory",
+        "off",
+        "--out",
+        str(out),
+        timeout=JOB_TIMEOUT_S,
+    )
+    assert_succeeded(compared)
+    document = json.loads((out / "compare.json").read_text())
+    assert document["launcher"] == "srun" and document["cluster"]["scheduler"] == "slurm"
+    for mode, result in document["modes"].items():
+        assert result["status"] == "ok", (mode, result.get("output_tail"))
+        assert result["nodes"] == NODES and result["summary"]["accounting_ok"]
+        assert all(t["bytes_received"] == 3 * 200 * 1024 for t in result["trials"])

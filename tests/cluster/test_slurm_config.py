@@ -97,3 +97,10 @@ def test_a_malformed_task_count_of_the_allocation_is_named():
     assert allocated_ranks("4") == 4
     with pytest.raises(launch.LaunchError, match="SLURM_NTASKS='4x' is not a task count: give the ranks with -n"):
         allocated_ranks("4x")
+
+
+def test_compare_through_srun_needs_a_running_slurm_cluster(capsys):
+    from mailrail.cli import main
+
+    assert main(["compare", "--cluster", "off", "--launcher", "srun", "--modes", "none"]) == 2
+    assert "--launcher srun needs a running Slurm cluster: --cluster up[:NAME], not off" in capsys.readouterr().err

@@ -114,6 +114,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="directory for compare.json, compare.png and the runs' files (default: %(default)s)",
     )
     add_cluster_arguments(parser, default="auto", victim_memory=DEFAULT_VICTIM_NODE_MEMORY)
+    parser.add_argument(
+        "--launcher",
+        choices=("mpiexec", "srun"),
+        default="mpiexec",
+        help="what starts each mode's ranks on the cluster: mpiexec, or srun on a running cluster made with "
+        "`mailrail cluster up --scheduler slurm` (--cluster up[:NAME]) (default: %(default)s)",
+    )
     add_rail_arguments(parser, skip=("flow_control",))
 
 
@@ -182,6 +189,10 @@ def run(args: argparse.Namespace) -> int:
             "compare", f"--victims and --nodes may not exceed --ranks {args.ranks} (got {args.victims}, {args.nodes})"
         )
     choice = ClusterChoice.parse(args.cluster, allow_auto=True)
+    if args.launcher == "srun" and choice.kind != "up":
+        return usage_error(
+            "compare", f"--launcher srun needs a running Slurm cluster: --cluster up[:NAME], not {args.cluster}"
+        )
     placement, reason = choose_placement(choice)
     try:  # the workload and its MailRail options, on the nodes the modes will run on
         workload(args, (choice.nodes or args.nodes) if placement != "shared" else None)
@@ -203,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(out, exist_ok=True)
         described = cluster.describe() if cluster else None
         print(
-            f"mailrail compare: adversarial incast, {load['ranks']} ranks on {_where_text(load, described)}, "
+            f"mailrail compare: adversarial incast, {load['ranks']} ranks on {_where_text(load, described)} "
+            f"through {args.launcher if cluster else 'mpiexec'}, "
             f"{load['victims']} victim(s), {_amount_text(load)} per sending rank, {load['trials']} trial(s) per "
             f"mode; memory budget {load['recv_pool_slots']} receive + {load['send_pool_slots']} send slots per rank; "
             f"results in {out}",
@@ -230,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
                 time_limit=args.time_limit,
                 capture=False,
                 cluster=cluster,
+                launcher=args.launcher,
             )  # the job's progress lines show live
             results[mode] = note_out_of_memory(result)
             print(
@@ -247,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
         "benchmark": "compare",
         "workload": load,
         "cluster": described,
+        "launcher": args.launcher if cluster else "mpiexec",
         "shared_memory_reason": reason,
         "modes": results,
         "table": rows,

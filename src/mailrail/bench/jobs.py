@@ -101,8 +101,10 @@ def run_adversarial(
     capture: bool = True,
     cluster: VirtualCluster | None = None,
     nodes: int | None = None,
+    launcher: str = "mpiexec",
 ) -> dict[str, Any]:
-    """Run ``bench adversarial ARGS --json JSON_PATH`` on *ranks* ranks, here or on *cluster*.
+    """Run ``bench adversarial ARGS --json JSON_PATH`` on *ranks* ranks, here or on *cluster* (started by
+    *launcher*: ``mpiexec``, or ``srun`` on a cluster running Slurm).
 
     Returns the benchmark's JSON document with ``status="ok"`` and ``wall_s``
     added, or ``{"status": "timeout" | "failed" | "out_of_memory", ...}`` saying
@@ -130,7 +132,9 @@ def run_adversarial(
             returncode, timed_out, stdout, stderr = None, True, expired.output, expired.stderr
         wall = time.monotonic() - start
     else:
-        job = cluster.run(ranks, program, timeout=time_limit, capture=capture, capture_stderr=True, nodes=nodes)
+        job = cluster.run(
+            ranks, program, timeout=time_limit, capture=capture, capture_stderr=True, nodes=nodes, launcher=launcher
+        )
         returncode, timed_out, stdout, stderr, wall = job.returncode, job.timed_out, job.stdout, job.stderr, job.wall_s
         outcome.update(network_bytes=job.network_bytes, cluster_nodes=job.nodes)
         if job.out_of_memory:
