@@ -104,3 +104,10 @@ def test_compare_through_srun_needs_a_running_slurm_cluster(capsys):
 
     assert main(["compare", "--cluster", "off", "--launcher", "srun", "--modes", "none"]) == 2
     assert "--launcher srun needs a running Slurm cluster: --cluster up[:NAME], not off" in capsys.readouterr().err
+
+
+def test_srun_on_a_cluster_built_for_the_job_is_refused_before_it_is_built(capsys):
+    from mailrail.cli import main
+
+    assert main(["run", "-n", "2", "--cluster", "2", "--launcher", "srun", "--", "python", "-c", "pass"]) == 2
+    assert "not on one built for this job (--cluster 2)" in capsys.readouterr().err

@@ -99,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
     if args.ranks is None:
         allocated = os.environ.get("SLURM_NTASKS") if args.launcher == "srun" and choice.kind == "off" else None
         args.ranks = allocated_ranks(allocated) if allocated else DEFAULT_RANKS
+    if choice.kind == "nodes" and args.launcher == "srun":
+        raise ClusterError(
+            f"--launcher srun runs on a running Slurm cluster (mailrail cluster up --scheduler slurm, then "
+            f"--cluster up[:NAME]), not on one built for this job (--cluster {args.cluster})"
+        )
     if choice.kind != "off":
         return run_on_cluster(args, choice, program)
     loose = node_flags_given(args)
