@@ -32,6 +32,7 @@ cluster's teardown ends every process of its namespaces and cgroups by pid.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import shutil
@@ -52,7 +53,7 @@ PACKAGES = {
     "munge": ("munged", "munge"),
     # Slurm's PMIx plugin (mpi_pmix.so, in slurm-wlm-basic-plugins) opens the unversioned libpmix.so,
     # which only the -dev package ships: without it `srun --mpi=pmix` fails to load the plugin.
-    "libpmix-dev": ("/usr/lib/x86_64-linux-gnu/libpmix.so",),
+    "libpmix-dev": ("/usr/lib/*-linux-gnu/libpmix.so",),
 }
 #: CPUs each node offers Slurm unless ``--node-slots`` says (the nodes share the machine's cores).
 DEFAULT_NODE_CPUS = 64
@@ -72,7 +73,7 @@ def missing_packages() -> list[str]:
     missing = []
     for package, needs in PACKAGES.items():
         for need in needs:
-            found = os.path.exists(need) if need.startswith("/") else _which(need)
+            found = glob.glob(need) if need.startswith("/") else _which(need)
             if not found:
                 missing.append(package)
                 break
@@ -243,7 +244,8 @@ def start(layout: Layout, agent: str, paths: SlurmPaths, node_cpus: int, timeout
     def launch(name: str, host: str, argv: Sequence[str]) -> None:
         log = open(os.path.join(paths.logs, name.replace(" ", "-") + ".out"), "wb")
         with log, jobcontrol.deferred_signals():
-            # A clean environment: no job mark of a caller (its end would end the daemons), no MPI settings.
+            # A clean environment: no job mark of a caller (its end would end the daemons), no MPI settings;
+            # the system PATH, where Debian puts the daemons (nsenter finds them there).
             daemons[name] = subprocess.Popen(
                 [agent, "--exec", host, *argv],
                 env={"PATH": _SYSTEM_PATH, **client_environment(paths)},
@@ -259,7 +261,7 @@ def start(layout: Layout, agent: str, paths: SlurmPaths, node_cpus: int, timeout
         "munged",
         "head",
         [
-            _which("munged") or "munged",
+            "munged",
             "--foreground",
             f"--socket={paths.munge_socket}",
             f"--key-file={paths.munge_key}",
@@ -269,17 +271,17 @@ def start(layout: Layout, agent: str, paths: SlurmPaths, node_cpus: int, timeout
         ],
     )
     _wait_for(lambda: os.path.exists(paths.munge_socket), deadline, daemons, paths, "munged's socket")
-    launch("slurmctld", "head", [_which("slurmctld") or "slurmctld", "-D", "-f", paths.conf])
+    launch("slurmctld", "head", ["slurmctld", "-D", "-f", paths.conf])
     for node in range(layout.nodes):
         host = layout.hostname(node)
-        launch(f"slurmd {host}", host, [_which("slurmd") or "slurmd", "-D", "-f", paths.conf])
+        launch(f"slurmd {host}", host, ["slurmd", "-D", "-f", paths.conf])
     _wait_for(lambda: _all_idle(layout, agent, paths), deadline, daemons, paths, "every node idle in sinfo")
 
 
 def node_states(layout: Layout, agent: str, paths: SlurmPaths) -> dict[str, str]:
     """``{host: state}`` as ``sinfo`` on the head reports the nodes (empty while the controller is not up)."""
     completed = subprocess.run(
-        [agent, "--exec", "head", _which("sinfo") or "sinfo", "--noheader", "--Node", "--format=%N %T"],
+        [agent, "--exec", "head", "sinfo", "--noheader", "--Node", "--format=%N %T"],
         env={"PATH": _SYSTEM_PATH, **client_environment(paths)},
         capture_output=True,
         text=True,
