@@ -172,6 +172,40 @@ def test_the_sbatch_templates_run_a_mailrail_program(slurm_cluster, tmp_path, te
         pytest.fail(f"no RESULT line in the job's output:\n{text[-4000:]}")
 
 
+def check_compare(out, allocation: bool) -> None:
+    """Both modes finished on Slurm's 2 nodes, every byte delivered, started by srun."""
+    document = json.loads((out / "compare.json").read_text())
+    assert document["launcher"] == "srun"
+    assert bool(document["workload"]["slurm_allocation"]) == allocation
+    for mode, result in document["modes"].items():
+        assert result["status"] == "ok", (mode, result.get("output_tail"))
+        assert result["nodes"] == NODES and result["summary"]["accounting_ok"]
+        assert all(t["bytes_received"] == 3 * 200 * 1024 for t in result["trials"])
+
+
+COMPARE_SMALL = ("--messages", "200", "--trials", "1", "--datagram-size", "1024", "--modes", "none,node")
+
+
+def test_compare_sbatch_template_runs_the_modes_through_srun_on_the_allocation(slurm_cluster, tmp_path):
+    """Inside the batch job compare's --cluster auto is the allocation, its launcher srun."""
+    output, out = tmp_path / "job.out", tmp_path / "compare"
+    submitted = on_head(
+        slurm_cluster,
+        "sbatch",
+        "--wait",
+        f"--output={output}",
+        str(TEMPLATES / "compare.sbatch"),
+        *COMPARE_SMALL,
+        "--out",
+        str(out),
+        env={"PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
+    )
+    text = output.read_text() if output.exists() else "(no output file)"
+    assert submitted.returncode == 0, f"{submitted.stderr[-3000:]}\n--- job output ---\n{text[-4000:]}"
+    assert "through srun" in text and "- where: 2 node(s) of Slurm allocation " in text
+    check_compare(out, allocation=True)
+
+
 def test_compare_runs_its_modes_through_srun(slurm_cluster, tmp_path):
     out = tmp_path / "compare"
     compared = mailrail(
@@ -184,14 +218,7 @@ def test_compare_runs_its_modes_through_srun(slurm_cluster, tmp_path):
         "4",
         "--nodes",
         "2",
-        "--messages",
-        "200",
-        "--trials",
-        "1",
-        "--datagram-size",
-        "1024",
-        "--modes",
-        "none,node",
+        *COMPARE_SMALL,
         "--victim-node-memory",
         "off",
         "--out",
@@ -199,9 +226,5 @@ def test_compare_runs_its_modes_through_srun(slurm_cluster, tmp_path):
         timeout=JOB_TIMEOUT_S,
     )
     assert_succeeded(compared)
-    document = json.loads((out / "compare.json").read_text())
-    assert document["launcher"] == "srun" and document["cluster"]["scheduler"] == "slurm"
-    for mode, result in document["modes"].items():
-        assert result["status"] == "ok", (mode, result.get("output_tail"))
-        assert result["nodes"] == NODES and result["summary"]["accounting_ok"]
-        assert all(t["bytes_received"] == 3 * 200 * 1024 for t in result["trials"])
+    check_compare(out, allocation=False)
+    assert json.loads((out / "compare.json").read_text())["cluster"]["scheduler"] == "slurm"

@@ -99,11 +99,36 @@ def test_a_malformed_task_count_of_the_allocation_is_named():
         allocated_ranks("4x")
 
 
-def test_compare_through_srun_needs_a_running_slurm_cluster(capsys):
+@pytest.mark.parametrize(
+    "cluster, message",
+    [
+        (
+            "off",
+            "--launcher srun runs the modes on a running Slurm cluster (--cluster up[:NAME]) or on the "
+            "Slurm allocation this runs in (--cluster auto), not --cluster off",
+        ),
+        (
+            "auto",
+            "--launcher srun with --cluster auto runs the modes inside a Slurm allocation (sbatch, salloc), "
+            "and SLURM_JOB_ID is not set here",
+        ),
+    ],
+)
+def test_compare_through_srun_needs_a_slurm_cluster_or_allocation(capsys, monkeypatch, cluster, message):
     from mailrail.cli import main
 
-    assert main(["compare", "--cluster", "off", "--launcher", "srun", "--modes", "none"]) == 2
-    assert "--launcher srun needs a running Slurm cluster: --cluster up[:NAME], not off" in capsys.readouterr().err
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert main(["compare", "--cluster", cluster, "--launcher", "srun", "--modes", "none"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_compare_inside_an_allocation_refuses_more_nodes_than_it_has(capsys, monkeypatch):
+    from mailrail.cli import main
+
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    assert main(["compare", "--nodes", "3", "--ranks", "6", "--modes", "none"]) == 2
+    assert "--nodes 3: Slurm allocation 77 has 2 node(s)" in capsys.readouterr().err
 
 
 def test_srun_on_a_cluster_built_for_the_job_is_refused_before_it_is_built(capsys):

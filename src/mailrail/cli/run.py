@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ..bench.adversarial import victims_of_command
 from ..cluster.jobs import run_job
-from ..cluster.launchers import detect
+from ..cluster.launchers import srun_mpi_plugin
 from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, node_flags_given, parse_ranks
 from ..cluster.privileges import rerun_without_root
 from ..errors import ClusterError
@@ -24,7 +24,6 @@ from ..launch import (
     LAUNCHERS,
     LaunchError,
     default_launcher,
-    find_mpiexec,
     mpi_environment,
     mpiexec_argv,
     require_mpi4py,
@@ -126,17 +125,6 @@ def allocated_ranks(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise LaunchError(f"SLURM_NTASKS={text!r} is not a task count: give the ranks with -n")
     return int(text)
-
-
-def srun_mpi_plugin() -> str | None:
-    """The ``srun --mpi`` plugin for this Python's MPI: None when ``SLURM_MPI_TYPE`` chooses (srun reads it)
-    or the MPI is neither Open MPI nor MPICH (the site's ``MpiDefault`` then applies)."""
-    if os.environ.get("SLURM_MPI_TYPE"):
-        return None
-    try:
-        return detect(find_mpiexec()).srun_mpi
-    except (LaunchError, ClusterError):
-        return None
 
 
 def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:

@@ -25,9 +25,11 @@ themselves no slower.
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 
 from ..errors import ClusterError
+from ..launch import LaunchError, find_mpiexec
 from .spec import NODE_INTERFACE, SUBNET
 
 #: ``srun --mpi=`` for each MPI (see :attr:`Launcher.srun_mpi`).
@@ -91,3 +93,14 @@ def detect(mpiexec: str) -> Launcher:
         return Launcher("mpich", mpiexec)
     first = text.strip().splitlines()[0] if text.strip() else "(no output)"
     raise ClusterError(f"the virtual cluster knows Open MPI's and MPICH's mpiexec; {mpiexec} says {first!r}")
+
+
+def srun_mpi_plugin() -> str | None:
+    """The ``srun --mpi`` plugin for this Python's MPI: None when ``SLURM_MPI_TYPE`` chooses (srun reads it)
+    or the MPI is neither Open MPI nor MPICH (the site's ``MpiDefault`` then applies)."""
+    if os.environ.get("SLURM_MPI_TYPE"):
+        return None
+    try:
+        return detect(find_mpiexec()).srun_mpi
+    except (LaunchError, ClusterError):
+        return None
