@@ -38,8 +38,7 @@ def slurm_skip_reason() -> str | None:
 
 
 def daemon_pids(name: str) -> dict[str, int]:
-    with open(SlurmPaths.of(state.state_dir(Layout(name, 1).name)).daemons) as source:
-        return json.load(source)
+    return slurm.daemon_pids(SlurmPaths.of(state.state_dir(Layout(name, 1).name)))
 
 
 def up(name: str, nodes: int) -> dict[str, int]:
@@ -228,3 +227,26 @@ def test_compare_runs_its_modes_through_srun(slurm_cluster, tmp_path):
     assert_succeeded(compared)
     check_compare(out, allocation=False)
     assert json.loads((out / "compare.json").read_text())["cluster"]["scheduler"] == "slurm"
+
+
+def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluster):
+    """A job that fails is ended on every node, as on a cluster without Slurm; the daemons stay for the next."""
+    pids = daemon_pids(slurm_cluster)
+    failed = mailrail(
+        "run",
+        "-n",
+        "2",
+        "--cluster",
+        f"up:{slurm_cluster}",
+        "--launcher",
+        "srun",
+        "--",
+        "python",
+        program_path("failing_command.py"),
+        timeout=JOB_TIMEOUT_S,
+    )
+    assert failed.returncode != 0 and "injected failure in a mailrail command" in failed.stderr
+    assert daemon_pids(slurm_cluster) == pids and all(alive(pid) for pid in pids.values())
+    ran = on_head(slurm_cluster, "srun", f"--nodes={NODES}", "hostname")
+    assert_succeeded(ran)
+    assert sorted(ran.stdout.split()) == [f"{slurm_cluster}-n{n}" for n in range(NODES)]

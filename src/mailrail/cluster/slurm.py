@@ -282,6 +282,16 @@ def start(layout: Layout, agent: str, paths: SlurmPaths, node_cpus: int, timeout
     _wait_for(lambda: _all_idle(layout, agent, paths), deadline, daemons, paths, "every node idle in sinfo")
 
 
+def daemon_pids(paths: SlurmPaths) -> dict[str, int]:
+    """``{"munged": pid, "slurmctld": pid, "slurmd <host>": pid, ...}`` as :func:`start` recorded them
+    (empty before it did)."""
+    try:
+        with open(paths.daemons) as source:
+            return {name: int(pid) for name, pid in json.load(source).items()}
+    except FileNotFoundError:
+        return {}
+
+
 def node_states(layout: Layout, agent: str, paths: SlurmPaths) -> dict[str, str]:
     """``{host: state}`` as ``sinfo`` on the head reports the nodes (empty while the controller is not up)."""
     completed = subprocess.run(

@@ -433,7 +433,8 @@ class VirtualCluster:
         )
 
     def end_processes(self) -> None:
-        """End every process in the cluster's namespaces and cgroups (all were started through it)."""
+        """End every job process in the cluster's namespaces and cgroups (all were started through it): all
+        but the scheduler's daemons, which the cluster keeps until it is removed."""
         with jobcontrol.deferred_signals():
             namespaces.end_processes(self._processes)
 
@@ -445,6 +446,8 @@ class VirtualCluster:
             for node in [None, *range(self.spec.nodes)]:
                 pids.update(cgroups.processes(self._cgroup(node)))
         pids.discard(os.getpid())
+        if self.spec.scheduler == "slurm":
+            pids -= set(slurm.daemon_pids(self.slurm_paths).values())
         return pids
 
     # -- readings ----------------------------------------------------------------------------
