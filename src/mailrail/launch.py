@@ -86,6 +86,44 @@ def mpiexec_argv(ranks: int, program: Sequence[str]) -> list[str]:
     return [find_mpiexec(), "-n", str(ranks), *program]
 
 
+#: The launchers ``mailrail run --launcher`` chooses from.
+LAUNCHERS = ("mpiexec", "srun")
+
+
+def default_launcher(env: Mapping[str, str] | None = None) -> str:
+    """``srun`` inside a Slurm allocation (``SLURM_JOB_ID`` set: an ``sbatch`` script, ``salloc``), else ``mpiexec``.
+
+    Inside an allocation ``srun`` starts the ranks on the allocated nodes, as the site configured it;
+    an ``mpiexec`` there would need the MPI's own Slurm support to find them."""
+    return "srun" if (os.environ if env is None else env).get("SLURM_JOB_ID") else "mpiexec"
+
+
+def find_srun() -> str:
+    """``srun`` on PATH (Slurm's client commands), or a LaunchError."""
+    found = shutil.which("srun")
+    if found is None:
+        raise LaunchError("srun not found on PATH: --launcher srun needs Slurm's client commands (slurm-client)")
+    return found
+
+
+def srun_argv(
+    ranks: int, program: Sequence[str], *, mpi_plugin: str | None = None, placement: Sequence[str] = ()
+) -> list[str]:
+    """``srun --ntasks RANKS [--mpi PLUGIN] [PLACEMENT] PROGRAM``.
+
+    *mpi_plugin* None leaves the plugin to ``SLURM_MPI_TYPE`` or the site's ``MpiDefault``.  One task's
+    failure ends the step (``--kill-on-bad-exit``), as mpiexec ends a job: its peers would wait for it.
+    """
+    return [
+        find_srun(),
+        *([f"--mpi={mpi_plugin}"] if mpi_plugin else []),
+        f"--ntasks={ranks}",
+        "--kill-on-bad-exit=1",
+        *placement,
+        *program,
+    ]
+
+
 def run_mailrail(
     ranks: int, args: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None, capture: bool = False
 ) -> subprocess.CompletedProcess[str]:

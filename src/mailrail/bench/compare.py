@@ -117,11 +117,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="directory for compare.json, compare.png and the runs' files (default: %(default)s)",
     )
     add_cluster_arguments(parser, default="auto", victim_memory=DEFAULT_VICTIM_NODE_MEMORY)
+    parser.add_argument(
+        "--launcher",
+        choices=("mpiexec", "srun"),
+        default=None,
+        help="what starts each mode's ranks: mpiexec; or srun, on a running cluster made with "
+        "`mailrail cluster up --scheduler slurm` (--cluster up[:NAME]) or, with --cluster auto, on --nodes "
+        "nodes of the Slurm allocation this runs in (an sbatch script; default there, else mpiexec)",
+    )
     add_rail_arguments(parser, skip=("flow_control",))
 
 
-def workload(args: argparse.Namespace, cluster_nodes: int | None = None) -> dict[str, Any]:
-    """The one workload and memory budget every mode runs with (on *cluster_nodes* real nodes, if given)."""
+def workload(
+    args: argparse.Namespace, cluster_nodes: int | None = None, allocation: str | None = None
+) -> dict[str, Any]:
+    """The one workload and memory budget every mode runs with (on *cluster_nodes* real nodes, if given: a
+    virtual cluster's, or those of the Slurm allocation *allocation*, a job id)."""
     options = rail_options(args)
     options.setdefault("recv_pool_slots", DEFAULT_RECV_POOL_SLOTS)
     if cluster_nodes is not None:
@@ -143,6 +154,7 @@ def workload(args: argparse.Namespace, cluster_nodes: int | None = None) -> dict
         "ranks": args.ranks,
         "nodes": nodes,
         "ranks_per_node": rank_nodes.count(0),
+        "slurm_allocation": allocation,
         "rank_nodes": rank_nodes,
         "victims": args.victims,
         "victim_ranks": choose_victims(args.ranks, args.victims, args.seed),
@@ -185,9 +197,33 @@ def run(args: argparse.Namespace) -> int:
             "compare", f"--victims and --nodes may not exceed --ranks {args.ranks} (got {args.victims}, {args.nodes})"
         )
     choice = ClusterChoice.parse(args.cluster, allow_auto=True)
-    placement, reason = choose_placement(choice)
+    allocation = os.environ.get("SLURM_JOB_ID") or None
+    if args.launcher is None:  # inside an allocation its nodes are the cluster, started by srun
+        args.launcher = "srun" if allocation and choice.kind == "auto" else "mpiexec"
+    if args.launcher == "srun" and choice.kind not in ("up", "auto"):
+        return usage_error(
+            "compare",
+            f"--launcher srun runs the modes on a running Slurm cluster (--cluster up[:NAME]) or on the Slurm "
+            f"allocation this runs in (--cluster auto), not --cluster {args.cluster}",
+        )
+    if args.launcher == "srun" and choice.kind == "auto":
+        if not allocation:
+            return usage_error(
+                "compare",
+                "--launcher srun with --cluster auto runs the modes inside a Slurm allocation (sbatch, salloc), "
+                "and SLURM_JOB_ID is not set here; or give --cluster up[:NAME] (mailrail cluster up --scheduler slurm)",
+            )
+        allocated = int(os.environ.get("SLURM_JOB_NUM_NODES") or 1)
+        if args.nodes > allocated:
+            return usage_error(
+                "compare", f"--nodes {args.nodes}: Slurm allocation {allocation} has {allocated} node(s)"
+            )
+        placement, reason = "allocation", None
+    else:
+        allocation = None
+        placement, reason = choose_placement(choice)
     try:  # the workload and its MailRail options, on the nodes the modes will run on
-        workload(args, (choice.nodes or args.nodes) if placement != "shared" else None)
+        workload(args, (choice.nodes or args.nodes) if placement != "shared" else None, allocation)
     except ConfigError as error:
         return usage_error("compare", str(error))
     if placement == "userns":
@@ -202,11 +238,14 @@ def run(args: argparse.Namespace) -> int:
                 if choice.kind != "auto":
                     raise
                 reason = f"a virtual cluster could not be built here: {error}"
-        load = workload(args, cluster.spec.nodes if cluster else None)  # checked above
+        load = workload(  # checked above
+            args, cluster.spec.nodes if cluster else (args.nodes if allocation else None), allocation
+        )
         os.makedirs(out, exist_ok=True)
         described = cluster.describe() if cluster else None
         print(
-            f"mailrail compare: adversarial incast, {load['ranks']} ranks on {_where_text(load, described)}, "
+            f"mailrail compare: adversarial incast, {load['ranks']} ranks on {_where_text(load, described)} "
+            f"through {args.launcher if cluster or allocation else 'mpiexec'}, "
             f"{load['victims']} victim(s), {_amount_text(load)} per sending rank, {load['trials']} trial(s) per "
             f"mode; memory budget {load['recv_pool_slots']} receive + {load['send_pool_slots']} send slots per rank; "
             f"results in {out}",
@@ -233,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
                 time_limit=args.time_limit,
                 capture=False,
                 cluster=cluster,
+                nodes=load["nodes"] if allocation else None,
+                launcher=args.launcher,
             )  # the job's progress lines show live
             results[mode] = note_out_of_memory(result)
             print(
@@ -250,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
         "benchmark": "compare",
         "workload": load,
         "cluster": described,
+        "launcher": args.launcher if cluster or allocation else "mpiexec",
         "shared_memory_reason": reason,
         "modes": results,
         "table": rows,
@@ -462,6 +504,8 @@ def observations(
 
 
 def _where_text(load: dict[str, Any], cluster: dict[str, Any] | None) -> str:
+    if load.get("slurm_allocation"):
+        return f"{load['nodes']} node(s) of Slurm allocation {load['slurm_allocation']}"
     if cluster is None:
         return f"{load['nodes']} virtual node(s) of {load['ranks_per_node']} ranks on this host's shared memory"
     return cluster_summary(cluster)

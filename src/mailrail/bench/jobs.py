@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..config import Config
 from ..errors import ConfigError
 from ..flow.sizing import credit_budget
-from ..launch import mpi_environment, mpiexec_argv, run_bounded
+from ..launch import mpi_environment, mpiexec_argv, run_bounded, srun_argv
 from ..tools.flags import rail_flags
 from .adversarial import add_arguments
 
@@ -92,6 +92,18 @@ def adversarial_program(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "mpi4py", "-m", "mailrail.bench.adversarial", *args]
 
 
+def allocation_srun_argv(ranks: int, nodes: int | None, program: Sequence[str]) -> list[str]:
+    """``srun`` of a job inside a Slurm allocation on its first *nodes* nodes, the ranks in blocks as
+    :func:`~mailrail.cluster.spec.ranks_per_node` places them (5 ranks on 2 nodes: 3 and 2)."""
+    # here, as the cluster type above is for type checking only: the ranks import this module, not the cluster
+    from ..cluster.launchers import srun_mpi_plugin
+    from ..cluster.spec import ranks_per_node
+
+    nodes = nodes or 1
+    placement = [f"--nodes={nodes}", f"--ntasks-per-node={ranks_per_node(ranks, nodes)[0]}", "--distribution=block"]
+    return srun_argv(ranks, program, mpi_plugin=srun_mpi_plugin(), placement=placement)
+
+
 def run_adversarial(
     ranks: int,
     args: Sequence[str],
@@ -101,8 +113,11 @@ def run_adversarial(
     capture: bool = True,
     cluster: VirtualCluster | None = None,
     nodes: int | None = None,
+    launcher: str = "mpiexec",
 ) -> dict[str, Any]:
-    """Run ``bench adversarial ARGS --json JSON_PATH`` on *ranks* ranks, here or on *cluster*.
+    """Run ``bench adversarial ARGS --json JSON_PATH`` on *ranks* ranks, here or on *cluster* (started by
+    *launcher*: ``mpiexec``, or ``srun`` on a cluster running Slurm; without a cluster, ``srun`` on *nodes*
+    nodes of the Slurm allocation this runs in).
 
     Returns the benchmark's JSON document with ``status="ok"`` and ``wall_s``
     added, or ``{"status": "timeout" | "failed" | "out_of_memory", ...}`` saying
@@ -119,7 +134,7 @@ def run_adversarial(
         start = time.monotonic()
         try:
             completed = run_bounded(
-                mpiexec_argv(ranks, program),
+                allocation_srun_argv(ranks, nodes, program) if launcher == "srun" else mpiexec_argv(ranks, program),
                 timeout=time_limit,
                 env=mpi_environment(),
                 capture=capture,
@@ -130,7 +145,9 @@ def run_adversarial(
             returncode, timed_out, stdout, stderr = None, True, expired.output, expired.stderr
         wall = time.monotonic() - start
     else:
-        job = cluster.run(ranks, program, timeout=time_limit, capture=capture, capture_stderr=True, nodes=nodes)
+        job = cluster.run(
+            ranks, program, timeout=time_limit, capture=capture, capture_stderr=True, nodes=nodes, launcher=launcher
+        )
         returncode, timed_out, stdout, stderr, wall = job.returncode, job.timed_out, job.stdout, job.stderr, job.wall_s
         outcome.update(network_bytes=job.network_bytes, cluster_nodes=job.nodes)
         if job.out_of_memory:

@@ -33,6 +33,10 @@ COMMANDS = {
         "mailrail.cluster.cli:up",
         "build a virtual cluster that stays up for many jobs (--cluster up)",
     ),
+    ("cluster", "exec"): (
+        "mailrail.cluster.cli:exec",
+        "run a command on the running cluster's head, its login node (mailrail cluster exec -- srun -N 2 hostname)",
+    ),
     ("cluster", "status"): (
         "mailrail.cluster.cli:status",
         "the virtual clusters on this machine: nodes, links, memory, jobs",

@@ -15,23 +15,52 @@ or on a virtual cluster (:mod:`mailrail.cluster`), telling the cluster which ran
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
 
 from ..bench.adversarial import victims_of_command
 from ..cluster.jobs import run_job
+from ..cluster.launchers import srun_mpi_plugin
 from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, node_flags_given, parse_ranks
 from ..cluster.privileges import rerun_without_root
-from ..launch import mpi_environment, mpiexec_argv, require_mpi4py, run_bounded
+from ..errors import ClusterError
+from ..launch import (
+    LAUNCHERS,
+    LaunchError,
+    default_launcher,
+    mpi_environment,
+    mpiexec_argv,
+    require_mpi4py,
+    run_bounded,
+    srun_argv,
+)
 from ..rank import rank_argv
 from ..tools.flags import float_in, int_in
 from . import COMMANDS, parse_command
 
+#: Ranks of a job when neither -n nor a Slurm allocation says.
+DEFAULT_RANKS = 2
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # -np: how mpiexec users type it (mpiexec -np 4)
-    parser.add_argument("-n", "-np", "--ranks", type=int_in(1), default=2, help="MPI ranks (default: %(default)s)")
+    parser.add_argument(
+        "-n",
+        "-np",
+        "--ranks",
+        type=int_in(1),
+        default=None,
+        help=f"MPI ranks (default: the allocation's SLURM_NTASKS under srun, else {DEFAULT_RANKS})",
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default=None,
+        help="what starts the ranks (default: srun inside a Slurm allocation, SLURM_JOB_ID set, else mpiexec; "
+        "on a virtual cluster mpiexec, or srun on one made with --scheduler slurm)",
+    )
     parser.add_argument(
         "--timeout", type=float_in(1e-3), default=None, help="end the job (every rank) after this many seconds"
     )
@@ -83,18 +112,38 @@ def run(args: argparse.Namespace) -> int:
     program = program_argv(args.command)
     require_mpi4py(program)
     choice = ClusterChoice.parse(args.cluster)
+    if args.launcher is None:  # a virtual cluster is built here, never inside an allocation
+        args.launcher = "mpiexec" if choice.kind != "off" else default_launcher()
+    if args.ranks is None:
+        allocated = os.environ.get("SLURM_NTASKS") if args.launcher == "srun" and choice.kind == "off" else None
+        args.ranks = allocated_ranks(allocated) if allocated else DEFAULT_RANKS
+    if choice.kind == "nodes" and args.launcher == "srun":
+        raise ClusterError(
+            f"--launcher srun runs on a running Slurm cluster (mailrail cluster up --scheduler slurm, then "
+            f"--cluster up[:NAME]), not on one built for this job (--cluster {args.cluster})"
+        )
     if choice.kind != "off":
         return run_on_cluster(args, choice, program)
     loose = node_flags_given(args)
     if loose:
         print(f"mailrail run: {', '.join(loose)} describe a virtual cluster: add --cluster N", file=sys.stderr)
         return 2
-    argv = mpiexec_argv(args.ranks, program)
+    if args.launcher == "srun":
+        argv = srun_argv(args.ranks, program, mpi_plugin=srun_mpi_plugin())
+    else:
+        argv = mpiexec_argv(args.ranks, program)
     try:
         return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
     except subprocess.TimeoutExpired:
         print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
         return 124
+
+
+def allocated_ranks(text: str) -> int:
+    """The allocation's task count (``SLURM_NTASKS``), the ranks of a job run without -n inside it."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise LaunchError(f"SLURM_NTASKS={text!r} is not a task count: give the ranks with -n")
+    return int(text)
 
 
 def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:
@@ -107,4 +156,4 @@ def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Seq
     if not victims and args.command[:2] == ["bench", "adversarial"]:
         victims = victims_of_command(args.command[2:], args.ranks)
     spec = cluster_spec(args, choice, args.ranks, victims)
-    return run_job(spec, args.ranks, program, running=choice.name, timeout=args.timeout)
+    return run_job(spec, args.ranks, program, running=choice.name, timeout=args.timeout, launcher=args.launcher)

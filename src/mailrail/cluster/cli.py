@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -11,7 +12,8 @@ from ..errors import ClusterError
 from ..tools.output import format_table
 from . import cgroups, namespaces, state
 from .options import DEFAULT_NAME, add_node_arguments, memory_option
-from .spec import PREFIX, ClusterSpec, Layout, Link, parse_node_count
+from .slurm import PARTITION
+from .spec import PREFIX, SCHEDULERS, ClusterSpec, Layout, Link, parse_node_count
 from .virtual import VirtualCluster, remove_cluster
 
 _MIB = 2**20
@@ -26,6 +28,14 @@ def add_up_arguments(parser: argparse.ArgumentParser) -> None:
         "--name",
         default=DEFAULT_NAME,
         help="the cluster's name; jobs use it with --cluster up:NAME (default: %(default)s, which --cluster up means)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        choices=[s for s in SCHEDULERS if s],
+        default=None,
+        help="run a batch scheduler on the cluster: slurm (slurmctld and munged on the head, a slurmd per node; "
+        "jobs through `mailrail cluster exec -- srun ...` or `mailrail run --launcher srun`; "
+        "installs Debian's packages when missing)",
     )
     add_node_arguments(parser)
 
@@ -46,6 +56,7 @@ def up(args: argparse.Namespace) -> int:
         link=Link.parse(args.link_rate, args.link_delay, args.link_queue),
         node_memory=memory_option(args.node_memory, "--node-memory"),
         node_slots=args.node_slots,
+        scheduler=args.scheduler,
     )
     cluster = VirtualCluster(spec, name=args.name, persistent=True)
     cluster.up()
@@ -59,7 +70,45 @@ def up(args: argparse.Namespace) -> int:
         f"run jobs on it with `mailrail run -n N {use} ...` or `mailrail compare {use}`; "
         f"`mailrail cluster down{down}` removes it"
     )
+    if spec.scheduler == "slurm":
+        name = "" if args.name == DEFAULT_NAME else f" --name {args.name}"
+        print(
+            f"Slurm runs on it (controller {cluster.layout.hostname(None)}, partition {PARTITION}): "
+            f"`mailrail cluster exec{name} -- sinfo`, `... -- srun -N 2 hostname`, `... -- sbatch --wait JOB`, "
+            f"`mailrail run -n N {use} --launcher srun -- python app.py`"
+        )
     return 0
+
+
+# -- exec ------------------------------------------------------------------------------
+
+
+def add_exec_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--name", default=DEFAULT_NAME, help="the cluster to run on (default: %(default)s, made by cluster up)"
+    )
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="-- and the command to run on the cluster's head, its login node (-- sinfo; -- sbatch --wait job.sh)",
+    )
+
+
+def exec_on_head(args: argparse.Namespace) -> int:
+    """Run a command on the head, as ``ssh`` to a cluster's login node would: in the head's namespaces, with
+    the cluster's MPI settings and, on a Slurm cluster, its client settings (``SLURM_CONF``,
+    ``SLURM_MPI_TYPE``).  This process becomes the command (exec): its signals and exit status are the
+    command's own, as with ssh."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("mailrail cluster exec: name a command after -- (mailrail cluster exec -- sinfo)", file=sys.stderr)
+        return 2
+    cluster = VirtualCluster.attach(args.name)
+    env = cluster.environment()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(cluster.agent, [cluster.agent, "--exec", "head", *command], env)
+    return 127  # not reached: execve returns only by raising
 
 
 # -- status ----------------------------------------------------------------------------
@@ -89,6 +138,7 @@ def describe(cluster_id: str) -> dict[str, Any]:
         nodes=record.spec["nodes"],
         link=record.spec["link"],
         node_memory=record.spec.get("node_memory"),
+        scheduler=record.spec.get("scheduler"),
         owner_pid=record.owner_pid,
         state="stale (owner gone)" if record.stale else ("up" if record.kind == "persistent" else "job running"),
     )
@@ -128,7 +178,7 @@ def status(args: argparse.Namespace) -> int:
         rows.append(
             (
                 e["name"],
-                e["kind"],
+                e["kind"] + (f", {e['scheduler']}" if e.get("scheduler") else ""),
                 e["state"],
                 e.get("nodes", "-"),
                 e.get("processes", "-"),
@@ -182,4 +232,9 @@ def down(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-VERBS = {"up": (add_up_arguments, up), "status": (add_status_arguments, status), "down": (add_down_arguments, down)}
+VERBS = {
+    "up": (add_up_arguments, up),
+    "exec": (add_exec_arguments, exec_on_head),
+    "status": (add_status_arguments, status),
+    "down": (add_down_arguments, down),
+}

@@ -46,13 +46,14 @@ def run_job(
     running: str | None = None,
     timeout: float | None = None,
     command: str = "mailrail run",
+    launcher: str = "mpiexec",
 ) -> int:
     """Run *program* on *ranks* ranks of the cluster :func:`open_cluster` gives for *spec* and *running*,
-    bounded by *timeout* seconds; say where and what happened in plain words on standard error, and
-    return the command's exit status."""
+    started by *launcher* (``mpiexec``, or ``srun`` on a Slurm cluster), bounded by *timeout* seconds;
+    say where and what happened in plain words on standard error, and return the command's exit status."""
     with open_cluster(spec, running) as cluster:
-        print(f"{command}: {ranks} ranks on {describe(cluster)}", file=sys.stderr, flush=True)
-        job = cluster.run(ranks, program, timeout=timeout)
+        print(f"{command}: {ranks} ranks on {describe(cluster)} through {launcher}", file=sys.stderr, flush=True)
+        job = cluster.run(ranks, program, timeout=timeout, launcher=launcher)
     for line in outcome(job, timeout):
         print(f"{command}: {line}", file=sys.stderr)
     return exit_status(job)
@@ -90,6 +91,8 @@ def summary(described: dict) -> str:
         extras.append(
             f"victim node(s) {described['victim_nodes']} capped at {described['victim_node_memory'] / _MIB:,.0f} MiB"
         )
+    if described.get("scheduler"):
+        extras.append(f"{described['scheduler'].capitalize()} on the nodes")
     flavor = {"openmpi": "Open MPI", "mpich": "MPICH"}[described["mpi"]]
     return (
         f"virtual cluster {described['name']} ({described['nodes']} nodes, {flavor} over TCP between nodes"

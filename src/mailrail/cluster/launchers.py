@@ -25,10 +25,15 @@ themselves no slower.
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 
 from ..errors import ClusterError
+from ..launch import LaunchError, find_mpiexec
 from .spec import NODE_INTERFACE, SUBNET
+
+#: ``srun --mpi=`` for each MPI (see :attr:`Launcher.srun_mpi`).
+SRUN_MPI_PLUGINS = {"openmpi": "pmix", "mpich": "pmi2"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +72,13 @@ class Launcher:
             }
         return {"MPICH_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": NODE_INTERFACE}
 
+    @property
+    def srun_mpi(self) -> str:
+        """The ``srun --mpi`` plugin that starts this MPI's ranks: the process-management interface its wheel
+        speaks with Slurm 22.05 (tests/cluster/test_slurm.py runs both): Open MPI 5's PMIx client with Slurm's
+        PMIx 4 server, MPICH through PMI-2."""
+        return SRUN_MPI_PLUGINS[self.flavor]
+
 
 def detect(mpiexec: str) -> Launcher:
     """Which launcher *mpiexec* is, from its ``--version``; other MPIs are a clear error."""
@@ -81,3 +93,14 @@ def detect(mpiexec: str) -> Launcher:
         return Launcher("mpich", mpiexec)
     first = text.strip().splitlines()[0] if text.strip() else "(no output)"
     raise ClusterError(f"the virtual cluster knows Open MPI's and MPICH's mpiexec; {mpiexec} says {first!r}")
+
+
+def srun_mpi_plugin() -> str | None:
+    """The ``srun --mpi`` plugin for this Python's MPI: None when ``SLURM_MPI_TYPE`` chooses (srun reads it)
+    or the MPI is neither Open MPI nor MPICH (the site's ``MpiDefault`` then applies)."""
+    if os.environ.get("SLURM_MPI_TYPE"):
+        return None
+    try:
+        return detect(find_mpiexec()).srun_mpi
+    except (LaunchError, ClusterError):
+        return None

@@ -28,6 +28,8 @@ BRIDGE = "br0"
 #: What every name of the project's namespaces, cgroups and state starts with.
 PREFIX = "mailrail-"
 _ID = re.compile(r"^[a-z0-9]{1,12}$")
+#: The batch schedulers a cluster can run (None: none, jobs start through mpiexec alone).
+SCHEDULERS = (None, "slurm")
 
 _RATE_UNITS = {
     "bit": 1,
@@ -183,9 +185,16 @@ class ClusterSpec:
     victim_node_memory: int | None = None  # bytes, only the nodes in victim_nodes
     victim_nodes: tuple[int, ...] = ()
     node_slots: int | None = None  # ranks a node takes at most (None: as many as asked)
+    #: The batch scheduler run on the cluster: None, or "slurm" (slurmctld on the head, a slurmd per node).
+    scheduler: str | None = None
 
     def __post_init__(self) -> None:
         check_node_count(self.nodes)
+        if self.scheduler not in SCHEDULERS:
+            raise ClusterError(
+                f"--scheduler {self.scheduler!r} is not one this cluster runs; use "
+                + " or ".join(repr(s) for s in SCHEDULERS if s)
+            )
         if self.node_slots is not None and self.node_slots < 1:
             raise ClusterError(f"--node-slots must be >= 1, got {self.node_slots}")
         outside = [n for n in self.victim_nodes if not 0 <= n < self.nodes]
@@ -212,6 +221,7 @@ class ClusterSpec:
             "victim_node_memory": self.victim_node_memory,
             "victim_nodes": list(self.victim_nodes),
             "node_slots": self.node_slots,
+            "scheduler": self.scheduler,
         }
 
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from .. import jobcontrol
 from ..errors import ClusterError
-from ..launch import JobStopped, find_mpiexec, mpi_environment, run_bounded
-from . import cgroups, namespaces, state
+from ..launch import JobStopped, find_mpiexec, mpi_environment, run_bounded, srun_argv
+from . import cgroups, namespaces, slurm, state
 from .launchers import Launcher, detect
 from .spec import (
     BRIDGE,
@@ -128,6 +128,8 @@ class VirtualCluster:
         check_privileges()
         for name in ("ip", "unshare", "nsenter", "umount") + (("tc",) if self.spec.link.shaped else ()):
             namespaces.tool(name)
+        if self.spec.scheduler == "slurm":
+            slurm.ensure_installed()
         if os.path.exists(self.state_dir) or namespaces.list_netns(self.layout.name + "-"):
             raise ClusterError(
                 f"a cluster named {self.layout.cluster_id} exists already "
@@ -146,6 +148,9 @@ class VirtualCluster:
             for node in range(self.spec.nodes):
                 self._make_node(node)
             self._write_agent()
+            if self.spec.scheduler == "slurm":
+                node_cpus = self.spec.node_slots or slurm.DEFAULT_NODE_CPUS
+                slurm.start(self.layout, self.agent, self.slurm_paths, node_cpus)
         except BaseException:
             self.down()
             raise
@@ -261,6 +266,11 @@ class VirtualCluster:
             out.write(text)
         os.chmod(self.agent, 0o755)
 
+    @property
+    def slurm_paths(self) -> slurm.SlurmPaths:
+        """Where this cluster's Slurm keeps its configuration, keys, state and logs."""
+        return slurm.SlurmPaths.of(self.state_dir)
+
     def _uts(self, node: int | None) -> str:
         return os.path.join(self.state_dir, ("head" if node is None else f"n{node}") + ".uts")
 
@@ -275,30 +285,66 @@ class VirtualCluster:
             self._launcher = detect(find_mpiexec())
         return self._launcher
 
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment of a launch from the head: the MPI's settings for the cluster's links, and on a
+        Slurm cluster what its clients need (``SLURM_CONF``) and the ``srun --mpi`` plugin of the MPI
+        (``SLURM_MPI_TYPE``, so a plain ``srun`` in ``mailrail cluster exec`` or a batch script works); *env* last."""
+        launcher = self.launcher
+        extra = dict(launcher.environment(self.agent))
+        if self.spec.scheduler == "slurm":
+            extra.update(slurm.client_environment(self.slurm_paths), SLURM_MPI_TYPE=launcher.srun_mpi)
+        return mpi_environment({**extra, **(env or {})})
+
     def command(
-        self, ranks: int, program: Sequence[str], *, nodes: int | None = None, env: Mapping[str, str] | None = None
+        self,
+        ranks: int,
+        program: Sequence[str],
+        *,
+        nodes: int | None = None,
+        env: Mapping[str, str] | None = None,
+        launcher: str = "mpiexec",
     ) -> tuple[list[str], dict[str, str]]:
-        """The argv (run on the head, through the ssh stand-in) and environment of an mpiexec job.
+        """The argv (run on the head, through the ssh stand-in) and environment of a job.
 
         The ranks fill the first *nodes* nodes (default: all, or one per rank when the job
         is smaller than the cluster) in blocks, as :func:`~mailrail.cluster.spec.ranks_per_node` says.
+        *launcher* ``mpiexec`` starts them through the ssh stand-in; ``srun`` through the cluster's
+        Slurm (``--scheduler slurm``), on the same nodes in the same blocks.
         """
         nodes = min(self.spec.nodes, ranks) if nodes is None else nodes
         if not 1 <= nodes <= self.spec.nodes:
             raise ClusterError(f"a job may use 1..{self.spec.nodes} nodes of this cluster, not {nodes}")
         counts = ranks_per_node(ranks, nodes, self.spec.node_slots)
-        launcher = self.launcher
-        path = os.path.join(self.state_dir, f"hosts-{launcher.flavor}-{'-'.join(map(str, counts))}")
+        if launcher == "srun":
+            if self.spec.scheduler != "slurm":
+                raise ClusterError(
+                    f"--launcher srun needs a cluster running Slurm, and cluster {self.layout.cluster_id} runs "
+                    f"none: mailrail cluster up --scheduler slurm"
+                )
+            # --ntasks-per-node is the first node's count: Slurm's block layout then gives each node what
+            # ranks_per_node gives it (5 ranks on 2 nodes: 3 and 2), as the mpiexec hostfile does.
+            placement = [
+                "--nodelist=" + ",".join(self.layout.hostname(n) for n in range(nodes)),
+                f"--nodes={nodes}",
+                f"--ntasks-per-node={counts[0]}",
+                "--distribution=block",
+            ]
+            argv = [self.agent, "--exec", "head", *srun_argv(ranks, program, placement=placement)]
+            return argv, self.environment(env)
+        if launcher != "mpiexec":
+            raise ClusterError(f"--launcher must be mpiexec or srun, got {launcher!r}")
+        mpiexec = self.launcher
+        path = os.path.join(self.state_dir, f"hosts-{mpiexec.flavor}-{'-'.join(map(str, counts))}")
         with open(path, "w") as out:
-            out.write(hostfile(self.layout, counts, launcher.flavor))
+            out.write(hostfile(self.layout, counts, mpiexec.flavor))
         argv = [
             self.agent,
             "--exec",
             "head",
-            *launcher.argv(self.agent, path, self.layout.address(None), ranks),
+            *mpiexec.argv(self.agent, path, self.layout.address(None), ranks),
             *program,
         ]
-        return argv, mpi_environment({**launcher.environment(self.agent), **(env or {})})
+        return argv, self.environment(env)
 
     def run(
         self,
@@ -310,10 +356,12 @@ class VirtualCluster:
         capture: bool = False,
         capture_stderr: bool = False,
         nodes: int | None = None,
+        launcher: str = "mpiexec",
     ) -> ClusterJob:
         """Run *program* on *ranks* ranks; wait, bounded by *timeout*; say what happened.
 
         *capture* and *capture_stderr* keep the job's output, as in :func:`mailrail.launch.run_bounded`.
+        *launcher* is ``mpiexec`` or, on a Slurm cluster, ``srun`` (see :meth:`command`).
 
         A job that fails, times out or is interrupted leaves no process behind: what is
         still running in the cluster's namespaces is ended (by process id).
@@ -322,7 +370,7 @@ class VirtualCluster:
         0.1 s while the job runs): the job's ``out_of_memory_node`` and ``out_of_memory_after_s`` say
         where and when; a rank killed for lack of memory would otherwise leave its peers waiting.
         """
-        argv, job_env = self.command(ranks, program, nodes=nodes, env=env)
+        argv, job_env = self.command(ranks, program, nodes=nodes, env=env, launcher=launcher)
         before_bytes, before_kills = self.network_bytes(), self.oom_kills()
         self.reset_memory_peaks()
         killed_on: list[int] = []
@@ -385,7 +433,8 @@ class VirtualCluster:
         )
 
     def end_processes(self) -> None:
-        """End every process in the cluster's namespaces and cgroups (all were started through it)."""
+        """End every job process in the cluster's namespaces and cgroups (all were started through it): all
+        but the scheduler's daemons, which the cluster keeps until it is removed."""
         with jobcontrol.deferred_signals():
             namespaces.end_processes(self._processes)
 
@@ -397,6 +446,8 @@ class VirtualCluster:
             for node in [None, *range(self.spec.nodes)]:
                 pids.update(cgroups.processes(self._cgroup(node)))
         pids.discard(os.getpid())
+        if self.spec.scheduler == "slurm":
+            pids -= set(slurm.daemon_pids(self.slurm_paths).values())
         return pids
 
     # -- readings ----------------------------------------------------------------------------
@@ -475,6 +526,7 @@ def spec_from_record(record: state.OwnerRecord) -> ClusterSpec:
         victim_node_memory=described.get("victim_node_memory"),
         victim_nodes=tuple(described.get("victim_nodes", ())),
         node_slots=described.get("node_slots"),
+        scheduler=described.get("scheduler"),
     )
 
 
