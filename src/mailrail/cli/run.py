@@ -9,6 +9,7 @@ or on a virtual cluster (:mod:`mailrail.cluster`), telling the cluster which ran
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from ..bench.adversarial import victims_of_command
 from ..cluster.jobs import run_job
 from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, node_flags_given, parse_ranks
 from ..cluster.privileges import rerun_without_root
-from ..launch import mpi_environment, mpiexec_argv, require_mpi4py, run_bounded
+from ..launch import launch_settings, mpi_environment, mpi_origin, mpiexec_argv, require_mpi4py, run_bounded
 from ..rank import rank_argv
 from ..tools.flags import float_in, int_in
 from . import parse_command
@@ -72,11 +73,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"mailrail run: {', '.join(loose)} describe a virtual cluster: add --cluster N", file=sys.stderr)
         return 2
     argv = mpiexec_argv(args.ranks, program)
+    say_settings()
     try:
         return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
     except subprocess.TimeoutExpired:
         print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
         return 124
+
+
+def say_settings(where: str = "") -> None:
+    """One line on standard error: the MPI variables the job gets from MailRail, or none and why
+    (standard output stays the program's)."""
+    print(f"mailrail run: {launch_settings(os.environ, mpi_origin()).describe()}{where}", file=sys.stderr, flush=True)
 
 
 def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:
@@ -89,4 +97,5 @@ def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Seq
     if not victims and args.command[:2] == ["bench", "adversarial"]:
         victims = victims_of_command(args.command[2:], args.ranks)
     spec = cluster_spec(args, choice, args.ranks, victims)
+    say_settings("; the virtual cluster's launcher adds its network settings")
     return run_job(spec, args.ranks, program, running=choice.name, timeout=args.timeout)
