@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from helpers import assert_succeeded, mailrail
+from helpers import ROOT, assert_succeeded, mailrail
 from mailrail.cli import main
 from mailrail.cli.info import COLUMNS
 from mailrail.config import FLOW_CONTROL_MODES
@@ -117,3 +117,14 @@ def test_info_reports_the_mpi_mpi4py_loads_and_the_librarys_own_choices(tmp_path
     assert report["tag_ub"] >= 32767  # the standard's least
     assert max(len(line) for line in completed.stdout.splitlines()) <= COLUMNS
     assert f"MPI library       {found.library.split(',')[0]}" in completed.stdout
+
+
+def test_the_cluster_pages_plan_is_what_the_command_prints(capsys, monkeypatch):
+    """docs/running-on-a-cluster.md shows real output: the plan it prints must be today's."""
+    for variable in ("MAILRAIL_RECV_POOL_SLOTS", "MAILRAIL_SEND_POOL_SLOTS", "MAILRAIL_DATAGRAM_SIZE"):
+        monkeypatch.delenv(variable, raising=False)
+    page = (ROOT / "docs" / "running-on-a-cluster.md").read_text()
+    command = "$ mailrail info --plan --ranks 4096 --ranks-per-node 64\n"
+    shown = page[page.index(command) + len(command) :].split("```")[0]
+    assert main(command.split()[2:]) == 0
+    assert capsys.readouterr().out == shown
