@@ -220,7 +220,7 @@ def mpiexec_candidates(origin: MPIOrigin | None) -> list[str]:
     if origin is not None and origin.wheel is not None:
         distribution = importlib.metadata.distribution(origin.wheel)
         found += [
-            os.path.normpath(distribution.locate_file(file))
+            os.path.normpath(str(distribution.locate_file(file)))
             for file in distribution.files or ()
             if str(file).endswith("bin/mpiexec")
         ]
