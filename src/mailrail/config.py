@@ -37,6 +37,7 @@ NON_KNOB_VARIABLES = (
     "MAILRAIL_JOB_DIRS",  # mailrail.jobcontrol: marks the processes of a job (set in every rank's environment)
     "MAILRAIL_TEST_TRANSPORT",  # the test suite: the transport of jobs whose test does not choose one
     "MAILRAIL_TEST_TIMEOUT",  # the test suite: seconds before a hung job is killed
+    "MAILRAIL_TEST_MPI",  # the test suite: the MPI its environment must run (wheel, site-openmpi, site-mpich)
     "MAILRAIL_FUZZ_EXAMPLES",  # the test suite: Hypothesis examples of the trace fuzzer
 )
 _TRUE = {"1", "on", "true", "yes"}

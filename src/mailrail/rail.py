@@ -59,6 +59,12 @@ AGREED_KNOBS = (
 )
 
 
+def tag_upper_bound(comm: MPI.Comm) -> int:
+    """The largest tag MailRail may use on *comm*: MPI's ``TAG_UB`` (which caps one credit message)."""
+    # TAG_UB is only guaranteed on COMM_WORLD (the standard promises 32767 at least).
+    return int(comm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
+
+
 class MailRail:
     """Asynchronous, out-of-order, fire-and-forget messaging with credit-based flow control.
 
@@ -116,8 +122,7 @@ class MailRail:
         self._implementation = implementation(self.transport)
         self._tuning = Tuning.for_idle_sleep(config.idle_sleep_us)
         self.datagram_size = config.datagram_size
-        # TAG_UB is only guaranteed on COMM_WORLD (the standard promises 32767 at least).
-        self.tag_ub = int(comm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
+        self.tag_ub = tag_upper_bound(comm)
         budget = self._credit_budget(nodes=self._known_node_count())
         self._topology: NodeTopology | None = None
         self._shared: SharedWindowCounters | None = None

@@ -29,6 +29,10 @@ COMMANDS = {
         "run a mailrail command or any program under mpiexec, here or on a virtual "
         "cluster (mailrail run -n 16 --cluster 4 bench adversarial)",
     ),
+    ("info",): (
+        "mailrail.cli.info",
+        "the MPI, transport, nodes and launcher MailRail would use here; --plan: memory per mode for a job size",
+    ),
     ("cluster", "up"): (
         "mailrail.cluster.cli:up",
         "build a virtual cluster that stays up for many jobs (--cluster up)",

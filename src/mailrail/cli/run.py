@@ -30,7 +30,9 @@ from ..launch import (
     LAUNCHERS,
     LaunchError,
     default_launcher,
+    launch_settings,
     mpi_environment,
+    mpi_origin,
     mpiexec_argv,
     require_mpi4py,
     run_bounded,
@@ -132,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         argv = srun_argv(args.ranks, program, mpi_plugin=srun_mpi_plugin())
     else:
         argv = mpiexec_argv(args.ranks, program)
+    say_settings()
     try:
         return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
     except subprocess.TimeoutExpired:
@@ -146,6 +149,12 @@ def allocated_ranks(text: str) -> int:
     return int(text)
 
 
+def say_settings(where: str = "") -> None:
+    """One line on standard error: the MPI variables the job gets from MailRail, or none and why
+    (standard output stays the program's)."""
+    print(f"mailrail run: {launch_settings(os.environ, mpi_origin()).describe()}{where}", file=sys.stderr, flush=True)
+
+
 def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:
     """``mailrail run --cluster``: the victims (whose nodes ``--victim-node-memory`` caps) are
     ``--victim-ranks``, else the ones ``bench adversarial`` picks from its own flags."""
@@ -156,4 +165,5 @@ def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Seq
     if not victims and args.command[:2] == ["bench", "adversarial"]:
         victims = victims_of_command(args.command[2:], args.ranks)
     spec = cluster_spec(args, choice, args.ranks, victims)
+    say_settings("; the virtual cluster's launcher adds its network settings")
     return run_job(spec, args.ranks, program, running=choice.name, timeout=args.timeout, launcher=args.launcher)

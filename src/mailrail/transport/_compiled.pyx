@@ -348,6 +348,14 @@ cdef class CompiledTransport:
         self.posted_count -= 1
         error = MPI.Exception(code)
         restart = self.start(self.recv_request[slot].handle)
+        if restart != 0:
+            # Open MPI 4 frees a persistent request that completed with an error and leaves
+            # MPI_REQUEST_NULL in its place (Open MPI 5 and MPICH keep it inactive): make it again.
+            restart = self.recv_init(self.recv_base + <Py_ssize_t>slot * self.slot_size, self.slot_size,
+                                     self.byte, self.any_source, self.any_tag, self.comm,
+                                     self.recv_request[slot].handle)
+            if restart == 0:
+                restart = self.start(self.recv_request[slot].handle)
         if restart == 0:
             self.posted[(self.posted_head + self.posted_count) % self.recv_slots] = slot
             self.posted_count += 1
