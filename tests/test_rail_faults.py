@@ -143,3 +143,14 @@ def test_the_stall_report_tells_the_true_counters_on_both_transports(transport):
     report = mpirun(2, "stall_report_counts.py", env={"MAILRAIL_TRANSPORT": transport}, timeout=MPI_TIMEOUT)["report"]
     assert report is not None
     assert "this rank received 3 message(s), released 3" in report, report
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_a_truncating_message_mid_run_raises_and_the_job_recovers_on_the_python_transport():
+    """The compiled transport's case (tests/transport/test_compiled_faults.py) on the Python one: Open MPI 4
+    frees a receive that completed with an error, and the transport makes it again."""
+    result = mpirun(2, "truncation_mid_run.py", "recover", env={"MAILRAIL_TRANSPORT": "python"})
+    assert result["error"].startswith("MailRailError: a message longer than this rank's datagram_size (1024 bytes)")
+    assert result["after"] == [0, 4, 7]
+    assert not any(result["finalize"].values()), result["finalize"]

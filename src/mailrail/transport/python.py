@@ -73,6 +73,7 @@ class PythonTransport:
         self._send_pool = send_pool
         self._send_views = send_pool.views
         self._recv_views = recv_views
+        self._recv_buffers = recv_pool.views  # each slot's whole buffer, which its receive was made on
         self._posted_receives = posted_receives
         self._status = mpi.Status()
         self._closed = False
@@ -92,7 +93,7 @@ class PythonTransport:
         self._empty = np.empty(0, np.uint8)
         try:  # MPI requests exist from here: free them if a later step fails
             any_source, any_tag = mpi.ANY_SOURCE, mpi.ANY_TAG
-            self._recv_requests.extend(comm.Recv_init(view, any_source, any_tag) for view in recv_pool.views)
+            self._recv_requests.extend(self._make_receive(slot) for slot in range(recv_pool.slots))
             for slot in range(posted_receives):
                 self._post(slot)
             self._unposted = list(range(recv_pool.slots - 1, posted_receives - 1, -1))
@@ -257,10 +258,18 @@ class PythonTransport:
         if not code:
             return arrived
         self._posted.popleft()
+        if self._recv_requests[slot] == mpi.REQUEST_NULL:
+            # Open MPI 4 frees a persistent request that completed with an error and leaves
+            # MPI_REQUEST_NULL in its place (Open MPI 5 and MPICH keep it inactive): make it again.
+            self._recv_requests[slot] = self._make_receive(slot)
         self._post(slot)
         failure = mpi.Exception(code)
         truncated = failure.Get_error_class() == mpi.ERR_TRUNCATE
         raise self._endpoint.receive_failed(status.Get_source(), truncated, str(failure)) from failure
+
+    def _make_receive(self, slot: int) -> Any:
+        """The persistent wildcard receive of receive slot *slot* (not started)."""
+        return self._data.Recv_init(self._recv_buffers[slot], self._mpi.ANY_SOURCE, self._mpi.ANY_TAG)
 
     def _post(self, slot: int) -> None:
         self._recv_requests[slot].Start()
