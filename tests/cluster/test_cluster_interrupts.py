@@ -89,9 +89,12 @@ class Command:
         return rank_pids("".join(self.stdout))
 
     def cluster_id(self, stream: str = "stderr") -> str:
-        match = re.search(r"virtual cluster (\w+)", self.line("virtual cluster", stream))
-        assert match
-        return match.group(1)
+        """The cluster's name, from the first line naming it (``virtual cluster NAME``); other lines may
+        mention the virtual cluster too (``mailrail run``'s launch-settings line)."""
+        naming = re.compile(r"virtual cluster (\w+)")
+        lines = getattr(self, stream)
+        self.wait_for(lambda: any(naming.search(line) for line in lines), f"a line naming the cluster on {stream}")
+        return next(match.group(1) for line in lines if (match := naming.search(line)))
 
     def ended_within(self, bound: float) -> str:
         """Standard error, once the command has ended; the test fails after *bound* seconds."""
