@@ -203,6 +203,7 @@ unregister = on_owner_death(["touch", sys.argv[1] + ".ran"])
 on_owner_death(["touch", sys.argv[1] + ".unregistered"])()
 print("REGISTERED", flush=True)
 if sys.argv[2] == "unregister":
+    sys.stdin.readline()  # the test has seen the watchdog: it would race an owner that ended at once
     unregister()
     sys.exit(0)
 time.sleep(60)
@@ -213,7 +214,11 @@ time.sleep(60)
 def test_the_watchdog_runs_what_is_registered_when_its_owner_dies(ending, tmp_path):
     marker = str(tmp_path / "cmd")
     owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, marker, ending], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", OWNER, marker, ending],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         assert owner.stdout.readline().strip() == "REGISTERED"
@@ -221,6 +226,9 @@ def test_the_watchdog_runs_what_is_registered_when_its_owner_dies(ending, tmp_pa
         assert len(watchdogs) == 1
         if ending == "sigkill":
             owner.kill()
+        else:
+            owner.stdin.write("go\n")
+            owner.stdin.close()
         owner.wait(20)
         assert gone(list(watchdogs), bound=5) == [], "the watchdog outlived its work"
         assert os.path.exists(marker + ".ran") == (ending == "sigkill")
