@@ -18,12 +18,12 @@ COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mail
 	src/mailrail/transport/_compiled.pyx
 
 .PHONY: demo test test-fast lint docs test-main test-python-transport test-other-mpi site-mpi-packages \
-	test-site-mpi $(SITE_MPIS:%=test-site-%) clean
+	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-calibration clean
 
 $(VENV)/.installed: $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[$(MPI_WHEEL),test,plot,apps,docs,dev]"
+	$(VENV)/bin/python -m pip install -q -e ".[$(MPI_WHEEL),test,plot,apps,simulate,docs,dev]"
 	touch $@
 
 $(VENV_MPICH)/.installed: $(COMPILED_SOURCES)
@@ -117,6 +117,32 @@ test-site-openmpi: .venv-site-openmpi/.installed
 
 test-site-mpich: .venv-site-mpich/.installed
 	MAILRAIL_TEST_MPI=site-mpich .venv-site-mpich/bin/python -m pytest -q -m "smoke and not cluster" --durations=5
+
+# The model's evidence (docs: "The model at scale"), as root, with nothing else running: the runs it is
+# fitted to and the held-out runs it must predict (compare.json kept, without per-rank details), then the
+# fit and the validation.  About 20 minutes here.
+SIMULATE_DATA = src/mailrail/simulate/data
+SIMULATE_SCRATCH = mailrail-results/simulate-runs
+COMPARE_RUN = $(VENV)/bin/mailrail compare --trials 3 --time-limit 300
+simulate-runs: $(VENV)/.installed
+	rm -rf $(SIMULATE_SCRATCH)
+	$(COMPARE_RUN) -n 8 --nodes 2 --victim-node-memory off --out $(SIMULATE_SCRATCH)/fit/nodes-2
+	$(COMPARE_RUN) -n 16 --nodes 4 --victim-node-memory off --out $(SIMULATE_SCRATCH)/fit/nodes-4
+	$(COMPARE_RUN) -n 16 --nodes 4 --receive-work-us 50 --victim-node-memory off --out $(SIMULATE_SCRATCH)/fit/work-50us
+	$(COMPARE_RUN) -n 32 --nodes 8 --victim-node-memory off --out $(SIMULATE_SCRATCH)/held-out/nodes-8
+	$(COMPARE_RUN) -n 16 --nodes 4 --victims 2 --victim-node-memory off --out $(SIMULATE_SCRATCH)/held-out/victims-2
+	$(COMPARE_RUN) -n 16 --nodes 4 --link-rate 1gbit --victim-node-memory off \
+		--out $(SIMULATE_SCRATCH)/held-out/link-1gbit
+	$(COMPARE_RUN) -n 16 --nodes 4 --out $(SIMULATE_SCRATCH)/held-out/memory-cap
+	$(COMPARE_RUN) -n 8 --nodes 2 --receive-work-us 50 --victim-node-memory off \
+		--out $(SIMULATE_SCRATCH)/held-out/work-50us-nodes-2
+	$(COMPARE_RUN) -n 16 --nodes 4 --receive-work-us 50 --victim-node-memory 256M \
+		--out $(SIMULATE_SCRATCH)/held-out/memory-cap-work-50us
+	$(VENV)/bin/python -m mailrail.simulate.runs --keep $(SIMULATE_SCRATCH) $(SIMULATE_DATA)/runs
+
+simulate-calibration: $(VENV)/.installed
+	$(VENV)/bin/mailrail simulate calibrate --runs $(SIMULATE_DATA)/runs/fit --out $(SIMULATE_DATA)/calibrated.json
+	$(VENV)/bin/mailrail simulate validate --json $(SIMULATE_DATA)/validation.json
 
 clean:
 	rm -rf $(VENV) $(VENV_MPICH) $(SITE_MPIS:%=.venv-site-%) build src/*.egg-info src/mailrail/*.so src/mailrail/*/*.so src/mailrail/_protocol.c \

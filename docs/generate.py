@@ -93,6 +93,17 @@ def command_reference() -> str:
     return "\n".join(parts)
 
 
+def simulation_report(part: str) -> str:
+    """The model's calibration, validation or projections, from the JSON the package ships (mailrail.simulate)."""
+    from mailrail.simulate import report
+
+    return {
+        "calibration": report.calibration_markdown,
+        "validation": report.validation_markdown,
+        "paper": report.paper_markdown,
+    }[part]()
+
+
 def write_generated_pages(directory: str) -> None:
     os.makedirs(directory, exist_ok=True)
     for name, text in (
@@ -100,6 +111,9 @@ def write_generated_pages(directory: str) -> None:
         ("memory.md", memory_table()),
         ("counters.md", counter_table()),
         ("commands.md", command_reference()),
+        ("simulate-calibration.md", simulation_report("calibration")),
+        ("simulate-validation.md", simulation_report("validation")),
+        ("simulate-paper.md", simulation_report("paper")),
     ):
         path = os.path.join(directory, name)
         old = open(path, encoding="utf-8").read() if os.path.exists(path) else None

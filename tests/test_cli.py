@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from mailrail.cli import COMMANDS, build_parser, main
+from mailrail.cli import COMMAND_WIDTH, COMMANDS, build_parser, main
 
 
 @pytest.mark.parametrize("path", sorted(COMMANDS))
@@ -45,7 +45,8 @@ def test_a_group_alone_lists_its_commands_with_their_help(group, capsys):
     listed = [path for path in COMMANDS if path[0] == group]
     assert listed and all(f"{' '.join(path)} {' '.join(COMMANDS[path][1].split())}" in words for path in listed)
     entries = out.split("commands:\n")[1].splitlines()
-    assert [line[2:20].strip() for line in entries if not line.startswith("   ")] == [" ".join(p) for p in listed]
+    names = [line[2 : 2 + COMMAND_WIDTH].strip() for line in entries if not line.startswith("   ")]
+    assert names == [" ".join(p) for p in listed]
 
 
 def imported_after(*argv: str) -> set[str]:

@@ -54,6 +54,9 @@ def test_the_wheel_has_the_compiled_modules_and_stubs_and_no_sources_to_compile(
         assert any(name.startswith(module + ".") and name.endswith(".so") for name in names), module
         assert module + ".pyi" in names
     assert "mailrail/py.typed" in names and "mailrail/cli/__init__.py" in names
+    # mailrail simulate's parameter sets, validation and the recorded runs it validates against
+    for data in ("calibrated.json", "omnipath.json", "validation.json", "runs/held-out/nodes-8/compare.json"):
+        assert f"mailrail/simulate/data/{data}" in names, data
     assert not [name for name in names if name.startswith(("tests/", "docs/", "examples/"))]
 
 

@@ -77,16 +77,38 @@ COMMANDS = {
         "mailrail.replay.replay",
         "replay a recorded trace over MailRail, verify delivery (mailrail run -n RANKS replay TRACE_DIR)",
     ),
+    ("simulate", "adversarial"): (
+        "mailrail.simulate.cli:adversarial",
+        "the model: adversarial incast at any job size, per mode (no MPI; --ranks 512,4096,16384)",
+    ),
+    ("simulate", "calibrate"): (
+        "mailrail.simulate.cli:calibrate",
+        "fit the model's parameters to compare/sweep results",
+    ),
+    ("simulate", "validate"): ("mailrail.simulate.cli:validate", "predict held-out runs with the model; its errors"),
+    ("simulate", "paper"): (
+        "mailrail.simulate.cli:paper",
+        "the MailRail paper's experiments at 512-16,384 ranks, projected beside the paper's numbers",
+    ),
     ("trace", "stats"): ("mailrail.replay.stats", "a trace's ranks, phases, messages, byte matrix and heatmap"),
     ("trace", "generate"): ("mailrail.replay.generate", "write a synthetic binary trace: uniform, zipf or rmat"),
 }
+
+
+#: The width of the commands' column in the lists of commands: the longest command path.
+COMMAND_WIDTH = max(len(" ".join(path)) for path in COMMANDS)
 
 
 def command_list(prefix: tuple[str, ...] = ()) -> str:
     """The commands under *prefix* (all of them for ``()``), one per entry with its one-line help, in
     100 columns."""
     return "\n".join(
-        textwrap.fill(f"{' '.join(path):<18} {text}", 100, initial_indent="  ", subsequent_indent=" " * 21)
+        textwrap.fill(
+            f"{' '.join(path):<{COMMAND_WIDTH}} {text}",
+            100,
+            initial_indent="  ",
+            subsequent_indent=" " * (COMMAND_WIDTH + 3),
+        )
         for path, (_, text) in COMMANDS.items()
         if path[: len(prefix)] == prefix
     )

@@ -1,0 +1,111 @@
+"""The model's parameters: what one message costs where, and what the machine is.
+
+A parameter set is a JSON file (``mailrail/simulate/data/*.json``): ``"params"`` holds the
+numbers below, the rest (``"source"``, ``"date"``, ``"runs"``, ``"fit"``) says where they came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+DATA_DIR = os.path.join(os.path.dirname(__file__), "data")
+#: Fitted on this project's virtual cluster (``mailrail simulate calibrate``).
+CALIBRATED = os.path.join(DATA_DIR, "calibrated.json")
+#: An Omni-Path-like cluster, from public figures (its file names the sources).
+OMNIPATH = os.path.join(DATA_DIR, "omnipath.json")
+
+
+class ParamsError(ValueError):
+    """A parameter file or value the model cannot use (the message names it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParams:
+    # CPU time of one rank (seconds)
+    send_cpu_s: float = 2e-6  # one payload send: MailRail's send path and MPI's
+    recv_cpu_s: float = 2e-6  # one payload received, handed to the application and released
+    match_per_entry_s: float = 0.0  # extra matching cost per message waiting in MPI's unexpected queue
+    credit_cpu_s: float = 1e-6  # one credit message, at either end (sent or received)
+    # memory
+    unexpected_overhead_bytes: int = 0  # MPI's memory per buffered unexpected message beyond its payload
+    rank_baseline_bytes: int = 0  # a rank's resident memory before its first message, pools included
+    # protocol
+    eager_limit_bytes: int = 65536  # larger payloads go by rendezvous (request, clear-to-send, data)
+    header_bytes: int = 64  # bytes on the wire per message beyond its payload
+    # network: a link per node to one switch, the switch's output port per node with a bounded buffer
+    link_Bps: float = 1.25e9  # bytes per second, each direction
+    link_latency_s: float = 2e-6  # one way, end to end
+    switch_queue_bytes: int = 1 << 20  # buffer of one output port: when full, the sending links wait
+    shm_Bps: float = 5e9  # copies between ranks of one node
+    shm_latency_s: float = 5e-7
+    # the machine: None, every rank has a core of its own; else all ranks share this many cores, and a rank
+    # with nothing to do still takes this share of what a busy rank takes (it polls, then yields)
+    host_cores: int | None = None
+    idle_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "host_cores":
+                if value is not None and (type(value) is not int or value < 1):
+                    raise ParamsError(f"host_cores={value!r}: null (a core per rank) or an integer >= 1")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ParamsError(f"{field.name}={value!r}: a finite number")
+            if field.name == "idle_share" and value > 1:
+                raise ParamsError(f"idle_share={value!r}: a share of a core, 0..1")
+            positive = field.name in ("link_Bps", "shm_Bps", "eager_limit_bytes")
+            if value < 0 or (positive and value == 0):
+                raise ParamsError(f"{field.name}={value!r}: must be {'> 0' if positive else '>= 0'}")
+
+    def replace(self, **changes: Any) -> ModelParams:
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def params_from_dict(values: dict[str, Any], where: str) -> ModelParams:
+    if not isinstance(values, dict):
+        raise ParamsError(f"{where}: 'params' must be an object, got {type(values).__name__}")
+    known = {field.name for field in dataclasses.fields(ModelParams)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ParamsError(f"{where}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    try:
+        return ModelParams(**values)
+    except ParamsError as error:
+        raise ParamsError(f"{where}: {error}") from None
+
+
+def load_params(path: str) -> tuple[ModelParams, dict[str, Any]]:
+    """The parameters in *path* and the whole document (its provenance)."""
+    try:
+        with open(path) as source:
+            document = json.load(source)
+    except OSError as error:
+        raise ParamsError(f"cannot read the parameter file {path}: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise ParamsError(f"{path} is not JSON: {error}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("params"), dict):
+        raise ParamsError(f"{path}: a parameter file is an object with a 'params' object")
+    values = document["params"]
+    inherit = document.get("inherit")
+    if inherit is not None:  # the parameters this file does not set come from another file (beside it)
+        if not isinstance(inherit, str):
+            raise ParamsError(f"{path}: 'inherit' names a parameter file, got {inherit!r}")
+        base, _ = load_params(os.path.join(os.path.dirname(os.path.abspath(path)), inherit))
+        values = {**base.as_dict(), **values}
+    return params_from_dict(values, path), document
+
+
+def resolve(name: str) -> str:
+    """A parameter file from its path, or one of the shipped sets by name (``calibrated``, ``omnipath``)."""
+    shipped = os.path.join(DATA_DIR, name + ".json")
+    if os.sep not in name and not name.endswith(".json") and os.path.exists(shipped):
+        return shipped
+    return name

@@ -1,0 +1,191 @@
+"""The model's evidence as Markdown: the calibration, the validation and the paper's projections, written
+from the JSON files the package ships (the documentation's page includes them, rebuilt at every build)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .params import CALIBRATED, DATA_DIR, OMNIPATH
+
+VALIDATION = os.path.join(DATA_DIR, "validation.json")
+PAPER = os.path.join(DATA_DIR, "paper.json")
+MIB = 1 << 20
+
+
+def _read(path: str) -> dict[str, Any] | None:
+    if not os.path.exists(path):
+        return None
+    with open(path) as source:
+        document: dict[str, Any] = json.load(source)
+    return document
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _scaled(value: float | None, unit: float) -> str:
+    return "-" if value is None else f"{value / unit:,.0f}"
+
+
+def _abs_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def signed_percent(value: float | None, missing: str = "-") -> str:
+    """A relative error as ``+12%`` (*missing* for None)."""
+    return missing if value is None else f"{value:+.0%}"
+
+
+def calibration_markdown() -> str:
+    calibrated, omnipath = _read(CALIBRATED), _read(OMNIPATH)
+    if calibrated is None or omnipath is None:
+        return "(no calibration shipped)\n"
+    fit = calibrated["fit"]
+    lines = [
+        f"`{calibrated['source']}`, {calibrated['date']}, on this machine ({calibrated['machine']['cpus']} cores), "
+        f"from {len(calibrated['runs'])} recorded runs ({', '.join(f'`{r}`' for r in calibrated['runs'])}; "
+        f"{len(fit['cases'])} mode runs), each modelled with {fit['fit_messages']:,} messages while fitting; "
+        f"{fit['evaluations']} model runs, {fit['wall_s']:.0f} s. RMS log error of goodput: CPU stage "
+        f"{fit['cpu']['rms_log_error']:.3f} (from {fit['cpu']['start_rms_log_error']:.3f} at the start values)"
+        + (f", matching stage {fit['matching']['rms_log_error']:.3f}" if "matching" in fit else "")
+        + ". `make simulate-runs` records the runs again (as root, about 20 minutes), `make simulate-calibration` "
+        "fits and validates. The Omni-Path set inherits every endpoint parameter from this fit and sets the "
+        "network from public figures:",
+        "",
+        "| parameter | calibrated here | Omni-Path-like | source of the Omni-Path value |",
+        "|---|---|---|---|",
+    ]
+    sources = omnipath.get("sources", {})
+    own = omnipath["params"]
+    for name, value in calibrated["params"].items():
+        other = own.get(name, value)
+        source = sources.get(name, "inherited: calibrated here")
+        lines.append(f"| `{name}` | {_value(value)} | {_value(other)} | {source} |")
+    return "\n".join(lines) + "\n"
+
+
+def validation_markdown() -> str:
+    validation = _read(VALIDATION)
+    if validation is None:
+        return "(no validation shipped)\n"
+    lines = [
+        "Each held-out run (none was used for the fit: other node counts, incast ratios, link rates and memory caps) "
+        "predicted at its own size, beside what it measured: mean goodput of its trials, and the victim's peak "
+        "resident memory. Relative errors, modelled / measured - 1:",
+        "",
+        "| run | mode | outcome (model) | Mb/s | model Mb/s | error | victim MiB | model MiB | error |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in validation["cases"]:
+        outcome = row["measured_status"]
+        if row["predicted_status"] != outcome:
+            outcome += f" ({row['predicted_status']})"
+        modelled = row["predicted_status"] == "ok"
+        cells = [
+            row["figure"],
+            row["mode"],
+            outcome,
+            _scaled(row["measured_goodput_bps"], 1e6),
+            _scaled(row["predicted_goodput_bps"] if modelled else None, 1e6),
+            signed_percent(row["goodput_error"]),
+            _scaled(row["measured_victim_bytes"], MIB),
+            _scaled(row["predicted_victim_bytes"] if modelled else None, MIB),
+            signed_percent(row["memory_error"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| figure (held-out run) | median abs. goodput error | median abs. memory error | outcomes agree |"]
+    lines.append("|---|---|---|---|")
+    for figure, summary in validation["figures"].items():
+        cells = [figure, _abs_pct(summary["median_abs_goodput_error"]), _abs_pct(summary["median_abs_memory_error"])]
+        lines.append("| " + " | ".join(cells) + f" | {summary['outcomes_agree']}/{summary['cases']} |")
+    goodput, memory, flood = validation["goodput"], validation["unconstrained_memory"], validation["memory"]
+    lines += [
+        "",
+        f"Over all held-out runs, goodput and victim memory together: median absolute error "
+        f"**{validation['median_abs_error']:.0%}**, largest **{validation['max_abs_error']:.0%}**. Apart: goodput "
+        f"median **{goodput['median_abs_error']:.0%}**, largest {goodput['max_abs_error']:.0%} "
+        f"({goodput['cases']} runs); victim memory median {flood['median_abs_error']:.0%} and largest "
+        f"{flood['max_abs_error']:.0%} in the {memory['cases'] and flood['cases']} unconstrained runs that finished "
+        f"(the credit modes' victims stay at their baseline, within {_abs_pct(_credit_memory(validation))}). "
+        f"Outcomes (finished or out of memory) agree in {sum(r['outcome_agrees'] for r in validation['cases'])} "
+        f"of {len(validation['cases'])}. {validation['wall_s']:.0f} s to predict them all.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _credit_memory(validation: dict[str, Any]) -> float | None:
+    errors = [
+        abs(r["memory_error"]) for r in validation["cases"] if r["mode"] != "none" and r["memory_error"] is not None
+    ]
+    return max(errors) if errors else None
+
+
+def paper_markdown() -> str:
+    document = _read(PAPER)
+    if document is None:
+        return "(no projection shipped)\n"
+    commands = document.get("commands") or ["mailrail simulate paper"]
+    lines = [
+        ", ".join(f"`{command}`" for command in commands)
+        + f" with the Omni-Path-like parameters, at most {document['max_messages']:,} messages a point: "
+        + (document["note"] + ", " if document.get("note") else "")
+        + f"{document['wall_s'] / 60:.0f} minutes. Each point's wall time (its pilot included) is in its table; "
+        "`*` marks bytes per rank scaled down (to the message budget, or to fit the point's time limit). Runtimes, "
+        "victim memory and credit messages are scaled back to the bytes asked: linearly, which is what the "
+        "credit modes do once started, and a lower bound for none.",
+    ]
+    for name, experiment in document["experiments"].items():
+        lines += ["", f"**{experiment['title']}**", ""]
+        if name == "table1":
+            lines += _table_one(experiment)
+        lines += [
+            "| ranks | victims | mode | runtime s | goodput Gb/s | victim MiB | credit messages | "
+            "MiB/rank modelled | wall s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p in experiment["points"]:
+            ok = p["status"] == "ok"
+            cells = [
+                f"{p['ranks']:,}",
+                str(p["victims"]),
+                p["mode"],
+                _value(p["runtime_s_at_bytes_asked"]) if ok else p["status"],
+                f"{p['goodput_bps'] / 1e9:.3g}",
+                f"{p['victim_peak_bytes_at_bytes_asked'] / MIB:,.1f}",
+                f"{p['credit_messages_at_bytes_asked']:,}",
+                f"{p['bytes_per_rank'] / MIB:.3g}" + ("*" if p["scaled"] else ""),
+                f"{p['wall_s']:.0f}",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += [""] + [f"- {line}" for line in experiment["paper"]["lines"]]
+    return "\n".join(lines) + "\n"
+
+
+def _table_one(experiment: dict[str, Any]) -> list[str]:
+    lines = [
+        "| ranks | paper none s | model none s | paper rank s | model rank s | paper node s | model node s | "
+        "model adaptive s | speedup rank: paper / model | speedup node: paper / model |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in experiment["paper"]["rows"]:
+        lines.append(
+            f"| {row['ranks']:,} | {_value(row['paper_none_s'])} | {_value(row['model_none_s'])} | "
+            f"{_value(row['paper_rank_s'])} | {_value(row['model_rank_s'])} | {_value(row['paper_node_s'])} | "
+            f"{_value(row['model_node_s'])} | {_value(row['model_adaptive_s'])} | "
+            f"{_x(row['paper_rank_speedup'])} / {_x(row['model_rank_speedup'])} | "
+            f"{_x(row['paper_node_speedup'])} / {_x(row['model_node_speedup'])} |"
+        )
+    return lines + [""]
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}x" if value >= 10 else f"{value:.2g}x"

@@ -1,0 +1,159 @@
+"""The model: a single receiver's queue against its closed form, conservation, determinism, refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mailrail.errors import ConfigError
+from mailrail.simulate.model import MODES, Workload, simulate
+from mailrail.simulate.params import ModelParams
+
+FAST = ModelParams(
+    send_cpu_s=2e-6, recv_cpu_s=3e-6, credit_cpu_s=1e-6, match_per_entry_s=1e-9, unexpected_overhead_bytes=1000
+)
+
+
+def test_a_receiver_that_falls_behind_matches_ever_longer_queues():
+    """Q messages land at once on a receiver with R posted slots (senders on its node, instant sends):
+    it spends Q * recv + match * sum over the unexpected queue's lengths, (Q-R)(Q-R+1)/2, and holds
+    Q-R unexpected messages at the peak."""
+    senders, per_sender, slots = 7, 100, 50
+    params = ModelParams(
+        send_cpu_s=0.0,
+        recv_cpu_s=1e-5,
+        match_per_entry_s=1e-7,
+        unexpected_overhead_bytes=500,
+        shm_latency_s=1e-6,
+        shm_Bps=1e12,
+    )
+    load = Workload(
+        ranks=senders + 1,
+        ranks_per_node=senders + 1,
+        victims=1,
+        messages_per_rank=per_sender,
+        mode="none",
+        recv_slots=slots,
+    )
+    result = simulate(load, params, check_invariants=True)
+    queued, waiting = senders * per_sender, senders * per_sender - slots
+    copy = 4096 / 1e12
+    expected = 1e-6 + copy + queued * 1e-5 + 1e-7 * waiting * (waiting + 1) / 2
+    assert result.runtime_s == pytest.approx(expected, rel=1e-6)
+    assert result.victim_unexpected_peak_bytes == waiting * (4096 + 500)
+    assert result.messages == queued
+
+
+def test_credits_keep_a_receiver_from_ever_queueing_unexpected_messages():
+    load = Workload(ranks=16, ranks_per_node=4, victims=1, messages_per_rank=300, mode="rank", recv_slots=64)
+    result = simulate(load, FAST, check_invariants=True)
+    assert result.victim_unexpected_peak_bytes == 0
+    assert result.status == "ok"
+    unconstrained = simulate(dataclasses.replace(load, mode="none"), FAST)
+    assert unconstrained.victim_unexpected_peak_bytes > 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mode=st.sampled_from(MODES),
+    ranks=st.integers(2, 12),
+    per_node=st.integers(1, 6),
+    victims=st.integers(1, 3),
+    messages=st.integers(0, 40),
+    recv_slots=st.integers(1, 40),
+    partners=st.integers(0, 2),
+    threshold=st.integers(1, 4),
+    cores=st.sampled_from([None, 1, 2]),
+    eager=st.sampled_from([65536, 100]),
+    seed=st.integers(0, 1000),
+)
+def test_every_message_arrives_once_and_every_credit_is_conserved(
+    mode, ranks, per_node, victims, messages, recv_slots, partners, threshold, cores, eager, seed
+):
+    """Random jobs, one slot up, small and large (rendezvous) messages, shared cores or not: the model
+    checks conservation itself at the end (check_invariants) and MailRail's flow control checks every
+    arrival against its credits; a mode MailRail refuses for the job is reported, not simulated."""
+    load = Workload(
+        ranks=ranks,
+        ranks_per_node=min(per_node, ranks),
+        victims=min(victims, ranks),
+        messages_per_rank=messages,
+        mode=mode,
+        datagram_size=4096,
+        recv_slots=recv_slots,
+        credit_threshold=threshold,
+        partners=partners,
+        seed=seed,
+    )
+    params = FAST.replace(host_cores=cores, eager_limit_bytes=eager)
+    result = simulate(load, params, check_invariants=True)
+    if result.status == "refused":
+        assert mode in ("rank", "node") and "MAILRAIL_RECV_POOL_SLOTS" in result.detail
+        return
+    assert result.status == "ok"
+    assert result.messages == result.payload_bytes // 4096
+
+
+def test_the_same_seed_gives_the_same_result_and_another_seed_another():
+    load = Workload(ranks=12, ranks_per_node=4, victims=2, messages_per_rank=200, mode="adaptive", recv_slots=8)
+    params = FAST.replace(host_cores=2)
+    first, again = simulate(load, params), simulate(load, params)
+    assert first == again
+    other = simulate(dataclasses.replace(load, seed=2), params)
+    assert other != first
+
+
+def test_a_mode_mailrail_refuses_is_reported_with_mailrails_reason():
+    load = Workload(ranks=16, ranks_per_node=4, victims=1, messages_per_rank=10, mode="node", recv_slots=3)
+    result = simulate(load, FAST)
+    assert result.status == "refused"
+    assert "4 sending nodes" in result.detail and "adaptive" in result.detail
+    adaptive = simulate(dataclasses.replace(load, mode="adaptive"), FAST, check_invariants=True)
+    assert adaptive.status == "ok"
+
+
+def test_a_node_past_its_memory_cap_ends_the_trial_out_of_memory():
+    load = Workload(
+        ranks=16,
+        ranks_per_node=4,
+        victims=1,
+        messages_per_rank=500,
+        mode="none",
+        recv_slots=16,
+        victim_node_memory=1 << 20,
+    )
+    result = simulate(load, FAST.replace(host_cores=2))
+    assert result.status == "out_of_memory"
+    assert "passed its 1048576 bytes" in result.detail
+    assert simulate(dataclasses.replace(load, mode="node"), FAST.replace(host_cores=2)).status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"mode": "fast"}, "mode 'fast'"),
+        ({"ranks": 1}, "ranks=1"),
+        ({"victims": 17}, "victims=17"),
+        ({"ranks_per_node": 0}, "ranks_per_node=0"),
+        ({"messages_per_rank": -1}, "messages_per_rank=-1"),
+    ],
+)
+def test_a_bad_workload_is_refused_naming_the_value(change, message):
+    values = {"ranks": 16, "ranks_per_node": 4, "victims": 1, "messages_per_rank": 1, "mode": "none", **change}
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        Workload(**values)
+
+
+@pytest.mark.parametrize(("idle_share", "stretch"), [(0.0, 1.0), (0.5, 2.5), (1.0, 4.0)])
+def test_shared_cores_stretch_work_by_the_ranks_that_want_one(idle_share, stretch):
+    """One core, four ranks: three send instantly and then wait while the victim receives. Each of its
+    receives takes recv_cpu_s times (1 busy + 3 idle * idle_share) / 1 core."""
+    params = ModelParams(
+        send_cpu_s=0.0, recv_cpu_s=1e-5, shm_latency_s=1e-9, shm_Bps=1e15, host_cores=1, idle_share=idle_share
+    )
+    load = Workload(ranks=4, ranks_per_node=4, victims=1, messages_per_rank=100, mode="none", recv_slots=512)
+    result = simulate(load, params, check_invariants=True)
+    assert result.runtime_s == pytest.approx(300 * 1e-5 * stretch, rel=1e-3)

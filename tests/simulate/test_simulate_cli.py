@@ -1,0 +1,147 @@
+"""``mailrail simulate``: its four commands end to end on small jobs, and their refusals of bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mailrail.cli import main
+from mailrail.simulate.params import CALIBRATED, OMNIPATH, ParamsError, load_params
+
+FIXTURE = Path(__file__).parent / "fixtures" / "shared-memory-8"
+REQUIRED = {"ranks", "mode", "runtime_s", "goodput_bps", "victim_peak_bytes", "credit_messages", "wall_s"}
+
+
+def run(*argv: str) -> int:
+    try:
+        return main(list(argv))
+    except SystemExit as exit:
+        return int(exit.code or 0)
+
+
+def test_adversarial_writes_every_point_with_its_figures_and_a_figure(tmp_path, capsys):
+    out, png = tmp_path / "sim.json", tmp_path / "sim.png"
+    status = run(
+        "simulate", "adversarial", "--ranks", "8,12", "--ranks-per-node", "4", "--victims", "1",
+        "--bytes-per-rank", "409600", "--recv-slots", "16", "--json", str(out), "--png", str(png),
+    )  # fmt: skip
+    assert status == 0
+    document = json.loads(out.read_text())
+    points = document["points"]
+    assert [(p["ranks"], p["mode"]) for p in points] == [
+        (r, m) for r in (8, 12) for m in ("none", "rank", "node", "adaptive")
+    ]
+    for point in points:
+        assert REQUIRED <= set(point)
+        assert point["status"] == "ok" and point["goodput_bps"] > 0 and not point["scaled"]
+    credit = {p["mode"]: p["credit_messages"] for p in points if p["ranks"] == 12}
+    assert credit["none"] == 0 < credit["node"] < credit["rank"]
+    assert png.stat().st_size > 10_000
+    printed = capsys.readouterr()
+    table = [line for line in printed.out.splitlines() if not line.startswith("wrote")]
+    assert "goodput Gb/s" in printed.out and all(len(line) <= 100 for line in table)
+    assert "[8/8] 12 ranks" in printed.err  # progress
+
+
+def test_adversarial_scales_bytes_down_to_its_message_budget_and_says_so(tmp_path, capsys):
+    out = tmp_path / "sim.json"
+    assert (
+        run("simulate", "adversarial", "--ranks", "64", "--modes", "node", "--max-messages", "640", "--json", str(out))
+        == 0
+    )
+    (point,) = json.loads(out.read_text())["points"]
+    assert (
+        point["scaled"] and point["bytes_per_rank"] == 10 * 4096 and point["bytes_per_rank_asked"] == int(12.8 * 2**20)
+    )
+    assert point["runtime_s_at_bytes_asked"] == pytest.approx(point["runtime_s"] * 3277 / 10)
+    assert "scaled down" in capsys.readouterr().out
+
+
+def test_calibrate_fits_a_recorded_run_and_validate_predicts_it(tmp_path):
+    params_file = tmp_path / "fitted.json"
+    status = run(
+        "simulate", "calibrate", "--runs", str(FIXTURE), "--out", str(params_file),
+        "--fit-messages", "400", "--max-evaluations", "6",
+    )  # fmt: skip
+    assert status == 0
+    params, document = load_params(str(params_file))
+    assert document["runs"] == ["shared-memory-8/compare.json"]
+    assert document["date"] and document["fit"]["cases"]
+    assert document["fit"]["cpu"]["rms_log_error"] <= document["fit"]["cpu"]["start_rms_log_error"]
+    assert params.host_cores == os.cpu_count() and params.send_cpu_s > 0 and params.rank_baseline_bytes > 0
+    report = tmp_path / "validation.json"
+    assert run("simulate", "validate", "--params", str(params_file), "--runs", str(FIXTURE), "--json", str(report)) == 0
+    validation = json.loads(report.read_text())
+    assert len(validation["cases"]) == 4
+    assert validation["max_abs_error"] >= validation["median_abs_error"] >= 0
+    for case in validation["cases"]:
+        assert case["outcome_agrees"] and case["goodput_error"] is not None and case["memory_error"] is not None
+
+
+def test_paper_projects_an_experiment_beside_the_papers_numbers(tmp_path, capsys):
+    out = tmp_path / "paper.json"
+    status = run(
+        "simulate", "paper", "--experiments", "stranding", "--modes", "none,rank,node", "--max-messages", "4096",
+        "--json", str(out),
+    )  # fmt: skip
+    assert status == 0
+    experiment = json.loads(out.read_text())["experiments"]["stranding"]
+    assert {p["mode"] for p in experiment["points"]} == {"none", "rank", "node"}
+    assert any("the paper" in line for line in experiment["paper"]["lines"])
+    assert "rank runtime over none" in capsys.readouterr().out
+
+
+def test_the_shipped_parameter_sets_load_and_omnipath_inherits_the_calibration():
+    calibrated, document = load_params(CALIBRATED)
+    assert document["date"] and document["runs"] and calibrated.host_cores
+    omnipath, provenance = load_params(OMNIPATH)
+    assert omnipath.host_cores is None and omnipath.link_Bps == 12.5e9
+    assert omnipath.recv_cpu_s == calibrated.recv_cpu_s  # endpoint costs are ours, never the paper's
+    assert set(provenance["sources"]) <= set(omnipath.as_dict())
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"params": {"recv_cpu_s": -1}}', "recv_cpu_s=-1: must be >= 0"),
+        ('{"params": {"speed": 1}}', "unknown parameter(s) speed"),
+        ('{"params": {"link_Bps": "fast"}}', "link_Bps='fast': a finite number"),
+        ('{"params": {"host_cores": 0}}', "host_cores=0"),
+        ("[1, 2]", "a parameter file is an object with a 'params' object"),
+        ("{", "is not JSON"),
+    ],
+)
+def test_a_bad_parameter_file_is_refused_naming_the_value(tmp_path, capsys, content, message):
+    path = tmp_path / "params.json"
+    path.write_text(content)
+    with pytest.raises(ParamsError, match=None) as refused:
+        load_params(str(path))
+    assert message in str(refused.value)
+    assert (
+        run("simulate", "adversarial", "--ranks", "8", "--params", str(path), "--json", str(tmp_path / "x.json")) == 2
+    )
+    error = capsys.readouterr().err.strip()
+    assert message in error and len(error.splitlines()) == 1
+
+
+def test_runs_that_are_not_results_are_refused(tmp_path, capsys):
+    assert run("simulate", "calibrate", "--runs", str(tmp_path / "nothing"), "--out", str(tmp_path / "p.json")) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    (tmp_path / "compare.json").write_text('{"benchmark": "stream"}')
+    assert run("simulate", "validate", "--runs", str(tmp_path), "--json", str(tmp_path / "v.json")) == 2
+    assert "not a compare or sweep result" in capsys.readouterr().err
+
+
+def test_a_point_is_scaled_down_to_fit_its_time_limit(tmp_path):
+    """A pilot run measures what a message costs: with 50 ms for a point of 8,000 messages (about 0.4 s
+    here), the point models fewer messages per rank, says so, and scales its runtime back."""
+    out = tmp_path / "sim.json"
+    argv = ["simulate", "adversarial", "--ranks", "8", "--ranks-per-node", "4", "--victims", "1", "--modes", "none"]
+    argv += ["--bytes-per-rank", str(1000 * 4096), "--point-time-limit", "0.05", "--json", str(out)]
+    assert run(*argv) == 0
+    (point,) = json.loads(out.read_text())["points"]
+    assert point["scaled"] and point["bytes_per_rank"] < 1000 * 4096
+    assert point["runtime_s_at_bytes_asked"] > point["runtime_s"]
