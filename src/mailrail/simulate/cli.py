@@ -601,7 +601,12 @@ def run_paper(args: argparse.Namespace) -> int:
             label=f" {experiment.name}",
         )
         comparison = compare_with_paper(experiment.name, points)
-        results[experiment.name] = {"title": experiment.title, "points": points, "paper": comparison}
+        results[experiment.name] = {
+            "title": experiment.title,
+            "max_messages": args.max_messages,
+            "points": points,
+            "paper": comparison,
+        }
         print(points_table(points))
         for line in comparison["lines"]:
             print("  " + line)

@@ -136,7 +136,7 @@ def paper_markdown() -> str:
     commands = document.get("commands") or ["mailrail simulate paper"]
     lines = [
         ", ".join(f"`{command}`" for command in commands)
-        + f" with the Omni-Path-like parameters, at most {document['max_messages']:,} messages a point: "
+        + " with the Omni-Path-like parameters: "
         + (document["note"] + ", " if document.get("note") else "")
         + f"{document['wall_s'] / 60:.0f} minutes. Each point's wall time (its pilot included) is in its table; "
         "`*` marks bytes per rank scaled down (to the message budget, or to fit the point's time limit). Runtimes, "
@@ -144,7 +144,8 @@ def paper_markdown() -> str:
         "credit modes do once started, and a lower bound for none.",
     ]
     for name, experiment in document["experiments"].items():
-        lines += ["", f"**{experiment['title']}**", ""]
+        budget = experiment.get("max_messages", document["max_messages"])
+        lines += ["", f"**{experiment['title']}** (at most {budget:,} messages a point)", ""]
         if name == "table1":
             lines += _table_one(experiment)
         lines += [
