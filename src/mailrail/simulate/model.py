@@ -170,7 +170,8 @@ class Simulation:
         # Victims chosen as the benchmark chooses them, then renumbered 0..V-1 so that senders' credit
         # tables need only cover the ranks they send to (O(victims) per sender, not O(ranks)).
         victims = sorted(int(v) for v in rng.choice(load.ranks, load.victims, replace=False))
-        order = victims + [r for r in range(load.ranks) if r not in set(victims)]
+        chosen = set(victims)
+        order = victims + [r for r in range(load.ranks) if r not in chosen]
         self.node_of = [r // load.ranks_per_node for r in order]
         self.victim_nodes = {self.node_of[i] for i in range(load.victims)}
         destinations = load.victims if load.partners == 0 else load.ranks
