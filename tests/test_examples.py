@@ -54,3 +54,86 @@ def test_the_readme_example_delivers_each_rank_its_message_run_as_the_readme_say
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     for rank in range(int(launch[2])):
         assert f"{rank} b'hello'" in completed.stdout
+
+
+@pytest.mark.smoke
+def test_word_count_counts_every_word_of_every_file(tmp_path):
+    texts = [
+        "the cat and the hat",
+        "The THE the: it's a cat's hat",
+        "antidisestablishmentarianism is long, and so is the word antidisestablishmentarianism",
+        "",
+    ]
+    files = []
+    for index, text in enumerate(texts):
+        path = tmp_path / f"text-{index}.txt"
+        path.write_text(text)
+        files.append(str(path))
+    out = run(
+        3,
+        str(ROOT / "examples" / "word_count.py"),
+        *files,
+        "--top",
+        "3",
+        "--verify",
+        env={"MAILRAIL_FLOW_CONTROL": "adaptive", "MAILRAIL_RANKS_PER_NODE": "2"},
+    )
+    assert "21 words, 12 distinct, in 4 files on 3 ranks" in out, out
+    assert "       6  the" in out and "verified" in out, out
+    assert "antidisestablish\n" in out  # cut to 16 bytes: one key for both
+
+
+@pytest.mark.parametrize("mode, ranks", [("node", 2), ("rank", 4)])
+def test_degree_count_finds_the_hubs(mode, ranks):
+    out = run(
+        ranks,
+        str(ROOT / "examples" / "degree_count.py"),
+        "--scale",
+        "12",
+        "--edges-per-rank",
+        "20000",
+        "--verify",
+        env={"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2"},
+    )
+    assert "the hubs (vertex: degree)" in out and "verified" in out, out
+
+
+@pytest.mark.parametrize("mode, ranks", [("adaptive", 3), ("none", 4)])
+def test_connected_components_match_a_single_process_union_find(mode, ranks):
+    out = run(
+        ranks,
+        str(ROOT / "examples" / "connected_components.py"),
+        "--vertices",
+        "3000",
+        "--edges-per-rank",
+        "700",
+        "--verify",
+        env={"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2"},
+    )
+    assert "connected components among 3000 vertices" in out and "verified" in out, out
+
+
+def tutorial_block(marker: str) -> str:
+    """The tutorial's Python code block that contains *marker*."""
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    blocks = [block for block in re.findall(r"```python\n(.*?)```", text, re.S) if marker in block]
+    assert len(blocks) == 1, f"{len(blocks)} tutorial blocks contain {marker!r}"
+    return blocks[0]
+
+
+@pytest.mark.smoke
+def test_the_tutorial_s_calls_relay_around_the_ring(tmp_path):
+    program = tmp_path / "relay.py"
+    program.write_text(tutorial_block("def relay"))
+    out = run(3, str(program))
+    for rank in range(3):
+        # Each rank sees every origin's call once per hop that lands on it: 4 calls per origin in all.
+        line = next(line for line in out.splitlines() if line.startswith(f"{rank} ["))
+        assert line.count("(") == 4, out
+    assert "(0, 0, 32.0)" in out  # the last hop: the payload (sum 4) doubled three times
+
+
+def test_the_tutorial_s_unit_test_passes_in_the_in_memory_world():
+    namespace: dict = {}
+    exec(compile(tutorial_block("from mailrail.testing import World"), "tutorial", "exec"), namespace)
+    namespace["test_the_two_commonest_words"]()

@@ -125,16 +125,17 @@ def test_ranks_that_disagree_are_refused_on_every_rank_with_one_message(case, wo
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_coalescer_leftovers_are_reported_and_one_coalescer_at_a_time(transport):
+def test_staged_leftovers_are_reported_and_coalescers_share_a_rail(transport):
     for result in mpirun(2, "coalesce_leftovers.py", env={"MAILRAIL_TRANSPORT": transport}):
-        assert result["second_while_staged"][0] == "MailRailError"
-        assert "still holds 3 staged record(s)" in result["second_while_staged"][1]
-        assert result["report"]["staged"] == 3
-        assert len(result["warnings"]) == 1 and "3 record(s) left staged in the Coalescer" in result["warnings"][0]
-        assert result["strict"][0] == "UndeliveredError" and "2 record(s) left staged" in result["strict"][1]
-        assert result["replaced"][0] == "MailRailError" and "replaced by a later Coalescer" in result["replaced"][1]
-        assert result["second_received"] == 5
+        assert result["report"]["staged"] == 4
+        assert len(result["warnings"]) == 1 and "4 record(s) and call(s) left staged" in result["warnings"][0]
+        assert (
+            result["strict"][0] == "UndeliveredError" and "2 record(s) and call(s) left staged" in result["strict"][1]
+        )
+        assert result["numbers"] == sorted(n for round in range(7) for n in range(round))
+        assert result["words"] == 21
         assert not any(result["final"].values())
+        assert result["disagree"][0] == "MailRailError" and "ranks opened different channels" in result["disagree"][1]
 
 
 @pytest.mark.smoke

@@ -19,10 +19,22 @@ import sys
 import termios
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 #: Seconds an aborting rank waits at most for its launcher to take what it wrote (see end_job).
 OUTPUT_DRAIN_BOUND = 2.0
+
+#: Set when something stands between this process's stdout/stderr and its launcher (the rank runner's
+#: line forwarder, :mod:`mailrail.rank`): called with a bound in seconds, it returns once everything
+#: written so far was passed on and taken by the launcher, or the bound ran out.
+_output_forwarded: Callable[[float], None] | None = None
+
+
+def set_output_forwarder(wait_until_forwarded: Callable[[float], None] | None) -> None:
+    """Tell :func:`end_job` how to wait for output that a forwarder passes on (None: fds 1 and 2 are the launcher's)."""
+    global _output_forwarded
+    _output_forwarded = wait_until_forwarded
 
 
 def rank_label(comm: Any | None = None) -> str:
@@ -31,7 +43,7 @@ def rank_label(comm: Any | None = None) -> str:
     host = socket.gethostname()
     rank = _world_rank(comm)
     if rank is None:
-        rank = _launcher_rank()
+        rank = launcher_rank()
     return f"rank {rank} on {host}" if rank is not None else host
 
 
@@ -39,7 +51,8 @@ def rank_label(comm: Any | None = None) -> str:
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
-def _launcher_rank() -> int | None:
+def launcher_rank() -> int | None:
+    """The rank the launcher gave this process (its environment), or None outside a launcher."""
     for name in _RANK_VARIABLES:
         value = os.environ.get(name, "")
         if value.isdigit():
@@ -80,9 +93,12 @@ def _wait_for_output_taken(bound: float) -> None:
 
     Why: on ``MPI_Abort`` a launcher tears the job down at once, and MPICH's Hydra drops what is still
     unread in a rank's pipe, so the traceback that says why the job ended was lost about once in 30
-    aborts.  Terminals and files hold nothing back and are not waited for.
+    aborts.  Terminals and files hold nothing back and are not waited for.  When the rank runner
+    forwards this process's output (:func:`set_output_forwarder`), the forwarder is asked first.
     """
     deadline = time.monotonic() + bound
+    if _output_forwarded is not None:
+        _output_forwarded(bound)
     for fd in (2, 1):
         while _unread_bytes(fd) > 0 and time.monotonic() < deadline:
             time.sleep(0.005)

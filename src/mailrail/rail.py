@@ -37,6 +37,7 @@ from .flow import Unconstrained, credit_budget
 from .flow.base import FlowControl
 from .flow.node_memory import NodeTopology, SharedWindowCounters
 from .flow.sizing import CreditBudget
+from .channels import Channels
 from .pool import SlotPool
 from .protocol import Endpoint
 from .quiescence import TerminationDetector
@@ -127,7 +128,7 @@ class MailRail:
         self._topology: NodeTopology | None = None
         self._shared: SharedWindowCounters | None = None
         self._trace = None
-        self._coalescer: Any = None  # the one Coalescer packing records on this rail, if any
+        self._channels: Channels | None = None  # its channels and containers, made on first use
         self._in_barrier = False
         self._barriers = 0
         # From here on MPI objects exist: each registers its release, undone in reverse if a later
@@ -277,6 +278,22 @@ class MailRail:
         )
 
     @property
+    def channels(self) -> Channels:
+        """The rail's multiplexer (:class:`~mailrail.channels.Channels`): many record streams, containers and
+        calls share the rail's datagrams, pools and credits.  Made on first use (not collective)."""
+        if self._channels is None:
+            if self._finalized:
+                raise FinalizedError("channels used after finalize()")
+            self._channels = Channels(self, self._control)
+        return self._channels
+
+    def call(self, dest: int, fn: Callable[..., object], *args: Any) -> None:
+        """Run ``fn(*args)`` on rank *dest*, asynchronously: an active message (see
+        :meth:`Channels.call <mailrail.channels.Channels.call>`).  The next :meth:`barrier` completes it,
+        and whatever it calls in turn."""
+        self.channels.call(dest, fn, *args)
+
+    @property
     def comm(self) -> MPI.Comm:
         """The communicator the rail was made on (``COMM_WORLD`` by default), for the application's own
         MPI calls: MailRail's traffic travels on duplicates of it, so no message of the rail's ever
@@ -331,10 +348,15 @@ class MailRail:
         """Collective: return once every message sent by anyone before the call is received and released.
 
         Keeps receiving meanwhile: each message goes to *handler* (which may send
-        more messages) and is released when the handler returns; without a
-        handler, arrivals raise :class:`~mailrail.errors.MailRailError` because
-        they would be lost.  Messages the application still holds must be
-        released for the barrier to finish.  Returns the messages handled.
+        more messages) and is released when the handler returns.  Messages the
+        application still holds must be released for the barrier to finish.  Returns
+        the messages handled.
+
+        Without a handler, arrivals go to the rail's :attr:`channels`: ``barrier()`` flushes what
+        containers, Coalescers and :meth:`call` staged, dispatches every arrival to its channel, and
+        returns once all their asynchronous work, and the work that work sent, is done.  A datagram
+        that is no channel's (sent with :meth:`send`) then raises
+        :class:`~mailrail.errors.ProtocolError`: pass *handler* to process your own messages.
 
         With ``stall_timeout`` set, a barrier that makes no progress for that long
         raises :class:`~mailrail.errors.StallError` naming (on rank 0) the ranks that
@@ -342,6 +364,8 @@ class MailRail:
         """
         if self._finalized:
             raise FinalizedError("barrier() called after finalize()")
+        if handler is None:
+            return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
         if self._in_barrier:  # the outer barrier's collectives would interleave with this one's: a hang
             raise MailRailError(
                 "barrier() called from inside a barrier() handler: a handler may send messages (the running "
@@ -353,7 +377,7 @@ class MailRail:
         finally:
             self._in_barrier = False
 
-    def _barrier(self, handler: Callable[[Message], object] | None) -> int:
+    def _barrier(self, handler: Callable[[Message], object]) -> int:
         if self._trace is not None:
             self._trace.barrier_begin(*self._sent_and_released())
         self._barriers += 1
@@ -369,15 +393,10 @@ class MailRail:
         while True:
             local[0], local[1] = self._sent_and_released()
             request = self._control.Iallreduce(local, total, MPI.SUM)
-            while not request.Test():
+            # Receive before each test: a round that completes at once (one rank) still receives.
+            while True:
                 message = receive()
                 if message is not None:
-                    if handler is None:
-                        release(message)
-                        raise MailRailError(
-                            f"barrier() without a handler received a message from rank {message.source} "
-                            f"({message.nbytes} bytes): pass handler= to process messages that arrive"
-                        )
                     handler(message)
                     if self._endpoint.holds(message):  # not released by the handler
                         release(message)
@@ -386,6 +405,8 @@ class MailRail:
                         last_progress = time.monotonic()
                 elif stall_timeout and time.monotonic() - last_progress > stall_timeout:
                     raise StallError(self._barrier_stall_report(tag, time.monotonic() - last_progress, detector))
+                if request.Test():
+                    break
             if detector.round_finished(int(total[0]), int(total[1])):
                 break
             if stall_timeout and detector.progressed:
@@ -455,7 +476,7 @@ class MailRail:
         Never drops data silently: messages still deferred (``"deferred"``), received
         but not released (``"unreleased"``), arrived but never returned by
         :meth:`receive` (``"unreceived"``), send buffers reserved and never sent
-        (``"reserved"``) and records left staged in the rail's Coalescer (``"staged"``)
+        (``"reserved"``) and records and calls left staged in the rail's channels (``"staged"``)
         are counted and reported with an :class:`~mailrail.errors.UndeliveredWarning`
         (:class:`~mailrail.errors.UndeliveredError` if *strict*).  Returns the counts.
 
@@ -470,7 +491,7 @@ class MailRail:
         self._finalized = True
         transport, endpoint = self._transport, self._endpoint
         reserved = endpoint.reserved
-        staged = self._coalescer.staged_records() if self._coalescer is not None else 0
+        staged = self._channels.close() if self._channels is not None else 0
         unreleased = endpoint.held
         dropped_deferred = endpoint.stop()  # the application's calls raise from now on
         self._arrivals.announce(FINALIZE_TAG)
@@ -508,7 +529,7 @@ class MailRail:
                 f"MailRail.finalize() on rank {self.rank}: {dropped_deferred} deferred message(s) never "
                 f"sent, {unreleased} received message(s) never released, {unreceived} arrived message(s) "
                 f"never returned by receive(), {reserved} reserved send buffer(s) never sent, {staged} "
-                f"record(s) left staged in the Coalescer (call its flush() or barrier()); call barrier() "
+                f"record(s) and call(s) left staged in the rail's channels and containers; call barrier() "
                 f"(quiescence) before finalize()"
             )
             if strict:
@@ -545,19 +566,6 @@ class MailRail:
             f"rank {self.rank}: finalize() waited {waited:.1f} s (MAILRAIL_STALL_TIMEOUT="
             f"{self.config.stall_timeout:g}): {who}"
         )
-
-    def _attach_coalescer(self, coalescer: Any) -> None:
-        """Make *coalescer* the rail's one :class:`~mailrail.coalesce.Coalescer`; the previous one is retired,
-        and must have nothing staged (finalize reports the current one's staged records)."""
-        previous = self._coalescer
-        if previous is not None and previous.staged_records():
-            raise MailRailError(
-                f"this rail's Coalescer (records of dtype {previous.dtype}) still holds "
-                f"{previous.staged_records()} staged record(s): one Coalescer at a time per rail, since "
-                f"datagrams carry no record type; call its barrier() before making another, or use a second "
-                f"MailRail for a second record type"
-            )
-        self._coalescer = coalescer
 
     def _abandon(self) -> None:
         """Local clean-up, no collective call: requests cancelled and freed; communicators and node memory

@@ -1,7 +1,7 @@
-"""Records left staged in a Coalescer at finalize() are reported, and one Coalescer at a time per rail.
+"""Records and calls left staged at finalize() are reported; Coalescers of several types share a rail.
 
-``RESULT`` of rank 0: the finalize reports and warnings, the errors of the refused and the
-replaced Coalescer, and the records the surviving one delivered.
+``RESULT`` of rank 0: the finalize reports and warnings, the records two Coalescers on one rail
+delivered, and the error of ranks that opened different channels.
 """
 
 import json
@@ -23,15 +23,11 @@ def ignore(source: int, records: np.ndarray) -> None:
     pass
 
 
-# 1. Three records staged (a datagram holds 8), never flushed: finalize warns.
-rail = MailRail(comm, datagram_size=64)
+# 1. Three records and one call staged (one datagram holds them all), never flushed: finalize warns.
+rail = MailRail(comm, datagram_size=128)
 coalescer = Coalescer(rail, np.uint64, ignore)
 coalescer.send(np.full(3, peer), np.arange(3, dtype=np.uint64))
-try:
-    Coalescer(rail, np.uint64, ignore)
-    result["second_while_staged"] = ["no error", ""]
-except MailRailError as error:
-    result["second_while_staged"] = [type(error).__name__, str(error)]
+rail.call(peer, abs, 1)  # a call staged beside them
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     result["report"] = rail.finalize()
@@ -47,20 +43,27 @@ try:
 except UndeliveredError as error:
     result["strict"] = [type(error).__name__, str(error)]
 
-# 3. A second Coalescer (another record type) replaces an empty first one, which then refuses to work.
-received: list[bytes] = []
+# 3. Two Coalescers of two record types on one rail: each gets its own records, interleaved in datagrams.
+numbers: list[int] = []
+words: list[bytes] = []
 with MailRail(comm, datagram_size=64) as rail:
-    first = Coalescer(rail, np.uint64, ignore)
-    second = Coalescer(rail, "S4", lambda source, records: received.extend(records.tolist()))
-    try:
-        first.send(np.full(1, peer), np.arange(1, dtype=np.uint64))
-        result["replaced"] = ["no error", ""]
-    except MailRailError as error:
-        result["replaced"] = [type(error).__name__, str(error)]
-    second.send(np.full(5, peer), np.array([b"abcd"] * 5, dtype="S4"))
+    first = Coalescer(rail, np.uint64, lambda source, records: numbers.extend(records.tolist()))
+    second = Coalescer(rail, "S4", lambda source, records: words.extend(records.tolist()))
+    for round in range(7):
+        first.send(np.full(round, peer), np.arange(round, dtype=np.uint64))
+        second.send(np.full(3, peer), np.array([b"abcd"] * 3, dtype="S4"))
     second.barrier()
-    result["second_received"] = len(received)
+    result["numbers"] = sorted(numbers)
+    result["words"] = len(words)
     result["final"] = rail.finalize(strict=True)
+
+# 4. Ranks that open different channels (another type on rank 0) are refused on every rank.
+with MailRail(comm) as rail:
+    try:
+        Coalescer(rail, np.uint64 if rank == 0 else "S4", ignore)
+        result["disagree"] = ["no error", ""]
+    except MailRailError as error:
+        result["disagree"] = [type(error).__name__, str(error)]
 everyone = comm.gather(result, root=0)
 if rank == 0:
     print("RESULT " + json.dumps(everyone), flush=True)

@@ -145,20 +145,26 @@ def _inject(fault: str, run: subprocess.Popen[bytes], pids: list[int], started: 
 
 
 def _launcher_started(run_pid: int, *, default: float) -> float:
-    """When ``mailrail run`` started its launcher (the moment its ``--timeout`` clock starts), as ``time.time()``."""
+    """When ``mailrail run`` started its launcher (the moment its ``--timeout`` clock starts), as ``time.time()``.
+
+    The launcher is its first child but the watchdog: the ranks' output forwarders (:mod:`mailrail.rank`)
+    re-parent to it too, later.
+    """
     ticks = os.sysconf("SC_CLK_TCK")
+    starts = []
     for child in children_of(run_pid):
         try:
             with open(f"/proc/{child}/cmdline", "rb") as source:
                 if b"mailrail.jobcontrol" in source.read():
                     continue  # the watchdog
             with open(f"/proc/{child}/stat") as source:
-                start_ticks = int(source.read().rsplit(")", 1)[1].split()[19])
+                starts.append(int(source.read().rsplit(")", 1)[1].split()[19]))
         except OSError:
             continue
-        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
-        return time.time() - (since_boot - start_ticks / ticks)
-    return default
+    if not starts:
+        return default
+    since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.time() - (since_boot - min(starts) / ticks)
 
 
 def error_row(fault: str, error: str) -> str:

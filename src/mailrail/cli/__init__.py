@@ -51,6 +51,14 @@ COMMANDS = {
         "mailrail.bench.histogram",
         "distributed histogram: inserts/s, per-mode overhead, alltoallv peer",
     ),
+    ("bench", "calls"): (
+        "mailrail.bench.calls",
+        "active messages: rail.call with Python objects vs mpi4py's pickled isend (mpiexec -n 2+)",
+    ),
+    ("bench", "containers"): (
+        "mailrail.bench.containers",
+        "CountingSet.add (uniform and Zipf keys) vs the Coalescer histogram it replaces",
+    ),
     ("bench", "atomics"): ("mailrail.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
     ("bench", "adversarial"): (
         "mailrail.bench.adversarial",
@@ -67,6 +75,10 @@ COMMANDS = {
     ("app", "moe"): (
         "mailrail.apps.moe",
         "Mixture-of-Experts token routing, with its Alltoallv peer (mailrail run -n 4 app moe)",
+    ),
+    ("app", "gnn"): (
+        "mailrail.apps.gnn",
+        "GNN feature aggregation (one layer, by Array.gather), with its Alltoallv peer (mailrail run -n 4 app gnn)",
     ),
     ("compare",): (
         "mailrail.bench.compare",

@@ -38,7 +38,7 @@ from ..launch import (
     run_bounded,
     srun_argv,
 )
-from ..rank import rank_argv
+from ..rank import command_argv, rank_argv
 from ..tools.flags import float_in, int_in
 from . import COMMANDS, parse_command
 
@@ -66,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float_in(1e-3), default=None, help="end the job (every rank) after this many seconds"
     )
+    parser.add_argument(
+        "--tag-output",
+        action="store_true",
+        help="start every line the ranks print (stdout and stderr) with its rank: '[rank 3] ' "
+        "(their lines arrive whole either way)",
+    )
     add_cluster_arguments(parser, victims=True)
     parser.add_argument(
         "command",
@@ -85,13 +91,14 @@ def launched_program(command: Sequence[str]) -> list[str] | None:
     return list(command)
 
 
-def program_argv(command: Sequence[str]) -> list[str]:
-    """What every rank runs: a program under the rank runner (:mod:`mailrail.rank`), else a mailrail
-    command run with this Python."""
+def program_argv(command: Sequence[str], *, tag_output: bool = False) -> list[str]:
+    """What every rank runs: a program, or a mailrail command run with this Python, under the rank runner
+    (:mod:`mailrail.rank`: its output reaches the launcher in whole lines; *tag_output*: each starting
+    with ``[rank N] ``)."""
     program = launched_program(command)
     if program is not None:
-        return rank_argv(program)
-    return [sys.executable, "-m", "mailrail", *command]
+        return rank_argv(program, tag_output=tag_output)
+    return command_argv(command, tag_output=tag_output)
 
 
 def check_command_arguments(command: Sequence[str]) -> None:
@@ -111,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if launched_program(args.command) is None:
         check_command_arguments(args.command)
-    program = program_argv(args.command)
+    program = program_argv(args.command, tag_output=args.tag_output)
     require_mpi4py(program)
     choice = ClusterChoice.parse(args.cluster)
     if args.launcher is None:  # a virtual cluster is built here, never inside an allocation

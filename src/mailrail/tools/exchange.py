@@ -16,7 +16,7 @@ def alltoallv_exchange(comm: Any, dests: Any, records: Any) -> tuple[Any, Any]:
     import numpy as np
     from mpi4py import MPI
 
-    from ..coalesce import rank_sort_dtype  # (imports MailRail, and with it MPI)
+    from ..channels import rank_sort_dtype
 
     ranks = comm.Get_size()
     order = np.argsort(dests.astype(rank_sort_dtype(ranks)), kind="stable")  # a radix sort

@@ -1,0 +1,702 @@
+"""Many record streams and active messages on one rail: the multiplexer every container shares.
+
+A rail moves datagrams; an application is written in records of several kinds (histogram keys, edges,
+visits, replies) and calls.  :class:`Channels` (one per rail, ``rail.channels``) packs them all into
+the rail's datagrams, as every YGM container shares one communicator: one receive pool, one credit
+budget, so a second record kind neither doubles receive memory nor breaks the flow-control bound.
+
+**Wire format.**  A channel datagram is a run of *segments*, each an 8-byte header and its payload,
+every header at an 8-byte offset (so records of up to 8-byte alignment view in place)::
+
+    header: channel number (uint16) | magic 0xA7 (uint8) | kind (uint8) | payload bytes (uint32)
+
+Kind 0 is a run of fixed-size records of one channel (consecutive sends of one channel to one
+destination extend the same segment); kind 1 is one call (:meth:`Channels.call`): a uint32 count of
+out-of-band buffers and their uint64 lengths, the function's ``module:qualname`` (uint16 length, then
+UTF-8), then with no buffers the pickled arguments; with some, the pickle's uint64 length, the pickle,
+and each buffer at an 8-byte offset.  Functions travel by name and are resolved once per rank.
+Segments of different channels share a datagram: one staging row per destination, not one per
+channel and destination.  The magic byte catches a datagram sent with ``rail.send`` on a rail whose
+arrivals go through its channels.
+
+**Batches, not loops.**  :meth:`Channel.send` takes arrays: one stable radix sort by destination,
+then one copy per destination slice; full datagrams are packed straight into send buffers.
+
+**Re-entrancy.**  Handlers run while this rank sends (backpressure and the polls after each datagram
+keep arrivals moving, so peers' credits come back) and may send more: such nested sends wait in a
+FIFO and leave as soon as the running send is done, so a staging row is never written from two
+frames.  Records and calls a rank sends to itself never touch MPI: they are handed over at once.
+
+**Termination.**  ``rail.barrier()`` on a rail with channels flushes every staged datagram, then
+dispatches arrivals until global quiescence; whatever the handlers send meanwhile leaves at once
+(nothing stays staged), so the barrier's message counts see it: visits sent from inside visits are
+complete when it returns.
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+import pickle
+import reprlib
+import struct
+import types
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidDestinationError, MailRailError, MessageSizeError, ProtocolError
+
+__all__ = ["Channel", "Channels", "HEADER_SIZE", "ALIGNMENT", "check_by_reference", "name_of"]
+
+#: Segment header: channel number, magic, kind, payload bytes.
+HEADER = struct.Struct("<HBBI")
+HEADER_SIZE = HEADER.size
+#: Segment headers start at multiples of this many bytes.
+ALIGNMENT = 8
+MAGIC = 0xA7
+KIND_RECORDS = 0
+KIND_CALL = 1
+#: A call's buffer table: number of out-of-band buffers, then each one's length.
+_COUNT = struct.Struct("<I")
+_LENGTH = struct.Struct("<Q")
+_NO_BUFFERS = _COUNT.pack(0)
+_NAME_LENGTH = struct.Struct("<H")
+#: Most arrivals dispatched after each datagram sent: receive aggressively, so peers' credits come back.
+POLLS_PER_SEND = 4
+#: Channel numbers are 16-bit.
+MAX_CHANNELS = 1 << 16
+
+
+def _aligned(offset: int) -> int:
+    return (offset + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+
+
+def rank_sort_dtype(ranks: int) -> type:
+    """The narrowest unsigned type for rank numbers: numpy's stable sort is a radix sort for it."""
+    return np.uint16 if ranks <= 1 << 16 else np.uint32
+
+
+class Channel:
+    """A stream of fixed-size records of one numpy *dtype* on a rail's :class:`Channels`.
+
+    Made with :meth:`Channels.open` (collective).  *handler* gets ``(source, records)`` for each segment
+    that arrives: *records* is a read-only array of *dtype* viewing the receive buffer (copy what must
+    outlive the call); it may send more records and calls.
+    """
+
+    def __init__(
+        self, channels: Channels, number: int, dtype: np.dtype, handler: Callable[[int, np.ndarray], object], name: str
+    ) -> None:
+        self.channels = channels
+        self.number = number
+        self.dtype = dtype
+        self.handler = handler
+        self.name = name
+        self.record_size = dtype.itemsize
+        #: Records in a datagram of this channel alone.
+        self.per_datagram = (channels.datagram_size - HEADER_SIZE) // self.record_size
+        self.records_sent = 0
+        self.records_received = 0
+
+    def send(self, dests: np.ndarray | list[int], records: np.ndarray) -> None:
+        """Queue ``records[i]`` for rank ``dests[i]``; full datagrams leave at once, the rest when flushed.
+
+        *dests*: integer ranks (any integer dtype) in ``0 .. size - 1``; *records*: an array of the
+        channel's dtype, as long as *dests*.  Both are copied before the call returns.  Bad input raises
+        before anything is sent: ``TypeError`` for a wrong dtype, ``ValueError`` for mismatched lengths,
+        :class:`~mailrail.errors.InvalidDestinationError` for a rank out of range.
+        """
+        records = np.asarray(records)
+        if records.dtype != self.dtype:
+            raise TypeError(f"{self.name}: records have dtype {records.dtype}, this channel carries {self.dtype}")
+        dests = np.asarray(dests)
+        if records.ndim != 1 or dests.shape != records.shape:
+            raise ValueError(
+                f"{self.name}: {dests.shape} destinations for records of shape {records.shape} (one rank per record)"
+            )
+        if len(dests) == 0:
+            return
+        if not np.issubdtype(dests.dtype, np.integer):
+            raise TypeError(f"{self.name}: dests have dtype {dests.dtype}: destination ranks must be integers")
+        low, high = int(dests.min()), int(dests.max())
+        size = self.channels.size
+        if low < 0 or high >= size:
+            bad = low if low < 0 else high
+            raise InvalidDestinationError(f"destination {bad} is out of range: valid ranks are 0..{size - 1}")
+        self.channels._submit(self, dests, records)
+
+    def send_to(self, dest: int, records: np.ndarray) -> None:
+        """Queue every record of *records* for the one rank *dest*."""
+        records = np.asarray(records)
+        self.send(np.full(len(records), dest, dtype=np.int64), records)
+
+    def flush(self) -> None:
+        """Send every partial datagram of the rail's channels (staging rows are shared by all of them)."""
+        self.channels.flush()
+
+    def __repr__(self) -> str:
+        return f"<Channel {self.number} {self.name!r} of {self.dtype}>"
+
+
+class Channels:
+    """The multiplexer of one rail: its channels, its calls, its dispatch of arrivals (see the module).
+
+    Made by the rail on first use of ``rail.channels`` (not collective: a rank may make calls alone).
+    *comm* carries the containers' collectives: the rail's own control communicator, never the
+    application's.  Channels are numbered in the order they are opened, which must be the same on
+    every rank (as containers are constructed collectively); :meth:`open` checks it.
+    """
+
+    def __init__(self, rail: Any, comm: Any) -> None:
+        self.rail = rail
+        self.rank: int = rail.rank
+        self.size: int = rail.size
+        self.datagram_size: int = rail.datagram_size
+        self._comm = comm
+        self._channels: list[Channel] = []
+        size = self.size
+        self._rows: list[np.ndarray | None] = [None] * size  # staging row per destination, made on first use
+        self._row_views: list[memoryview | None] = [None] * size  # the same rows, for calls' small copies
+        self._references: dict[Callable[..., object], bytes] = {}  # functions checked, and their wire names
+        self._functions: dict[bytes, Callable[..., object]] = {}  # wire names resolved on this rank
+        self._fill = [0] * size  # bytes staged per destination
+        self._open = [-1] * size  # channel whose record segment is open at the end of the row (-1: none)
+        self._open_at = [0] * size  # offset of that segment's header
+        self._staged_dests: set[int] = set()
+        self._count = [0] * size  # records and calls staged per destination
+        self._staged_records = 0  # their sum, for finalize()'s report
+        self._rank_dtype = rank_sort_dtype(size)
+        self._busy = False  # a send or dispatch is running: nested sends wait in _nested
+        self._nested: deque[tuple[Callable[[], None], int]] = deque()  # (work, records or calls in it)
+        self._nested_items = 0
+        self._flush_each_send = False  # inside barrier(): nothing may stay staged
+        self._flush_requested = False
+        self._handler_depth = 0
+        self._closed = False
+        self.datagrams_sent = 0
+        self.calls_sent = 0
+        self.calls_received = 0
+
+    # -- opening -----------------------------------------------------------
+
+    def open(
+        self, dtype: np.dtype | type | str, handler: Callable[[int, np.ndarray], object], name: str | None = None
+    ) -> Channel:
+        """Collective: a new :class:`Channel` of records of *dtype*, delivered to *handler*.
+
+        Every rank opens the same channels in the same order (one allgather checks their names and
+        dtypes, and refuses a disagreement on every rank with :class:`~mailrail.errors.MailRailError`).
+        It starts with ``rail.barrier()``: asynchronous work issued before it is complete when it returns.
+        A record larger than a datagram's payload is refused with
+        :class:`~mailrail.errors.MessageSizeError`.
+        """
+        self._check_open()
+        self.check_collective("Channels.open()")
+        # Quiescence first: a rank blocked in the allgather below grants no credit, so a peer still sending
+        # earlier work under backpressure would wait for it forever.
+        self.rail.barrier()
+        dtype = np.dtype(dtype)
+        if dtype.hasobject:
+            raise TypeError(f"records of dtype {dtype} hold Python objects: a channel carries fixed-size records")
+        if dtype.itemsize == 0 or dtype.itemsize > self.datagram_size - HEADER_SIZE:
+            raise MessageSizeError(
+                f"a {dtype.itemsize}-byte record does not fit in a {self.datagram_size}-byte datagram "
+                f"({HEADER_SIZE} bytes of it are the segment header)"
+            )
+        number = len(self._channels)
+        if number >= MAX_CHANNELS:
+            raise MailRailError(f"a rail carries at most {MAX_CHANNELS} channels")
+        name = name or f"channel {number}"
+        mine = (name, dtype.str if dtype.names is None else repr(dtype.descr))
+        everyone = self._comm.allgather(mine)
+        if any(theirs != mine for theirs in everyone):
+            spread = "; ".join(f"rank {rank}: {theirs[0]} ({theirs[1]})" for rank, theirs in enumerate(everyone))
+            raise MailRailError(
+                f"ranks opened different channels as channel {number} (containers and Coalescers must be made "
+                f"in the same order on every rank): {spread}"
+            )
+        channel = Channel(self, number, dtype, handler, name)
+        self._channels.append(channel)
+        return channel
+
+    def _check_open(self) -> None:
+        if self._closed:
+            from .errors import FinalizedError
+
+            raise FinalizedError("the rail was finalized: its channels and containers can no longer be used")
+
+    # -- collectives ---------------------------------------------------------
+
+    @property
+    def in_handler(self) -> bool:
+        """True while a channel's handler or a call runs on this rank."""
+        return self._handler_depth > 0
+
+    def check_collective(self, what: str) -> None:
+        """Refuse *what*, a collective, from inside a handler (the other ranks may be anywhere: a hang)."""
+        if self._handler_depth:
+            raise MailRailError(
+                f"{what} called from inside a handler or a call: it is collective (every rank must call it, "
+                f"outside handlers); a handler may send records, visits and calls, which the next barrier completes"
+            )
+
+    def allgather(self, value: Any) -> list[Any]:
+        """Collective: every rank's *value*, in rank order (pickled: for small values)."""
+        return list(self._comm.allgather(value))
+
+    def allreduce_sum(self, value: int) -> int:
+        """Collective: the sum of an integer over the ranks."""
+        return int(sum(self._comm.allgather(int(value))))
+
+    # -- sending -------------------------------------------------------------
+
+    def _submit(self, channel: Channel, dests: np.ndarray, records: np.ndarray) -> None:
+        self._check_open()
+        if self._busy:  # from a handler, while a send or a dispatch runs: after it
+            dests, records = dests.copy(), records.copy()
+            self._nested.append((lambda: self._partition_and_send(channel, dests, records), len(records)))
+            self._nested_items += len(records)
+            return
+        self._pump(lambda: self._partition_and_send(channel, dests, records))
+
+    def _pump(self, action: Callable[[], None]) -> None:
+        """Run *action*, then every send, call and flush that handlers asked for meanwhile."""
+        self._busy = True
+        try:
+            action()
+            self._drain()
+        finally:
+            self._busy = False
+
+    def _drain(self) -> None:
+        while self._nested or self._flush_requested or (self._flush_each_send and self._staged_dests):
+            while self._nested:
+                work, items = self._nested.popleft()
+                self._nested_items -= items
+                work()
+            if self._flush_requested or self._flush_each_send:
+                self._flush_requested = False
+                self._flush_staged()
+
+    def _partition_and_send(self, channel: Channel, dests: np.ndarray, records: np.ndarray) -> None:
+        size, rank = self.size, self.rank
+        channel.records_sent += len(records)
+        if len(records) == 1 or (dests[0] == dests).all():  # one destination: no sort
+            dest = int(dests[0])
+            if dest == rank:
+                self._deliver_locally(channel, records.view())
+            else:
+                self._append_records(dest, channel, records)
+            return
+        ranks: np.ndarray = dests.astype(self._rank_dtype, copy=False)
+        order = np.argsort(ranks, kind="stable")  # radix sort for 16-bit keys: O(n)
+        sorted_records = records[order]
+        counts = np.bincount(ranks, minlength=size)
+        ends = np.cumsum(counts)
+        # Destinations in turn from the next rank on, this one last: ranks do not all start on rank 0,
+        # and local work runs after the remote ranks have theirs.
+        used = np.flatnonzero(counts)
+        used = np.roll(used, -int(np.searchsorted(used, rank + 1)))
+        for dest in used.tolist():
+            end = int(ends[dest])
+            start = end - int(counts[dest])
+            if dest == rank:
+                self._deliver_locally(channel, sorted_records[start:end])
+            else:
+                self._append_records(dest, channel, sorted_records[start:end])
+
+    def _deliver_locally(self, channel: Channel, records: np.ndarray) -> None:
+        # No MPI, no copy into a datagram: the handler gets them at once, read-only as arrivals are;
+        # what it sends meanwhile waits in _nested.
+        records.flags.writeable = False
+        channel.records_received += len(records)
+        self._handler_depth += 1
+        try:
+            channel.handler(self.rank, records)
+        finally:
+            self._handler_depth -= 1
+
+    def _append_records(self, dest: int, channel: Channel, records: np.ndarray) -> None:
+        size = channel.record_size
+        capacity = self.datagram_size
+        data = records.view(np.uint8).reshape(-1)  # records are a fresh contiguous copy or slice of one
+        count = len(records)
+        done = 0
+        while done < count:
+            fill = self._fill[dest]
+            if fill == 0 and count - done >= channel.per_datagram:  # whole datagrams straight to send buffers
+                take = channel.per_datagram
+                self._transmit_segment(dest, channel, data[done * size : (done + take) * size])
+                done += take
+                continue
+            row = self._rows[dest]
+            if row is None:
+                row = self._rows[dest] = np.empty(capacity, np.uint8)
+                self._row_views[dest] = row.data
+            if self._open[dest] == channel.number:  # extend the open segment
+                header_at = self._open_at[dest]
+                room = (capacity - fill) // size
+            else:
+                header_at = _aligned(fill)
+                room = (capacity - header_at - HEADER_SIZE) // size if header_at + HEADER_SIZE <= capacity else 0
+                if room > 0:
+                    self._open[dest], self._open_at[dest] = channel.number, header_at
+                    fill = header_at + HEADER_SIZE
+            if room <= 0:
+                self._transmit_row(dest)
+                continue
+            take = min(room, count - done)
+            nbytes = take * size
+            row[fill : fill + nbytes] = data[done * size : done * size + nbytes]
+            fill += nbytes
+            HEADER.pack_into(row.data, header_at, channel.number, MAGIC, KIND_RECORDS, fill - header_at - HEADER_SIZE)
+            self._fill[dest] = fill
+            self._staged_dests.add(dest)
+            self._count[dest] += take
+            self._staged_records += take
+            done += take
+            if capacity - fill < size:  # this channel can add no more: the datagram is full
+                self._transmit_row(dest)
+
+    def _transmit_segment(self, dest: int, channel: Channel, payload: np.ndarray) -> None:
+        """One datagram of one segment, packed straight into a send buffer."""
+        buf = self._reserve()
+        HEADER.pack_into(buf.data, 0, channel.number, MAGIC, KIND_RECORDS, len(payload))
+        buf[HEADER_SIZE : HEADER_SIZE + len(payload)] = payload
+        self._send(dest, buf, HEADER_SIZE + len(payload))
+
+    def _transmit_row(self, dest: int) -> None:
+        fill = self._fill[dest]
+        row = self._rows[dest]
+        assert row is not None and fill
+        self._fill[dest] = 0
+        self._open[dest] = -1
+        self._staged_dests.discard(dest)
+        self._staged_records -= self._count[dest]
+        self._count[dest] = 0
+        buf = self._reserve()
+        buf[:fill] = row[:fill]
+        self._send(dest, buf, fill)
+
+    def _reserve(self) -> np.ndarray:
+        rail = self.rail
+        buf = rail.reserve_send_buffer()
+        while buf is None:  # backpressure: deliver what arrives until a send buffer frees up
+            self._poll_once()
+            buf = rail.reserve_send_buffer()
+        return buf  # type: ignore[no-any-return]
+
+    def _send(self, dest: int, buf: np.ndarray, nbytes: int) -> None:
+        self.rail.send(dest, buf, nbytes)
+        self.datagrams_sent += 1
+        for _ in range(POLLS_PER_SEND):
+            if not self._poll_once():
+                break
+
+    # -- calls ---------------------------------------------------------------
+
+    def call(self, dest: int, fn: Callable[..., object], *args: Any) -> None:
+        """Run ``fn(*args)`` on rank *dest*, asynchronously (the next barrier completes it).
+
+        *fn* is sent by reference (its module and qualified name), so it must be a module-level function
+        or class that every rank can import; *args* are pickled (protocol 5, numpy arrays and other
+        buffers out of band).  Bad input raises here, before anything is sent: ``TypeError`` for a lambda,
+        a nested function, a bound method or an argument that cannot be pickled;
+        :class:`~mailrail.errors.MessageSizeError` for a call larger than one datagram (calls are never
+        split); :class:`~mailrail.errors.InvalidDestinationError` for a rank out of range.  Calls to this
+        rank run at once (after the running handler, if called from one), unpickled like the others.
+        """
+        if self._closed:
+            self._check_open()
+        dest = operator.index(dest)  # a float rank is refused, not truncated
+        if not 0 <= dest < self.size:
+            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        reference = self._references.get(fn)
+        if reference is None:
+            reference = self._reference_of(fn)
+        buffers: list[pickle.PickleBuffer] = []
+        try:
+            body = pickle.dumps(args, 5, buffer_callback=buffers.append)
+        except Exception as error:
+            raise TypeError(_unpicklable(fn, args, error)) from error
+        payload = self._pack_call(fn, reference, body, buffers)
+        self.calls_sent += 1
+        if self._busy:  # from a handler, while a send or a dispatch runs: after it
+            if dest == self.rank:
+                self._nested.append((lambda: self._run_call(payload), 1))
+            else:
+                self._nested.append((lambda: self._append_call(dest, payload), 1))
+            self._nested_items += 1
+            return
+        self._busy = True
+        try:
+            if dest == self.rank:
+                self._run_call(payload)
+            else:
+                self._append_call(dest, payload)
+            if self._nested or self._flush_requested or self._flush_each_send:
+                self._drain()
+        finally:
+            self._busy = False
+
+    def _reference_of(self, fn: Callable[..., object]) -> bytes:
+        """*fn*'s reference on the wire (``module:qualname``), checked once per function."""
+        check_by_reference(fn)
+        name = f"{fn.__module__}:{fn.__qualname__}".encode()
+        if len(name) > 0xFFFF:
+            raise TypeError(f"rail.call: the name {name_of(fn)} is longer than {0xFFFF} bytes")
+        reference = _NAME_LENGTH.pack(len(name)) + name
+        self._references[fn] = reference
+        return reference
+
+    def _pack_call(
+        self, fn: Callable[..., object], reference: bytes, body: bytes, buffers: list[pickle.PickleBuffer]
+    ) -> bytes:
+        if not buffers:  # the common case, small arguments: no buffer table
+            payload = _NO_BUFFERS + reference + body
+        else:
+            raws = [buffer.raw() for buffer in buffers]
+            parts = [_COUNT.pack(len(raws)), *(_LENGTH.pack(raw.nbytes) for raw in raws), reference]
+            parts += [_LENGTH.pack(len(body)), body]
+            for raw in raws:
+                length = sum(map(len, parts))
+                parts.append(b"\0" * (_aligned(length) - length))
+                parts.append(raw.tobytes())
+            payload = b"".join(parts)
+        if HEADER_SIZE + len(payload) > self.datagram_size:
+            raise MessageSizeError(
+                f"rail.call({name_of(fn)}, ...) packs into {HEADER_SIZE + len(payload)} bytes, more than the "
+                f"{self.datagram_size}-byte datagram (MAILRAIL_DATAGRAM_SIZE): calls are not split; send large "
+                f"data through a container or a channel, or raise the datagram size"
+            )
+        return payload
+
+    def _append_call(self, dest: int, payload: bytes) -> None:
+        nbytes = len(payload)
+        fill = self._fill[dest]
+        header_at = (fill + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+        if fill and header_at + HEADER_SIZE + nbytes > self.datagram_size:
+            self._transmit_row(dest)
+            header_at = 0
+        view = self._row_views[dest]
+        if view is None:
+            row = self._rows[dest] = np.empty(self.datagram_size, np.uint8)
+            view = self._row_views[dest] = row.data
+        HEADER.pack_into(view, header_at, 0, MAGIC, KIND_CALL, nbytes)
+        start = header_at + HEADER_SIZE
+        view[start : start + nbytes] = payload
+        self._fill[dest] = start + nbytes
+        self._open[dest] = -1
+        self._staged_dests.add(dest)
+        self._count[dest] += 1
+        self._staged_records += 1
+
+    def _function(self, name: bytes) -> Callable[..., object]:
+        """The function a call names, imported once per name on this rank."""
+        module, _, qualname = name.decode().partition(":")
+        target: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        self._functions[name] = target
+        return target  # type: ignore[no-any-return]
+
+    def _run_call(self, payload: bytes | memoryview) -> None:
+        view = memoryview(payload)
+        (count,) = _COUNT.unpack_from(view, 0)
+        offset = _COUNT.size + 8 * count
+        (name_length,) = _NAME_LENGTH.unpack_from(view, offset)
+        offset += _NAME_LENGTH.size
+        name = bytes(view[offset : offset + name_length])
+        offset += name_length
+        fn = self._functions.get(name) or self._function(name)
+        if not count:
+            args = pickle.loads(view[offset:])
+        else:
+            lengths = [_LENGTH.unpack_from(view, _COUNT.size + 8 * i)[0] for i in range(count)]
+            (body_length,) = _LENGTH.unpack_from(view, offset)
+            offset += _LENGTH.size
+            body = view[offset : offset + body_length]
+            offset += body_length
+            buffers = []
+            for length in lengths:
+                offset = _aligned(offset)
+                buffers.append(bytearray(view[offset : offset + length]))  # own copies: the slot is released after
+                offset += length
+            args = pickle.loads(body, buffers=buffers)
+        self.calls_received += 1
+        self._handler_depth += 1
+        try:
+            fn(*args)
+        finally:
+            self._handler_depth -= 1
+
+    # -- receiving -------------------------------------------------------------
+
+    def poll(self) -> bool:
+        """Receive at most one datagram and dispatch its segments (and run what handlers sent)."""
+        self._check_open()
+        if self._busy:
+            return self._poll_once()
+        received = False
+
+        def once() -> None:
+            nonlocal received
+            received = self._poll_once()
+
+        self._pump(once)
+        return received
+
+    def _poll_once(self) -> bool:
+        rail = self.rail
+        message = rail.receive()
+        if message is None:
+            return False
+        try:
+            self._dispatch(message)
+        finally:
+            rail.release_receive_buffer(message)
+        return True
+
+    def dispatch(self, message: Any) -> None:
+        """Hand each segment of *message* to its channel's handler or run its call (barrier's handler)."""
+        if self._busy:
+            self._dispatch(message)
+        else:
+            self._pump(lambda: self._dispatch(message))
+
+    def _dispatch(self, message: Any) -> None:
+        data = message.data
+        view = data.data
+        nbytes = message.nbytes
+        source = message.source
+        offset = 0
+        channels = self._channels
+        while offset < nbytes:
+            if offset + HEADER_SIZE > nbytes:
+                raise ProtocolError(self._malformed(message, offset, "it ends inside a segment header"))
+            number, magic, kind, length = HEADER.unpack_from(view, offset)
+            start = offset + HEADER_SIZE
+            end = start + length
+            if magic != MAGIC or end > nbytes:
+                raise ProtocolError(self._malformed(message, offset, "no segment header"))
+            if kind == KIND_RECORDS:
+                if number >= len(channels):
+                    raise ProtocolError(
+                        self._malformed(message, offset, f"it names channel {number}, not opened on this rank")
+                    )
+                channel = channels[number]
+                records = data[start:end].view(channel.dtype)
+                channel.records_received += len(records)
+                self._handler_depth += 1
+                try:
+                    channel.handler(source, records)
+                finally:
+                    self._handler_depth -= 1
+            elif kind == KIND_CALL:
+                self._run_call(view[start:end])
+            else:
+                raise ProtocolError(self._malformed(message, offset, f"a segment of unknown kind {kind}"))
+            offset = _aligned(end)
+
+    def _malformed(self, message: Any, offset: int, what: str) -> str:
+        return (
+            f"a {message.nbytes}-byte datagram from rank {message.source} is not a channel datagram ({what}, at byte "
+            f"{offset}): barrier() "
+            f"without a handler, containers and channels take only channel datagrams; pass handler= to barrier() "
+            f"to process messages sent with rail.send, or send your records on a channel (rail.channels.open)"
+        )
+
+    # -- flushing and barrier ---------------------------------------------------
+
+    def flush(self) -> None:
+        """Send every partial datagram (and run what handlers send meanwhile)."""
+        self._check_open()
+        if self._busy:  # from a handler: the running send or dispatch flushes when it is done
+            self._flush_requested = True
+            return
+        self._pump(self._flush_staged)
+
+    def _flush_staged(self) -> None:
+        while self._staged_dests:
+            self._transmit_row(next(iter(self._staged_dests)))
+
+    def staged(self) -> int:
+        """Records and calls accepted and not sent yet (staged, or waiting behind a running send)."""
+        return self._staged_records + self._nested_items
+
+    def barrier(self) -> int:
+        """Collective (``rail.barrier()`` calls it): flush, then dispatch arrivals until global quiescence.
+
+        Everything handlers send meanwhile leaves at once, so when it returns every record and call sent by
+        any rank before it, and everything those sent in turn, has been handled.  Returns the datagrams
+        handled.
+        """
+        self._check_open()
+        self.check_collective("barrier()")
+        # Set before the flush: a handler run by the flush's own polls may send, and that must leave too.
+        self._flush_each_send = True
+        try:
+            self.flush()
+            handled: int = self.rail.barrier(handler=self.dispatch)
+            return handled
+        finally:
+            self._flush_each_send = False
+
+    def close(self) -> int:
+        """At ``rail.finalize()``: no more use; returns the records and calls that were left staged."""
+        if self._closed:
+            return 0
+        self._closed = True
+        return self.staged()
+
+
+def name_of(fn: object) -> str:
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None) or repr(fn)
+    return f"{module}.{qualname}" if module else str(qualname)
+
+
+def check_by_reference(fn: object) -> None:
+    """*fn* must be importable by module and qualified name on every rank: no lambda, closure or bound method."""
+    if not callable(fn):
+        raise TypeError(f"rail.call: {reprlib.repr(fn)} is not callable")
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType) and not isinstance(fn, type):
+        raise TypeError(
+            f"rail.call: {name_of(fn)} is a bound method: calls send a module-level function by reference "
+            f"(and its instance would be pickled with every call); pass a module-level function and the data"
+        )
+    qualname = getattr(fn, "__qualname__", None)
+    module = getattr(fn, "__module__", None)
+    if qualname is None or module is None or "<" in qualname:
+        kind = "a lambda" if qualname and "<lambda>" in qualname else "not a module-level callable"
+        raise TypeError(
+            f"rail.call: {name_of(fn)} is {kind}: calls send the function by reference (its module and name), "
+            f"so it must be defined at the top level of a module every rank imports"
+        )
+    target: Any = importlib.import_module(module)
+    try:
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except AttributeError:
+        target = None
+    if target is not fn:
+        raise TypeError(
+            f"rail.call: {name_of(fn)} cannot be found by its name in module {module!r}: calls send the "
+            f"function by reference, so it must be defined at the top level of a module every rank imports"
+        )
+
+
+def _unpicklable(fn: Callable[..., object], args: tuple[Any, ...], error: Exception) -> str:
+    for index, arg in enumerate(args):
+        try:
+            pickle.dumps(arg, protocol=5, buffer_callback=lambda buffer: None)
+        except Exception as why:  # the first argument that fails names the problem
+            return (
+                f"rail.call({name_of(fn)}, ...): argument {index} ({type(arg).__name__} {reprlib.repr(arg)}) cannot "
+                f"be pickled: {why}"
+            )
+    return f"rail.call({name_of(fn)}, ...): the call cannot be pickled: {error}"

@@ -1,0 +1,588 @@
+"""A distributed map from keys to values of fixed dtypes: YGM's ``map``, in batches.
+
+Each key is owned by one rank (:class:`~mailrail.containers.partition.HashPartitioner`), which keeps it in a
+:class:`~mailrail.containers.table.KeyTable` beside its value, in a numpy array of the value dtype indexed by
+the key's dense index.  Values are any fixed dtype: numbers, fixed-width bytes, structured records, subarrays
+such as ``np.dtype((np.float32, 4))``.
+
+**Asynchronous operations** (:meth:`Map.insert`, :meth:`Map.assign`, :meth:`Map.reduce`, :meth:`Map.erase`,
+:meth:`Map.visit`, :meth:`Map.visit_if_contains`) go to the keys' owners and are applied there, in handlers;
+the next ``rail.barrier()`` or collective operation completes them, and whatever they sent in turn.  They may
+be called from inside handlers and visits.  Operations in flight are not ordered with respect to each other.
+
+**Collective operations** (:meth:`Map.get`, :meth:`Map.size`) are called by every rank outside handlers and
+see every asynchronous operation issued before them, by any rank.
+
+**Transport.**  Inserts, assignments, reductions and erasures are fixed-size records on four channels of the
+rail (small batches of many callers share datagrams); the owner buffers their arrivals and applies them to its
+table in batches of up to :attr:`Map.pending_limit` records, or as soon as something reads or visits the map
+(a datagram's few hundred records per table operation would cost more in numpy calls than in work).
+
+Visits carry a function and pickled arguments, so they travel as calls (:meth:`Channels.call
+<mailrail.channels.Channels.call>`): one call per owner and datagram-sized chunk of keys, so a batch costs one
+Python call per chunk at the owner, not one per key.  A call finds the receiving rank's part of the map through
+a token every rank of the map agreed on at construction; the same token makes a ``Map`` a *handle* when pickled
+(a visit's arguments may name maps, which arrive as the receiving rank's part of them).
+"""
+
+from __future__ import annotations
+
+import pickle
+import reprlib
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, check_by_reference, name_of
+from ..errors import MailRailError, MessageSizeError
+from .base import Container, Lookup, as_keys, ufunc_of
+from .partition import hash_words, key_words
+from .table import KeyTable
+
+__all__ = ["Map"]
+
+#: The binary ufuncs of numpy's namespace, each sent in a reduce record as its position here (the table is the
+#: same on every rank running the same numpy).  Other binary ufuncs travel by reference, in calls.
+_UFUNCS: list[np.ufunc] = sorted(
+    {id(u): u for u in vars(np).values() if isinstance(u, np.ufunc) and u.nin == 2 and u.nout == 1}.values(),
+    key=lambda u: u.__name__,
+)
+_UFUNC_CODES: dict[np.ufunc, int] = {u: code for code, u in enumerate(_UFUNCS)}
+
+#: The kinds of arrivals an owner buffers (see Map._buffer).
+_INSERT, _ASSIGN, _REDUCE, _REDUCE_BY_REFERENCE, _ERASE = range(5)
+
+#: Bytes a call of a visit chunk may need beyond its pickled arguments: the call's header and buffer count,
+#: and the pickle's growth when the key bytes and rank numbers it measured empty get longer.
+_CALL_SLACK = HEADER_SIZE + 4 + 48
+
+#: Every live Map of this process by ``(token, rank)``: how a call arriving on a rank finds its part of a map.
+_MAPS: weakref.WeakValueDictionary[tuple[int, int], Map] = weakref.WeakValueDictionary()
+#: Each rail's token, agreed by its ranks when its first Map is made: the largest of their proposals, so rail
+#: tokens never repeat in a process.  A map's token is its rail's and its first channel's number.
+_RAIL_TOKENS: weakref.WeakKeyDictionary[Channels, int] = weakref.WeakKeyDictionary()
+_next_rail_token = 0
+#: The ranks whose visit arguments are being unpickled (innermost last): a Map handle resolves to its part there.
+_receiving: list[int] = []
+
+
+def _map_handle(token: int) -> Map:
+    """The receiving rank's part of the map with *token* (how a pickled :class:`Map` arrives)."""
+    if _receiving:
+        found = _MAPS.get((token, _receiving[-1]))
+    else:  # a handle outside a visit (a rail.call): the one part of this map in this process
+        parts = [part for (theirs, _), part in list(_MAPS.items()) if theirs == token]
+        found = parts[0] if len(parts) == 1 else None
+    if found is None:
+        raise MailRailError(
+            f"a Map handle (token {token}) arrived where that map does not exist (any more): a map's handle "
+            f"is valid on the ranks of its rail while the map lives"
+        )
+    return found
+
+
+def _visits_arrived(
+    token: int, rank: int, if_contains: bool, fn: Callable[..., object], keys: bytes, arguments: bytes
+) -> None:
+    """A chunk of visits arrived at its owner *rank* (a call): apply them."""
+    target = _part(token, rank)
+    _receiving.append(rank)
+    try:
+        args = pickle.loads(arguments)
+    finally:
+        _receiving.pop()
+    target._apply_visits(np.frombuffer(keys, dtype=target.key_dtype), fn, args, if_contains)
+
+
+def _reduce_arrived(token: int, rank: int, op: np.ufunc, records: bytes) -> None:
+    """A chunk of reductions by a ufunc outside numpy's namespace arrived at its owner *rank* (a call)."""
+    target = _part(token, rank)
+    target._buffer(_REDUCE_BY_REFERENCE, np.frombuffer(records, dtype=target._pair_dtype), op)
+
+
+def _rail_token(channels: Channels) -> int:
+    """Collective the first time on a rail: its token, the same on every rank, unique in this process."""
+    global _next_rail_token
+    token = _RAIL_TOKENS.get(channels)
+    if token is None:
+        token = _RAIL_TOKENS[channels] = max(channels.allgather(_next_rail_token))
+        _next_rail_token = token + 1
+    return token
+
+
+def _part(token: int, rank: int) -> Map:
+    found = _MAPS.get((token, rank))
+    if found is None:
+        raise MailRailError(
+            f"a visit or reduction arrived on rank {rank} for a Map (token {token}) that no longer exists"
+        )
+    return found
+
+
+class Map(Container):
+    """A distributed map from keys of *key_dtype* to values of *value_dtype* (YGM's ``map``).
+
+    Construction is collective (every rank makes the same containers in the same order on the rail) and, like
+    every collective, completes the rail's pending asynchronous work first.  Keys are equal exactly when their
+    bytes are (see :mod:`mailrail.containers.partition`); values are any fixed dtype, structured and subarray
+    dtypes included (values of ``np.dtype((np.float32, 4))`` are passed as arrays of shape ``(n, 4)``).  A key
+    absent from the map has no value; :meth:`get` reports it as not found with a zero value.
+
+    Where an operation takes *values*, they are an array of shape ``(len(keys),) + value shape`` of the value
+    dtype, or of a dtype numpy casts to it safely (``int32`` values into an ``int64`` map), or one value, which
+    every key gets.
+    """
+
+    kind = "Map"
+    #: Arrived records buffered before the table applies them in one batch (a read or a visit applies them at once).
+    pending_limit = 1 << 16
+
+    def __init__(self, rail: Any, key_dtype: npt.DTypeLike, value_dtype: npt.DTypeLike) -> None:
+        super().__init__(rail)
+        self.key_dtype: np.dtype[Any] = np.dtype(key_dtype)
+        self.value_dtype: np.dtype[Any] = np.dtype(value_dtype)
+        for what, dtype, given in (("keys", self.key_dtype, key_dtype), ("values", self.value_dtype, value_dtype)):
+            if dtype.hasobject or dtype.itemsize == 0:
+                raise TypeError(f"Map: {what} must have a fixed-size dtype (numbers, bytes, records); got {given}")
+        # Pending work first: a rank waiting in the allgathers below grants no credit, so a peer still sending
+        # its earlier operations under backpressure would wait for it forever.
+        self.channels.check_collective("Map()")
+        rail.barrier()
+        self._value_base: np.dtype[Any] = self.value_dtype.base
+        self._value_shape: tuple[int, ...] = self.value_dtype.shape
+        self._table = KeyTable(self.key_dtype)
+        self._values: npt.NDArray[Any] = np.zeros(self._table.capacity, dtype=self.value_dtype)
+        self._pair_dtype = np.dtype([("key", self.key_dtype), ("value", self.value_dtype)])
+        self._reduce_dtype = np.dtype([("key", self.key_dtype), ("value", self.value_dtype), ("op", np.uint16)])
+        self._inserts = self._open(self._pair_dtype, self._on_insert, "inserts")
+        self._assigns = self._open(self._pair_dtype, self._on_assign, "assignments")
+        self._reduces = self._open(self._reduce_dtype, self._on_reduce, "reductions")
+        self._erases = self._open(self.key_dtype, self._on_erase, "erasures")
+        found_dtype = np.dtype([("value", self.value_dtype), ("found", np.bool_)])
+        self._getter = Lookup(self, self.key_dtype, found_dtype, self._found, "get")
+        self._checked_ops: set[np.ufunc] = set()
+        # Arrivals not yet applied, in arrival order: (kind, records, ufunc of a reduction by reference).
+        self._pending: list[tuple[int, npt.NDArray[Any], np.ufunc | None]] = []
+        self._pending_records = 0
+        self._token = _rail_token(self.channels) * MAX_CHANNELS + self._inserts.number
+        _MAPS[(self._token, self.rank)] = self
+
+    def __reduce__(self) -> tuple[Callable[[int], Map], tuple[int]]:
+        # A handle: in a visit's arguments it arrives as the receiving rank's part of this map.
+        return _map_handle, (self._token,)
+
+    # -- checking input --------------------------------------------------------
+
+    def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
+        return as_keys(keys, self.key_dtype, f"{self.kind}.{operation}()")
+
+    def _values_for(self, values: Any, count: int, operation: str) -> npt.NDArray[Any]:
+        """*values* as an array of shape ``(count,) + value shape`` of the value dtype, else a precise error."""
+        where = f"{self.kind}.{operation}()"
+        base, shape = self._value_base, self._value_shape
+        if isinstance(values, np.ndarray | np.generic):  # numpy values: converted only when numpy calls it safe
+            array = np.asarray(values)
+            if array.dtype != base and not np.can_cast(array.dtype, base, casting="safe"):
+                raise TypeError(f"{where}: values of dtype {array.dtype} for a Map of value dtype {self.value_dtype}")
+        else:  # Python values (lists, numbers, tuples for records): numpy's conversion, but no float to integer
+            try:
+                array = np.asarray(values, dtype=base)
+                truncated = base.kind in "biu" and np.asarray(values).dtype.kind in "fc"
+            except (TypeError, ValueError, OverflowError) as error:
+                raise TypeError(f"{where}: values cannot be converted to {self.value_dtype}: {error}") from error
+            if truncated:
+                raise TypeError(f"{where}: float values for a Map of value dtype {self.value_dtype}")
+        if array.shape == shape:  # one value for every key
+            return np.broadcast_to(array, (count, *shape))
+        if array.shape != (count, *shape):
+            raise ValueError(
+                f"{where}: {count} keys but values of shape {array.shape}: expected shape {(count, *shape)} "
+                f"(one value of dtype {self.value_dtype} per key) or {shape} (one value for all)"
+            )
+        return array
+
+    def _pairs(self, keys: Any, values: Any, operation: str) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        keys = self._keys(keys, operation)
+        return keys, self._values_for(values, len(keys), operation)
+
+    def _check_op(self, op: np.ufunc, operation: str) -> None:
+        """*op* must combine two values of the value dtype into one it can store (checked once per ufunc)."""
+        if op in self._checked_ops:
+            return
+        if self.value_dtype.names is not None or self._value_base.names is not None:
+            raise TypeError(
+                f"{self.kind}.{operation}(): op {op.__name__} does not apply to structured values of dtype "
+                f"{self.value_dtype}: update records in place with visit()"
+            )
+        try:
+            sample = np.zeros((2, *self._value_shape), dtype=self._value_base)
+            with np.errstate(all="ignore"):  # 0 / 0 and the like: only the dtypes matter here
+                combined = op.reduceat(sample, [0], axis=0, dtype=self._value_base)
+                result = op(sample, sample)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"{self.kind}.{operation}(): op {op.__name__} does not apply to values of dtype {self.value_dtype}: "
+                f"{error}"
+            ) from error
+        for got in (combined.dtype, result.dtype):
+            if not np.can_cast(got, self._value_base, casting="same_kind"):
+                raise TypeError(
+                    f"{self.kind}.{operation}(): op {op.__name__} makes {got} of values of dtype "
+                    f"{self.value_dtype}, which the map cannot store"
+                )
+        self._checked_ops.add(op)
+
+    # -- asynchronous ----------------------------------------------------------
+
+    def insert(self, keys: npt.ArrayLike, values: Any) -> None:
+        """Give each key its value if the key is absent; a present key keeps its value (asynchronous).
+
+        Among several inserts of one absent key in flight (from any ranks, or repeated in one batch), exactly
+        one value is stored; which one is unspecified (in one batch, its first occurrence's).  YGM's
+        ``async_insert`` (which inserts only if missing, like ``std::unordered_map::insert``; older YGM called
+        it ``async_insert_if_missing``).  Raises before anything is sent: ``TypeError`` for keys or values of a
+        dtype numpy does not cast safely, ``ValueError`` for mismatched lengths or shapes.
+        """
+        keys, values = self._pairs(keys, values, "insert")
+        self._send_pairs(self._inserts, keys, values)
+
+    def assign(self, keys: npt.ArrayLike, values: Any) -> None:
+        """Set each key's value, inserting absent keys and overwriting present ones (asynchronous).
+
+        Concurrent assignments of one key: the last applied wins, and their order is unspecified (within one
+        batch, the last occurrence wins).  YGM's ``async_insert_or_assign``.  Errors as :meth:`insert`.
+        """
+        keys, values = self._pairs(keys, values, "assign")
+        self._send_pairs(self._assigns, keys, values)
+
+    def _send_pairs(self, channel: Any, keys: npt.NDArray[Any], values: npt.NDArray[Any]) -> None:
+        if len(keys) == 0:
+            return
+        records = np.empty(len(keys), dtype=self._pair_dtype)
+        records["key"] = keys
+        records["value"] = values
+        channel.send(self.partitioner.owner(keys), records)
+
+    def reduce(self, keys: npt.ArrayLike, values: Any, op: str | np.ufunc) -> None:
+        """Combine each value into its key's value with *op*; an absent key takes the value as given
+        (asynchronous; YGM's ``async_reduce``).
+
+        *op*: ``"add"``, ``"min"``, ``"max"`` or a binary numpy ufunc (``np.bitwise_or``, ``np.multiply``...),
+        assumed associative and commutative: the batch's values of one key are combined here first (one record
+        per distinct key), then at the owner, in an unspecified order (float sums may differ in their last
+        bits from run to run).  Raises before anything is sent: ``ValueError`` for an unknown op, ``TypeError``
+        for an op that does not apply to the value dtype (structured values have none), and as :meth:`insert`.
+        """
+        ufunc = ufunc_of(op, f"{self.kind}.reduce()")
+        keys, values = self._pairs(keys, values, "reduce")
+        self._check_op(ufunc, "reduce")
+        if len(keys) == 0:
+            return
+        words = key_words(keys)
+        order, starts = _group(words)
+        firsts = order[starts]
+        combined = ufunc.reduceat(values[order], starts, axis=0, dtype=self._value_base)
+        owners = self.partitioner.owner_of_hashes(hash_words(words[firsts]))
+        code = _UFUNC_CODES.get(ufunc)
+        if code is None:  # not in numpy's namespace: by reference, in calls
+            pairs = np.empty(len(firsts), dtype=self._pair_dtype)
+            pairs["key"] = keys[firsts]
+            pairs["value"] = combined
+            self._call_owners(_reduce_arrived, owners, pairs, (ufunc,), ())
+            return
+        records = np.empty(len(firsts), dtype=self._reduce_dtype)
+        records["key"] = keys[firsts]
+        records["value"] = combined
+        records["op"] = code
+        self._reduces.send(owners, records)
+
+    def erase(self, keys: npt.ArrayLike) -> None:
+        """Remove each key and its value; absent keys are ignored (asynchronous; YGM's ``async_erase``).
+        Raises before anything is sent: ``TypeError`` for keys of another dtype, ``ValueError`` unless 1-D."""
+        keys = self._keys(keys, "erase")
+        if len(keys):
+            self._erases.send(self.partitioner.owner(keys), keys)
+
+    def visit(self, keys: npt.ArrayLike, fn: Callable[..., object], *args: Any) -> None:
+        """Run ``fn(keys, values, *args)`` at the owners of *keys*, over arrays (asynchronous; YGM's
+        ``async_visit``).
+
+        A key absent at its owner is inserted first with a zero value (YGM default-constructs it).  At the
+        owner, *fn* gets a batch of the visited keys (read-only) and their values (a writable array of the
+        value dtype, aligned with the keys): update ``values`` in place (``values += 1``, ``values["hits"] |= 4``)
+        and the map stores the changes when *fn* returns.  A batch holds each key once: a key visited *k*
+        times in one arrival is visited in *k* successive calls of *fn*, each seeing the previous one's
+        changes.  *fn* may send more visits, inserts and calls (to this map or others); the barrier that
+        completes this visit completes them too.  It may not call collectives (``MailRailError``).
+
+        *fn* is sent by reference, like ``rail.call``'s: a function defined at the top level of a module every
+        rank imports; *args* are pickled once per call of ``visit`` (any picklable Python objects; a ``Map``
+        among them arrives as the receiving rank's part of that map).  Raises here, before anything is sent:
+        ``TypeError`` for a lambda, nested function or bound method, or arguments that cannot be pickled;
+        :class:`~mailrail.errors.MessageSizeError` for arguments too large to travel with keys in a datagram;
+        ``TypeError``/``ValueError`` for bad keys.
+        """
+        self._visit(keys, fn, args, False, "visit")
+
+    def visit_if_contains(self, keys: npt.ArrayLike, fn: Callable[..., object], *args: Any) -> None:
+        """As :meth:`visit`, but keys absent at their owner are skipped (not inserted; *fn* never sees them).
+        YGM's ``async_visit_if_contains``."""
+        self._visit(keys, fn, args, True, "visit_if_contains")
+
+    def _visit(
+        self, keys: npt.ArrayLike, fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool, what: str
+    ) -> None:
+        where = f"{self.kind}.{what}()"
+        keys = self._keys(keys, what)
+        try:
+            check_by_reference(fn)
+        except TypeError as error:
+            raise TypeError(f"{where}: {str(error).removeprefix('rail.call: ')}") from None
+        arguments = _pickled(args, where)
+        if len(keys):
+            self._call_owners(_visits_arrived, self.partitioner.owner(keys), keys, (if_contains, fn), (arguments,))
+
+    def _call_owners(
+        self,
+        arrived: Callable[..., None],
+        owners: npt.NDArray[np.int64],
+        items: npt.NDArray[Any],
+        head: tuple[Any, ...],
+        tail: tuple[Any, ...],
+    ) -> None:
+        """``arrived(token, owner, *head, chunk_bytes, *tail)`` on each owner, for its items in datagram-sized
+        chunks (calls are never split)."""
+        room = self.channels.datagram_size - _CALL_SLACK
+        room -= len(pickle.dumps((arrived, (self._token, self.ranks, *head, b"", *tail)), protocol=5))
+        per_call = room // items.dtype.itemsize
+        if per_call < 1:
+            raise MessageSizeError(
+                f"{self.kind}: a call of {name_of(arrived)} with its arguments leaves no room for one "
+                f"{items.dtype.itemsize}-byte item in a {self.channels.datagram_size}-byte datagram "
+                f"(MAILRAIL_DATAGRAM_SIZE): pass smaller arguments, or raise the datagram size"
+            )
+        order = np.argsort(owners, kind="stable")
+        ordered, owners = items[order], owners[order]
+        used = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+        ends = np.r_[used[1:], len(owners)]
+        # Owners in turn from the next rank on, this one last: local work runs after the remote ranks have theirs.
+        turn = np.roll(np.arange(len(used)), -int(np.searchsorted(owners[used], self.rank + 1)))
+        for group in turn.tolist():
+            dest = int(owners[used[group]])
+            for start in range(int(used[group]), int(ends[group]), per_call):
+                chunk = ordered[start : min(start + per_call, int(ends[group]))]
+                self.rail.call(dest, arrived, self._token, dest, *head, chunk.tobytes(), *tail)
+
+    # -- at the owner ------------------------------------------------------------
+
+    def _fit(self) -> None:
+        """Grow the value storage (geometrically) to hold every key of the table."""
+        if len(self._table) > len(self._values):
+            grown = np.zeros(max(2 * len(self._values), len(self._table)), dtype=self.value_dtype)
+            grown[: len(self._values)] = self._values
+            self._values = grown
+
+    def _insert_keys(self, keys: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """Add the absent *keys* with zero values; each key's dense index."""
+        inserted = self._table.insert(keys)
+        self._fit()
+        new = inserted.dense[inserted.new]
+        if len(new):
+            self._values[new] = np.zeros(len(new), dtype=self.value_dtype)  # storage past an erase is stale
+        return inserted.dense
+
+    def _on_insert(self, source: int, records: npt.NDArray[Any]) -> None:
+        self._buffer(_INSERT, records)
+
+    def _on_assign(self, source: int, records: npt.NDArray[Any]) -> None:
+        self._buffer(_ASSIGN, records)
+
+    def _on_reduce(self, source: int, records: npt.NDArray[Any]) -> None:
+        self._buffer(_REDUCE, records)
+
+    def _on_erase(self, source: int, keys: npt.NDArray[Any]) -> None:
+        self._buffer(_ERASE, keys)
+
+    def _buffer(self, kind: int, records: npt.NDArray[Any], op: np.ufunc | None = None) -> None:
+        # A datagram holds a few hundred records: one table operation per datagram would cost more in numpy
+        # calls than in work, so arrivals wait, in arrival order, until enough are there, or until something
+        # reads the map or visits it.  Operations in flight are unordered, so applying them later is the same.
+        self._pending.append((kind, records.copy(), op))
+        self._pending_records += len(records)
+        if self._pending_records >= self.pending_limit:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Apply the buffered arrivals in arrival order, each run of one kind as one batch: a run of inserts
+        keeps each key's first value, a run of assignments its last, as one arrival would."""
+        pending, self._pending, self._pending_records = self._pending, [], 0
+        start = 0
+        while start < len(pending):
+            kind, _, op = pending[start]
+            end = start + 1
+            while end < len(pending) and pending[end][0] == kind and pending[end][2] is op:
+                end += 1
+            run = [records for _, records, _ in pending[start:end]]
+            records = run[0] if len(run) == 1 else np.concatenate(run)
+            if kind == _INSERT:
+                self._apply_insert(records)
+            elif kind == _ASSIGN:
+                self._apply_assign(records)
+            elif kind == _REDUCE:
+                self._apply_reduces(records)
+            elif kind == _REDUCE_BY_REFERENCE:
+                assert op is not None
+                self._apply_reduce(records, op)
+            else:
+                self._apply_erase(records)
+            start = end
+
+    def _apply_insert(self, records: npt.NDArray[Any]) -> None:
+        inserted = self._table.insert(records["key"])
+        self._fit()
+        self._values[inserted.dense[inserted.new]] = records["value"][inserted.new]
+
+    def _apply_assign(self, records: npt.NDArray[Any]) -> None:
+        dense = self._table.insert(records["key"]).dense
+        self._fit()
+        _, from_end = np.unique(dense[::-1], return_index=True)
+        last = len(dense) - 1 - from_end  # each key's last occurrence: the last assignment wins
+        self._values[dense[last]] = records["value"][last]
+
+    def _apply_reduces(self, records: npt.NDArray[Any]) -> None:
+        codes = records["op"]
+        if (codes == codes[0]).all():
+            self._apply_reduce(records, _UFUNCS[int(codes[0])])
+            return
+        for code in np.unique(codes).tolist():  # reduce() calls of several ops: in flight, so in any order
+            self._apply_reduce(records[codes == code], _UFUNCS[code])
+
+    def _apply_reduce(self, records: npt.NDArray[Any], op: np.ufunc) -> None:
+        held = len(self._table)
+        dense = self._table.insert(records["key"]).dense
+        self._fit()
+        order = np.argsort(dense, kind="stable")
+        ordered = dense[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        targets = ordered[starts]
+        values = records["value"]
+        if len(starts) == len(dense):
+            combined = values[order]
+        else:  # several reduce() calls of one sender in this arrival
+            combined = op.reduceat(values[order], starts, axis=0, dtype=self._value_base)
+        new = targets >= held  # keys new to the table took the next dense indices
+        self._values[targets[new]] = combined[new]
+        old = targets[~new]
+        self._values[old] = op(self._values[old], combined[~new])
+
+    def _apply_erase(self, keys: npt.NDArray[Any]) -> None:
+        erased = self._table.erase(keys)
+        self._values[erased.moved_to] = self._values[erased.moved_from]
+
+    def _apply_visits(
+        self, keys: npt.NDArray[Any], fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool
+    ) -> None:
+        self._settle()
+        if if_contains:
+            dense = self._table.lookup(keys)
+            present = np.flatnonzero(dense >= 0)
+            keys, dense = keys[present], dense[present]
+        else:
+            dense = self._insert_keys(keys)
+        if len(keys) == 0:
+            return
+        rounds = _rounds(dense)
+        for positions in rounds:
+            at, round_keys = (dense, keys) if len(rounds) == 1 else (dense[positions], keys[positions])
+            round_keys.flags.writeable = False
+            values = self._values[at]  # a copy: fn updates it, the map stores it back
+            fn(round_keys, values, *args)
+            self._values[at] = values
+
+    def _found(self, keys: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """This rank's answer to a get: each key's value and whether it is here."""
+        self._settle()
+        index = self._table.lookup(keys)
+        found = index >= 0
+        answers = np.zeros(len(keys), dtype=self._getter.value_dtype)
+        answers["found"] = found
+        answers["value"][found] = self._values[index[found]]
+        return answers
+
+    # -- collective ----------------------------------------------------------------
+
+    def get(self, keys: npt.ArrayLike) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
+        """Collective: ``(values, found)`` for the 1-D batch *keys*, in the caller's order: each key's value
+        (zero where not found) and whether the map holds it.  Each rank asks about its own batch (empty if it
+        has none); every asynchronous operation issued before, by any rank, is applied first.  YGM's
+        ``gather_keys`` (``all_gather`` in older YGM)."""
+        keys = self._keys(keys, "get")
+        self._collective("get")
+        answers = self._getter.ask(keys, self.partitioner.owner(keys))
+        return answers["value"].copy(), answers["found"].copy()
+
+    def size(self) -> int:
+        """Collective: how many keys the map holds, on all ranks (YGM's ``size``)."""
+        self._collective("size")
+        self._settle()
+        return self.channels.allreduce_sum(len(self._table))
+
+    # -- local ---------------------------------------------------------------------
+
+    def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """This rank's keys and their values, as copies, in no particular order (not collective: pending
+        operations are not completed; call ``rail.barrier()`` first to see them).  YGM's ``for_all`` over the
+        local part (``local_for_all``)."""
+        self._settle()
+        held = len(self._table)
+        return self._table.keys.copy(), self._values[:held].copy()
+
+    def __repr__(self) -> str:
+        return f"<Map of {self.key_dtype} -> {self.value_dtype} on rank {self.rank}: {len(self._table)} local keys>"
+
+
+def _group(words: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Groups equal keys (by their canonical words): the stable permutation putting equal keys together, and
+    where each group starts in it."""
+    rows: npt.NDArray[Any]
+    if words.shape[1] == 1:
+        rows = words[:, 0]
+    else:  # one comparable item per key: its words as raw bytes
+        rows = np.ascontiguousarray(words).view(np.dtype((np.void, 8 * words.shape[1]))).reshape(-1)
+    order = np.argsort(rows, kind="stable")
+    ordered = rows[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    return order, starts
+
+
+def _rounds(dense: npt.NDArray[np.int64]) -> list[npt.NDArray[np.intp]]:
+    """The positions of *dense* split into rounds in which each index occurs once: round ``r`` holds each
+    index's ``r``-th occurrence, in batch order.  One round unless the batch repeats a key."""
+    order = np.argsort(dense, kind="stable")
+    ordered = dense[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    if len(starts) == len(dense):
+        return [np.arange(len(dense))]
+    occurrence = np.empty(len(dense), dtype=np.intp)
+    occurrence[order] = np.arange(len(dense)) - np.repeat(starts, np.diff(np.r_[starts, len(dense)]))
+    by_round = np.argsort(occurrence, kind="stable")
+    bounds = np.searchsorted(occurrence[by_round], np.arange(int(occurrence.max()) + 2))
+    return [by_round[bounds[r] : bounds[r + 1]] for r in range(len(bounds) - 1)]
+
+
+def _pickled(args: tuple[Any, ...], where: str) -> bytes:
+    """A visit's arguments, pickled once for all its calls; an argument that cannot be is named."""
+    try:
+        return pickle.dumps(args, protocol=5)
+    except Exception:
+        for index, arg in enumerate(args):
+            try:
+                pickle.dumps(arg, protocol=5)
+            except Exception as why:
+                raise TypeError(
+                    f"{where}: argument {index} ({type(arg).__name__} {reprlib.repr(arg)}) cannot be pickled: {why}"
+                ) from why
+        raise

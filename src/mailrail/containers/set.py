@@ -1,0 +1,135 @@
+"""A distributed set of keys: YGM's ``set``, in batches.
+
+Each key is owned by one rank (:class:`~mailrail.containers.partition.HashPartitioner`), which keeps it in a
+:class:`~mailrail.containers.table.KeyTable`.  :meth:`Set.insert` and :meth:`Set.erase` are asynchronous: the
+batch's duplicates are dropped on the sender, and each distinct key goes to its owner through the rail's
+channels; the next ``rail.barrier()``, or any collective operation, completes them.
+
+**Order.**  Inserts and erases of *one* key issued between two collectives (or barriers) are applied in no
+defined order, even when one rank issued both: the rail delivers datagrams out of order.  Separate them by a
+barrier when the order matters (``insert``, barrier, ``erase`` leaves the key out).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .base import Container, Lookup, as_keys
+from .counting_set import distinct_keys
+from .partition import hash_words
+from .table import KeyTable
+
+__all__ = ["Set"]
+
+
+class Set(Container):
+    """A distributed set of keys of one fixed *dtype* (YGM's ``set``).
+
+    Construction is collective (every rank makes the same containers in the same order on the rail).  Keys of
+    any fixed-size dtype are equal exactly when their bytes are (see :mod:`mailrail.containers.partition`).
+    """
+
+    kind = "Set"
+    #: Arrived keys buffered before one table operation applies them (a read applies them at once).
+    pending_limit = 1 << 16
+
+    def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
+        super().__init__(rail)
+        self.dtype: np.dtype[Any] = np.dtype(dtype)
+        if self.dtype.hasobject or self.dtype.itemsize == 0:
+            raise TypeError(f"Set: keys must have a fixed-size dtype (numbers, bytes, records); got {dtype}")
+        self._table = KeyTable(self.dtype)
+        # Arrivals not yet applied, in arrival order: (erase?, keys).  See _buffer.
+        self._pending: list[tuple[bool, npt.NDArray[Any]]] = []
+        self._pending_keys = 0
+        self._inserts = self._open(self.dtype, self._on_insert, "inserts")
+        self._erases = self._open(self.dtype, self._on_erase, "erases")
+        self._finder = Lookup(self, self.dtype, np.dtype(np.bool_), self._contains_here, "contains")
+
+    def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
+        return as_keys(keys, self.dtype, f"{self.kind}.{operation}()")
+
+    # -- asynchronous --------------------------------------------------------
+
+    def insert(self, keys: npt.ArrayLike) -> None:
+        """Add each key of the 1-D batch *keys* (asynchronous; YGM's ``async_insert``); a key already present
+        stays once.  The next ``rail.barrier()`` or collective completes it.  Allowed inside handlers.  Raises
+        before anything is sent: ``TypeError`` for keys of another dtype numpy does not cast safely,
+        ``ValueError`` unless 1-D."""
+        self._send(self._inserts, self._keys(keys, "insert"))
+
+    def erase(self, keys: npt.ArrayLike) -> None:
+        """Remove each key of the 1-D batch *keys* that is present (asynchronous; YGM's ``async_erase``); absent
+        keys are ignored.  Not ordered with inserts of the same key before the same barrier (see the module)."""
+        self._send(self._erases, self._keys(keys, "erase"))
+
+    def _send(self, channel: Any, keys: npt.NDArray[Any]) -> None:
+        if len(keys) == 0:
+            return
+        unique, _, words = distinct_keys(keys)
+        channel.send(self.partitioner.owner_of_hashes(hash_words(words)), unique)
+
+    def _on_insert(self, source: int, keys: npt.NDArray[Any]) -> None:
+        self._buffer(False, keys)
+
+    def _on_erase(self, source: int, keys: npt.NDArray[Any]) -> None:
+        self._buffer(True, keys)
+
+    def _buffer(self, erase: bool, keys: npt.NDArray[Any]) -> None:
+        # A datagram holds a few hundred keys: one table operation per datagram would cost more in numpy calls
+        # than in work, so arrivals wait, in arrival order, until enough are there or something reads the set.
+        self._pending.append((erase, keys.copy()))
+        self._pending_keys += len(keys)
+        if self._pending_keys >= self.pending_limit:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Apply the buffered arrivals in arrival order, each run of inserts (or erases) as one batch."""
+        pending, self._pending, self._pending_keys = self._pending, [], 0
+        start = 0
+        while start < len(pending):
+            erase = pending[start][0]
+            end = start + 1
+            while end < len(pending) and pending[end][0] == erase:
+                end += 1
+            run = [keys for _, keys in pending[start:end]]
+            keys = run[0] if len(run) == 1 else np.concatenate(run)
+            if erase:
+                self._table.erase(keys)
+            else:
+                self._table.insert(keys)
+            start = end
+
+    # -- collective ----------------------------------------------------------
+
+    def _contains_here(self, keys: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+        self._settle()
+        found: npt.NDArray[np.bool_] = self._table.lookup(keys) >= 0
+        return found
+
+    def contains(self, keys: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Collective: whether each key of the 1-D batch *keys* is in the set, in the caller's order (``bool``).
+        Each rank asks about its own batch (empty if it has none).  YGM's ``count`` (0 or 1, collective)."""
+        keys = self._keys(keys, "contains")
+        self._collective("contains")
+        return self._finder.ask(keys, self.partitioner.owner(keys))
+
+    def size(self) -> int:
+        """Collective: how many keys the set holds (YGM's ``size``)."""
+        self._collective("size")
+        self._settle()
+        return self.channels.allreduce_sum(len(self._table))
+
+    # -- local ---------------------------------------------------------------
+
+    def local(self) -> npt.NDArray[Any]:
+        """This rank's keys, a copy (not collective: call ``rail.barrier()`` first to see pending inserts and
+        erases).  YGM's ``for_all`` over the local part."""
+        self._settle()
+        return self._table.keys.copy()
+
+    def __repr__(self) -> str:
+        return f"<Set of {self.dtype} on rank {self.rank}: {len(self._table)} local keys>"
