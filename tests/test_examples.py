@@ -18,18 +18,16 @@ def run(ranks: int, *argv: str, env: dict[str, str] | None = None):
     return completed.stdout
 
 
+def run_example(name: str, ranks: int, mode: str, *args: str) -> str:
+    """examples/NAME with *args* on *ranks* ranks in flow-control *mode* (2 ranks a node): its output."""
+    env = {"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2"}
+    return run(ranks, str(ROOT / "examples" / name), *args, env=env)
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 4])
 @pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
 def test_the_tutorial_program_finds_every_level(ranks, mode):
-    out = run(
-        ranks,
-        str(ROOT / "examples" / "bfs_levels.py"),
-        "--vertices",
-        "3000",
-        "--degree",
-        "3",
-        env={"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2"},
-    )
+    out = run_example("bfs_levels.py", ranks, mode, "--vertices", "3000", "--degree", "3")
     assert re.search(r"\d+ of 3000 vertices reached, \d+ levels; verified", out), out
 
 
@@ -69,15 +67,7 @@ def test_word_count_counts_every_word_of_every_file(tmp_path):
         path = tmp_path / f"text-{index}.txt"
         path.write_text(text)
         files.append(str(path))
-    out = run(
-        3,
-        str(ROOT / "examples" / "word_count.py"),
-        *files,
-        "--top",
-        "3",
-        "--verify",
-        env={"MAILRAIL_FLOW_CONTROL": "adaptive", "MAILRAIL_RANKS_PER_NODE": "2"},
-    )
+    out = run_example("word_count.py", 3, "adaptive", *files, "--top", "3", "--verify")
     assert "21 words, 12 distinct, in 4 files on 3 ranks" in out, out
     assert "       6  the" in out and "verified" in out, out
     assert "antidisestablish\n" in out  # cut to 16 bytes: one key for both
@@ -85,30 +75,14 @@ def test_word_count_counts_every_word_of_every_file(tmp_path):
 
 @pytest.mark.parametrize("mode, ranks", [("node", 2), ("rank", 4)])
 def test_degree_count_finds_the_hubs(mode, ranks):
-    out = run(
-        ranks,
-        str(ROOT / "examples" / "degree_count.py"),
-        "--scale",
-        "12",
-        "--edges-per-rank",
-        "20000",
-        "--verify",
-        env={"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2"},
-    )
+    out = run_example("degree_count.py", ranks, mode, "--scale", "12", "--edges-per-rank", "20000", "--verify")
     assert "the hubs (vertex: degree)" in out and "verified" in out, out
 
 
 @pytest.mark.parametrize("mode, ranks", [("adaptive", 3), ("none", 4)])
 def test_connected_components_match_a_single_process_union_find(mode, ranks):
-    out = run(
-        ranks,
-        str(ROOT / "examples" / "connected_components.py"),
-        "--vertices",
-        "3000",
-        "--edges-per-rank",
-        "700",
-        "--verify",
-        env={"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2"},
+    out = run_example(
+        "connected_components.py", ranks, mode, "--vertices", "3000", "--edges-per-rank", "700", "--verify"
     )
     assert "connected components among 3000 vertices" in out and "verified" in out, out
 

@@ -256,7 +256,9 @@ def test_a_barrier_without_handler_dispatches_to_the_channels_and_refuses_other_
             rail.send(1, buf, 3)
         rail.barrier()
 
-    with pytest.raises(ProtocolError, match="3-byte datagram from rank 0 ends inside a segment header") as caught:
+    with pytest.raises(
+        ProtocolError, match="3-byte datagram from rank 0 is not a channel datagram \\(it ends inside a segment header"
+    ) as caught:
         World(2).run(program)
     assert "raised on rank 1" in "".join(caught.value.__notes__)
 

@@ -119,7 +119,7 @@ class Channel:
             )
         if len(dests) == 0:
             return
-        if not np.issubdtype(dests.dtype, np.integer):
+        if dests.dtype.kind not in "iu":
             raise TypeError(f"{self.name}: dests have dtype {dests.dtype}: destination ranks must be integers")
         low, high = int(dests.min()), int(dests.max())
         size = self.channels.size
@@ -175,6 +175,7 @@ class Channels:
         self._flush_each_send = False  # inside barrier(): nothing may stay staged
         self._flush_requested = False
         self._handler_depth = 0
+        self._caches: list[tuple[Callable[[], None], Callable[[], int]]] = []  # senders' caches, see add_cache
         self._closed = False
         self.datagrams_sent = 0
         self.calls_sent = 0
@@ -298,9 +299,9 @@ class Channels:
         ends = np.cumsum(counts)
         # Destinations in turn from the next rank on, this one last: ranks do not all start on rank 0,
         # and local work runs after the remote ranks have theirs.
-        used = np.flatnonzero(counts)
-        used = np.roll(used, -int(np.searchsorted(used, rank + 1)))
-        for dest in used.tolist():
+        used = np.flatnonzero(counts).tolist()
+        first = int(np.searchsorted(used, rank + 1))
+        for dest in used[first:] + used[:first]:
             end = int(ends[dest])
             start = end - int(counts[dest])
             if dest == rank:
@@ -561,7 +562,11 @@ class Channels:
         return True
 
     def dispatch(self, message: Any) -> None:
-        """Hand each segment of *message* to its channel's handler or run its call (barrier's handler)."""
+        """Hand each segment of *message* to its channel's handler or run its call (barrier's handler).
+
+        The caller releases the message after this returns, that is after what the handlers sent has left:
+        a barrier's termination counts must never see the message released before its consequences sent.
+        """
         if self._busy:
             self._dispatch(message)
         else:
@@ -611,12 +616,31 @@ class Channels:
 
     # -- flushing and barrier ---------------------------------------------------
 
+    def add_cache(self, flush: Callable[[], None], held: Callable[[], int]) -> None:
+        """Register a sender-side cache (a container that combines work across calls before sending it).
+
+        *flush* sends what the cache holds; it runs at the start of every :meth:`flush` and :meth:`barrier`,
+        before the staging rows leave, so a barrier completes cached work too.  *held* counts the records
+        the cache holds, reported by :meth:`staged` (``finalize()`` reports them as ``"staged"``).
+        """
+        self._caches.append((flush, held))
+
+    @property
+    def in_barrier(self) -> bool:
+        """True while :meth:`barrier` runs: a sender-side cache must send at once then, not hold."""
+        return self._flush_each_send
+
+    def _flush_caches(self) -> None:
+        for flush, _ in self._caches:
+            flush()
+
     def flush(self) -> None:
         """Send every partial datagram (and run what handlers send meanwhile)."""
         self._check_open()
         if self._busy:  # from a handler: the running send or dispatch flushes when it is done
             self._flush_requested = True
             return
+        self._flush_caches()
         self._pump(self._flush_staged)
 
     def _flush_staged(self) -> None:
@@ -625,7 +649,7 @@ class Channels:
 
     def staged(self) -> int:
         """Records and calls accepted and not sent yet (staged, or waiting behind a running send)."""
-        return self._staged_records + self._nested_items
+        return self._staged_records + self._nested_items + sum(held() for _, held in self._caches)
 
     def barrier(self) -> int:
         """Collective (``rail.barrier()`` calls it): flush, then dispatch arrivals until global quiescence.

@@ -89,3 +89,23 @@ class ClusterError(MailRailError):
 
     The message names the option or the step and the value or the command's own error.
     """
+
+
+def report_undelivered(where: str, report: dict[str, int], strict: bool) -> None:
+    """Say what a finalize() found undelivered (*report*: its counts): a warning, or raise if *strict*.
+
+    One text for every rail (MailRail's and ``mailrail.testing``'s), naming each count.
+    """
+    if not any(report.values()):
+        return
+    text = (
+        f"{where}: {report['deferred']} deferred message(s) never sent, {report['unreleased']} received "
+        f"message(s) never released, {report['unreceived']} arrived message(s) never returned by receive(), "
+        f"{report['reserved']} reserved send buffer(s) never sent, {report['staged']} record(s) and call(s) left "
+        f"staged in the rail's channels and containers; call barrier() (quiescence) before finalize()"
+    )
+    if strict:
+        raise UndeliveredError(text)
+    import warnings
+
+    warnings.warn(text, UndeliveredWarning, stacklevel=3)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from .channels import Channels
 from .config import DEPRECATED_KNOBS, KNOBS, Config
 from .errors import (
     ConfigError,
@@ -29,15 +30,13 @@ from .errors import (
     FinalizedError,
     MailRailError,
     StallError,
-    UndeliveredError,
-    UndeliveredWarning,
+    report_undelivered,
 )
 from .failure import abort_job, exit_code_of
 from .flow import Unconstrained, credit_budget
 from .flow.base import FlowControl
 from .flow.node_memory import NodeTopology, SharedWindowCounters
 from .flow.sizing import CreditBudget
-from .channels import Channels
 from .pool import SlotPool
 from .protocol import Endpoint
 from .quiescence import TerminationDetector
@@ -524,17 +523,7 @@ class MailRail:
             "reserved": reserved,
             "staged": staged,
         }
-        if any(report.values()):
-            text = (
-                f"MailRail.finalize() on rank {self.rank}: {dropped_deferred} deferred message(s) never "
-                f"sent, {unreleased} received message(s) never released, {unreceived} arrived message(s) "
-                f"never returned by receive(), {reserved} reserved send buffer(s) never sent, {staged} "
-                f"record(s) and call(s) left staged in the rail's channels and containers; call barrier() "
-                f"(quiescence) before finalize()"
-            )
-            if strict:
-                raise UndeliveredError(text)
-            warnings.warn(text, UndeliveredWarning, stacklevel=2)
+        report_undelivered(f"MailRail.finalize() on rank {self.rank}", report, strict)
         return report
 
     def _wait_timeout(self) -> float:

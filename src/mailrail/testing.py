@@ -45,7 +45,6 @@ import operator
 import pickle
 import random
 import threading
-import warnings
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
@@ -53,7 +52,7 @@ from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 import numpy as np
 
 from .channels import Channels
-from .errors import FinalizedError, MailRailError, UndeliveredError, UndeliveredWarning
+from .errors import FinalizedError, MailRailError, report_undelivered
 from .pool import SlotPool
 from .protocol import (
     FREE,
@@ -489,16 +488,7 @@ class Rail:
             "reserved": reserved,
             "staged": staged,
         }
-        if any(report.values()):
-            text = (
-                f"Rail.finalize() on rank {self.rank}: {unreleased} received message(s) never released, "
-                f"{unreceived} arrived message(s) never returned by receive(), {reserved} reserved send "
-                f"buffer(s) never sent, {staged} record(s) and call(s) left staged in the rail's channels and "
-                f"containers; call barrier() (quiescence) before finalize()"
-            )
-            if strict:
-                raise UndeliveredError(text)
-            warnings.warn(text, UndeliveredWarning, stacklevel=2)
+        report_undelivered(f"Rail.finalize() on rank {self.rank}", report, strict)
         return report
 
     def stats(self) -> dict[str, Any]:

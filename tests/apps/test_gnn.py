@@ -76,6 +76,15 @@ def test_every_mode_and_the_peer_aggregate_exactly(tmp_path, ranks, env):
 
 
 @pytest.mark.mpi
+def test_the_gather_alone_fetches_every_vector_exactly(tmp_path):
+    document = run_gnn(tmp_path, 3, "--scale", "8", "--edge-factor", "8", "--features", "5", "--gather-only")
+    assert document["verified"] is True
+    assert document["workload"]["timed"] == "the halo's gather"
+    assert document["workload"]["checked_against"] == "every vertex's features, computed from the seed"
+    assert all("vectors_per_s" in trial for run in document["runs"] for trial in run["trials"])
+
+
+@pytest.mark.mpi
 def test_a_hub_heavy_graph_with_backpressure(tmp_path):
     """Tiny datagrams and pools: replies wait for credit and send buffers; every mode still exact."""
     document = run_gnn(

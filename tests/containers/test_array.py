@@ -4,21 +4,17 @@ subarray elements (feature vectors); errors raised before anything is sent."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import mpirun, program_path
+from containers_support import job_env, load_program, over_seeds, tiny_world
+from helpers import mpirun
 from mailrail.containers.array import UFUNCS, Array, _distinct, _strictly_increasing
 from mailrail.errors import MessageSizeError
 from mailrail.testing import World
 
-#: Small datagrams and pools: many datagrams per batch, constant backpressure.
-TINY_POOLS = {"MAILRAIL_DATAGRAM_SIZE": "256", "MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "6"}
 #: Every phase the program checks, for kinds that reduce.
 NUMERIC_CHECKS = {
     "local fill",
@@ -38,17 +34,6 @@ NUMERIC_CHECKS = {
 }
 
 
-def load_program(name: str):
-    """A test program as a module (its scenario functions run on mailrail.testing's ranks; main() is not run)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, program_path(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     "seed, mode, ranks, kind, length, pools, transport",
@@ -64,9 +49,7 @@ def load_program(name: str):
     ],
 )
 def test_array_matches_a_numpy_reference(seed, mode, ranks, kind, length, pools, transport):
-    env = {"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2", **(TINY_POOLS if pools else {})}
-    if transport:
-        env["MAILRAIL_TRANSPORT"] = transport
+    env = job_env(mode, pools, transport)
     result = mpirun(ranks, "array_ops.py", "--kind", kind, "--length", str(length), "--seed", str(seed), env=env)
     expected = NUMERIC_CHECKS | ({"reduce bitwise_or"} if kind == "int64" else set())
     if kind == "record":
@@ -80,12 +63,10 @@ def test_array_matches_a_numpy_reference(seed, mode, ranks, kind, length, pools,
     assert any(m.startswith("Array.gather: index") for m in messages)
 
 
-@settings(max_examples=8, deadline=None)
-@given(seed=st.integers(0, 2**16), size=st.integers(1, 4), kind=st.sampled_from(["int64", "vector", "record"]))
+@over_seeds(max_examples=8, kind=st.sampled_from(["int64", "vector", "record"]))
 def test_array_in_memory_over_seeds(seed, size, kind):
     program = load_program("array_ops")
-    world = World(size, seed=seed, datagram_size=256, send_pool_slots=2, recv_pool_slots=4)
-    results = world.run(program.exercise, kind, 60, seed)
+    results = tiny_world(size, seed).run(program.exercise, kind, 60, seed)
     assert len({len(result["checks"]) for result in results}) == 1
 
 
@@ -210,7 +191,7 @@ def test_the_op_table_starts_with_the_named_reductions():
 @settings(max_examples=50, deadline=None)
 @given(
     index=st.lists(st.integers(0, 99), max_size=60).map(lambda v: np.array(v, dtype=np.int64)),
-    length=st.sampled_from([100, 10_000]),  # a bitmap, then np.unique
+    length=st.sampled_from([100, 10_000]),  # a bitmap (for 25 indices or more), then np.unique
 )
 def test_distinct_finds_each_index_once_with_its_position(index, length):
     distinct, position = _distinct(index, length)

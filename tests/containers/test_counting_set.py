@@ -199,6 +199,7 @@ def test_local_after_a_bare_barrier_sees_every_add():
         counting = CountingSet(rail, np.int64)
         counting.add(np.array([5, 5, 6, 7 + rail.rank]))
         rail.barrier()
+        rail.barrier()
         keys, counts = counting.local()
         return dict(zip(keys.tolist(), counts.tolist()))
 
@@ -206,3 +207,289 @@ def test_local_after_a_bare_barrier_sees_every_add():
     merged = {key: count for part in held for key, count in part.items()}
     assert sum(len(part) for part in held) == len(merged)  # each key on one rank
     assert merged == {5: 6, 6: 3, 7: 1, 8: 1, 9: 1}
+
+
+# -- the owners' dense counts ----------------------------------------------------------------------------------
+
+
+def held(results):
+    """Every rank's local() merged into {key: count}, checking that no key is held by two ranks."""
+    merged = {}
+    for keys, counts, _ in results:
+        for key, count in zip(keys.tolist(), counts.tolist()):
+            assert key not in merged, key
+            merged[key] = count
+    return merged
+
+
+def reference(batches):
+    keys, counts = np.unique(np.concatenate(batches), return_counts=True)
+    return dict(zip(keys.tolist(), counts.tolist()))
+
+
+@pytest.mark.parametrize(
+    "dtype, low, high",
+    [
+        (np.int8, -128, 128),
+        (np.uint8, 0, 256),
+        (np.int16, -300, 300),
+        (np.uint16, 60_000, 65_536),
+        (np.int32, -(2**31), -(2**31) + 5000),  # the lowest keys
+        (np.int64, 2**63 - 5000, 2**63),  # the highest keys
+        (np.uint64, 2**64 - 5000, 2**64),  # above 2**63: unsigned arithmetic
+        (">i4", -2000, 2000),  # not the machine's byte order
+    ],
+)
+def test_integer_keys_in_a_narrow_range_are_counted_densely(dtype, low, high):
+    """Negative keys, the ends of each type's range, narrow types: the same counts as numpy, from a dense array."""
+
+    def program(rail):
+        rng = np.random.default_rng([7, rail.rank])
+        batches = [
+            rng.integers(low, high, int(rng.integers(0, 3000)), dtype=np.int64 if high < 2**63 else np.uint64).astype(
+                dtype
+            )
+            for _ in range(6)
+        ]
+        counting = CountingSet(rail, dtype)
+        for batch in batches:
+            counting.add(batch)
+        asked = np.array([low, high - 1, (low + high) // 2], dtype=np.uint64 if high > 2**63 else np.int64).astype(
+            dtype
+        )
+        counts = counting.count(asked)
+        keys, local_counts = counting.local()
+        return keys, local_counts, (counts, counting.total(), counting.size(), counting.dense, batches, asked)
+
+    results = World(3, seed=1).run(program)
+    every = [batch for _, _, extra in results for batch in extra[4]]
+    want = reference(every)
+    assert held(results) == want
+    for _, _, (counts, total, size, dense, _, asked) in results:
+        assert dense
+        assert counts.tolist() == [want.get(key, 0) for key in asked.tolist()]
+        assert (total, size) == (sum(want.values()), len(want))
+    keys = results[0][0]
+    assert keys.dtype == np.dtype(dtype)
+
+
+def test_keys_spreading_too_wide_move_to_a_table_with_their_counts():
+    """Dense while the keys are narrow; a wide batch mid-run moves a rank's keys into a table (for good), with
+    their counts."""
+
+    def program(rail):
+        counting = CountingSet(rail, np.int64)
+        narrow = np.arange(-500, 500, dtype=np.int64).repeat(3)
+        counting.add(narrow)
+        before = counting.count(np.array([-500, 0, 499, 500]))
+        dense_before = counting.dense
+        wide = np.array([2**40, -(2**50), 10**6], dtype=np.int64) + rail.rank
+        counting.add(wide)
+        after = counting.count(np.array([-500, 0, 499, 2**40, 2**40 + 1, -(2**50), 10**6, 10**6 + 2]))
+        dense_after = counting.dense
+        counting.add(narrow[:10])  # and on, in the table
+        return before.tolist(), dense_before, after.tolist(), dense_after, counting.total(), counting.size()
+
+    results = World(2, seed=3).run(program)
+    for before, dense_before, after, _, total, size in results:
+        assert before == [6, 6, 6, 0] and dense_before
+        assert after == [6, 6, 6, 1, 1, 1, 1, 0]
+        assert total == 2 * (3000 + 3 + 10) and size == 1000 + 6
+    assert not all(dense_after for _, _, _, dense_after, _, _ in results)
+
+
+def test_a_range_growing_step_by_step_stays_dense_and_exact():
+    """Keys creeping upward and downward across reads: the dense array grows on the side it needs."""
+
+    def program(rail):
+        counting = CountingSet(rail, np.int32)
+        added = []
+        for step in range(8):
+            batch = np.arange(step * 1000, step * 1000 + 1500, dtype=np.int32) * (1 if step % 2 else -1)
+            counting.add(batch)
+            added.append(batch)
+            assert counting.size() > 0  # a read settles what arrived: the next batch extends the range
+        rail.barrier()
+        keys, counts = counting.local()
+        return keys, counts, (counting.dense, added)
+
+    results = World(2, seed=4).run(program)
+    assert all(extra[0] for _, _, extra in results)
+    assert held(results) == reference([batch for _, _, extra in results for batch in extra[1]])
+
+
+def test_other_dtypes_use_a_table():
+    def program(rail):
+        counting = CountingSet(rail, np.float64)
+        counting.add(np.array([0.0, -0.0, 0.0, np.nan]))
+        return counting.dense, counting.count(np.array([0.0, -0.0, 1.0])).tolist()
+
+    for dense, counts in World(2, seed=0).run(program):
+        assert not dense and counts == [4, 2, 0]  # every rank added them: 0.0 and -0.0 are two keys
+
+
+def test_arrivals_larger_than_the_buffer_are_counted_at_once(monkeypatch):
+    """A tiny buffer: settles mid-run, and records beyond a whole buffer counted straight from the datagram."""
+    monkeypatch.setattr(CountingSet, "pending_bytes", 64)
+
+    def program(rail):
+        rng = np.random.default_rng(rail.rank)
+        batches = [rng.integers(0, 50, 400), rng.zipf(1.5, 400) % 1000, rng.integers(0, 2**62, 300)]
+        counting = CountingSet(rail, np.int64)
+        for batch in batches:
+            counting.add(batch)
+        rail.barrier()
+        keys, counts = counting.local()
+        return keys, counts, batches
+
+    results = World(3, seed=2, datagram_size=2048).run(program)
+    assert held(results) == reference([batch for _, _, batches in results for batch in batches])
+
+
+# -- the senders' combining -------------------------------------------------------------------------------------
+
+
+def test_keys_that_do_not_repeat_go_plain_and_repeated_keys_combined():
+    """The sample decides: distinct keys travel as plain keys, repeated ones as (count, key) records on hot keys."""
+
+    def program(rail, repeated):
+        counting = CountingSet(rail, np.uint64)
+        rng = np.random.default_rng([9, rail.rank])
+        batches = []
+        for _ in range(10):
+            batch = rng.integers(0, 2**63, 2000, dtype=np.uint64)
+            if repeated:
+                batch[:1500] = rng.integers(0, 20, 1500)  # 20 hot keys: three quarters of every batch
+            batches.append(batch)
+            counting.add(batch)
+        rail.barrier()
+        keys, counts = counting.local()
+        return keys, counts, (batches, counting._plain.records_sent, counting._adds.records_sent, counting._hot)
+
+    distinct = World(2, seed=1).run(program, False)
+    for _, _, (_, plain, pairs, hot) in distinct:
+        assert pairs == 0 and plain == 10 * 2000 and hot is None
+    assert held(distinct) == reference([batch for _, _, extra in distinct for batch in extra[0]])
+
+    skewed = World(2, seed=1).run(program, True)
+    for _, _, (_, plain, pairs, hot) in skewed:
+        assert hot is not None
+        # each hot key once per batch (a few share a slot of the hot table with another, and go plain)
+        assert pairs <= 10 * 20 and plain + pairs < 20000 // 2
+    assert held(skewed) == reference([batch for _, _, extra in skewed for batch in extra[0]])
+
+
+def test_combining_follows_the_keys_when_they_change():
+    """Hot keys that go cold make the next batch a sample; keys that stop repeating turn combining off, and the
+    periodic sample turns it on again.  Every count stays exact."""
+
+    def program(rail):
+        counting = CountingSet(rail, np.int32)
+        counting.sample_every = 4
+        rng = np.random.default_rng([11, rail.rank])
+        batches, hot_seen = [], []
+        for step in range(24):
+            phase = step // 8
+            if phase == 0:
+                batch = rng.integers(0, 10, 1000)  # repeats: combined on hot keys
+            elif phase == 1:
+                batch = rng.integers(100, 110, 1000)  # other hot keys: the old ones went cold
+            else:
+                batch = rng.permutation(2**20)[:1000] + 10_000  # no repeats: plain
+            batch = batch.astype(np.int32)
+            batches.append(batch)
+            counting.add(batch)
+            hot_seen.append(
+                None
+                if counting._hot is None
+                else sorted(counting._hot.records["key"][counting._hot.records["key"] != 0].tolist())
+            )
+        rail.barrier()
+        keys, counts = counting.local()
+        return keys, counts, (batches, hot_seen)
+
+    results = World(2, seed=2).run(program)
+    assert held(results) == reference([batch for _, _, extra in results for batch in extra[0]])
+    for _, _, (_, hot_seen) in results:
+        assert hot_seen[7] is not None and set(hot_seen[7]) <= set(range(1, 10))
+        assert hot_seen[15] is not None and set(hot_seen[15]) <= set(range(100, 110))
+        assert hot_seen[23] is None
+
+
+@pytest.mark.parametrize("dtype", ["S16", np.dtype([("a", "u1"), ("b", "<u4")], align=True), np.float32])
+def test_combining_longer_and_padded_keys(dtype):
+    """Hot keys of two words (hashes confirmed on the words) and padded records (garbage padding): exact counts."""
+
+    def program(rail):
+        counting = CountingSet(rail, dtype)
+        rng = np.random.default_rng([5, rail.rank])
+        ids = [rng.integers(0, 40, 1200) for _ in range(6)]
+        for batch in ids:
+            keys = np.zeros(len(batch), dtype=dtype)
+            if keys.dtype.names:
+                keys["a"], keys["b"] = batch % 7, batch
+                keys.view(np.uint8).reshape(len(batch), -1)[:, 1:4] = rng.integers(0, 256, (len(batch), 3))
+            else:
+                keys[:] = batch.astype(keys.dtype) if keys.dtype.kind != "S" else batch.astype("S16")
+            counting.add(keys)
+        asked = np.zeros(40, dtype=dtype)
+        if asked.dtype.names:
+            asked["a"], asked["b"] = np.arange(40) % 7, np.arange(40)
+        else:
+            asked[:] = np.arange(40).astype(asked.dtype) if asked.dtype.kind != "S" else np.arange(40).astype("S16")
+        return counting.count(asked), ids, counting._hot is not None
+
+    results = World(2, seed=3).run(program)
+    want = np.bincount(np.concatenate([batch for _, ids, _ in results for batch in ids]), minlength=40)
+    for counts, _, hot in results:
+        assert counts.tolist() == want.tolist() and hot
+
+
+def test_the_senders_hash_and_owners_are_the_partitioners():
+    from mailrail.containers.counting_set import key_hashes
+    from mailrail.containers.partition import HashPartitioner, hash_words, key_words
+
+    rng = np.random.default_rng(0)
+    for dtype in (np.uint64, np.int8, "S3", "S16", "S20"):
+        keys = rng.integers(0, 2**62, 500).astype(dtype)
+        words = key_words(keys)
+        assert np.array_equal(key_hashes(words), hash_words(words))
+
+    def program(rail):
+        counting = CountingSet(rail, np.uint64)
+        keys = rng.integers(0, 2**64 - 1, 1000, dtype=np.uint64)
+        return np.array_equal(counting._owners(key_hashes(key_words(keys))), HashPartitioner(rail.size).owner(keys))
+
+    for size in (1, 2, 3, 4, 5, 8):
+        assert all(World(size, seed=0).run(program))
+
+
+@pytest.mark.filterwarnings("ignore::mailrail.errors.UndeliveredWarning")
+def test_hot_counts_held_on_the_sender_are_sent_by_a_barrier_or_reported_at_finalize():
+    """Hot keys' counts wait on the sender across adds: a barrier (or a flush) sends them, exactly once; left
+    held at finalize() they are reported as staged."""
+
+    def program(rail, finish):
+        counting = CountingSet(rail, np.uint64)
+        rng = np.random.default_rng([3, rail.rank])
+        batches = [rng.integers(0, 30, 500).astype(np.uint64) for _ in range(5)]
+        for batch in batches:
+            counting.add(batch)
+        held = counting._held_records()
+        if finish == "finalize":
+            return held, rail.finalize()["staged"]
+        after_flush = None
+        if finish == "flush":
+            rail.channels.flush()
+            after_flush = counting._held_records()
+        rail.barrier()
+        return held, after_flush, counting.local(), batches
+
+    for held_records, staged in World(2, seed=4).run(program, "finalize"):
+        assert held_records > 0 and staged >= held_records
+    for finish in ("barrier", "flush"):
+        results = World(2, seed=4).run(program, finish)
+        for held_records, after_flush, _, _ in results:
+            assert held_records > 0 and after_flush in (None, 0)
+        got = held([(*local, None) for _, _, local, _ in results])
+        assert got == reference([batch for _, _, _, batches in results for batch in batches])

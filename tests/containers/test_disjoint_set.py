@@ -5,32 +5,16 @@ raised before anything is sent; collectives refused inside handlers."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import mpirun, program_path
+from containers_support import job_env, load_program, over_seeds, tiny_world
+from helpers import mpirun
 from mailrail.containers.disjoint_set import DisjointSet, ItemOrder, batch_components
 from mailrail.errors import MailRailError
 from mailrail.testing import World
-
-#: Small datagrams and pools: many datagrams per batch, constant backpressure.
-TINY_POOLS = {"MAILRAIL_DATAGRAM_SIZE": "256", "MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "6"}
-
-
-def load_program(name: str):
-    """A test program as a module (its exercise() runs on mailrail.testing's ranks; main() is not run)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, program_path(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def reference_roots(pairs: np.ndarray, count: int) -> np.ndarray:
@@ -70,9 +54,7 @@ def reference_roots(pairs: np.ndarray, count: int) -> np.ndarray:
     ],
 )
 def test_disjoint_set_matches_a_single_process_union_find(dtype, mode, ranks, pools, transport, items, pairs, shape):
-    env = {"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2", **(TINY_POOLS if pools else {})}
-    if transport:
-        env["MAILRAIL_TRANSPORT"] = transport
+    env = job_env(mode, pools, transport)
     args = ["--dtype", dtype, "--items", str(items), "--pairs", str(pairs), "--shape", shape]
     result = mpirun(ranks, "disjoint_set_random.py", *args, env=env)
     # The program asserted find, num_sets, size, local and roots against the reference on every rank.
@@ -105,23 +87,19 @@ def test_the_batch_example_of_the_docs_runs(tmp_path):
 # -- in memory ----------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=12, deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    size=st.integers(1, 4),
+@over_seeds(
+    max_examples=12,
     dtype=st.sampled_from(["int64", "float64", "bytes3", "bytes12", "record"]),
     shape=st.sampled_from(["skewed", "uniform"]),
     datagram_size=st.sampled_from([128, 256, 4096]),
 )
 def test_disjoint_set_in_memory_over_seeds(seed, size, dtype, shape, datagram_size):
     program = load_program("disjoint_set_random")
-    world = World(size, seed=seed, datagram_size=datagram_size, send_pool_slots=2, recv_pool_slots=4)
-    results = world.run(program.exercise, dtype, 200, 160, 4, seed, shape)
+    results = tiny_world(size, seed, datagram_size).run(program.exercise, dtype, 200, 160, 4, seed, shape)
     assert len({(r["first"]["sets"], r["second"]["sets"]) for r in results}) == 1
 
 
-@settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**16), size=st.integers(1, 4), count=st.integers(1, 120), waves=st.integers(1, 3))
+@over_seeds(max_examples=15, count=st.integers(1, 120), waves=st.integers(1, 3))
 def test_waves_of_unions_between_collectives_in_memory(seed, size, count, waves):
     """Unions, then find/num_sets/compress, several times: compressed sets merge again correctly."""
     rng = np.random.default_rng(seed)
@@ -145,7 +123,7 @@ def test_waves_of_unions_between_collectives_in_memory(seed, size, count, waves)
             seen.append(dset.num_sets())
         return seen
 
-    results = World(size, seed=seed, datagram_size=256, send_pool_slots=2, recv_pool_slots=4).run(program)
+    results = tiny_world(size, seed).run(program)
     assert all(result == results[0] for result in results)
 
 

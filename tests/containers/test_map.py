@@ -3,70 +3,42 @@ and in memory (mailrail.testing's World, over seeds); errors; pending work at fi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from helpers import mpirun, program_path
+from containers_support import (
+    MPI_RUNS,
+    assert_reported_staged,
+    load_program,
+    over_seeds,
+    scenario_in_memory,
+    scenario_job,
+)
 from mailrail.containers.map import Map
 from mailrail.testing import World
 
-#: Small datagrams and pools: many datagrams and calls per batch, constant backpressure.
-TINY_POOLS = {"MAILRAIL_DATAGRAM_SIZE": "512", "MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "6"}
-
-
-def load_program(name: str):
-    """A test program as a module (its functions run on mailrail.testing's ranks; main() is not run).  Visits
-    send their functions by reference: registered in sys.modules, the module's functions can be found."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, program_path(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+#: Map's datagrams: twice the other containers' tiny ones (a visit's call is larger than a record).
+DATAGRAM_SIZE = 512
+#: Every flow-control mode as for Set and Bag; the Python transport on 3 ranks.
+MAP_RUNS = [*MPI_RUNS[:-1], (5, "rank", 3, True, "python")]
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize(
-    "seed, mode, ranks, pools, transport",
-    [
-        pytest.param(1, "none", 2, False, None, marks=pytest.mark.smoke),
-        (2, "rank", 4, True, None),
-        (3, "node", 4, True, None),
-        (4, "adaptive", 4, True, None),
-        (5, "rank", 3, True, "python"),
-    ],
-)
+@pytest.mark.parametrize("seed, mode, ranks, pools, transport", MAP_RUNS)
 def test_map_matches_a_numpy_reference(seed, mode, ranks, pools, transport):
-    env = {"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2", **(TINY_POOLS if pools else {})}
-    if transport:
-        env["MAILRAIL_TRANSPORT"] = transport
-    result = mpirun(ranks, "containers_map.py", "--seed", str(seed), "--count", "1200" if pools else "2000", env=env)
-    assert result["failures"] == []
+    args = ("--seed", str(seed), "--count", "1200" if pools else "2000")
+    result = scenario_job("containers_map.py", ranks, mode, pools, transport, *args, datagram_size=DATAGRAM_SIZE)
     assert len(result["checks"]) == ranks and min(result["checks"]) >= 55
-    if pools:
-        assert result["reserve_failures"] > 0  # backpressure happened
     errors = result["errors"]
     assert "'average'" in errors["unknown op"]
     assert "lambda" in errors["lambda"]
     assert "Map.size()" in errors["collective in a visit"]
-    for staged in result["staged"]:  # pending work at finalize() without a barrier
-        assert 0 < staged["report"]["staged"] <= staged["pending"], staged
-        assert len(staged["warnings"]) == 1 and "staged" in staged["warnings"][0]
+    assert_reported_staged(result["staged"])  # pending work at finalize() without a barrier
 
 
-@settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 2**16), size=st.integers(1, 4))
+@over_seeds(max_examples=10)
 def test_map_in_memory_over_seeds(seed, size):
-    program = load_program("containers_map")
-    world = World(size, seed=seed, datagram_size=512, send_pool_slots=2, recv_pool_slots=4)
-    results = world.run(program.scenario, seed, 300)
-    assert [failure for result in results for failure in result["failures"]] == []
+    results = scenario_in_memory("containers_map", size, seed, 300, datagram_size=DATAGRAM_SIZE)
     assert all(result["checks"] >= 55 for result in results)
 
 

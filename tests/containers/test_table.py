@@ -275,3 +275,99 @@ def test_colliding_hashes_are_told_apart(monkeypatch, dtype):
             check_moves(model, old_length, len(table), moved_from, moved_to)
         assert table.lookup(pool).tolist() == model.lookup(list(range(pool.size)))
         table_state_is_consistent(table, pool, model.values)
+
+
+#: Module settings that send probes and claims down each of their paths: the defaults; every key in Python; a
+#: slot per key and pass until none is left (no windows); windows until none is left (no Python).
+PROBE_MODES = {
+    "default": {},
+    "python": {"SCALAR_KEYS": 10**9},
+    "one-slot passes": {"SCALAR_KEYS": 0, "WINDOW_KEYS": 0},
+    "windows": {"SCALAR_KEYS": 0, "WINDOW_KEYS": 10**9},
+}
+
+
+def slots_are_consistent(table: KeyTable) -> None:
+    """Each live key's slot holds its dense index + 1, no other slot holds one, no claim marker is left behind,
+    and the tombstone count is exact."""
+    n = len(table)
+    slots = table._slots
+    assert slots.min() >= -1
+    assert np.count_nonzero(slots == -1) == table._tombstones
+    assert np.array_equal(np.sort(slots[slots > 0]), np.arange(1, n + 1))
+    assert np.array_equal(slots[table._slot_of[:n]], np.arange(1, n + 1))
+
+
+@pytest.mark.parametrize("mode", PROBE_MODES)
+@pytest.mark.parametrize("dtype", ["<u8", "S16", "S5", RECORD])
+@pytest.mark.parametrize("clustered", [False, True], ids=["spread", "clustered"])
+def test_every_probe_path_gives_the_same_answers(monkeypatch, mode, dtype, clustered):
+    for name, value in PROBE_MODES[mode].items():
+        monkeypatch.setattr(table_module, name, value)
+    pool_size, sizes = 3000, [1, 3, 8, 9, 40, 300, 1500]
+    if clustered:  # 8 hashes, the last 8 slots: probes of hundreds of slots, wrapping around the slot array
+        top = np.uint64(2**64 - 8)
+        monkeypatch.setattr(table_module, "hash_words", lambda words: (words[:, -1] & np.uint64(7)) | top)
+        pool_size, sizes = 400, [1, 3, 8, 9, 40, 200]
+    pool = pool_of(np.dtype(dtype), pool_size, seed=11)
+    model = Model(pool)
+    table = KeyTable(dtype, capacity=0)
+    rng = np.random.default_rng(12)
+    for _ in range(30):
+        numbers = rng.integers(0, pool.size, rng.choice(sizes)).tolist()
+        op = rng.choice(["insert", "insert", "lookup", "erase"])
+        if op == "lookup":
+            assert table.lookup(pool[numbers]).tolist() == model.lookup(numbers)
+        elif op == "insert":
+            dense, new = table.insert(pool[numbers])
+            assert (dense.tolist(), new.tolist()) == model.insert(numbers)
+        else:
+            old_length = len(table)
+            removed, moved_from, moved_to = table.erase(pool[numbers])
+            assert removed.tolist() == model.erase(numbers)
+            check_moves(model, old_length, len(table), moved_from, moved_to)
+        slots_are_consistent(table)
+        table_state_is_consistent(table, pool, model.values)
+    assert table.lookup(pool).tolist() == model.lookup(list(range(pool.size)))
+
+
+def test_probes_wrap_around_the_end_of_the_slots(monkeypatch):
+    # Every key's first slot is one of the last two: each probe but the first wraps around to slot 0 and on.
+    monkeypatch.setattr(table_module, "hash_words", lambda words: words[:, 0] | np.uint64(2**64 - 2))
+    table = KeyTable(np.uint64, capacity=30)  # 64 slots
+    keys = np.arange(30, dtype=np.uint64) * 7
+    assert table.insert(keys).dense.tolist() == list(range(30))
+    assert table._slots.size == 64 and table._slots[:28].all() and table._slots[-2:].all()
+    assert table.lookup(keys[::-1]).tolist() == list(range(29, -1, -1))
+    assert table.lookup(keys + 1).tolist() == [-1] * 30
+    removed, moved_from, moved_to = table.erase(keys[:15])
+    assert removed.all() and moved_to.tolist() == list(range(15)) and moved_from.tolist() == list(range(15, 30))
+    assert table.lookup(keys).tolist() == [-1] * 15 + list(range(15))
+    slots_are_consistent(table)
+
+
+def test_a_lone_key_in_a_batch():
+    table = KeyTable("S16")
+    assert table.insert(np.array([b"k"])).dense.tolist() == [0]
+    assert table.insert(np.array([b"k", b"k", b"j"])).new.tolist() == [False, False, True]
+    assert b"k" in table and b"j" in table and b"i" not in table
+    assert table.erase(np.array([b"k"])).removed.tolist() == [True]
+    assert b"k" not in table and table.keys.tolist() == [b"j"]
+
+
+@pytest.mark.parametrize("mode", PROBE_MODES)
+@pytest.mark.parametrize("erased", [3, 19], ids=["first-slot-tombstone", "later-tombstone"])
+def test_a_tombstone_is_never_taken_for_a_key(monkeypatch, mode, erased):
+    # A tombstone (-1) or an empty slot (0) minus one is a valid index from the end of the dense storage:
+    # the key stored there must not be taken for the key probing past that slot.
+    for name, value in PROBE_MODES[mode].items():
+        monkeypatch.setattr(table_module, name, value)
+    monkeypatch.setattr(table_module, "hash_words", lambda words: words[:, 0].copy())  # first slot: key % 16
+    table = KeyTable(np.uint64, capacity=8)  # 16 slots, dense storage for 8 keys
+    for keys in [3], [19], [8, 9, 10, 11], [35], [12]:  # one by one: 3, 19, 35 in slots 3, 4, 5
+        table.insert(np.array(keys, dtype=np.uint64))
+    assert table._slots[3:6].tolist() == [1, 2, 7] and table._slots.size == 16
+    table.erase(np.array([erased], dtype=np.uint64))  # a tombstone on the way to 35, now second to last
+    batch = np.array([35, *range(100, 110)], dtype=np.uint64)
+    assert table.lookup(batch).tolist() == [6] + [-1] * 10
+    slots_are_consistent(table)

@@ -14,19 +14,16 @@ pending at finalize() are reported as staged.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import warnings
 from typing import Any
 
 import numpy as np
 
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for the shared helpers of containers_counting_set
-from containers_counting_set import DOMAIN, DTYPES, Checks, clean, keys_of
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for containers_common and containers_counting_set
+from containers_common import Checks, finalize_pending, refused_in_a_handler, run_job, seed_and_scale
+from containers_counting_set import DOMAIN, DTYPES, clean, keys_of
 
-from mailrail import MailRailError, UndeliveredError, UndeliveredWarning
 from mailrail.containers.bag import Bag
 from mailrail.containers.partition import hash_keys
 
@@ -116,20 +113,8 @@ def errors(rail: Any, check: Checks) -> None:
     check.error("2-D local items", ValueError, ["(1, 2)"], lambda: bag.local_insert(np.zeros((1, 2), np.int64)))
     check.error("object dtype", TypeError, ["object"], lambda: Bag(rail, object))
     check.error("owner", TypeError, ["Bag.owner()", "no owner"], lambda: bag.owner(np.arange(3)))
-    refusals: list[str] = []
-
-    def collective_inside(source: int, records: np.ndarray) -> None:
-        for action in (bag.size, bag.rebalance):
-            try:
-                action()
-                refusals.append("no error")
-            except MailRailError as error:
-                refusals.append(str(error))
-        bag.insert(np.arange(4))  # asynchronous work is allowed in a handler
-
-    probe = rail.channels.open(np.int64, collective_inside, name="probe")
-    probe.send_to((rail.rank + 1) % rail.size, np.zeros(1, dtype=np.int64))
-    rail.barrier()
+    # An insert, asynchronous, is allowed in a handler.
+    refusals = refused_in_a_handler(rail, [bag.size, bag.rebalance], lambda: bag.insert(np.arange(4)))
     check("size refused in a handler", len(refusals) == 2 and "Bag.size()" in refusals[0], refusals)
     check("rebalance refused in a handler", len(refusals) == 2 and "Bag.rebalance()" in refusals[1], refusals)
     if refusals:
@@ -153,56 +138,15 @@ def staged(rail: Any, strict: bool) -> dict:
     """Inserts whose round-robin sends them to other ranks, then finalize() without a barrier: staged."""
     bag = Bag(rail, np.uint64)
     bag.insert(np.arange(4 * rail.size, dtype=np.uint64))  # 3 of every 4 go elsewhere
-    result: dict[str, Any] = {"pending": 4 * (rail.size - 1)}
-    if strict:
-        try:
-            rail.finalize(strict=True)
-            result["error"] = "no error"
-        except UndeliveredError as error:
-            result["error"] = str(error)
-        return result
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result["report"] = rail.finalize()
-    result["warnings"] = [str(w.message) for w in caught if w.category is UndeliveredWarning]
-    return result
+    return finalize_pending(rail, strict, {"pending": 4 * (rail.size - 1)})
 
 
 def main() -> None:
-    from mpi4py import MPI
-
-    from mailrail import MailRail
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--scale", type=float, default=1.0, help="batch sizes, relative to the defaults")
-    parser.add_argument("--staged", action="store_true", help="also check what finalize() reports as staged")
-    args = parser.parse_args()
-    comm = MPI.COMM_WORLD
-    rail = MailRail(comm)
-    result = scenario(rail, args.seed, args.scale)
-    stats = rail.stats()
-    report = rail.finalize(strict=True)
-    if any(report.values()):
-        result["failures"].append(f"rank {comm.rank}: finalize after barriers reported {report}")
-    if args.staged:
-        result["staged"] = staged(MailRail(comm), strict=False)
-        result["strict"] = staged(MailRail(comm), strict=True)
-    everyone = comm.gather(result, root=0)
-    reserve_failures = comm.reduce(stats["reserve_failures"], root=0)
-    if comm.rank == 0:
-        assert everyone is not None
-        summary = {
-            "failures": [failure for theirs in everyone for failure in theirs["failures"]],
-            "checks": [theirs["checks"] for theirs in everyone],
-            "errors": everyone[0]["errors"],
-            "moved": everyone[0]["moved"],
-            "reserve_failures": reserve_failures,
-        }
-        if args.staged:
-            summary["staged"] = [theirs["staged"] for theirs in everyone]
-            summary["strict"] = [theirs["strict"] for theirs in everyone]
-        print("RESULT " + json.dumps(summary), flush=True)
+    args = seed_and_scale().parse_args()
+    staged_runs = {"staged": lambda rail: staged(rail, False), "strict": lambda rail: staged(rail, True)}
+    run_job(
+        lambda rail: scenario(rail, args.seed, args.scale), staged_runs if args.staged else None, ("errors", "moved")
+    )
 
 
 if __name__ == "__main__":

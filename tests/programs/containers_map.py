@@ -15,14 +15,16 @@ many ran per rank), ``errors`` (rank 0's messages of the expected errors), ``res
 from __future__ import annotations
 
 import argparse
-import json
-import warnings
-from collections.abc import Callable
+import os
+import sys
 from typing import Any
 
 import numpy as np
 
-from mailrail import MailRailError, UndeliveredWarning
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for containers_common
+from containers_common import Checks, finalize_pending, run_job
+
+from mailrail import MailRailError
 from mailrail.containers import map as map_module
 from mailrail.containers.map import Map
 
@@ -32,34 +34,6 @@ VISIT_OFFSET = 1 << 40
 #: errors of collectives tried inside visits.
 TALLIES: dict[int, int] = {}
 REFUSALS: dict[int, list[str]] = {}
-
-
-class Checks:
-    """This rank's checks: failures (named, with detail) and expected errors' messages."""
-
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        self.failures: list[str] = []
-        self.count = 0
-        self.errors: dict[str, str] = {}
-
-    def __call__(self, name: str, ok: object, detail: object = "") -> None:
-        self.count += 1
-        if not ok:
-            self.failures.append(f"rank {self.rank}: {name} {str(detail)[:500]}")
-
-    def error(self, name: str, kind: type, words: list[str], action: Callable[[], object]) -> None:
-        """*action* raises *kind*, with each of *words* in its message."""
-        try:
-            action()
-        except kind as error:
-            self.errors[name] = str(error)
-            self(f"error {name} names {words}", all(word in str(error) for word in words), error)
-            return
-        except Exception as error:  # reported as a failure
-            self(f"error {name} is {kind.__name__}", False, f"got {type(error).__name__}: {error}")
-            return
-        self(f"error {name} raised", False, "no error")
 
 
 # -- visitors and calls (module level: sent by reference) -----------------------------------------------------
@@ -112,7 +86,7 @@ def scenario(rail: Any, seed: int, count: int = 2000) -> dict:
     rank, size, comm = rail.rank, rail.size, rail.comm
     TALLIES[rank] = 0
     REFUSALS[rank] = []
-    check = Checks(rank)
+    check = Checks(rank, detail=500)
 
     def rng_of(sender: int, step: int) -> np.random.Generator:
         return np.random.default_rng([seed, step, sender])
@@ -352,45 +326,16 @@ def staged(rail: Any) -> dict:
     far = candidates[pending.owner(candidates) != rail.rank][:3]
     pending.insert(far, far)
     pending.visit(far, nothing)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = rail.finalize()
-    return {
-        "report": report,
-        "pending": len(far) + len(np.unique(pending.owner(far))),  # 3 records, one call per owner
-        "warnings": [str(w.message) for w in caught if w.category is UndeliveredWarning],
-    }
+    # 3 records, one call per owner.
+    return finalize_pending(rail, False, {"pending": len(far) + len(np.unique(pending.owner(far)))})
 
 
 def main() -> None:
-    from mpi4py import MPI
-
-    from mailrail import MailRail
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--count", type=int, default=2000)
     args = parser.parse_args()
-    comm = MPI.COMM_WORLD
-    rail = MailRail(comm)
-    result = scenario(rail, args.seed, args.count)
-    stats = rail.stats()
-    report = rail.finalize(strict=True)
-    if any(report.values()):
-        result["failures"].append(f"rank {comm.rank}: finalize after barriers reported {report}")
-    result["staged"] = staged(MailRail(comm))
-    everyone = comm.gather(result, root=0)
-    reserve_failures = comm.reduce(stats["reserve_failures"], root=0)
-    if comm.rank == 0:
-        assert everyone is not None
-        summary = {
-            "failures": [failure for theirs in everyone for failure in theirs["failures"]],
-            "checks": [theirs["checks"] for theirs in everyone],
-            "errors": everyone[0]["errors"],
-            "reserve_failures": reserve_failures,
-            "staged": [theirs["staged"] for theirs in everyone],
-        }
-        print("RESULT " + json.dumps(summary), flush=True)
+    run_job(lambda rail: scenario(rail, args.seed, args.count), {"staged": staged})
 
 
 if __name__ == "__main__":

@@ -14,19 +14,16 @@ pending at finalize() are reported as staged.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import warnings
 from typing import Any
 
 import numpy as np
 
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for the shared helpers of containers_counting_set
-from containers_counting_set import DOMAIN, DTYPES, Checks, by_bytes, keys_of, same_keys
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for containers_common and containers_counting_set
+from containers_common import Checks, finalize_pending, refused_in_a_handler, run_job, seed_and_scale
+from containers_counting_set import DOMAIN, DTYPES, by_bytes, keys_of, same_keys
 
-from mailrail import MailRailError, UndeliveredError, UndeliveredWarning
 from mailrail.containers.set import Set
 
 
@@ -101,20 +98,10 @@ def errors(rail: Any, check: Checks) -> None:
     check.error("2-D erase", ValueError, ["(2, 2)"], lambda: keys.erase(np.zeros((2, 2), dtype=np.int64)))
     check.error("2-D contains", ValueError, ["(1, 3)"], lambda: keys.contains(np.zeros((1, 3), dtype=np.int64)))
     check.error("object dtype", TypeError, ["object"], lambda: Set(rail, object))
-    refusals: list[str] = []
-
-    def collective_inside(source: int, records: np.ndarray) -> None:
-        for action in (lambda: keys.contains(np.arange(2)), keys.size):
-            try:
-                action()
-                refusals.append("no error")
-            except MailRailError as error:
-                refusals.append(str(error))
-        keys.insert(np.arange(5))  # asynchronous work is allowed in a handler
-
-    probe = rail.channels.open(np.int64, collective_inside, name="probe")
-    probe.send_to((rail.rank + 1) % rail.size, np.zeros(1, dtype=np.int64))
-    rail.barrier()
+    # An insert, asynchronous, is allowed in a handler.
+    refusals = refused_in_a_handler(
+        rail, [lambda: keys.contains(np.arange(2)), keys.size], lambda: keys.insert(np.arange(5))
+    )
     check("contains refused in a handler", len(refusals) == 2 and "Set.contains()" in refusals[0], refusals)
     check("size refused in a handler", len(refusals) == 2 and "Set.size()" in refusals[1], refusals)
     if refusals:
@@ -141,55 +128,13 @@ def staged(rail: Any, strict: bool) -> dict:
     elsewhere = candidates[keys.owner(candidates) != rail.rank][:10]
     keys.insert(np.repeat(elsewhere, 2))  # duplicates dropped on the sender
     keys.erase(elsewhere[:3])
-    result: dict[str, Any] = {"pending": len(elsewhere) + len(elsewhere[:3])}
-    if strict:
-        try:
-            rail.finalize(strict=True)
-            result["error"] = "no error"
-        except UndeliveredError as error:
-            result["error"] = str(error)
-        return result
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result["report"] = rail.finalize()
-    result["warnings"] = [str(w.message) for w in caught if w.category is UndeliveredWarning]
-    return result
+    return finalize_pending(rail, strict, {"pending": len(elsewhere) + len(elsewhere[:3])})
 
 
 def main() -> None:
-    from mpi4py import MPI
-
-    from mailrail import MailRail
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--scale", type=float, default=1.0, help="batch sizes, relative to the defaults")
-    parser.add_argument("--staged", action="store_true", help="also check what finalize() reports as staged")
-    args = parser.parse_args()
-    comm = MPI.COMM_WORLD
-    rail = MailRail(comm)
-    result = scenario(rail, args.seed, args.scale)
-    stats = rail.stats()
-    report = rail.finalize(strict=True)
-    if any(report.values()):
-        result["failures"].append(f"rank {comm.rank}: finalize after barriers reported {report}")
-    if args.staged:
-        result["staged"] = staged(MailRail(comm), strict=False)
-        result["strict"] = staged(MailRail(comm), strict=True)
-    everyone = comm.gather(result, root=0)
-    reserve_failures = comm.reduce(stats["reserve_failures"], root=0)
-    if comm.rank == 0:
-        assert everyone is not None
-        summary = {
-            "failures": [failure for theirs in everyone for failure in theirs["failures"]],
-            "checks": [theirs["checks"] for theirs in everyone],
-            "errors": everyone[0]["errors"],
-            "reserve_failures": reserve_failures,
-        }
-        if args.staged:
-            summary["staged"] = [theirs["staged"] for theirs in everyone]
-            summary["strict"] = [theirs["strict"] for theirs in everyone]
-        print("RESULT " + json.dumps(summary), flush=True)
+    args = seed_and_scale().parse_args()
+    staged_runs = {"staged": lambda rail: staged(rail, False), "strict": lambda rail: staged(rail, True)}
+    run_job(lambda rail: scenario(rail, args.seed, args.scale), staged_runs if args.staged else None, ("errors",))
 
 
 if __name__ == "__main__":

@@ -20,18 +20,16 @@ from typing import Any
 import numpy as np
 
 from ..tools.exchange import alltoallv_exchange as exchange
-from ..tools.flags import int_in, missing_module, usage_error
+from ..tools.flags import missing_module, usage_error
 from ..tools.memory import memory_problem
 from .frame import add_app_arguments, app_rail_options, run_app
-from .graph import EdgeFileError, read_edges, rmat_edges
+from .graph import EdgeFileError, add_rmat_arguments, read_edges, rmat_edges
 
 LOW32 = np.uint64(0xFFFFFFFF)
 #: Every label is checked against scipy up to this many vertices (2**20); beyond, the labels are
 #: checked for consistency along every edge.
 EXACT_CHECK_VERTICES = 1 << 20
 #: Vertex ids travel as 32-bit halves of a record; R-MAT ids are drawn below 2**31.
-SCALE_MAX = 31
-EDGE_FACTOR_MAX = 1 << 16
 #: Bytes per edge on the rank that holds it: both directions, the owners' copies, the sorted keys.
 BYTES_PER_EDGE = 96
 #: Bytes per edge on rank 0 for the exact check: the gathered edges and scipy's sparse matrix.
@@ -41,18 +39,7 @@ RAIL_DEFAULTS = {"datagram_size": 1 << 17, "recv_pool_slots": 64, "send_pool_slo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--scale",
-        type=int_in(1, SCALE_MAX),
-        default=16,
-        help=f"R-MAT graph of 2**SCALE vertices, SCALE in 1..{SCALE_MAX} (default 16)",
-    )
-    parser.add_argument(
-        "--edge-factor",
-        type=int_in(1, EDGE_FACTOR_MAX),
-        default=16,
-        help=f"R-MAT edges per vertex, 1..{EDGE_FACTOR_MAX} (default 16)",
-    )
+    add_rmat_arguments(parser)
     parser.add_argument("--edges", metavar="FILE", help="read an edge list instead: 'u v' lines (.gz too) or .npy")
     add_app_arguments(parser)
 

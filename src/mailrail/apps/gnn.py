@@ -24,16 +24,15 @@ from typing import Any
 import numpy as np
 
 from ..config import Config
+from ..containers.array import Array
 from ..containers.partition import BlockPartitioner, hash_words
 from ..tools.exchange import alltoallv_exchange as exchange
 from ..tools.flags import int_in, missing_module, usage_error
 from ..tools.memory import memory_problem
 from .frame import add_app_arguments, app_rail_options, run_app
-from .graph import rmat_edges
+from .graph import add_rmat_arguments, rmat_edges
 
 #: Vertex ids travel as int64 and pairs as one 64-bit key: R-MAT ids are drawn below 2**31.
-SCALE_MAX = 31
-EDGE_FACTOR_MAX = 1 << 16
 FEATURES_MAX = 1 << 16
 #: Up to this many R-MAT edges, every rank regenerates the whole graph for its check (else its own edges).
 WHOLE_GRAPH_CHECK_EDGES = 1 << 21
@@ -47,23 +46,17 @@ LOW32 = np.int64(0xFFFFFFFF)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--scale",
-        type=int_in(1, SCALE_MAX),
-        default=16,
-        help=f"R-MAT graph of 2**SCALE vertices, SCALE in 1..{SCALE_MAX} (default 16)",
-    )
-    parser.add_argument(
-        "--edge-factor",
-        type=int_in(1, EDGE_FACTOR_MAX),
-        default=16,
-        help=f"R-MAT edges per vertex, 1..{EDGE_FACTOR_MAX} (default 16)",
-    )
+    add_rmat_arguments(parser)
     parser.add_argument(
         "--features",
         type=int_in(1, FEATURES_MAX),
         default=64,
         help=f"float32 features per vertex, 1..{FEATURES_MAX} (default 64)",
+    )
+    parser.add_argument(
+        "--gather-only",
+        action="store_true",
+        help="time the halo's gather alone, not the mean: Array.gather against its Alltoallv peer",
     )
     add_app_arguments(parser)
 
@@ -97,10 +90,16 @@ class FeatureAggregation:
         self.block = vertex_features(np.arange(self.start, self.start + self.owned), self.features, self.seed)
         self._build_adjacency(rmat_edges(args.scale, args.edge_factor, args.seed, self.rank, self.ranks))
         self.aggregated = int(comm.allreduce(len(self.columns)))  # directed edges: both ends of each
-        self.rate = ("edges_per_s", float(self.aggregated))
-        self.expected = self._reference()
-        self.output = np.zeros((self.owned, self.features), dtype=np.float32)
-        self._arrays: dict[int, Any] = {}  # one Array per rail (mode), made in its first trial
+        self.gather_only = bool(args.gather_only)
+        if self.gather_only:  # the rate of the gather: feature vectors fetched per second, over all ranks
+            self.rate = ("vectors_per_s", float(comm.allreduce(len(self.halo))))
+            self.expected = vertex_features(self.halo, self.features, self.seed)
+            self.output = np.zeros((len(self.halo), self.features), dtype=np.float32)
+        else:
+            self.rate = ("edges_per_s", float(self.aggregated))
+            self.expected = self._reference()
+            self.output = np.zeros((self.owned, self.features), dtype=np.float32)
+        self._arrays: dict[int, Array] = {}  # one Array per rail (mode), made in its first trial
 
     # -- set-up (not timed) -------------------------------------------------
 
@@ -152,16 +151,15 @@ class FeatureAggregation:
     # -- the layer, shared by both versions -----------------------------------
 
     def aggregate(self, halo_features: np.ndarray) -> None:
-        """The layer's output from the halo's features: one sparse product (each row holds 1 / degree)."""
-        self.output[:] = self.mean @ halo_features
+        """The layer's output from the halo's features: one sparse product (each row holds 1 / degree);
+        with ``--gather-only``, the halo's features themselves."""
+        self.output[:] = halo_features if self.gather_only else self.mean @ halo_features
 
     # -- MailRail: Array.gather -------------------------------------------------
 
-    def features_on(self, rail: Any) -> Any:
+    def features_on(self, rail: Any) -> Array:
         """The features as an :class:`~mailrail.containers.array.Array` on *rail*, made (collectively) and filled
         by each rank in its own block in the first trial on it."""
-        from ..containers.array import Array  # MailRail starts MPI: imported when the run begins, not to parse flags
-
         array = self._arrays.get(id(rail))
         if array is None:
             array = self._arrays[id(rail)] = Array(rail, self.vertices, np.dtype((np.float32, self.features)))
@@ -196,10 +194,14 @@ class FeatureAggregation:
     # -- checks ----------------------------------------------------------------
 
     def verify(self) -> bool:
-        """Collective: every owned vertex's mean equals the float64 reference (float32: rtol and atol 1e-5)."""
+        """Collective: every owned vertex's mean equals the float64 reference (float32: rtol and atol 1e-5);
+        with ``--gather-only``, every gathered vector is exactly its vertex's."""
         from mpi4py import MPI
 
-        close = bool(np.allclose(self.output, self.expected, rtol=1e-5, atol=1e-5))
+        if self.gather_only:
+            close = bool(np.array_equal(self.output, self.expected))
+        else:
+            close = bool(np.allclose(self.output, self.expected, rtol=1e-5, atol=1e-5))
         return bool(self.comm.allreduce(close, op=MPI.LAND))
 
     def incast(self) -> dict[str, Any]:
@@ -230,15 +232,21 @@ class FeatureAggregation:
             "seed": self.seed,
             "vertices": self.vertices,
             "aggregated_edges": self.aggregated,
+            "timed": "the halo's gather" if self.gather_only else "the gather and the mean",
             "halo_per_rank": self.comm.allgather(len(self.halo)),
             "top_in_degrees": incast["top_in_degrees"],
             "mean_in_degree": round(incast["mean_in_degree"], 2),
             "requests_busiest_over_mean": round(incast["requests_busiest_over_mean"], 3),
             "edge_requests_busiest_over_mean": round(incast["edge_requests_busiest_over_mean"], 3),
-            "checked_against": "the whole graph regenerated by every rank"
-            if (self.edge_factor << self.scale) <= WHOLE_GRAPH_CHECK_EDGES
-            else "each rank's own edges",
+            "checked_against": self.checked_against(),
         }
+
+    def checked_against(self) -> str:
+        if self.gather_only:
+            return "every vertex's features, computed from the seed"
+        if (self.edge_factor << self.scale) <= WHOLE_GRAPH_CHECK_EDGES:
+            return "the whole graph regenerated by every rank"
+        return "each rank's own edges"
 
     def summary(self) -> dict[str, Any]:
         incast = self.incast()

@@ -5,12 +5,35 @@ No MPI here: each function works on one rank's share, given ``(rank, ranks)``.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import os
 
 import numpy as np
 
 from ..errors import MailRailError
+from ..tools.flags import int_in
+
+#: Largest --scale (2**31 vertices) and --edge-factor the R-MAT applications accept.
+SCALE_MAX = 31
+EDGE_FACTOR_MAX = 1 << 16
+
+
+def add_rmat_arguments(parser: argparse.ArgumentParser) -> None:
+    """--scale and --edge-factor: the R-MAT graph the applications (cc, gnn) generate."""
+    parser.add_argument(
+        "--scale",
+        type=int_in(1, SCALE_MAX),
+        default=16,
+        help=f"R-MAT graph of 2**SCALE vertices, SCALE in 1..{SCALE_MAX} (default 16)",
+    )
+    parser.add_argument(
+        "--edge-factor",
+        type=int_in(1, EDGE_FACTOR_MAX),
+        default=16,
+        help=f"R-MAT edges per vertex, 1..{EDGE_FACTOR_MAX} (default 16)",
+    )
+
 
 #: Graph500's R-MAT quadrant probabilities (the fourth is 1 - A - B - C).
 RMAT_A, RMAT_B, RMAT_C = 0.57, 0.19, 0.19

@@ -81,6 +81,7 @@ class Array(Container):
         if element.hasobject or element.itemsize == 0:
             raise TypeError(f"Array: elements of dtype {element} are not fixed-size data")
         self.blocks = BlockPartitioner(length, self.ranks)
+        self.partitioner = self.blocks  # type: ignore[assignment]  # indices to ranks by block, not by hash
         self._starts = self.blocks.offsets
         self._dtype: np.dtype[Any] = element
         #: A value's scalar dtype and shape: (float32, (64,)) for a subarray of 64 float32.
@@ -204,10 +205,11 @@ class Array(Container):
         every asynchronous update any rank sent before it.  Each rank asks for each distinct index once:
         repeated indices (a hub vertex's features wanted by every edge) cost one request and one reply.
         """
-        index, owners, offsets = self._locate(indices, "gather")
+        index = self._indices(indices, "gather")
         self._collective("gather")
-        if _strictly_increasing(index):
-            result: np.ndarray = self._lookup.ask(offsets, owners)
+        if _strictly_increasing(index):  # distinct already (a halo from np.unique): asked as it is
+            owners = self.blocks.owner(index)
+            result: np.ndarray = self._lookup.ask(index - self._starts[owners], owners)
             return result
         distinct, inverse = _distinct(index, self.length)
         owners = self.blocks.owner(distinct)
@@ -223,19 +225,25 @@ class Array(Container):
 
     def _locate(self, indices: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """*indices* as int64, their owners, their offsets in the owners' blocks; errors name *where*."""
+        index = self._indices(indices, where)
+        owners = self.blocks.owner(index)
+        return index, owners, index - self._starts[owners]
+
+    def _indices(self, indices: Any, where: str) -> np.ndarray:
+        """*indices* as a 1-D int64 array, each in ``0..length-1``; else an error naming *where* (and the
+        first index out of range, with the valid range)."""
         array = np.asarray(indices)
         if array.ndim != 1:
             raise ValueError(f"Array.{where}: indices must be a 1-D array, got shape {array.shape}")
         if array.size == 0:
-            array = array.astype(np.int64)
+            return np.zeros(0, dtype=np.int64)
         if array.dtype.kind not in "iu":
             raise TypeError(f"Array.{where}: indices must be integers, got dtype {array.dtype}")
-        try:
-            owners = self.blocks.owner(array)
-        except IndexError as error:
-            raise IndexError(f"Array.{where}: {error}") from None
-        index = array.astype(np.int64, copy=False)
-        return index, owners, index - self._starts[owners]
+        if int(array.min()) < 0 or int(array.max()) >= self.length:  # two passes in the usual case
+            first = array[int(np.argmax((array < 0) | (array >= self.length)))]
+            valid = f"0..{self.length - 1}" if self.length else "empty (length 0)"
+            raise IndexError(f"Array.{where}: index {first} is out of range {valid}")
+        return array.astype(np.int64, copy=False)
 
     def _values_for(self, values: Any, count: int, where: str) -> np.ndarray:
         """*values* as ``(count, *element_shape)`` of the element's base dtype: converted without loss, or
@@ -289,15 +297,15 @@ def _strictly_increasing(index: np.ndarray) -> bool:
 def _distinct(index: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values of *index* (ascending) and each one's position among them.
 
-    Indices are bounded: when the array is not much longer than the batch, a bitmap over ``0..length-1``
-    (O(n + length), no sort) replaces ``np.unique``'s sort.
+    Indices are bounded: when the array is at most 4 times longer than the batch, a bitmap over
+    ``0..length-1`` (O(n + length), no sort, at most 20 bytes per index) replaces ``np.unique``'s sort.
     """
-    if length <= 8 * len(index):
+    if length <= 4 * len(index):
         seen = np.zeros(length, dtype=bool)
         seen[index] = True
         distinct = np.flatnonzero(seen)
-        position = np.zeros(length, dtype=np.int64)
-        position[distinct] = np.arange(len(distinct))
+        position = np.zeros(length, dtype=np.int32 if length < 1 << 31 else np.int64)
+        position[distinct] = np.arange(len(distinct), dtype=position.dtype)
         return distinct, position[index]
     distinct, inverse = np.unique(index, return_inverse=True)
     return distinct, inverse.reshape(-1)

@@ -1,11 +1,32 @@
 """A distributed counting set (a histogram of keys): YGM's ``counting_set``, in batches.
 
-Each key is owned by one rank (:class:`~mailrail.containers.partition.HashPartitioner`), which keeps it in a
-:class:`~mailrail.containers.table.KeyTable` beside an ``int64`` count.  :meth:`CountingSet.add` is
-asynchronous: the batch's duplicates are combined on the sender first (one ``(count, key)`` record per distinct
-key, so skewed keys such as Zipf-distributed words cost far less traffic than uniform ones), and the records go
-to the owners through one channel of the rail; the owners add the counts in their handlers.  The next
-``rail.barrier()``, or any collective operation, completes every pending ``add``.
+Each key is owned by one rank (:class:`~mailrail.containers.partition.HashPartitioner`).  :meth:`CountingSet.add`
+is asynchronous: the sender routes each key to its owner, as a plain key or, where the batch repeats it, as one
+``(count, key)`` record (*combining*, below), through the rail's channels; the owners count what arrives in their
+handlers.  The next ``rail.barrier()``, or any collective operation, completes every pending ``add``.
+
+**The owner** appends arrivals to a buffer (one copy per datagram) and counts them in bulk when something reads
+its counts (a collective, :meth:`~CountingSet.local`) or when the buffer holds ``pending_bytes``.  Integer keys
+are counted in a dense ``int64`` array indexed by ``key - base``, one ``bincount`` per settle as a
+block-distributed histogram does, while the keys the rank has seen span at most ``max(dense_extent, dense_spread
+x distinct keys held)`` values (the array, grown by half again on the side it grows, is at most 1.5 times that).
+A rank whose keys spread wider, and every rank for keys of other dtypes, keeps its keys in a
+:class:`~mailrail.containers.table.KeyTable` beside ``int64`` counts (for good: it never goes back).  Results do
+not depend on the representation.
+
+**Combining** duplicates on the sender costs a sort of the batch and saves nothing on keys that rarely repeat,
+so the sender samples.  Its first ``add``, and every ``sample_every``-th after it, is combined exactly (one sort).
+If that saves less than ``combine_threshold`` of the bytes, the batches up to the next sample go as plain keys
+(the Coalescer histogram's bytes: 8 for a ``uint64`` key).  Else the sample's most frequent keys, and the old
+table's keys held at least twice, become a small direct-mapped table of *hot* keys.  The next batches look their
+keys up there (a hash lookup per key, no sort): the hot keys' counts are *held on the sender*, added up across
+batches (one ``bincount`` per batch), and the rest go as plain keys; a batch whose hot keys are less than the
+threshold's share makes the next batch a sample.
+
+**Held counts** leave as one ``(count, key)`` record per hot key at every ``rail.channels.flush()`` and
+``rail.barrier()`` (the set is a cache of the channels: ``Channels.add_cache``), and before a sample replaces
+the table.  An ``add`` made while a barrier runs (from a handler) sends its hot keys at once.  Counts still held
+at ``rail.finalize()`` are reported as staged.
 
 The collectives (:meth:`~CountingSet.count`, :meth:`~CountingSet.top`, :meth:`~CountingSet.size`,
 :meth:`~CountingSet.total`) are called by every rank outside handlers and see every ``add`` issued before them.
@@ -14,13 +35,14 @@ The collectives (:meth:`~CountingSet.count`, :meth:`~CountingSet.top`, :meth:`~C
 from __future__ import annotations
 
 import operator
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from .base import Container, Lookup, as_keys
-from .partition import has_padding, hash_words, key_words
+from .partition import HASH_SEED, has_padding, key_words, words_per_key
 from .table import KeyTable
 
 __all__ = ["CountingSet", "byte_order", "canonical", "distinct_keys"]
@@ -49,9 +71,13 @@ def distinct_keys(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray
     """
     words = key_words(keys)
     width = words.shape[1]
-    if width == 1:
-        unique, counts = np.unique(words[:, 0], return_counts=True)
-        unique_words = unique.reshape(-1, 1)
+    if width == 1:  # a sort and a pass: a quarter faster than np.unique's general path
+        ordered = np.sort(words[:, 0])
+        starts_run = np.ones(len(ordered), dtype=bool)
+        np.not_equal(ordered[1:], ordered[:-1], out=starts_run[1:])
+        starts = np.flatnonzero(starts_run)
+        counts = np.diff(starts, append=len(ordered))
+        unique_words = ordered[starts].reshape(-1, 1)
     else:
         rows = np.ascontiguousarray(words).view(np.dtype((np.void, 8 * width))).reshape(-1)
         unique_rows, counts = np.unique(rows, return_counts=True)
@@ -84,88 +110,537 @@ def _ranked(keys: npt.NDArray[Any], counts: npt.NDArray[np.int64]) -> npt.NDArra
     return by_bytes[np.argsort(-counts[by_bytes], kind="stable")]
 
 
+# -- the sender's hash: partition.hash_words, reusing one scratch array ------------------------------------------
+
+_SEED = np.uint64(HASH_SEED)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
+
+
+def _mix(z: npt.NDArray[np.uint64], scratch: npt.NDArray[np.uint64]) -> None:
+    """splitmix64's finalizer in place, as :func:`~mailrail.containers.partition.hash_words` applies it."""
+    np.right_shift(z, _S30, out=scratch)
+    z ^= scratch
+    z *= _M1
+    np.right_shift(z, _S27, out=scratch)
+    z ^= scratch
+    z *= _M2
+    np.right_shift(z, _S31, out=scratch)
+    z ^= scratch
+
+
+def key_hashes(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """:func:`~mailrail.containers.partition.hash_words` of an ``(n, w)`` word matrix, the same values, with no
+    temporary array per step (about half its time: the sender hashes every key it adds)."""
+    hashes = np.bitwise_xor(words[:, 0], _SEED)
+    scratch = np.empty_like(hashes)
+    _mix(hashes, scratch)
+    for column in range(1, words.shape[1]):
+        hashes ^= words[:, column]
+        _mix(hashes, scratch)
+    return hashes
+
+
+class _HotKeys(NamedTuple):
+    """A sender's direct-mapped table of keys worth combining, from its last sample (see the module).
+
+    Slot ``hash & mask`` holds one hot key.  An empty slot ``s`` holds the hash ``(s + 1) & mask``, which no key
+    of slot ``s`` has, so comparing hashes needs no separate mark of the empty slots.
+    """
+
+    mask: np.uint64
+    hashes: npt.NDArray[np.uint64]
+    #: A ``(count, key)`` record per slot, its key the slot's hot key (the count is filled in per batch).
+    records: npt.NDArray[Any]
+    #: Their canonical words, compared to confirm equal hashes of keys longer than one word (a one-word key's
+    #: hash is a bijection of it); empty for one-word keys.
+    words: npt.NDArray[np.uint64]
+    owners: npt.NDArray[Any]
+
+
+class _Candidates(NamedTuple):
+    """Hot keys of the last table worth keeping (see ``CountingSet._still_hot``), as ``_hot_keys`` takes them."""
+
+    keys: npt.NDArray[Any]
+    rates: npt.NDArray[np.float64]
+    words: npt.NDArray[np.uint64]
+    hashes: npt.NDArray[np.uint64]
+    owners: npt.NDArray[Any]
+
+
+#: Spare arrival buffers, by dtype.  An owner borrows one when records start arriving and gives it back once it has
+#: counted them: a rank's sets share a few buffers whose memory is already mapped, rather than each set filling
+#: fresh memory (a page fault per 4 KiB costs more than the copy into it), and an idle set holds none.
+_SPARE_BUFFERS: dict[np.dtype[Any], list[npt.NDArray[Any]]] = {}
+#: The most spare buffers kept per dtype.
+_SPARES_PER_DTYPE = 2
+
+
+class _Pending:
+    """Records of one dtype an owner received and has not counted yet: appended, one copy per datagram, into a
+    buffer of *limit* records borrowed from the spares (see ``_SPARE_BUFFERS``) until :meth:`release`."""
+
+    def __init__(self, dtype: np.dtype[Any], limit: int) -> None:
+        self.dtype = dtype
+        self.limit = limit
+        self.buffer: npt.NDArray[Any] | None = None
+        self.fill = 0
+
+    def append(self, records: npt.NDArray[Any]) -> bool:
+        """Keep a copy of *records*; False (nothing kept) when they would take the buffer past its limit."""
+        end = self.fill + len(records)
+        if end > self.limit:
+            return False
+        buffer = self.buffer
+        if buffer is None:
+            spares = _SPARE_BUFFERS.get(self.dtype)
+            buffer = spares.pop() if spares else None
+            if buffer is None or len(buffer) < self.limit:
+                buffer = np.empty(self.limit, dtype=self.dtype)  # pages are mapped as they fill, not here
+            self.buffer = buffer
+        buffer[self.fill : end] = records
+        self.fill = end
+        return True
+
+    def records(self) -> npt.NDArray[Any]:
+        """The records kept (a view of the buffer, which the caller may overwrite: valid until :meth:`release`)."""
+        return self.buffer[: self.fill] if self.buffer is not None else np.zeros(0, dtype=self.dtype)
+
+    def release(self) -> None:
+        """Empty the buffer and give it back to the spares."""
+        if self.buffer is not None:
+            spares = _SPARE_BUFFERS.setdefault(self.dtype, [])
+            if len(spares) < _SPARES_PER_DTYPE:
+                spares.append(self.buffer)
+        self.buffer, self.fill = None, 0
+
+
+def _hold_on(channels: Any, counting: weakref.ReferenceType[CountingSet]) -> None:
+    """Register a set's held hot counts as a cache of its rail's channels, through a weak reference: the
+    channels keep their caches for good, and must not keep a set that is gone alive (it holds nothing then)."""
+
+    def send() -> None:
+        live = counting()
+        if live is not None:
+            live._send_held()
+
+    def held() -> int:
+        live = counting()
+        return 0 if live is None else live._held_records()
+
+    channels.add_cache(send, held)
+
+
 class CountingSet(Container):
     """A distributed multiset of keys of one fixed *dtype* with their counts (YGM's ``counting_set``).
 
     Construction is collective (every rank makes the same containers in the same order on the rail).  Keys of
     any fixed-size dtype (integers, floats, fixed-width bytes such as ``S16``, structured records) are equal
-    exactly when their bytes are (see :mod:`mailrail.containers.partition`).
+    exactly when their bytes are (see :mod:`mailrail.containers.partition`).  The class attributes below tune
+    the owners' storage and the senders' combining (see the module); no setting changes a result.
     """
 
     kind = "CountingSet"
-    #: Arrived records buffered before one table insert applies them all (a read applies them at once).
-    pending_limit = 1 << 16
+    #: Bytes of arrivals an owner buffers per channel (plain keys, ``(count, key)`` records) before counting them.
+    pending_bytes = 8 << 20
+    #: Integer keys are counted densely while the keys a rank has seen span at most this many values...
+    dense_extent = 1 << 22
+    #: ... or this many times the distinct keys it holds, whichever is more.
+    dense_spread = 4
+    #: The sender combines exactly (a sort) its first add and every sample_every-th add after it.
+    sample_every = 32
+    #: Combining goes on when a sample (or a batch combined on hot keys) saves this fraction of the bytes.
+    combine_threshold = 0.1
+    #: The most hot keys a sender combines between samples.
+    hot_keys_max = 1 << 12
 
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
         if self.dtype.hasobject or self.dtype.itemsize == 0:
             raise TypeError(f"CountingSet: keys must have a fixed-size dtype (numbers, bytes, records); got {dtype}")
-        self._table = KeyTable(self.dtype)
-        self._counts: npt.NDArray[np.int64] = np.zeros(self._table.capacity, dtype=np.int64)
         self._record_dtype = np.dtype([("count", np.int64), ("key", self.dtype)])
-        self._pending: list[npt.NDArray[Any]] = []  # arrived records not yet in the table (see _on_add)
-        self._pending_records = 0
-        self._adds = self._open(self._record_dtype, self._on_add, "adds")
+        self._width = words_per_key(self.dtype)
+        self._padded = has_padding(self.dtype)
+        self._own_words = self.dtype.itemsize == 8 and not self._padded
+        # The owner's storage: integer keys in a dense array of counts (their "lane": the integer type their
+        # values are computed in), until they spread too wide; then, or for other keys, a table and counts.
+        self._lane: np.dtype[Any] | None = None
+        if self.dtype.kind in "iu":
+            self._lane = np.dtype(np.uint64 if self.dtype.kind == "u" and self.dtype.itemsize == 8 else np.int64)
+            limits = np.iinfo(self.dtype)
+            self._key_min, self._key_max = int(limits.min), int(limits.max)
+        self._dense: npt.NDArray[np.int64] | None = None  # counts of keys base, base + 1, ...
+        self._base = 0
+        self._table: KeyTable | None = None if self._lane is not None else KeyTable(self.dtype)
+        self._counts: npt.NDArray[np.int64] = np.zeros(0 if self._table is None else self._table.capacity, np.int64)
+        self._plain_pending = _Pending(self.dtype, max(1, self.pending_bytes // self.dtype.itemsize))
+        self._pair_pending = _Pending(self._record_dtype, max(1, self.pending_bytes // self._record_dtype.itemsize))
+        # The sender's combining (see the module): plain batches until the next sample, and the hot keys.
+        self._until_sample = 0
+        self._hot: _HotKeys | None = None
+        # The hot keys' counts held across adds, by slot of the hot table (float64: a bincount's weights, exact
+        # below 2**53), sent at the next flush or barrier; None while nothing is held.
+        self._hot_held: npt.NDArray[Any] | None = None
+        self._held_batches = 0  # the batches whose hot keys' counts are held
+        # Owners by the partitioner's multiply-high; for a power-of-two number of ranks it is a shift.
+        self._owner_shift = (
+            np.uint64(64 - (self.ranks.bit_length() - 1)) if self.ranks & (self.ranks - 1) == 0 else None
+        )
+        self._adds = self._open(self._record_dtype, self._on_pairs, "adds")
+        self._plain = self._open(self.dtype, self._on_plain, "keys")
         self._counter = Lookup(self, self.dtype, np.dtype(np.int64), self._counts_of, "count")
+        _hold_on(self.channels, weakref.ref(self))
 
     def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
         return as_keys(keys, self.dtype, f"{self.kind}.{operation}()")
 
-    # -- asynchronous --------------------------------------------------------
+    @property
+    def dense(self) -> bool:
+        """Whether this rank counts its keys in a dense array (integer keys in a narrow range; see the module),
+        rather than in a hash table.  Local, and as of the last time this rank counted its arrivals."""
+        return self._table is None
+
+    # -- asynchronous: the sender --------------------------------------------
 
     def add(self, keys: npt.ArrayLike) -> None:
         """Count each key of the 1-D batch *keys* once more (asynchronous; YGM's ``async_insert``).
 
-        Duplicates in the batch are combined here, then one record per distinct key goes to its owner.  The
-        next ``rail.barrier()`` or collective completes it.  Allowed inside handlers.  Raises before anything is
-        sent: ``TypeError`` for keys of another dtype numpy does not cast safely, ``ValueError`` unless 1-D.
+        Each key goes to its owner as a plain key, or with its duplicates combined into one ``(count, key)``
+        record, or, for a hot key, into a count held on this rank until the next flush or barrier (see the
+        module's *Combining*).  The next ``rail.barrier()`` or collective completes it.  Allowed inside
+        handlers.  Raises before anything is sent: ``TypeError`` for keys of another dtype numpy does not cast
+        safely, ``ValueError`` unless 1-D.
         """
         keys = self._keys(keys, "add")
         if len(keys) == 0:
             return
-        unique, counts, words = distinct_keys(keys)
-        records = np.zeros(len(unique), dtype=self._record_dtype)  # zeros: structured keys keep clean padding
-        records["count"] = counts
-        records["key"] = unique
-        self._adds.send(self.partitioner.owner_of_hashes(hash_words(words)), records)
-
-    def _on_add(self, source: int, records: npt.NDArray[Any]) -> None:
-        # A datagram holds a few hundred records: a table insert per datagram would cost more in numpy calls
-        # than in work, so arrivals wait in a buffer, applied in one insert when it fills or before a read.
-        # Additions commute: when they are applied does not change any count.
-        if len(records) >= self.pending_limit:
-            self._apply(records)
+        if self._until_sample == 0:
+            self._add_sample(keys)
             return
-        self._pending.append(records.copy())
-        self._pending_records += len(records)
-        if self._pending_records >= self.pending_limit:
+        self._until_sample -= 1
+        # The words of 8-byte keys are the keys themselves: no key_words call (its checks cost per batch).
+        words = keys.view(np.uint64).reshape(-1, 1) if self._own_words else key_words(keys)
+        hashes = key_hashes(words)
+        if self._hot is None:
+            self._plain.send(self._owners(hashes), keys)
+        else:
+            self._add_hot(keys, words, hashes, self._hot)
+
+    def _owners(self, hashes: npt.NDArray[np.uint64]) -> npt.NDArray[Any]:
+        """The owner of each key, from its hash: the partitioner's, a shift for a power-of-two number of ranks."""
+        if self._owner_shift is None:
+            return self.partitioner.owner_of_hashes(hashes)
+        if self.ranks == 1:
+            return np.zeros(len(hashes), dtype=np.uint8)
+        return hashes >> self._owner_shift
+
+    def _saves(self, plain: int, pairs: int, keys: int) -> bool:
+        """Whether sending *plain* keys and *pairs* records for a batch of *keys* saves the threshold's bytes."""
+        sent = plain * self.dtype.itemsize + pairs * self._record_dtype.itemsize
+        return sent <= (1 - self.combine_threshold) * keys * self.dtype.itemsize
+
+    def _add_sample(self, keys: npt.NDArray[Any]) -> None:
+        """Combine the batch exactly, send it, and decide how the next batches go (see the module)."""
+        carried = self._still_hot()
+        self._send_held()  # the held counts are by slot of the hot table, which the sample replaces
+        unique, counts, words = distinct_keys(keys)
+        hashes = key_hashes(words)
+        owners = self._owners(hashes)
+        repeated = counts > 1
+        pairs = int(np.count_nonzero(repeated))
+        single = ~repeated
+        self._plain.send(owners[single], unique[single])
+        self._send_pairs(owners[repeated], unique[repeated], counts[repeated])
+        self._until_sample = self.sample_every - 1
+        combining = self._saves(len(unique) - pairs, pairs, len(keys))
+        self._hot = self._hot_keys(unique, counts, words, hashes, owners, carried) if combining else None
+
+    def _add_hot(
+        self, keys: npt.NDArray[Any], words: npt.NDArray[np.uint64], hashes: npt.NDArray[np.uint64], hot: _HotKeys
+    ) -> None:
+        """Add the batch's hot keys to the counts held on the sender (or, inside a barrier, send one record per
+        hot key at once), send the others as plain keys.  Few numpy calls: on batches of thousands of keys their
+        fixed cost is what combining must win back."""
+        slot = (hashes & hot.mask).view(np.int64)
+        is_hot = hot.hashes[slot] == hashes
+        if self._width > 1:  # equal hashes of longer keys: confirm on the words
+            candidates = np.flatnonzero(is_hot)
+            same = (hot.words[slot[candidates]] == words[candidates]).all(axis=1)
+            is_hot[candidates[~same]] = False
+        tally = np.bincount(slot, weights=is_hot, minlength=len(hot.hashes))  # float64: exact below 2**53
+        if self.channels.in_barrier:  # nothing may stay behind: this batch's hot keys go now
+            self._send_tally(hot, tally)
+        elif self._hot_held is None:
+            self._hot_held, self._held_batches = tally, 1
+        else:
+            self._hot_held += tally  # held before anything is sent: a handler run by a send may swap the table
+            self._held_batches += 1
+        cold = (~is_hot).nonzero()[0]  # positions, then gathers: masks (random branches) cost several times more
+        self._plain.send(self._owners(hashes[cold]), keys[cold])
+        if not self._saves(len(cold), 0, len(keys)):
+            self._until_sample = 0  # the hot keys went cold: sample the next batch
+
+    def _send_tally(self, hot: _HotKeys, tally: npt.NDArray[Any]) -> None:
+        """Send one ``(count, key)`` record per hot key with a count in *tally* (by slot of *hot*)."""
+        present = tally.nonzero()[0]
+        records = hot.records[present]
+        records["count"] = tally[present]
+        self._adds.send(hot.owners[present], records)
+
+    def _send_held(self) -> None:
+        """Send the hot keys' counts held on the sender (the rail's channels call it at every flush and barrier)."""
+        held, hot = self._hot_held, self._hot
+        if held is None:
+            return
+        self._hot_held = None  # first: an add from a handler run while they leave holds afresh
+        assert hot is not None
+        self._send_tally(hot, held)
+
+    def _held_records(self) -> int:
+        """How many ``(count, key)`` records the sender holds (``finalize()`` reports them as staged)."""
+        return 0 if self._hot_held is None else int(np.count_nonzero(self._hot_held))
+
+    def _still_hot(self) -> _Candidates | None:
+        """The hot keys held at least twice since the table was made, with their count per batch: a sample sees
+        one batch, and keys that repeat across batches but not within one are worth holding too."""
+        hot, held = self._hot, self._hot_held
+        if hot is None or held is None:
+            return None
+        kept = np.flatnonzero(held >= 2)
+        words = hot.words[kept] if self._width > 1 else np.zeros((len(kept), 0), dtype=np.uint64)
+        rates = held[kept] / self._held_batches
+        return _Candidates(hot.records["key"][kept], rates, words, hot.hashes[kept], hot.owners[kept])
+
+    def _hot_keys(
+        self,
+        unique: npt.NDArray[Any],
+        counts: npt.NDArray[np.int64],
+        words: npt.NDArray[np.uint64],
+        hashes: npt.NDArray[np.uint64],
+        owners: npt.NDArray[Any],
+        carried: _Candidates | None = None,
+    ) -> _HotKeys | None:
+        """The direct-mapped table of a sample's repeated keys and the *carried* hot keys of the last table, the
+        most frequent first (the most frequent wins a shared slot; a key in both gets one slot)."""
+        scores: npt.NDArray[Any] = counts
+        if carried is not None and len(carried.keys):
+            scores = np.concatenate([scores, carried.rates])
+            unique = np.concatenate([unique, carried.keys])
+            if self._width > 1:
+                words = np.concatenate([words, carried.words])
+            hashes = np.concatenate([hashes, carried.hashes])
+            owners = np.concatenate([owners, carried.owners.astype(owners.dtype)])
+        if len(scores) == 0:
+            return None
+        ranked = np.argsort(-scores, kind="stable")[: self.hot_keys_max]
+        slots = 16
+        while slots < 2 * len(ranked):
+            slots *= 2
+        mask = np.uint64(slots - 1)
+        slot = (hashes[ranked] & mask).astype(np.intp)
+        _, first = np.unique(slot, return_index=True)  # the first of each slot in `ranked`: its hottest key
+        chosen, slot = ranked[first], slot[first]
+        table_hashes = np.arange(1, slots + 1, dtype=np.uint64) & mask
+        table_hashes[slot] = hashes[chosen]
+        records = np.zeros(slots, dtype=self._record_dtype)
+        records["key"][slot] = unique[chosen]
+        table_words = np.zeros((slots if self._width > 1 else 0, self._width), dtype=np.uint64)
+        if self._width > 1:
+            table_words[slot] = words[chosen]
+        table_owners = np.zeros(slots, dtype=owners.dtype)
+        table_owners[slot] = owners[chosen]
+        return _HotKeys(mask, table_hashes, records, table_words, table_owners)
+
+    def _send_pairs(self, owners: npt.NDArray[Any], keys: npt.NDArray[Any], counts: npt.NDArray[np.int64]) -> None:
+        if len(keys) == 0:
+            return
+        # zeros for structured keys with padding: the record's padding stays clean
+        records = (np.zeros if self._padded else np.empty)(len(keys), dtype=self._record_dtype)
+        records["count"] = counts
+        records["key"] = keys
+        self._adds.send(owners, records)
+
+    # -- asynchronous: the owner ---------------------------------------------
+
+    def _on_plain(self, source: int, keys: npt.NDArray[Any]) -> None:
+        # A datagram holds thousands of keys at most: counting per datagram would cost more in numpy calls than
+        # in work, so arrivals wait in a buffer, counted in bulk when it fills or before a read.  Additions
+        # commute: when they are applied does not change any count.
+        if not self._plain_pending.append(keys):
             self._settle()
+            if not self._plain_pending.append(keys):  # more than a whole buffer
+                self._count(keys, keys[:0], np.zeros(0, dtype=np.int64))
+
+    def _on_pairs(self, source: int, records: npt.NDArray[Any]) -> None:
+        if not self._pair_pending.append(records):
+            self._settle()
+            if not self._pair_pending.append(records):
+                self._count(records["key"][:0], records["key"], records["count"])
 
     def _settle(self) -> None:
-        """Apply the buffered arrivals: called before anything reads the local counts."""
-        if self._pending:
-            pending = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
-            self._pending, self._pending_records = [], 0
-            self._apply(pending)
+        """Count the buffered arrivals: called before anything reads the local counts."""
+        if self._plain_pending.fill or self._pair_pending.fill:
+            pairs = self._pair_pending.records()
+            try:
+                self._count(self._plain_pending.records(), pairs["key"], pairs["count"], scratch=True)
+            finally:
+                self._plain_pending.release()
+                self._pair_pending.release()
 
-    def _apply(self, records: npt.NDArray[Any]) -> None:
-        dense = self._table.insert(records["key"]).dense
-        if len(self._table) > len(self._counts):
-            grown = np.zeros(max(2 * len(self._counts), len(self._table)), dtype=np.int64)
-            grown[: len(self._counts)] = self._counts
-            self._counts = grown
-        np.add.at(self._counts, dense, records["count"])
+    def _count(
+        self,
+        plain: npt.NDArray[Any],
+        pair_keys: npt.NDArray[Any],
+        pair_counts: npt.NDArray[np.int64],
+        scratch: bool = False,
+    ) -> None:
+        """Add one to the count of each of the *plain* keys, and *pair_counts* to those of *pair_keys*.  With
+        *scratch*, *plain* is this set's own buffer, which may be overwritten."""
+        if self._table is None and self._count_dense(plain, pair_keys, pair_counts, scratch):
+            return
+        table = self._table if self._table is not None else self._to_table()
+        for keys, counts in ((plain, None), (pair_keys, pair_counts)):
+            if len(keys) == 0:
+                continue
+            index = table.insert(keys).dense
+            held = len(table)
+            if held > len(self._counts):
+                grown = np.zeros(max(2 * len(self._counts), held), dtype=np.int64)
+                grown[: len(self._counts)] = self._counts
+                self._counts = grown
+            if counts is not None:
+                np.add.at(self._counts, index, counts)
+            elif 8 * len(keys) >= held:  # a bincount costs the table's length: for large batches only
+                self._counts[:held] += np.bincount(index, minlength=held)
+            else:
+                np.add.at(self._counts, index, 1)
+
+    def _count_dense(
+        self,
+        plain: npt.NDArray[Any],
+        pair_keys: npt.NDArray[Any],
+        pair_counts: npt.NDArray[np.int64],
+        scratch: bool,
+    ) -> bool:
+        """Count into the dense array, grown to cover the keys; False (nothing counted) if they spread too wide."""
+        lane = self._lane
+        assert lane is not None
+        plain_values = plain.astype(lane, copy=False)
+        pair_values = pair_keys.astype(lane, copy=False)
+        plain_bounds = (int(plain_values.min()), int(plain_values.max())) if len(plain_values) else None
+        pair_bounds = (int(pair_values.min()), int(pair_values.max())) if len(pair_values) else None
+        bounds = [span for span in (plain_bounds, pair_bounds) if span is not None]
+        if not bounds:
+            return True
+        fresh = self._dense is None
+        if not self._cover(min(low for low, _ in bounds), max(high for _, high in bounds)):
+            return False
+        dense = self._dense
+        assert dense is not None
+        if plain_bounds is not None:
+            # One bincount over the keys' own range, added to that stretch of the counts; the first time, over the
+            # whole dense array, which it then becomes (no second array of counts to fill).
+            low, high = (self._base, self._base + len(dense) - 1) if fresh else plain_bounds
+            if scratch or plain_values is not plain:  # ours to overwrite: no temporary array
+                offsets = np.subtract(plain_values, lane.type(low), out=plain_values).view(np.int64)
+            else:
+                offsets = (plain_values - lane.type(low)).view(np.int64)
+            start = low - self._base
+            if 4 * len(offsets) < high - low + 1:  # few keys over a wide range: a bincount would cost the range
+                np.add.at(dense, offsets + start, 1)
+            else:
+                counted = np.bincount(offsets, minlength=high - low + 1)
+                if fresh:
+                    self._dense = dense = counted
+                else:
+                    dense[start : start + high - low + 1] += counted
+        if pair_bounds is not None:
+            np.add.at(dense, (pair_values - lane.type(self._base)).view(np.int64), pair_counts)
+        return True
+
+    def _cover(self, low: int, high: int) -> bool:
+        """Grow the dense array to cover the keys *low* to *high*, unless it would span too many values (see the
+        module): then False, nothing changed.  It grows by half again on the side it grows, for keys to come."""
+        dense, base = self._dense, self._base
+        if dense is None:
+            new_low, new_high, held = low, high, 0
+        else:
+            if base <= low and high < base + len(dense):
+                return True
+            new_low, new_high = min(low, base), max(high, base + len(dense) - 1)
+            held = int(np.count_nonzero(dense))
+        span = new_high - new_low + 1
+        if span > max(self.dense_extent, self.dense_spread * held):
+            return False
+        if dense is not None:
+            if new_low < base:
+                new_low = max(self._key_min, new_low - span // 2)
+            if new_high >= base + len(dense):
+                new_high = min(self._key_max, new_high + span // 2)
+        grown = np.zeros(new_high - new_low + 1, dtype=np.int64)
+        if dense is not None:
+            grown[base - new_low : base - new_low + len(dense)] = dense
+        self._dense, self._base = grown, new_low
+        return True
+
+    def _keys_at(self, offsets: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+        """The keys at *offsets* of the dense array, in the set's dtype."""
+        lane = self._lane
+        assert lane is not None
+        values: npt.NDArray[Any] = offsets.astype(lane) + lane.type(self._base)
+        return values.astype(self.dtype)
+
+    def _to_table(self) -> KeyTable:
+        """Move the dense counts into a table, for good: the keys spread too wide for a dense array."""
+        dense = self._dense
+        present = np.flatnonzero(dense) if dense is not None else np.zeros(0, dtype=np.intp)
+        table = KeyTable(self.dtype, capacity=max(1024, 2 * len(present)))
+        self._counts = np.zeros(table.capacity, dtype=np.int64)
+        if dense is not None:
+            self._counts[table.insert(self._keys_at(present)).dense] = dense[present]
+        self._table, self._dense = table, None
+        return table
+
+    def _held(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+        """This rank's keys and counts, counted arrivals only (views of the table's, or fresh arrays)."""
+        if self._table is not None:
+            return self._table.keys, self._counts[: len(self._table)]
+        if self._dense is None:
+            return np.zeros(0, dtype=self.dtype), np.zeros(0, dtype=np.int64)
+        present = np.flatnonzero(self._dense)
+        return self._keys_at(present), self._dense[present]
+
+    def _distinct(self) -> int:
+        """How many keys this rank holds, counted arrivals only."""
+        if self._table is not None:
+            return len(self._table)
+        return 0 if self._dense is None else int(np.count_nonzero(self._dense))
+
+    def _total(self) -> int:
+        """The sum of this rank's counts, counted arrivals only."""
+        if self._table is not None:
+            return int(self._counts[: len(self._table)].sum())
+        return 0 if self._dense is None else int(self._dense.sum())
 
     # -- collective ----------------------------------------------------------
 
     def _counts_of(self, keys: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """This rank's count of each of *keys* (0 for a key it does not hold)."""
         self._settle()
-        index = self._table.lookup(keys)
-        found = index >= 0
         counts = np.zeros(len(keys), dtype=np.int64)
-        counts[found] = self._counts[index[found]]
+        if self._table is not None:
+            index = self._table.lookup(keys)
+            found = index >= 0
+            counts[found] = self._counts[index[found]]
+        elif self._dense is not None:
+            lane = self._lane
+            assert lane is not None
+            values = keys.astype(lane)
+            low, high = lane.type(self._base), lane.type(self._base + len(self._dense) - 1)
+            inside = np.flatnonzero((values >= low) & (values <= high))
+            counts[inside] = self._dense[(values[inside] - low).view(np.int64)]
         return counts
 
     def count(self, keys: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -198,8 +673,8 @@ class CountingSet(Container):
     def _local_top(self, k: int) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
         """This rank's top *k* in the global order (count descending, ties by key bytes), as copies."""
         self._settle()
-        held = len(self._table)
-        keys, counts = self._table.keys, self._counts[:held]
+        keys, counts = self._held()
+        held = len(keys)
         if k == 0:
             return keys[:0].copy(), counts[:0].copy()
         if k < held:
@@ -214,22 +689,23 @@ class CountingSet(Container):
         """Collective: how many distinct keys the set holds (YGM's ``size``)."""
         self._collective("size")
         self._settle()
-        return self.channels.allreduce_sum(len(self._table))
+        return self.channels.allreduce_sum(self._distinct())
 
     def total(self) -> int:
         """Collective: the sum of all counts: how many keys were added in all (YGM: a ``for_all`` sum)."""
         self._collective("total")
         self._settle()
-        return self.channels.allreduce_sum(int(self._counts[: len(self._table)].sum()))
+        return self.channels.allreduce_sum(self._total())
 
     # -- local ---------------------------------------------------------------
 
     def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
-        """This rank's keys and their counts, as copies (not collective: no pending ``add`` is completed;
-        call ``rail.barrier()`` first to see them).  YGM's ``for_all`` over the local part."""
+        """This rank's keys and their counts, as copies, in no particular order (not collective: no pending
+        ``add`` is completed; call ``rail.barrier()`` first to see them).  YGM's ``for_all`` over the local
+        part."""
         self._settle()
-        held = len(self._table)
-        return canonical(self._table.keys.copy()), self._counts[:held].copy()
+        keys, counts = self._held()
+        return canonical(keys.copy()), counts.copy()
 
     def __repr__(self) -> str:
-        return f"<CountingSet of {self.dtype} on rank {self.rank}: {len(self._table)} local keys>"
+        return f"<CountingSet of {self.dtype} on rank {self.rank}: {self._distinct()} local keys>"

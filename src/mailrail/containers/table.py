@@ -1,10 +1,15 @@
 """A vectorized hash set of fixed-dtype keys with dense storage: the index every container is built on.
 
 A rank's share of a distributed container (a counting set, a map, a set...) receives operations in batches of
-thousands of keys; a Python ``dict`` would cost a Python step per key.  :class:`KeyTable` does each batch in a
-few numpy passes: open addressing with linear probing over a power-of-two slot array, where each *round*
-advances every still-unresolved key of the batch by one slot at once.  Load stays at most 1/2, so rounds are
-few (a handful on average, a few dozen at worst for millions of keys).
+hundreds to thousands of keys; a Python ``dict`` would cost a Python step per key.  :class:`KeyTable` does each
+batch in a few numpy passes: open addressing with linear probing over a power-of-two slot array.  Load stays at
+most 1/2, so most keys sit in their first slot, but a batch of a few hundred keys nearly always holds some that
+probe a dozen slots or more, and every numpy pass costs microseconds however few keys it holds.  So a probe
+looks at one slot per key and pass while many keys are left (at least one pass, over the whole batch; more while
+over :data:`WINDOW_KEYS` keys are left), then at the next :data:`WINDOW` - 1 slots of each key left at once
+(one gather of a row of slots per key), and finishes the last few keys (at most :data:`SCALAR_KEYS`) one slot
+at a time in plain Python: a batch of hundreds of keys costs a few dozen numpy calls, not a few dozen per slot
+of its longest probe.  Inserting and erasing finish their last few keys in Python the same way.
 
 Keys live *densely* at indices ``0..len-1`` (new keys appended in batch order): a container keeps its values in
 its own numpy arrays indexed by that dense index (``counts[index] += 1``), and the table tells it how entries move
@@ -24,6 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
 
 from .partition import as_keys, has_padding, hash_words, key_words, words_per_key
 
@@ -35,6 +41,18 @@ _TOMBSTONE = -1
 MIN_SLOTS = 16
 #: Tombstones freed per erase are found walking back along runs of them; longer runs wait for a rebuild.
 _MAX_TOMBSTONE_ROUNDS = 64
+#: Slots gathered per key in one pass after the first (a power of two, at most MIN_SLOTS): the slots after the
+#: first, and the last column a sentinel (see :meth:`KeyTable._probe_windows`).
+WINDOW = 16
+#: Keys still probing when the rest is done key by key in Python (a numpy pass costs about as much as a Python
+#: probe of several keys).
+SCALAR_KEYS = 8
+#: Keys still probing above which a pass looks at one slot per key: a window per key costs more than several
+#: such passes once most keys end within a slot or two of where they are.
+WINDOW_KEYS = 512
+#: Row k: which columns of a window come before column k.
+_BEFORE = np.arange(WINDOW)[None, :] < np.arange(WINDOW)[:, None]
+_WINDOW_SHIFT = WINDOW.bit_length() - 1
 
 _Index = npt.NDArray[np.int64]
 
@@ -108,7 +126,13 @@ class KeyTable:
         """Fresh, empty arrays for *slots* slots: dense storage for slots/2 keys, the most the load allows."""
         # int32 slots halve the memory the probes gather from while slot numbers fit (below 2**30 keys).
         small = slots <= 1 << 31
-        self._slots: npt.NDArray[np.signedinteger[Any]] = np.zeros(slots, dtype=np.int32 if small else np.int64)
+        # The slots, followed by a copy of the first WINDOW - 1 (refreshed before each probe): each slot's window of
+        # the WINDOW slots from it on, wrapping around, is then a row of one strided view.
+        self._extended: npt.NDArray[np.signedinteger[Any]] = np.zeros(
+            slots + WINDOW - 1, dtype=np.int32 if small else np.int64
+        )
+        self._slots: npt.NDArray[np.signedinteger[Any]] = self._extended[:slots]
+        self._windows: npt.NDArray[np.signedinteger[Any]] = sliding_window_view(self._extended, WINDOW)
         self._mask = slots - 1
         dense = slots // 2
         self._words: npt.NDArray[np.uint64] = np.zeros((dense, self._width), dtype=np.uint64)
@@ -155,7 +179,7 @@ class KeyTable:
 
     def _home(self, hashes: npt.NDArray[np.uint64]) -> _Index:
         """Each key's first slot: the low bits of its hash (the partitioner used the high ones)."""
-        return (hashes & np.uint64(self._mask)).astype(np.int64)
+        return (hashes & np.uint64(self._mask)).view(np.int64)  # below 2**63: the same numbers
 
     def _as_words(self, keys: npt.ArrayLike) -> tuple[npt.NDArray[np.void] | None, npt.NDArray[np.uint64]]:
         """The batch's canonical words (partition.key_words) and, where the table keeps keys apart from their
@@ -187,26 +211,150 @@ class KeyTable:
 
     # -- probing -------------------------------------------------------------
 
-    def _probe(self, words: npt.NDArray[np.uint64], hashes: npt.NDArray[np.uint64]) -> tuple[_Index, _Index]:
-        """Each key's dense index (-1 if absent) and, for absent keys, the empty slot that ended its probe."""
+    def _probe(
+        self, words: npt.NDArray[np.uint64], hashes: npt.NDArray[np.uint64], want_stop: bool = False
+    ) -> tuple[_Index, _Index]:
+        """Each key's dense index (-1 if absent) and, if *want_stop*, for absent keys the empty slot that ended its
+        probe (else the second array is meaningless).
+
+        A probe passes occupied slots of other keys and tombstones, and ends at the key or at an empty slot.  The
+        first pass looks at every key's first slot (batches of at most SCALAR_KEYS keys go straight to Python);
+        the keys left probe on as :meth:`_probe_on` says."""
         n = hashes.shape[0]
         query = self._fingerprint(words, hashes)
-        index = np.full(n, -1, dtype=np.int64)
-        stop = np.zeros(n, dtype=np.int64)
-        active = np.arange(n, dtype=np.int64)
         pos = self._home(hashes)
-        while active.size:
-            slot = self._slots[pos]
-            empty = slot == _EMPTY
-            stop[active[empty]] = pos[empty]
-            occupied = np.flatnonzero(slot > 0)
-            dense = slot[occupied] - 1
-            hit = self._equal(dense, query[occupied], words, active[occupied])
-            index[active[occupied[hit]]] = dense[hit]
-            going = ~empty
-            going[occupied[hit]] = False
-            active, query, pos = active[going], query[going], (pos[going] + 1) & self._mask
+        if n <= SCALAR_KEYS:
+            index = np.full(n, -1, dtype=np.int64)
+            stop = np.zeros(n, dtype=np.int64) if want_stop else index
+            self._probe_scalar(range(n), query.tolist(), pos.tolist(), words, index, stop if want_stop else None)
+            return index, stop
+        slot = self._slots[pos]
+        dense = slot - 1  # -1 or -2 for empty slots and tombstones: valid indices, ruled out by `slot > 0`
+        hit = self._fingerprints[dense] == query
+        hit &= slot > _EMPTY
+        if self._width > 1:
+            self._confirm(hit, dense, words, None)
+        index = np.where(hit, dense, np.int64(-1))
+        stop = pos  # where the keys ending at an empty slot this pass ended; the others' are written later
+        rows = np.flatnonzero((slot != _EMPTY) > hit)  # neither found nor at an empty slot
+        if rows.size:
+            self._probe_on(rows, query[rows], (pos[rows] + 1) & self._mask, words, index, stop if want_stop else None)
         return index, stop
+
+    def _probe_on(
+        self,
+        rows: _Index,
+        query: npt.NDArray[np.uint64],
+        pos: _Index,
+        words: npt.NDArray[np.uint64],
+        index: _Index,
+        stop: _Index | None,
+    ) -> None:
+        """Probes on from *pos* for the keys at batch positions *rows*, with these fingerprints *query*: a slot per
+        key and pass while more than WINDOW_KEYS keys are left, then windows, then one key at a time."""
+        while rows.size > WINDOW_KEYS:
+            slot = self._slots[pos]
+            dense = slot - 1
+            hit = self._fingerprints[dense] == query
+            hit &= slot > _EMPTY
+            if self._width > 1:
+                self._confirm(hit, dense, words, rows)
+            index[rows[hit]] = dense[hit]
+            if stop is not None:
+                stop[rows] = pos
+            keep = np.flatnonzero((slot != _EMPTY) > hit)
+            rows, query, pos = rows[keep], query[keep], (pos[keep] + 1) & self._mask
+        if rows.size > SCALAR_KEYS:
+            rows, query, pos = self._probe_windows(rows, query, pos, words, index, stop)
+        if rows.size:
+            self._probe_scalar(rows.tolist(), query.tolist(), pos.tolist(), words, index, stop)
+
+    def _probe_windows(
+        self,
+        rows: _Index,
+        query: npt.NDArray[np.uint64],
+        pos: _Index,
+        words: npt.NDArray[np.uint64],
+        index: _Index,
+        stop: _Index | None,
+    ) -> tuple[_Index, npt.NDArray[np.uint64], _Index]:
+        """Probes WINDOW - 1 slots per key and pass, while more than SCALAR_KEYS keys are left; returns those left.
+
+        A pass gathers each key's WINDOW slots from *pos* on (one row each), takes its first empty slot among
+        them (the last column counts as one: a sentinel), and compares the key with the keys in the occupied
+        slots before it, whose dense index is written to *index* when they match.  Keys whose row ends without a
+        match at a true empty slot are absent (their *stop*); the others probe on from the sentinel column."""
+        mask = self._mask
+        self._extended[mask + 1 :] = self._extended[: WINDOW - 1]  # the wrapped-around copy, up to date
+        last = WINDOW - 1
+        while True:
+            window = self._windows[pos]  # (keys, WINDOW), a copy
+            empty = window == _EMPTY
+            empty[:, last] = True
+            first_empty = empty.argmax(axis=1)
+            before = _BEFORE[first_empty]
+            before &= window > _EMPTY
+            cells = np.flatnonzero(before)  # occupied slots before the first empty one, row by row
+            at = cells >> _WINDOW_SHIFT  # the row of each: which key
+            dense = window.reshape(-1)[cells] - 1
+            hit = self._fingerprints[dense] == query[at]
+            if self._width > 1:
+                self._confirm(hit, dense, words, rows[at])
+            found = at[hit]
+            index[rows[found]] = dense[hit]
+            if stop is not None:  # meaningful for the keys that end now at an empty slot
+                stop[rows] = (pos + first_empty) & mask
+            going = first_empty == last
+            going &= window[:, last] != _EMPTY
+            going[found] = False
+            keep = np.flatnonzero(going)
+            rows, query, pos = rows[keep], query[keep], (pos[keep] + last) & mask
+            if rows.size <= SCALAR_KEYS:
+                return rows, query, pos
+
+    def _probe_scalar(
+        self,
+        rows: range | list[int],
+        query: list[int],
+        pos: list[int],
+        words: npt.NDArray[np.uint64],
+        index: _Index,
+        stop: _Index | None,
+    ) -> None:
+        """Probes key by key in Python, slot by slot: for the few keys left, cheaper than any numpy pass."""
+        slots = self._slots.data
+        fingerprints = self._fingerprints.data
+        mask = self._mask
+        for row, fingerprint, p in zip(rows, query, pos):
+            while True:
+                slot = slots[p]
+                if slot > _EMPTY:
+                    if fingerprints[slot - 1] == fingerprint and self._same_key(slot - 1, words, row):
+                        index[row] = slot - 1
+                        break
+                elif slot == _EMPTY:
+                    if stop is not None:
+                        stop[row] = p
+                    break
+                p = (p + 1) & mask
+
+    def _confirm(
+        self,
+        hit: npt.NDArray[np.bool_],
+        dense: npt.NDArray[np.signedinteger[Any]],
+        words: npt.NDArray[np.uint64],
+        rows: _Index | None,
+    ) -> None:
+        """Keeps in *hit* (equal fingerprints of keys longer than one word: equal hashes) only the stored keys at
+        *dense* that equal the batch's ``words[rows]`` (``words`` itself when *rows* is None)."""
+        same_hash = np.flatnonzero(hit)
+        batch = words[same_hash] if rows is None else words[rows[same_hash]]
+        confirmed = (self._words[dense[same_hash]] == batch).all(axis=1)
+        hit[same_hash[~confirmed]] = False
+
+    def _same_key(self, dense: int, words: npt.NDArray[np.uint64], row: int) -> bool:
+        """Whether the stored key at *dense*, whose fingerprint equals that of ``words[row]``, is that key."""
+        return self._width == 1 or bool((self._words[dense] == words[row]).all())
 
     def lookup(self, keys: npt.ArrayLike) -> _Index:
         """The dense index of each key of the 1-D batch *keys* (int64), -1 where the key is absent."""
@@ -226,21 +374,32 @@ class KeyTable:
         raw, words = self._as_words(keys)
         n = words.shape[0]
         hashes = hash_words(words)
-        index, stop = self._probe(words, hashes)
+        index, stop = self._probe(words, hashes, want_stop=True)
         new = np.zeros(n, dtype=bool)
         missing = np.flatnonzero(index < 0)
         if missing.size == 0:
             return Inserted(index, new)
         # Room for them all (duplicates counted only when that decides whether to grow).
         room = self._mask // 2 + 1 - self._size - self._tombstones
+        at_empty = True  # each missing key's stop is the empty slot that ended its probe
         if missing.size > room:
             distinct = self._count_distinct(words[missing], hashes[missing])
             if distinct > room:
                 self._rebuild(max(self._mask + 1, _slots_for(self._size + distinct, 3)))
                 stop[missing] = self._home(hashes[missing])
+                at_empty = False
         first = self._size
-        self._claim(missing, words[missing], hashes[missing], stop[missing], index, raw)
-        self._renumber(first, missing, index, new)
+        if missing.size == n:
+            in_order = self._claim(missing, words, hashes, stop, index, raw, at_empty)
+        else:
+            missing_raw = None if raw is None else raw[missing]
+            in_order = self._claim(
+                missing, words[missing], hashes[missing], stop[missing], index, missing_raw, at_empty
+            )
+        if in_order:  # dense indices already in batch order, no duplicates
+            new[missing] = True
+        else:
+            self._renumber(first, missing, index, new)
         return Inserted(index, new)
 
     def _count_distinct(self, words: npt.NDArray[np.uint64], hashes: npt.NDArray[np.uint64]) -> int:
@@ -263,54 +422,114 @@ class KeyTable:
         pos: _Index,
         index: _Index,
         raw: npt.NDArray[np.void] | None,
-    ) -> None:
-        """Gives each absent key (batch positions *missing*) a dense index: probing on from *pos*, it takes the
-        first empty slot, or finds there a copy of itself that took it earlier in this batch.
+        at_empty: bool,
+    ) -> bool:
+        """Gives each absent key (batch positions *missing*; *words*, *hashes*, *pos* and *raw* are theirs, row by
+        row) a dense index: probing on from *pos* (each an empty slot if *at_empty*), it takes the first empty
+        slot, or finds there a copy of itself that took it earlier in this batch.  Returns whether every key took
+        a slot, in row order: then they are distinct and their dense indices follow the batch order.
 
-        Keys reaching the same empty slot in one round all write a distinct negative marker into it; the one
-        whose marker stays wins the slot, the losers look at that same slot again next round (where a copy of
-        themselves may now sit).  Dense indices are handed out in claiming order: see :meth:`_renumber`.
+        Keys reaching the same empty slot in one pass all write a distinct negative marker into it; the one
+        whose marker stays wins the slot, the losers look at that same slot again next pass (where a copy of
+        themselves may now sit).  Once at most SCALAR_KEYS keys are left, they go on one by one in Python.
+        Dense indices are handed out in claiming order: see :meth:`_renumber`.
         """
-        active = np.arange(missing.size, dtype=np.int64)  # rows of words, hashes: of missing keys only
+        rows = np.arange(missing.size, dtype=np.int64)  # rows of words, hashes, pos, raw
         query = self._fingerprint(words, hashes)
-        while active.size:
-            slot = self._slots[pos]
-            empty = np.flatnonzero(slot == _EMPTY)
-            occupied = np.flatnonzero(slot > 0)
+        in_order = True
+        while rows.size > SCALAR_KEYS:
             # Claims of empty slots.
-            pos_empty = pos[empty]
-            marker = -2 - active[empty]
+            if at_empty:  # the first pass, at the empty slots that ended the keys' probes
+                slot = None
+                empty, pos_empty = rows, pos
+            else:
+                slot = self._slots[pos]
+                empty = np.flatnonzero(slot == _EMPTY)
+                pos_empty = pos[empty]
+            marker = -2 - empty
             self._slots[pos_empty] = marker
-            won = empty[self._slots[pos_empty] == marker]
-            dense = np.arange(self._size, self._size + won.size, dtype=np.int64)
-            pos_won = pos[won]
-            self._slots[pos_won] = dense + 1
-            self._slot_of[dense] = pos_won
-            batch = missing[active[won]]
-            self._store(dense, query[won], words[active[won]], None if raw is None else raw[batch])
-            index[batch] = dense
-            self._size += won.size
-            # Occupied slots (read before this round's claims): a copy of the key that claimed it earlier?
-            stored = slot[occupied] - 1
-            hit = self._equal(stored, query[occupied], words, active[occupied])
-            index[missing[active[occupied[hit]]]] = stored[hit]
-            # Tombstones and other keys' slots: on to the next slot; claim losers: this slot again.
-            going = np.ones(active.size, dtype=bool)
+            won_here = self._slots[pos_empty] == marker
+            all_won = bool(won_here.all())
+            won = empty if all_won else empty[won_here]
+            pos_won = pos_empty if all_won else pos[won]
+            first, last = self._size, self._size + won.size
+            self._slots[pos_won] = np.arange(first + 1, last + 1, dtype=np.int64)
+            self._slot_of[first:last] = pos_won
+            at = rows if won is rows else rows[won]
+            self._store(slice(first, last), query[won], words[at], None if raw is None else raw[at])
+            index[missing if won.size == missing.size else missing[at]] = np.arange(first, last, dtype=np.int64)
+            self._size = last
+            if won.size == rows.size:
+                return in_order
+            in_order = False
+            going = np.ones(rows.size, dtype=bool)
             going[won] = False
+            if slot is None:  # every key was at an empty slot: the losers look at it again
+                at_empty = False
+                keep = np.flatnonzero(going)
+                rows, query, pos = rows[keep], query[keep], pos[keep]
+                continue
+            # Occupied slots (read before this pass's claims): a copy of the key that claimed it earlier?
+            occupied = np.flatnonzero(slot > _EMPTY)
+            stored = slot[occupied] - 1
+            hit = self._equal(stored, query[occupied], words, rows[occupied])
+            index[missing[rows[occupied[hit]]]] = stored[hit]
+            # Tombstones and other keys' slots: on to the next slot; claim losers: this slot again.
             going[occupied[hit]] = False
-            step = slot != _EMPTY
-            pos = (pos + step) & self._mask
-            active, query, pos = active[going], query[going], pos[going]
+            pos = (pos + (slot != _EMPTY)) & self._mask
+            keep = np.flatnonzero(going)
+            rows, query, pos = rows[keep], query[keep], pos[keep]
+        if rows.size:
+            all_new = self._claim_scalar(rows.tolist(), query.tolist(), pos.tolist(), missing, words, index, raw)
+            in_order = in_order and all_new
+        return in_order
+
+    def _claim_scalar(
+        self,
+        rows: list[int],
+        query: list[int],
+        pos: list[int],
+        missing: _Index,
+        words: npt.NDArray[np.uint64],
+        index: _Index,
+        raw: npt.NDArray[np.void] | None,
+    ) -> bool:
+        """:meth:`_claim` for the last few keys, one at a time in Python; returns whether each took a slot."""
+        slots = self._slots.data
+        fingerprints = self._fingerprints.data
+        mask = self._mask
+        all_new = True
+        for row, fingerprint, p in zip(rows, query, pos):
+            while True:
+                slot = slots[p]
+                if slot == _EMPTY:
+                    dense = self._size
+                    slots[p] = dense + 1
+                    self._slot_of[dense] = p
+                    one = slice(row, row + 1)
+                    fingerprint_array = np.array([fingerprint], dtype=np.uint64)
+                    self._store(
+                        slice(dense, dense + 1), fingerprint_array, words[one], None if raw is None else raw[one]
+                    )
+                    index[missing[row]] = dense
+                    self._size = dense + 1
+                    break
+                if slot > _EMPTY and fingerprints[slot - 1] == fingerprint and self._same_key(slot - 1, words, row):
+                    index[missing[row]] = slot - 1
+                    all_new = False
+                    break
+                p = (p + 1) & mask
+        return all_new
 
     def _store(
         self,
-        dense: _Index,
+        dense: slice,
         fingerprints: npt.NDArray[np.uint64],
         words: npt.NDArray[np.uint64],
         raw: npt.NDArray[np.void] | None,
     ) -> None:
-        """Writes keys at *dense*: their canonical words, fingerprints, and their bytes unless in the words (*raw*,
-        or with padding, the canonical bytes)."""
+        """Writes keys at the *dense* indices: their canonical words, fingerprints, and their bytes unless in the
+        words (*raw*, or with padding, the canonical bytes)."""
         self._fingerprints[dense] = fingerprints  # for one-word keys, a view of the words: all there is to write
         if self._width > 1:
             self._words[dense] = words
@@ -328,7 +547,12 @@ class KeyTable:
         if claimed.size == added:  # no duplicates: the missing positions are the first occurrences
             order, first_seen = claimed, missing
         else:
-            _, first_of = np.unique(claimed, return_index=True)  # claimed ids are exactly 0..added-1
+            by_id = np.argsort(claimed, kind="stable")  # claimed ids are exactly 0..added-1
+            ids = claimed[by_id]
+            starts = np.empty(ids.size, dtype=bool)
+            starts[0] = True
+            np.not_equal(ids[1:], ids[:-1], out=starts[1:])
+            first_of = by_id[starts]  # each id's first position in `missing` (a stable sort)
             first_of.sort()  # positions in `missing` of first occurrences, in batch order
             order, first_seen = claimed[first_of], missing[first_of]
         renumbered = np.empty(added, dtype=np.int64)
@@ -354,11 +578,18 @@ class KeyTable:
         index = self._probe(words, hash_words(words))[0]
         removed = np.zeros(index.shape[0], dtype=bool)
         present = np.flatnonzero(index >= 0)
-        holes, first_of = np.unique(index[present], return_index=True)  # ascending dense indices
-        removed[present[first_of]] = True
-        erased = holes.size
-        if erased == 0:
+        if present.size == 0:
             return Erased(removed, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        # The distinct dense indices, ascending, and where each first occurs (a stable sort: np.unique's way).
+        order = np.argsort(index[present], kind="stable")
+        holes = index[present[order]]
+        distinct = np.empty(holes.size, dtype=bool)
+        distinct[0] = True
+        np.not_equal(holes[1:], holes[:-1], out=distinct[1:])
+        if not distinct.all():
+            holes, order = holes[distinct], order[distinct]
+        removed[present[order]] = True
+        erased = holes.size
         freed = self._slot_of[holes]
         self._slots[freed] = _TOMBSTONE
         self._tombstones += erased
@@ -376,15 +607,31 @@ class KeyTable:
 
     def _free_tombstones(self, candidates: npt.NDArray[np.signedinteger[Any]]) -> None:
         """Empties tombstones whose next slot is empty: a probe passing one would stop at that next slot anyway,
-        so none needs it.  Each round walks one slot back along runs of tombstones."""
-        for _ in range(_MAX_TOMBSTONE_ROUNDS):
-            candidates = candidates[self._slots[candidates] == _TOMBSTONE]
-            candidates = candidates[self._slots[(candidates + 1) & self._mask] == _EMPTY]
-            if candidates.size == 0:
+        so none needs it.  Each round walks one slot back along runs of tombstones (*candidates* are tombstones);
+        once at most SCALAR_KEYS walks are left, they go on one by one in Python."""
+        mask = self._mask
+        for walked in range(_MAX_TOMBSTONE_ROUNDS):
+            if walked:
+                candidates = candidates[self._slots[candidates] == _TOMBSTONE]
+            if candidates.size <= SCALAR_KEYS:
+                self._free_tombstones_scalar(candidates.tolist(), _MAX_TOMBSTONE_ROUNDS - walked)
                 return
+            candidates = candidates[self._slots[(candidates + 1) & mask] == _EMPTY]
             self._slots[candidates] = _EMPTY
             self._tombstones -= candidates.size
-            candidates = (candidates - 1) & self._mask
+            candidates = (candidates - 1) & mask
+
+    def _free_tombstones_scalar(self, candidates: list[int], rounds: int) -> None:
+        """:meth:`_free_tombstones` for a few tombstones, walking back at most *rounds* slots from each."""
+        slots = self._slots.data
+        mask = self._mask
+        for candidate in candidates:
+            for _ in range(rounds):
+                if slots[candidate] != _TOMBSTONE or slots[(candidate + 1) & mask] != _EMPTY:
+                    break
+                slots[candidate] = _EMPTY
+                self._tombstones -= 1
+                candidate = (candidate - 1) & mask
 
     # -- the rest ------------------------------------------------------------
 
@@ -411,7 +658,7 @@ class KeyTable:
     @property
     def nbytes(self) -> int:
         """Bytes held by the table's arrays (slots and dense storage, allocated capacity included)."""
-        return self._slots.nbytes + sum(array.nbytes for array in self._dense_arrays)
+        return self._extended.nbytes + sum(array.nbytes for array in self._dense_arrays)
 
     def __repr__(self) -> str:
         return f"KeyTable({self.dtype}, {self._size} keys, {self._mask + 1} slots)"
