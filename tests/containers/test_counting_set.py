@@ -493,3 +493,25 @@ def test_hot_counts_held_on_the_sender_are_sent_by_a_barrier_or_reported_at_fina
             assert held_records > 0 and after_flush in (None, 0)
         got = held([(*local, None) for _, _, local, _ in results])
         assert got == reference([batch for _, _, _, batches in results for batch in batches])
+
+
+def clear_then_count(rail, dtype):
+    """Adds, clear(), then other adds: only the second adds are counted, on every rank."""
+    counts = CountingSet(rail, dtype)
+    rng = np.random.default_rng([5, rail.rank])
+    first = rng.integers(0, 50, 400).astype(dtype)
+    counts.add(first)
+    counts.add(first)  # a repeat: combined and held on the sender, then forgotten too
+    counts.clear()
+    second = np.arange(rail.rank, rail.rank + 10).astype(dtype)
+    counts.add(second)
+    return counts.total(), counts.size(), counts.count(np.arange(0, 20).astype(dtype)).tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int32, np.float64])
+def test_clear_forgets_everything_before_it_and_keeps_counting(dtype):
+    for seed in range(3):
+        for result in World(size=3, seed=seed).run(clear_then_count, dtype):
+            total, size, counted = result
+            expected = np.bincount(np.concatenate([np.arange(r, r + 10) for r in range(3)]), minlength=20)
+            assert total == 30 and size == 12 and counted == expected.tolist()

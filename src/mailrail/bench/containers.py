@@ -92,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
             return elapsed
 
         def counting_set(keys: np.ndarray, name: str) -> Callable[[], float]:
+            counts = CountingSet(rail, np.uint64)  # one per measurement, cleared per trial as the histogram's table
+
             def insert() -> float:
-                counts = CountingSet(rail, np.uint64)  # a new one per trial: made (collectively) before the clock
+                counts.clear()
                 comm.Barrier()
                 start = time.perf_counter()
                 for offset in range(0, len(keys), CHUNK):

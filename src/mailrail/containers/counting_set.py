@@ -697,6 +697,25 @@ class CountingSet(Container):
         self._settle()
         return self.channels.allreduce_sum(self._total())
 
+    def clear(self) -> None:
+        """Collective: empty the set on every rank (YGM's ``clear``), keeping its memory for what comes next.
+
+        Every add issued before it, on any rank, is completed and then forgotten with the rest.
+        """
+        self._collective("clear")
+        self._plain_pending.release()
+        self._pair_pending.release()
+        self._hot_held = None
+        self._held_batches = 0
+        if self._dense is not None:
+            self._dense[:] = 0  # the pages stay mapped: the next counts do not fault them in again
+        if self._table is not None:
+            self._table.clear()
+            self._counts[:] = 0
+        # A rank that left the barrier first may already add again, and a slower rank still in it would take
+        # those adds into the buffers just emptied: no rank adds again before every rank has cleared.
+        self.channels.allreduce_sum(0)
+
     # -- local ---------------------------------------------------------------
 
     def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:

@@ -453,6 +453,9 @@ class DisjointSet(Container):
         self._table.clear()
         self._parent = np.zeros(_INITIAL_ITEMS, dtype=self._parent.dtype)
         self._changed = False
+        # A rank that left the barrier first may union again, and a slower rank still in it would apply those
+        # unions before clearing: no rank unions again before every rank has cleared.
+        self.channels.allreduce_sum(0)
 
     def __repr__(self) -> str:
         return f"<DisjointSet of {self.dtype}, {len(self._table)} items on rank {self.rank}>"
