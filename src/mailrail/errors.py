@@ -109,3 +109,11 @@ def report_undelivered(where: str, report: dict[str, int], strict: bool) -> None
     import warnings
 
     warnings.warn(text, UndeliveredWarning, stacklevel=3)
+
+
+def nested_barrier_error() -> MailRailError:
+    """The error of ``barrier()`` called from inside a barrier handler (every rail's)."""
+    return MailRailError(
+        "barrier() called from inside a barrier() handler: a handler may send messages (the running "
+        "barrier waits for them too), but not start another barrier"
+    )

@@ -30,6 +30,7 @@ from .errors import (
     FinalizedError,
     MailRailError,
     StallError,
+    nested_barrier_error,
     report_undelivered,
 )
 from .failure import abort_job, exit_code_of
@@ -366,10 +367,7 @@ class MailRail:
         if handler is None:
             return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
         if self._in_barrier:  # the outer barrier's collectives would interleave with this one's: a hang
-            raise MailRailError(
-                "barrier() called from inside a barrier() handler: a handler may send messages (the running "
-                "barrier waits for them too), but not start another barrier"
-            )
+            raise nested_barrier_error()
         self._in_barrier = True
         try:
             return self._barrier(handler)

@@ -52,7 +52,7 @@ from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 import numpy as np
 
 from .channels import Channels
-from .errors import FinalizedError, MailRailError, report_undelivered
+from .errors import FinalizedError, MailRailError, nested_barrier_error, report_undelivered
 from .pool import SlotPool
 from .protocol import (
     FREE,
@@ -427,10 +427,7 @@ class Rail:
         if handler is None:
             return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
         if self._in_barrier:
-            raise MailRailError(
-                "barrier() called from inside a barrier() handler: a handler may send messages (the running "
-                "barrier waits for them too), but not start another barrier"
-            )
+            raise nested_barrier_error()
         self._in_barrier = True
         try:
             return self._barrier(handler)
