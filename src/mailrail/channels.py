@@ -333,10 +333,7 @@ class Channels:
                 self._transmit_segment(dest, channel, data[done * size : (done + take) * size])
                 done += take
                 continue
-            row = self._rows[dest]
-            if row is None:
-                row = self._rows[dest] = np.empty(capacity, np.uint8)
-                self._row_views[dest] = row.data
+            row = self._staging_row(dest)
             if self._open[dest] == channel.number:  # extend the open segment
                 header_at = self._open_at[dest]
                 room = (capacity - fill) // size
@@ -361,6 +358,14 @@ class Channels:
             done += take
             if capacity - fill < size:  # this channel can add no more: the datagram is full
                 self._transmit_row(dest)
+
+    def _staging_row(self, dest: int) -> np.ndarray:
+        """The staging row of *dest*, made on first use (with its memoryview, for calls' small copies)."""
+        row = self._rows[dest]
+        if row is None:
+            row = self._rows[dest] = np.empty(self.datagram_size, np.uint8)
+            self._row_views[dest] = row.data
+        return row
 
     def _transmit_segment(self, dest: int, channel: Channel, payload: np.ndarray) -> None:
         """One datagram of one segment, packed straight into a send buffer."""
@@ -478,14 +483,13 @@ class Channels:
     def _append_call(self, dest: int, payload: bytes) -> None:
         nbytes = len(payload)
         fill = self._fill[dest]
-        header_at = (fill + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+        header_at = _aligned(fill)
         if fill and header_at + HEADER_SIZE + nbytes > self.datagram_size:
             self._transmit_row(dest)
             header_at = 0
         view = self._row_views[dest]
         if view is None:
-            row = self._rows[dest] = np.empty(self.datagram_size, np.uint8)
-            view = self._row_views[dest] = row.data
+            view = self._staging_row(dest).data
         HEADER.pack_into(view, header_at, 0, MAGIC, KIND_CALL, nbytes)
         start = header_at + HEADER_SIZE
         view[start : start + nbytes] = payload
@@ -498,9 +502,9 @@ class Channels:
     def _function(self, name: bytes) -> Callable[..., object]:
         """The function a call names, imported once per name on this rank."""
         module, _, qualname = name.decode().partition(":")
-        target: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            target = getattr(target, part)
+        target = _resolve(module, qualname)
+        if target is None:
+            raise AttributeError(f"a call names {module}.{qualname}, which module {module!r} on this rank lacks")
         self._functions[name] = target
         return target  # type: ignore[no-any-return]
 
@@ -701,17 +705,22 @@ def check_by_reference(fn: object) -> None:
             f"rail.call: {name_of(fn)} is {kind}: calls send the function by reference (its module and name), "
             f"so it must be defined at the top level of a module every rank imports"
         )
+    if _resolve(module, qualname) is not fn:
+        raise TypeError(
+            f"rail.call: {name_of(fn)} cannot be found by its name in module {module!r}: calls send the "
+            f"function by reference, so it must be defined at the top level of a module every rank imports"
+        )
+
+
+def _resolve(module: str, qualname: str) -> Any:
+    """The object *qualname* names in *module* (imported), or None where no such attribute exists."""
     target: Any = importlib.import_module(module)
     try:
         for part in qualname.split("."):
             target = getattr(target, part)
     except AttributeError:
-        target = None
-    if target is not fn:
-        raise TypeError(
-            f"rail.call: {name_of(fn)} cannot be found by its name in module {module!r}: calls send the "
-            f"function by reference, so it must be defined at the top level of a module every rank imports"
-        )
+        return None
+    return target
 
 
 def _unpicklable(fn: Callable[..., object], args: tuple[Any, ...], error: Exception) -> str:
