@@ -3,6 +3,8 @@ partitioner's spread and the block partitioner against numpy.array_split.  No MP
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -171,12 +173,55 @@ def test_sequential_keys_spread_evenly(dtype, size):
     assert chi2 < (size - 1) + 8 * np.sqrt(2 * (size - 1)) + 10, counts
 
 
-def test_owner_is_the_exact_multiply_high():
-    hashes = np.random.default_rng(2).integers(0, 1 << 64, 2000, dtype=np.uint64, endpoint=False)
-    hashes = np.concatenate([hashes, np.array([0, 1, (1 << 63), MASK64], dtype=np.uint64)])
-    for size in (1, 2, 3, 5, 1000, (1 << 31) + 11, 1 << 32):
-        owners = HashPartitioner(size).owner_of_hashes(hashes)
-        assert owners.tolist() == [(int(h) * size) >> 64 for h in hashes]
+def reference_owner(key: bytes, size: int) -> int:
+    """HashPartitioner's documented owner, in Python integers."""
+    if len(key) > 8:
+        return (reference_hash(key) * size) >> 64
+    p = int.from_bytes(key, sys.byteorder)  # zero-extended, read unsigned
+    block, within = divmod(p, size)
+    rotation = (((block * 0x9E3779B97F4A7C15) & MASK64) * size) >> 64
+    return (within + rotation) % size
+
+
+SIZES = (1, 2, 3, 5, 8, 1000, 1024, (1 << 31) + 11, 1 << 32)
+
+
+@pytest.mark.parametrize("dtype", ["<u8", "<i8", "<i4", "u1", "S3", "S9", "S16"])
+def test_owner_is_the_documented_function(dtype):
+    rng = np.random.default_rng(2)
+    raw = rng.integers(0, 1 << 64, 2000, dtype=np.uint64, endpoint=False)
+    raw = np.concatenate([raw, np.array([0, 1, (1 << 63), MASK64], dtype=np.uint64)])
+    itemsize = np.dtype(dtype).itemsize
+    keys = np.frombuffer(np.repeat(raw, -(-itemsize // 8)).tobytes()[: len(raw) * itemsize], dtype=dtype)
+    for size in SIZES:
+        owners = HashPartitioner(size).owner(keys)
+        # every byte of each key (a bytes_ scalar would drop trailing zeros)
+        assert owners.tolist() == [reference_owner(keys[i : i + 1].tobytes(), size) for i in range(len(keys))], size
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_every_block_of_consecutive_keys_has_one_key_per_rank_and_blocks_invert(size):
+    partitioner = HashPartitioner(size)
+    rng = np.random.default_rng(size % 1000)
+    blocks = np.unique(rng.integers(0, MASK64 // size, 50, dtype=np.uint64))
+    if size <= 1024:  # whole blocks: each rank once
+        words = (blocks[:, None] * np.uint64(size) + np.arange(size, dtype=np.uint64)).reshape(-1, 1)
+        owners = partitioner.owner_of_words(words).reshape(len(blocks), size)
+        assert (np.sort(owners, axis=1) == np.arange(size)).all()
+    for rank in {0, 1 % size, size - 1}:
+        words = partitioner.words_of(blocks, rank)
+        assert (partitioner.owner_of_words(words.reshape(-1, 1)) == rank).all()
+        assert np.array_equal(partitioner.block(words), blocks)
+
+
+@pytest.mark.parametrize("stride", [2, 3, 8, 16, 1000])
+@pytest.mark.parametrize("size", [2, 3, 16, 100])
+def test_keys_in_a_stride_spread_evenly(size, stride):
+    n = 100_000
+    counts = np.bincount(HashPartitioner(size).owner(np.arange(n, dtype=np.uint64) * np.uint64(stride)), minlength=size)
+    expected = n / size
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < (size - 1) + 8 * np.sqrt(2 * (size - 1)) + 10, counts
 
 
 def test_hash_partitioner_size_errors():

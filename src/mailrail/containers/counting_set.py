@@ -7,12 +7,15 @@ handlers.  The next ``rail.barrier()``, or any collective operation, completes e
 
 **The owner** appends arrivals to a buffer (one copy per datagram) and counts them in bulk when something reads
 its counts (a collective, :meth:`~CountingSet.local`) or when the buffer holds ``pending_bytes``.  Integer keys
-are counted in a dense ``int64`` array indexed by ``key - base``, one ``bincount`` per settle as a
-block-distributed histogram does, while the keys the rank has seen span at most ``max(dense_extent, dense_spread
-x distinct keys held)`` values (the array, grown by half again on the side it grows, is at most 1.5 times that).
-A rank whose keys spread wider, and every rank for keys of other dtypes, keeps its keys in a
-:class:`~mailrail.containers.table.KeyTable` beside ``int64`` counts (for good: it never goes back).  Results do
-not depend on the representation.
+are counted in a dense ``int64`` array indexed by the key's *block* (:meth:`HashPartitioner.block
+<mailrail.containers.partition.HashPartitioner.block>`: its value read unsigned, divided by the number of ranks;
+a rank owns one key per block), one ``bincount`` per settle as a block-distributed histogram does, and over as
+few counts: while the blocks of the keys the rank has seen span at most ``max(dense_extent, dense_spread x
+distinct keys held)`` (the array, grown by half again on the side it grows, is at most 1.5 times that).  A rank
+whose keys spread wider (negative keys read as large numbers: mixed signs of 4- and 8-byte keys spread wide, as
+do keys not in the machine's byte order),
+and every rank for keys of other dtypes, keeps its keys in a :class:`~mailrail.containers.table.KeyTable` beside
+``int64`` counts (for good: it never goes back).  Results do not depend on the representation.
 
 **Combining** duplicates on the sender costs a sort of the batch and saves nothing on keys that rarely repeat,
 so the sender samples.  Its first ``add``, and every ``sample_every``-th after it, is combined exactly (one sort).
@@ -42,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .base import Container, Lookup, as_keys
-from .partition import HASH_SEED, has_padding, key_words, words_per_key
+from .partition import HASH_SEED, has_padding, hash_words, key_words, words_per_key
 from .table import KeyTable
 
 __all__ = ["CountingSet", "byte_order", "canonical", "distinct_keys"]
@@ -110,46 +113,18 @@ def _ranked(keys: npt.NDArray[Any], counts: npt.NDArray[np.int64]) -> npt.NDArra
     return by_bytes[np.argsort(-counts[by_bytes], kind="stable")]
 
 
-# -- the sender's hash: partition.hash_words, reusing one scratch array ------------------------------------------
-
 _SEED = np.uint64(HASH_SEED)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
-
-
-def _mix(z: npt.NDArray[np.uint64], scratch: npt.NDArray[np.uint64]) -> None:
-    """splitmix64's finalizer in place, as :func:`~mailrail.containers.partition.hash_words` applies it."""
-    np.right_shift(z, _S30, out=scratch)
-    z ^= scratch
-    z *= _M1
-    np.right_shift(z, _S27, out=scratch)
-    z ^= scratch
-    z *= _M2
-    np.right_shift(z, _S31, out=scratch)
-    z ^= scratch
-
-
-def key_hashes(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """:func:`~mailrail.containers.partition.hash_words` of an ``(n, w)`` word matrix, the same values, with no
-    temporary array per step (about half its time: the sender hashes every key it adds)."""
-    hashes = np.bitwise_xor(words[:, 0], _SEED)
-    scratch = np.empty_like(hashes)
-    _mix(hashes, scratch)
-    for column in range(1, words.shape[1]):
-        hashes ^= words[:, column]
-        _mix(hashes, scratch)
-    return hashes
 
 
 class _HotKeys(NamedTuple):
     """A sender's direct-mapped table of keys worth combining, from its last sample (see the module).
 
-    Slot ``hash & mask`` holds one hot key.  An empty slot ``s`` holds the hash ``(s + 1) & mask``, which no key
-    of slot ``s`` has, so comparing hashes needs no separate mark of the empty slots.
+    Slot ``hash >> shift`` (the hash's high bits, :meth:`CountingSet._hot_hashes`) holds one hot key.  An empty
+    slot ``s`` holds a hash of slot ``s + 1`` (modulo the slots), which no key of slot ``s`` has, so comparing
+    hashes needs no separate mark of the empty slots.
     """
 
-    mask: np.uint64
+    shift: np.uint64
     hashes: npt.NDArray[np.uint64]
     #: A ``(count, key)`` record per slot, its key the slot's hot key (the count is filled in per batch).
     records: npt.NDArray[Any]
@@ -264,16 +239,17 @@ class CountingSet(Container):
         self._width = words_per_key(self.dtype)
         self._padded = has_padding(self.dtype)
         self._own_words = self.dtype.itemsize == 8 and not self._padded
-        # The owner's storage: integer keys in a dense array of counts (their "lane": the integer type their
-        # values are computed in), until they spread too wide; then, or for other keys, a table and counts.
-        self._lane: np.dtype[Any] | None = None
-        if self.dtype.kind in "iu":
-            self._lane = np.dtype(np.uint64 if self.dtype.kind == "u" and self.dtype.itemsize == 8 else np.int64)
-            limits = np.iinfo(self.dtype)
-            self._key_min, self._key_max = int(limits.min), int(limits.max)
-        self._dense: npt.NDArray[np.int64] | None = None  # counts of keys base, base + 1, ...
+        # The owner's storage: integer keys in a dense array of counts by block (the partitioner's: one key of
+        # this rank per block), until they spread too wide; then, or for other keys, a table and counts.
+        self._integers = self.dtype.kind in "iu"
+        if self._integers:
+            self._word_uint = _UINT_OF_SIZE.get(self.dtype.itemsize, np.uint64)  # keys read as their words
+            self._block_max = int(
+                self.partitioner.block(np.array([(1 << (8 * self.dtype.itemsize)) - 1], np.uint64))[0]
+            )
+        self._dense: npt.NDArray[np.int64] | None = None  # counts of the keys of blocks base, base + 1, ...
         self._base = 0
-        self._table: KeyTable | None = None if self._lane is not None else KeyTable(self.dtype)
+        self._table: KeyTable | None = None if self._integers else KeyTable(self.dtype)
         self._counts: npt.NDArray[np.int64] = np.zeros(0 if self._table is None else self._table.capacity, np.int64)
         self._plain_pending = _Pending(self.dtype, max(1, self.pending_bytes // self.dtype.itemsize))
         self._pair_pending = _Pending(self._record_dtype, max(1, self.pending_bytes // self._record_dtype.itemsize))
@@ -284,10 +260,6 @@ class CountingSet(Container):
         # below 2**53), sent at the next flush or barrier; None while nothing is held.
         self._hot_held: npt.NDArray[Any] | None = None
         self._held_batches = 0  # the batches whose hot keys' counts are held
-        # Owners by the partitioner's multiply-high; for a power-of-two number of ranks it is a shift.
-        self._owner_shift = (
-            np.uint64(64 - (self.ranks.bit_length() - 1)) if self.ranks & (self.ranks - 1) == 0 else None
-        )
         self._adds = self._open(self._record_dtype, self._on_pairs, "adds")
         self._plain = self._open(self.dtype, self._on_plain, "keys")
         self._counter = Lookup(self, self.dtype, np.dtype(np.int64), self._counts_of, "count")
@@ -322,19 +294,16 @@ class CountingSet(Container):
         self._until_sample -= 1
         # The words of 8-byte keys are the keys themselves: no key_words call (its checks cost per batch).
         words = keys.view(np.uint64).reshape(-1, 1) if self._own_words else key_words(keys)
-        hashes = key_hashes(words)
         if self._hot is None:
-            self._plain.send(self._owners(hashes), keys)
+            self._plain.send(self.partitioner.owner_of_words(words), keys)
         else:
-            self._add_hot(keys, words, hashes, self._hot)
+            self._add_hot(keys, words, self._hot)
 
-    def _owners(self, hashes: npt.NDArray[np.uint64]) -> npt.NDArray[Any]:
-        """The owner of each key, from its hash: the partitioner's, a shift for a power-of-two number of ranks."""
-        if self._owner_shift is None:
-            return self.partitioner.owner_of_hashes(hashes)
-        if self.ranks == 1:
-            return np.zeros(len(hashes), dtype=np.uint8)
-        return hashes >> self._owner_shift
+    def _hot_hashes(self, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+        """The hash the hot table files keys by: for one-word keys their word times an odd constant (a bijection,
+        one operation, its high bits well spread: Knuth's multiplicative hash), else
+        :func:`~mailrail.containers.partition.hash_words`."""
+        return words[:, 0] * _SEED if self._width == 1 else hash_words(words)
 
     def _saves(self, plain: int, pairs: int, keys: int) -> bool:
         """Whether sending *plain* keys and *pairs* records for a batch of *keys* saves the threshold's bytes."""
@@ -346,8 +315,7 @@ class CountingSet(Container):
         carried = self._still_hot()
         self._send_held()  # the held counts are by slot of the hot table, which the sample replaces
         unique, counts, words = distinct_keys(keys)
-        hashes = key_hashes(words)
-        owners = self._owners(hashes)
+        owners = self.partitioner.owner_of_words(words)
         repeated = counts > 1
         pairs = int(np.count_nonzero(repeated))
         single = ~repeated
@@ -355,15 +323,14 @@ class CountingSet(Container):
         self._send_pairs(owners[repeated], unique[repeated], counts[repeated])
         self._until_sample = self.sample_every - 1
         combining = self._saves(len(unique) - pairs, pairs, len(keys))
-        self._hot = self._hot_keys(unique, counts, words, hashes, owners, carried) if combining else None
+        self._hot = self._hot_keys(unique, counts, words, owners, carried) if combining else None
 
-    def _add_hot(
-        self, keys: npt.NDArray[Any], words: npt.NDArray[np.uint64], hashes: npt.NDArray[np.uint64], hot: _HotKeys
-    ) -> None:
+    def _add_hot(self, keys: npt.NDArray[Any], words: npt.NDArray[np.uint64], hot: _HotKeys) -> None:
         """Add the batch's hot keys to the counts held on the sender (or, inside a barrier, send one record per
         hot key at once), send the others as plain keys.  Few numpy calls: on batches of thousands of keys their
         fixed cost is what combining must win back."""
-        slot = (hashes & hot.mask).view(np.int64)
+        hashes = self._hot_hashes(words)
+        slot = (hashes >> hot.shift).view(np.int64)
         is_hot = hot.hashes[slot] == hashes
         if self._width > 1:  # equal hashes of longer keys: confirm on the words
             candidates = np.flatnonzero(is_hot)
@@ -378,7 +345,7 @@ class CountingSet(Container):
             self._hot_held += tally  # held before anything is sent: a handler run by a send may swap the table
             self._held_batches += 1
         cold = (~is_hot).nonzero()[0]  # positions, then gathers: masks (random branches) cost several times more
-        self._plain.send(self._owners(hashes[cold]), keys[cold])
+        self._plain.send(self.partitioner.owner_of_words(words[cold]), keys[cold])
         if not self._saves(len(cold), 0, len(keys)):
             self._until_sample = 0  # the hot keys went cold: sample the next batch
 
@@ -418,13 +385,13 @@ class CountingSet(Container):
         unique: npt.NDArray[Any],
         counts: npt.NDArray[np.int64],
         words: npt.NDArray[np.uint64],
-        hashes: npt.NDArray[np.uint64],
         owners: npt.NDArray[Any],
         carried: _Candidates | None = None,
     ) -> _HotKeys | None:
         """The direct-mapped table of a sample's repeated keys and the *carried* hot keys of the last table, the
         most frequent first (the most frequent wins a shared slot; a key in both gets one slot)."""
         scores: npt.NDArray[Any] = counts
+        hashes = self._hot_hashes(words)
         if carried is not None and len(carried.keys):
             scores = np.concatenate([scores, carried.rates])
             unique = np.concatenate([unique, carried.keys])
@@ -438,11 +405,11 @@ class CountingSet(Container):
         slots = 16
         while slots < 2 * len(ranked):
             slots *= 2
-        mask = np.uint64(slots - 1)
-        slot = (hashes[ranked] & mask).astype(np.intp)
+        shift = np.uint64(64 - (slots.bit_length() - 1))
+        slot = (hashes[ranked] >> shift).astype(np.intp)
         _, first = np.unique(slot, return_index=True)  # the first of each slot in `ranked`: its hottest key
         chosen, slot = ranked[first], slot[first]
-        table_hashes = np.arange(1, slots + 1, dtype=np.uint64) & mask
+        table_hashes = (np.arange(1, slots + 1, dtype=np.uint64) & np.uint64(slots - 1)) << shift
         table_hashes[slot] = hashes[chosen]
         records = np.zeros(slots, dtype=self._record_dtype)
         records["key"][slot] = unique[chosen]
@@ -451,7 +418,7 @@ class CountingSet(Container):
             table_words[slot] = words[chosen]
         table_owners = np.zeros(slots, dtype=owners.dtype)
         table_owners[slot] = owners[chosen]
-        return _HotKeys(mask, table_hashes, records, table_words, table_owners)
+        return _HotKeys(shift, table_hashes, records, table_words, table_owners)
 
     def _send_pairs(self, owners: npt.NDArray[Any], keys: npt.NDArray[Any], counts: npt.NDArray[np.int64]) -> None:
         if len(keys) == 0:
@@ -484,7 +451,7 @@ class CountingSet(Container):
         if self._plain_pending.fill or self._pair_pending.fill:
             pairs = self._pair_pending.records()
             try:
-                self._count(self._plain_pending.records(), pairs["key"], pairs["count"], scratch=True)
+                self._count(self._plain_pending.records(), pairs["key"], pairs["count"])
             finally:
                 self._plain_pending.release()
                 self._pair_pending.release()
@@ -494,11 +461,9 @@ class CountingSet(Container):
         plain: npt.NDArray[Any],
         pair_keys: npt.NDArray[Any],
         pair_counts: npt.NDArray[np.int64],
-        scratch: bool = False,
     ) -> None:
-        """Add one to the count of each of the *plain* keys, and *pair_counts* to those of *pair_keys*.  With
-        *scratch*, *plain* is this set's own buffer, which may be overwritten."""
-        if self._table is None and self._count_dense(plain, pair_keys, pair_counts, scratch):
+        """Add one to the count of each of the *plain* keys, and *pair_counts* to those of *pair_keys*."""
+        if self._table is None and self._count_dense(plain, pair_keys, pair_counts):
             return
         table = self._table if self._table is not None else self._to_table()
         for keys, counts in ((plain, None), (pair_keys, pair_counts)):
@@ -517,20 +482,24 @@ class CountingSet(Container):
             else:
                 np.add.at(self._counts, index, 1)
 
+    def _blocks(self, keys: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
+        """The partitioner's block of each integer key this rank owns (distinct per key): its index in the dense
+        counts, before the base.  A fresh array."""
+        if self._own_words:
+            return self.partitioner.block(keys.view(np.uint64))
+        return self.partitioner.block(keys.view(self._word_uint).astype(np.uint64))
+
     def _count_dense(
         self,
         plain: npt.NDArray[Any],
         pair_keys: npt.NDArray[Any],
         pair_counts: npt.NDArray[np.int64],
-        scratch: bool,
     ) -> bool:
         """Count into the dense array, grown to cover the keys; False (nothing counted) if they spread too wide."""
-        lane = self._lane
-        assert lane is not None
-        plain_values = plain.astype(lane, copy=False)
-        pair_values = pair_keys.astype(lane, copy=False)
-        plain_bounds = (int(plain_values.min()), int(plain_values.max())) if len(plain_values) else None
-        pair_bounds = (int(pair_values.min()), int(pair_values.max())) if len(pair_values) else None
+        plain_blocks = self._blocks(plain)
+        pair_blocks = self._blocks(pair_keys)
+        plain_bounds = (int(plain_blocks.min()), int(plain_blocks.max())) if len(plain_blocks) else None
+        pair_bounds = (int(pair_blocks.min()), int(pair_blocks.max())) if len(pair_blocks) else None
         bounds = [span for span in (plain_bounds, pair_bounds) if span is not None]
         if not bounds:
             return True
@@ -540,13 +509,10 @@ class CountingSet(Container):
         dense = self._dense
         assert dense is not None
         if plain_bounds is not None:
-            # One bincount over the keys' own range, added to that stretch of the counts; the first time, over the
+            # One bincount over the blocks' own range, added to that stretch of the counts; the first time, over the
             # whole dense array, which it then becomes (no second array of counts to fill).
             low, high = (self._base, self._base + len(dense) - 1) if fresh else plain_bounds
-            if scratch or plain_values is not plain:  # ours to overwrite: no temporary array
-                offsets = np.subtract(plain_values, lane.type(low), out=plain_values).view(np.int64)
-            else:
-                offsets = (plain_values - lane.type(low)).view(np.int64)
+            offsets = np.subtract(plain_blocks, np.uint64(low), out=plain_blocks).view(np.int64)
             start = low - self._base
             if 4 * len(offsets) < high - low + 1:  # few keys over a wide range: a bincount would cost the range
                 np.add.at(dense, offsets + start, 1)
@@ -557,11 +523,11 @@ class CountingSet(Container):
                 else:
                     dense[start : start + high - low + 1] += counted
         if pair_bounds is not None:
-            np.add.at(dense, (pair_values - lane.type(self._base)).view(np.int64), pair_counts)
+            np.add.at(dense, (pair_blocks - np.uint64(self._base)).view(np.int64), pair_counts)
         return True
 
     def _cover(self, low: int, high: int) -> bool:
-        """Grow the dense array to cover the keys *low* to *high*, unless it would span too many values (see the
+        """Grow the dense array to cover the blocks *low* to *high*, unless it would span too many (see the
         module): then False, nothing changed.  It grows by half again on the side it grows, for keys to come."""
         dense, base = self._dense, self._base
         if dense is None:
@@ -576,9 +542,9 @@ class CountingSet(Container):
             return False
         if dense is not None:
             if new_low < base:
-                new_low = max(self._key_min, new_low - span // 2)
+                new_low = max(0, new_low - span // 2)
             if new_high >= base + len(dense):
-                new_high = min(self._key_max, new_high + span // 2)
+                new_high = min(self._block_max, new_high + span // 2)
         grown = np.zeros(new_high - new_low + 1, dtype=np.int64)
         if dense is not None:
             grown[base - new_low : base - new_low + len(dense)] = dense
@@ -586,11 +552,9 @@ class CountingSet(Container):
         return True
 
     def _keys_at(self, offsets: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
-        """The keys at *offsets* of the dense array, in the set's dtype."""
-        lane = self._lane
-        assert lane is not None
-        values: npt.NDArray[Any] = offsets.astype(lane) + lane.type(self._base)
-        return values.astype(self.dtype)
+        """This rank's keys at *offsets* of the dense array, in the set's dtype."""
+        blocks = offsets.astype(np.uint64) + np.uint64(self._base)
+        return _keys_of_words(self.partitioner.words_of(blocks, self.rank).reshape(-1, 1), self.dtype)
 
     def _to_table(self) -> KeyTable:
         """Move the dense counts into a table, for good: the keys spread too wide for a dense array."""
@@ -634,13 +598,11 @@ class CountingSet(Container):
             index = self._table.lookup(keys)
             found = index >= 0
             counts[found] = self._counts[index[found]]
-        elif self._dense is not None:
-            lane = self._lane
-            assert lane is not None
-            values = keys.astype(lane)
-            low, high = lane.type(self._base), lane.type(self._base + len(self._dense) - 1)
-            inside = np.flatnonzero((values >= low) & (values <= high))
-            counts[inside] = self._dense[(values[inside] - low).view(np.int64)]
+        elif self._dense is not None:  # the keys are this rank's (a Lookup asks their owner): blocks are distinct
+            blocks = self._blocks(keys)
+            low, high = np.uint64(self._base), np.uint64(self._base + len(self._dense) - 1)
+            inside = np.flatnonzero((blocks >= low) & (blocks <= high))
+            counts[inside] = self._dense[(blocks[inside] - low).view(np.int64)]
         return counts
 
     def count(self, keys: npt.ArrayLike) -> npt.NDArray[np.int64]:

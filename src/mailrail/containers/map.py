@@ -39,7 +39,7 @@ import numpy.typing as npt
 from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, check_by_reference, name_of
 from ..errors import MailRailError, MessageSizeError
 from .base import Container, Lookup, as_keys, ufunc_of
-from .partition import hash_words, key_words
+from .partition import key_words
 from .table import KeyTable
 
 __all__ = ["Map"]
@@ -285,7 +285,7 @@ class Map(Container):
         order, starts = _group(words)
         firsts = order[starts]
         combined = ufunc.reduceat(values[order], starts, axis=0, dtype=self._value_base)
-        owners = self.partitioner.owner_of_hashes(hash_words(words[firsts]))
+        owners = self.partitioner.owner_of_words(words[firsts])
         code = _UFUNC_CODES.get(ufunc)
         if code is None:  # not in numpy's namespace: by reference, in calls
             pairs = np.empty(len(firsts), dtype=self._pair_dtype)

@@ -1,5 +1,8 @@
 """Which rank owns a key: the keys' canonical bytes, a portable 64-bit hash of them, and two partitioners.
 
+Keys of up to 8 bytes are dealt out in blocks of one key per rank (consecutive keys exactly evenly), longer keys
+by the hash (:class:`HashPartitioner`); array indices in contiguous blocks (:class:`BlockPartitioner`).
+
 Distributed containers route every operation to the rank that owns its key, so every rank must compute the
 same owner for the same key, in every run: the hash here is a fixed, documented function of the key's bytes
 (no Python ``hash``, which is salted per process).  Everything is vectorized over a batch of keys: the only
@@ -131,24 +134,28 @@ def key_words(keys: npt.ArrayLike) -> npt.NDArray[np.uint64]:
     return words
 
 
-def _mix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """splitmix64's finalizer (Stafford's variant 13), in place: a bijection of 64-bit words."""
-    z ^= z >> _S30
+def _mix(z: npt.NDArray[np.uint64], scratch: npt.NDArray[np.uint64]) -> None:
+    """splitmix64's finalizer (Stafford's variant 13) in place, a bijection of 64-bit words; *scratch* is one
+    preallocated temporary (a temporary per step costs about half the hash's time)."""
+    np.right_shift(z, _S30, out=scratch)
+    z ^= scratch
     z *= _M1
-    z ^= z >> _S27
+    np.right_shift(z, _S27, out=scratch)
+    z ^= scratch
     z *= _M2
-    z ^= z >> _S31
-    return z
+    np.right_shift(z, _S31, out=scratch)
+    z ^= scratch
 
 
 def hash_words(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """The hash of each row of a :func:`key_words` matrix (see :func:`hash_keys`)."""
+    """The hash of each row of a :func:`key_words` matrix (see :func:`hash_keys`; a fresh array)."""
     if words.ndim != 2:
         raise ValueError(f"words must be an (n, w) matrix; got shape {words.shape}")
     h = np.full(words.shape[0], _SEED, dtype=np.uint64)
+    scratch = np.empty_like(h)
     for j in range(words.shape[1]):
         h ^= words[:, j]
-        _mix(h)
+        _mix(h, scratch)
     return h
 
 
@@ -156,13 +163,13 @@ def hash_keys(keys: npt.ArrayLike) -> npt.NDArray[np.uint64]:
     """A deterministic 64-bit hash of each key's canonical bytes: the same on every rank, run and platform of
     the same byte order.
 
-    The algorithm, fixed because ranks must agree (changing it reshuffles every container's partition):
+    The algorithm, fixed because ranks must agree (changing it reshuffles the partition of longer keys):
     ``h = 0x9E3779B97F4A7C15``; for each 64-bit word ``x`` of the key (:func:`key_words`), ``h = mix(h ^ x)``,
     where ``mix`` is splitmix64's finalizer (``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27;
     z *= 0x94D049BB133111EB; z ^= z >> 31``, arithmetic modulo 2**64).  ``mix`` is a bijection, so keys of up to
     8 bytes never collide, and it spreads every input bit over all 64 output bits: both the high bits
-    (:class:`HashPartitioner`) and the low bits (a rank's own table, :class:`~mailrail.containers.table.KeyTable`)
-    are well mixed, and independent of each other.
+    (:class:`HashPartitioner`'s owner of longer keys) and the low bits (a rank's own table,
+    :class:`~mailrail.containers.table.KeyTable`) are well mixed, and independent of each other.
     """
     return hash_words(key_words(keys))
 
@@ -176,27 +183,86 @@ def _multiply_high(h: npt.NDArray[np.uint64], size: int) -> npt.NDArray[np.int64
 
 
 class HashPartitioner:
-    """Keys to ranks ``0..size-1`` by their hash (:func:`hash_keys`): even for any key distribution.
+    """Keys to ranks ``0..size-1``: consecutive keys exactly evenly, any other distribution evenly by a hash.
 
-    The owner is the high part of ``hash * size`` (``floor(hash * size / 2**64)``, Lemire's multiply-high range
-    reduction): no division, exactly uniform up to one part in ``2**64 / size`` for any *size*, not just powers
-    of two.  Using the hash's *high* bits leaves its low bits, independent of the owner, to the owning rank's hash
-    table; a ``hash % size`` would use the same low bits for both and crowd each rank's keys into a fraction of
-    its slots when *size* shares factors with the table's size.
+    **Keys of up to 8 bytes** are their word ``p`` (:func:`key_words`: the bytes, zero-extended, read as an
+    unsigned 64-bit number; a negative integer reads as a large one).  The words fall in *blocks* of *size*
+    consecutive values, block ``q = p // size``, and each block is dealt out once around the ranks from a
+    rotation of its own::
+
+        owner = (p % size + rotation(q)) % size
+        rotation(q) = floor(((q * 0x9E3779B97F4A7C15) mod 2**64) * size / 2**64)
+
+    (the rotation is Knuth's multiplicative hash of the block, its high part reduced to a rank as Lemire's
+    multiply-high does).  So every block of *size* consecutive keys has exactly one key on every rank: vertex ids,
+    indices and small hot keys spread exactly evenly, and a rank's keys in a range of ``n`` values have distinct
+    blocks, ``n / size`` of them, in which an owner counts them densely (as
+    :class:`~mailrail.containers.CountingSet` does: :meth:`block`, :meth:`words_of`).  Keys that share a residue
+    (all even keys, a stride of *size*) spread by the rotation, which is even for blocks in any arithmetic
+    progression (the three-distance theorem of the golden ratio).  Four numpy operations per key for a
+    power-of-two *size*, where the hash of every byte would take ten.
+
+    **Longer keys** (fixed-width strings, records) go by the high part of ``hash * size``
+    (``floor(hash * size / 2**64)``, :func:`hash_keys`): no division, exactly uniform up to one part in
+    ``2**64 / size`` for any *size*.
+
+    Either way the owner is a fixed function of the key's bytes and *size*: the same on every rank, in every run.
+    The owner does not depend on the low bits of :func:`hash_keys`, which a rank's own hash table uses
+    (:class:`~mailrail.containers.table.KeyTable`), so a rank's keys spread over all of its slots.
     """
 
     def __init__(self, size: int) -> None:
         if not 1 <= size <= 1 << 32:
             raise ValueError(f"size must be a number of ranks from 1 to 2**32; got {size}")
         self.size = int(size)
+        self._size = np.uint64(size)
+        # A power-of-two size: blocks by a shift, the rotation by the high bits, the sum modulo by a mask.
+        power = size & (size - 1) == 0
+        self._bits = np.uint64(size.bit_length() - 1) if power else None
+        self._top = np.uint64(64 - (size.bit_length() - 1)) if power and size > 1 else None
+        self._mask = np.uint64(size - 1)
 
     def owner(self, keys: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The rank owning each key of the 1-D array *keys* (int64, in ``0..size-1``)."""
-        return self.owner_of_hashes(hash_keys(keys))
+        return self.owner_of_words(key_words(keys))
 
-    def owner_of_hashes(self, hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
-        """The rank owning each key, from hashes already computed with :func:`hash_keys`."""
-        return _multiply_high(np.asarray(hashes, dtype=np.uint64), self.size)
+    def owner_of_words(self, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+        """The rank owning each key, from its :func:`key_words` matrix (``(n, w)`` uint64)."""
+        if words.ndim != 2:
+            raise ValueError(f"words must be an (n, w) matrix; got shape {words.shape}")
+        if words.shape[1] > 1:
+            return _multiply_high(hash_words(words), self.size)
+        p = words[:, 0]
+        if self.size == 1:
+            return np.zeros(len(p), dtype=np.int64)
+        if self._top is not None and self._bits is not None:  # in place on one fresh array: every sender's per-key work
+            owners = p >> self._bits
+            owners *= _SEED
+            owners >>= self._top
+            owners += p
+            owners &= self._mask
+            return owners.view(np.int64)
+        blocks = p // self._size
+        within = p - blocks * self._size
+        blocks *= _SEED
+        rotated = _multiply_high(blocks, self.size)
+        rotated += within.view(np.int64)
+        np.subtract(rotated, self.size, out=rotated, where=rotated >= self.size)
+        return rotated
+
+    def block(self, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+        """The block ``p // size`` of each one-word key's word *p* (a 1-D uint64 array; a fresh array): one rank's
+        keys have distinct blocks."""
+        return words >> self._bits if self._bits is not None else words // self._size
+
+    def words_of(self, blocks: npt.NDArray[np.uint64], rank: int) -> npt.NDArray[np.uint64]:
+        """The word of the one key of each block in *blocks* (uint64) that rank *rank* owns: :meth:`block`'s
+        inverse on that rank's keys."""
+        if self.size == 1:
+            return blocks.copy()
+        rotation = _multiply_high(blocks * _SEED, self.size)
+        within = (rank - rotation) % self.size
+        return blocks * self._size + within.astype(np.uint64)
 
     def __repr__(self) -> str:
         return f"HashPartitioner(size={self.size})"

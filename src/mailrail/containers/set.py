@@ -19,7 +19,6 @@ import numpy.typing as npt
 
 from .base import Container, Lookup, as_keys
 from .counting_set import distinct_keys
-from .partition import hash_words
 from .table import KeyTable
 
 __all__ = ["Set"]
@@ -70,7 +69,7 @@ class Set(Container):
         if len(keys) == 0:
             return
         unique, _, words = distinct_keys(keys)
-        channel.send(self.partitioner.owner_of_hashes(hash_words(words)), unique)
+        channel.send(self.partitioner.owner_of_words(words), unique)
 
     def _on_insert(self, source: int, keys: npt.NDArray[Any]) -> None:
         self._buffer(False, keys)

@@ -19,8 +19,9 @@ when keys are erased (:meth:`KeyTable.erase`).  Keys are compared and hashed by 
 Slots hold ``dense index + 1``; 0 is an empty slot and -1 a *tombstone* (an erased key's slot, which probes
 pass over).  A tombstone whose next slot is empty is turned back into an empty slot at once (no probe can need
 to pass it), the rest are purged when the table is rebuilt.  The slot of a key is taken from the *low* bits of
-its hash: :class:`~mailrail.containers.partition.HashPartitioner` chooses the owning rank from the *high* bits,
-so a rank's keys still spread over all of its slots.
+its hash, which does not decide the owning rank (:class:`~mailrail.containers.partition.HashPartitioner` uses a
+key's block for keys of up to 8 bytes, the hash's *high* bits for longer ones), so a rank's keys spread over all
+of its slots.
 """
 
 from __future__ import annotations
