@@ -41,10 +41,12 @@ def _binary_ufuncs() -> list[np.ufunc]:
     Every rank builds the same list from the same numpy, so a ufunc travels as its position in it.
     """
     named = list(REDUCTIONS.values())
-    others = {  # by the ufunc's own name: aliases (np.atan2 is np.arctan2) count once
+    # By the ufunc's own name: aliases (np.atan2 is np.arctan2) count once.  From numpy's namespace as it is:
+    # getattr over dir(np) would import numpy's lazy submodules (f2py, testing...), a tenth of a second.
+    others = {
         value.__name__: value
-        for name in dir(np)
-        if isinstance(value := getattr(np, name), np.ufunc)
+        for value in list(vars(np).values())
+        if isinstance(value, np.ufunc)
         and value.nin == 2
         and value.nout == 1
         and value.signature is None  # matmul and the like reduce nothing
