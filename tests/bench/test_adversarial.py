@@ -6,7 +6,8 @@ import collections
 
 import pytest
 
-from mailrail.bench.adversarial import choose_victims, incast_ratio, make_plan, message_sizes
+from mailrail.bench.adversarial import incast_ratio, make_plan, message_sizes
+from mailrail.tools.incast import choose_victims
 
 
 class FakeComm:

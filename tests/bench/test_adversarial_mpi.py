@@ -31,7 +31,7 @@ TOP_LEVEL = {
     "ranks_detail",
     "config",
 }
-TRIAL_FIELDS = {"runtime_s", "goodput_bps", "bytes_received", "messages_received", "incast_ratio"}
+TRIAL_FIELDS = {"runtime_s", "goodput_bps", "bytes_received", "messages_received", "incast_ratio", "victim_messages"}
 DETAIL_FIELDS = {
     "rank",
     "peak_rss_bytes",
@@ -99,6 +99,9 @@ def test_victims_receive_exactly_what_was_sent_to_them(
         assert trial["messages_received"] == trial["messages_sent"] == senders * document["messages_per_rank"]
         assert trial["stragglers"] == 0
         assert trial["incast_ratio"] == senders / victims
+        spread = trial["victim_messages"]  # every victim reached, within one message of the others
+        assert spread["min"] >= 1 and spread["max"] - spread["min"] <= 1
+        assert spread["min"] * victims <= trial["messages_received"] <= spread["max"] * victims
         assert trial["runtime_s"] > 0 and trial["goodput_bps"] > 0
     assert document["summary"]["accounting_ok"]
 

@@ -106,6 +106,21 @@ def test_the_same_seed_gives_the_same_result_and_another_seed_another():
     assert other != first
 
 
+@pytest.mark.parametrize("mode", ["none", "rank"])
+def test_every_victim_is_reached_with_fewer_messages_per_rank_than_victims(mode):
+    """The victim sweep's shape: 3 messages per rank, 16 victims of 64 ranks.  The model used to send only
+    to the first 3 victims; it now sends the benchmark's plan (tools.incast), whose spread it reports."""
+    from mailrail.tools.incast import choose_victims, destinations
+
+    load = Workload(ranks=64, ranks_per_node=8, victims=16, messages_per_rank=3, mode=mode, recv_slots=64 * 4)
+    result = simulate(load, FAST, check_invariants=True)
+    assert result.status == "ok"
+    assert result.victim_messages == {"min": 12, "median": 12.0, "max": 12}  # 64 x 3 / 16
+    victims = choose_victims(64, 16, load.seed)
+    planned = sum(list(destinations(rank, 64, victims, 3, load.seed)).count(victims[5]) for rank in range(64))
+    assert planned == 12
+
+
 def test_a_mode_mailrail_refuses_is_reported_with_mailrails_reason():
     load = Workload(ranks=16, ranks_per_node=4, victims=1, messages_per_rank=10, mode="node", recv_slots=3)
     result = simulate(load, FAST)

@@ -35,6 +35,7 @@ from ..tools.flags import (
     one_line_errors,
     usage_error,
 )
+from ..tools.incast import choose_victims, destinations, spread
 from ..tools.memory import memory_problem, peak_rss_bytes
 from ..tools.output import format_table, write_json
 from .metrics import MetricsRecorder, current_rss_bytes
@@ -153,10 +154,6 @@ def incast_ratio(ranks: int, victims: int) -> float:
     return senders / victims
 
 
-def choose_victims(size: int, victims: int, seed: int) -> list[int]:
-    return sorted(int(v) for v in np.random.default_rng(seed).choice(size, victims, replace=False))
-
-
 def victims_of_command(args: list[str], size: int) -> list[int]:
     """The victims ``bench adversarial ARGS`` picks on *size* ranks (a launcher caps their nodes' memory)."""
     parser = argparse.ArgumentParser(add_help=False)
@@ -179,16 +176,9 @@ def make_plan(comm, victims: list[int], sizes: list[int], seed: int, partners: i
     """This rank's send order (its own random permutation) and what it must receive (collective).
     *partners*: other ranks this rank also sends to, its own choice from *seed* (not victims, not itself)."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    targets = [v for v in victims if v != rank]
-    if partners:
-        others = [r for r in range(size) if r != rank and r not in victims]
-        rng = np.random.default_rng([seed, rank, 1])
-        targets += sorted(int(r) for r in rng.choice(others, min(partners, len(others)), replace=False))
-    if not targets:
+    dests = destinations(rank, size, victims, len(sizes), seed, partners)
+    if len(dests) == 0:
         sizes = []
-    # Spread evenly over the victims, then shuffle: every rank hits every victim in its own order.
-    dests = np.resize(np.array(targets, dtype=np.int64), len(sizes))
-    np.random.default_rng([seed, rank]).shuffle(dests)
     to_each = np.stack(
         [
             np.bincount(dests, minlength=size),
@@ -281,18 +271,19 @@ def run_trial(
     return TrialResult(elapsed, len(plan.dests), sum(plan.sizes), received, received_bytes, stragglers)
 
 
-def summarize_trial(results: list[TrialResult], senders: int, victims: int) -> dict[str, Any]:
-    """The trial record of the JSON document, from every rank's share (rank 0)."""
+def summarize_trial(results: list[TrialResult], senders: int, victims: list[int]) -> dict[str, Any]:
+    """The trial record of the JSON document, from every rank's share (rank 0; *results* by rank)."""
     runtime = max(r.elapsed_s for r in results)
     received = sum(r.bytes_received for r in results)
     return {
+        "victim_messages": spread([results[v].messages_received for v in victims]),
         "runtime_s": runtime,
         "goodput_bps": 8 * received / runtime if runtime > 0 else 0.0,
         "bytes_received": received,
         "messages_received": sum(r.messages_received for r in results),
         "bytes_sent": sum(r.bytes_sent for r in results),
         "messages_sent": sum(r.messages_sent for r in results),
-        "incast_ratio": senders / victims,
+        "incast_ratio": senders / len(victims),
         "stragglers": sum(r.stragglers for r in results),
     }
 
@@ -355,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
             recorder.write(args.metrics)  # off the clock
         results = comm.gather(result, root=0)
         if rank == 0:
-            record = summarize_trial(results, senders, len(victims))
+            record = summarize_trial(results, senders, victims)
             trials.append(record)
             print(
                 f"  trial {trial + 1}/{args.trials}: {record['runtime_s']:.3f} s, "

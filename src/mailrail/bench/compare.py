@@ -35,8 +35,9 @@ from ..config import Config
 from ..errors import ClusterError, ConfigError
 from ..tools.figures import missing
 from ..tools.flags import MPI_INT_MAX, add_rail_arguments, choice_list, float_in, int_in, rail_options, usage_error
+from ..tools.incast import choose_victims
 from ..tools.output import format_table, write_json
-from .adversarial import add_workload_arguments, choose_victims
+from .adversarial import add_workload_arguments
 from .jobs import (
     DEFAULT_TIME_LIMIT,
     adversarial_args,

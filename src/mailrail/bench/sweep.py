@@ -39,8 +39,9 @@ from ..tools.flags import (
     int_in,
     usage_error,
 )
+from ..tools.incast import choose_victims
 from ..tools.output import format_table, write_json
-from .adversarial import add_workload_arguments, choose_victims, incast_ratio
+from .adversarial import add_workload_arguments, incast_ratio
 from .compare import DEFAULT_RECV_POOL_SLOTS, MODES, TIME_LIMIT_RANGE, note_out_of_memory, outcome_text, ranks_flag
 from .jobs import adversarial_args, all_finished, refusal, run_adversarial
 from .plots import plot_sweep

@@ -214,6 +214,7 @@ def project(
                 result.victim_peak_bytes + result.victim_unexpected_peak_bytes * (scale - 1)
             ),
             "victim_unexpected_peak_bytes": result.victim_unexpected_peak_bytes,
+            "victim_messages": result.victim_messages,  # modelled messages received per victim: min, median, max
             "messages": result.messages,
             "wire_bytes": result.wire_bytes,
             "events": result.events,

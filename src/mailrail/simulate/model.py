@@ -40,6 +40,8 @@ from ..flow import AdaptiveCredits, NodeCredits, RankCredits, Unconstrained, cre
 from ..flow.base import FlowControl
 from ..flow.node import LocalCounters
 from ..protocol import NO_SLOT, Endpoint
+from ..tools.incast import choose_victims, spread
+from ..tools.incast import destinations as incast_destinations
 from .network import Network
 from .params import ModelParams
 
@@ -95,6 +97,7 @@ class Result:
     goodput_bps: float
     victim_peak_bytes: int  # a victim's receive and send pools, credit state and its peak of unexpected messages
     victim_unexpected_peak_bytes: int  # the peak of MPI's unexpected messages at one victim (its growth)
+    victim_messages: dict[str, float]  # messages received per victim: min, median, max (tools.incast.spread)
     credit_messages: int
     messages: int
     payload_bytes: int
@@ -166,20 +169,22 @@ class Simulation:
         self.env = simpy.Environment()
         self.waiting = 0  # ranks with nothing to do (they poll and yield: idle_share of a busy rank's CPU each)
         self.network = Network(params, load.nodes, load.link_Bps)
-        rng = np.random.default_rng(load.seed)
-        # Victims chosen as the benchmark chooses them, then renumbered 0..V-1 so that senders' credit
-        # tables need only cover the ranks they send to (O(victims) per sender, not O(ranks)).
-        victims = sorted(int(v) for v in rng.choice(load.ranks, load.victims, replace=False))
+        # The benchmark's victims and plans (tools.incast), renumbered so that the victims are 0..V-1: senders'
+        # credit tables need only cover the ranks they send to (O(victims) per sender, not O(ranks)).
+        victims = choose_victims(load.ranks, load.victims, load.seed)
         chosen = set(victims)
         order = victims + [r for r in range(load.ranks) if r not in chosen]
+        index_of = np.empty(load.ranks, dtype=np.int64)
+        index_of[order] = np.arange(load.ranks)
         self.node_of = [r // load.ranks_per_node for r in order]
         self.victim_nodes = {self.node_of[i] for i in range(load.victims)}
         destinations = load.victims if load.partners == 0 else load.ranks
-        plans = [self._plan(i, rng) for i in range(load.ranks)]
-        expected = [0] * load.ranks
-        for plan in plans:
-            for dest in plan:
-                expected[dest] += 1
+        plans = [
+            index_of[incast_destinations(rank, load.ranks, victims, load.messages_per_rank, load.seed, load.partners)]
+            for rank in order
+        ]
+        expected = np.bincount(np.concatenate(plans), minlength=load.ranks).tolist()
+        plans_as_lists = [plan.tolist() for plan in plans]
         self.budget = None
         if load.mode != "none":
             self.budget = credit_budget(
@@ -206,7 +211,7 @@ class Simulation:
                 credit_poll_interval=1,
                 idle_spins=1,
             )
-            self.ranks.append(_Rank(index, node, endpoint, plans[index], expected[index]))
+            self.ranks.append(_Rank(index, node, endpoint, plans_as_lists[index], expected[index]))
         self.node_ranks: dict[int, list[_Rank]] = {}
         for rank in self.ranks:
             self.node_ranks.setdefault(rank.node, []).append(rank)
@@ -218,19 +223,6 @@ class Simulation:
         self.events = 0
         self.oom: tuple[float, str] | None = None
         self._last_report = time.monotonic()
-
-    def _plan(self, index: int, rng: np.random.Generator) -> list[int]:
-        load = self.workload
-        targets = [v for v in range(load.victims) if v != index]
-        if load.partners:
-            others = np.arange(load.victims, load.ranks)
-            others = others[others != index]
-            targets += sorted(int(r) for r in rng.choice(others, min(load.partners, len(others)), replace=False))
-        if not targets:
-            return []
-        dests = np.resize(np.array(targets, dtype=np.int64), load.messages_per_rank)
-        rng.shuffle(dests)
-        return dests.tolist()
 
     def _flow(
         self, node: int, destinations: int, table: int, shared: dict[int, tuple[LocalCounters, ...]]
@@ -298,6 +290,7 @@ class Simulation:
             goodput_bps=payload * 8 / runtime if runtime > 0 and status == "ok" else 0.0,
             victim_peak_bytes=pools + flow_bytes + unexpected_peak,
             victim_unexpected_peak_bytes=unexpected_peak,
+            victim_messages=spread([rank.received for rank in self.ranks[: load.victims]]),
             credit_messages=sum(rank.endpoint.credit_messages_sent for rank in self.ranks),
             messages=self.delivered,
             payload_bytes=payload,
@@ -531,7 +524,7 @@ def simulate(
         try:
             simulation = Simulation(workload, params, progress=progress, check_invariants=check_invariants)
         except ConfigError as error:
-            return Result("refused", 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, detail=str(error))
+            return Result("refused", 0.0, 0.0, 0, 0, spread([]), 0, 0, 0, 0, 0, 0, detail=str(error))
         return simulation.run()
     finally:
         if collecting:

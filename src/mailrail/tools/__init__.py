@@ -4,6 +4,7 @@
 - :mod:`.output`: tables for people, JSON documents for programs;
 - :mod:`.memory`: a node's memory need checked before a run, a process's peak resident set;
 - :mod:`.exchange`: the ``Alltoallv`` exchange, the bulk-synchronous peer of the applications;
+- :mod:`.incast`: the adversarial incast's victims and send plans (the benchmark's and the model's);
 - :mod:`.figures`: matplotlib on demand (the optional ``plot`` extra).
 
 A tool imports these and the library; nothing here imports a tool, and the library imports nothing here.
