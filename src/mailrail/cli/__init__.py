@@ -60,6 +60,10 @@ COMMANDS = {
         "CountingSet.add (uniform and Zipf keys) vs the Coalescer histogram it replaces",
     ),
     ("bench", "atomics"): ("mailrail.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
+    ("bench", "matching"): (
+        "mailrail.bench.matching",
+        "a receive's cost as MPI's unexpected-message queue grows, 10^3 to 10^7 messages (mpiexec -n 2+)",
+    ),
     ("bench", "adversarial"): (
         "mailrail.bench.adversarial",
         "adversarial incast: every rank floods a few victims (mpiexec -n 2+)",
