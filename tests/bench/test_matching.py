@@ -14,13 +14,16 @@ pytestmark = pytest.mark.mpi
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_every_queued_message_is_received_once_and_each_kind_is_timed(tmp_path, ranks):
+@pytest.mark.parametrize("ranks, nbytes", [(2, 8), (3, 4096)])
+def test_every_queued_message_is_received_once_and_each_kind_is_timed(tmp_path, ranks, nbytes):
     out = tmp_path / "matching.json"
-    completed = mailrail_job(ranks, "bench", "matching", "--queue", "40,2000", "--receives", "20", "--json", out)
+    completed = mailrail_job(
+        ranks, "bench", "matching", "--queue", "40,2000", "--receives", "20", "--bytes", nbytes, "--json", out
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     document = json.loads(out.read_text())
     assert document["benchmark"] == "matching" and document["senders"] == ranks - 1
+    assert document["message_bytes"] == nbytes
     assert [p["queue"] for p in document["points"]] == [40, 2000]
     assert [p["receives"] for p in document["points"]] == [10, 20]  # at most a quarter of the queue
     for point in document["points"]:
@@ -37,6 +40,7 @@ def test_every_queued_message_is_received_once_and_each_kind_is_timed(tmp_path, 
         (1, [], "needs 2 or more ranks (one receiver), got 1: mailrail run -n 2 bench matching"),
         (2, ["--queue", "3"], "argument --queue: "),
         (2, ["--queue", "100", "--receives", "0"], "argument --receives: "),
+        (2, ["--bytes", "7"], "argument --bytes: "),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(ranks, args, message):

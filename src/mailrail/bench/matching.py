@@ -3,10 +3,10 @@
 The model of incast (``mailrail simulate``) needs to know whether a receive gets slower when many messages
 wait unexpected at the victim, and by how much.  This measures it on the MPI at hand, on the wire at hand
 (shared memory on one machine, TCP between the nodes of a virtual cluster).  Rank 0 is the receiver; the
-other ranks send it ``K`` messages of 8 bytes (message ``i``, ``i`` in ``0..K-1``, carries ``i`` and tag
-``i``, from sender ``1 + i % senders``) before it posts any receive for them, so all ``K`` wait in the
-unexpected queue.  Then, with the queue still about ``K`` long, it times ``--receives`` receives of each
-kind, one kind after the other:
+other ranks send it ``K`` messages of ``--bytes`` bytes, 8 by default (message ``i``, ``i`` in ``0..K-1``,
+carries ``i`` and tag ``i``, from sender ``1 + i % senders``) before it posts any receive for them, so all
+``K`` wait in the unexpected queue.  Then, with the queue still about ``K`` long, it times ``--receives``
+receives of each kind, one kind after the other:
 
 - ``head, wildcard``: ``Recv(ANY_SOURCE, ANY_TAG)``, MailRail's own receive: matches the oldest message;
 - ``tail, any source``: ``Recv(ANY_SOURCE, tag)`` for the newest message left: a scan of the whole queue,
@@ -57,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=100,
         help="timed receives of each kind per queue length (default %(default)s)",
     )
+    parser.add_argument(
+        "--bytes",
+        type=int_in(8, 1 << 20),
+        default=8,
+        help="bytes per message, 8..1048576 (default %(default)s; the first 8 carry its index)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
 
 
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             f"--queue {largest}: this MPI's tags stop at {tag_ub} (a message's tag is its index)",
             comm,
         )
-    need = BYTES_PER_QUEUED_MESSAGE * largest if rank == 0 else 8 * largest
+    need = (BYTES_PER_QUEUED_MESSAGE + args.bytes) * largest if rank == 0 else 8 * largest
     problem = memory_problem(comm, need, f"a queue of {largest:,} messages")
     if problem:
         return usage_error("bench matching", problem, comm)
@@ -92,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     try:
         for queue in args.queue:
-            rows.append(_measure(wire, queue, min(args.receives, queue // 4), tag_ub))  # the queue stays >= K/4
+            rows.append(_measure(wire, queue, min(args.receives, queue // 4), args.bytes, tag_ub))  # >= K/4 left
     finally:
         wire.Free()
     if rank == 0:
@@ -101,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             "mpi": MPI.Get_library_version().strip().splitlines()[0],
             "ranks": size,
             "senders": size - 1,
-            "message_bytes": 8,
+            "message_bytes": args.bytes,
             "points": rows,
         }
         write_json(args.json, document)
@@ -129,13 +135,13 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         print(
-            f"{size - 1} sender(s) to rank 0, 8-byte messages; receive times are medians of "
+            f"{size - 1} sender(s) to rank 0, {args.bytes}-byte messages; receive times are medians of "
             f"{rows[0]['receives'] if rows else 0}+ receives with the queue about K long; every message checked once"
         )
     return 0
 
 
-def _measure(wire: Any, queue: int, receives: int, tag_ub: int) -> dict[str, Any]:
+def _measure(wire: Any, queue: int, receives: int, nbytes: int, tag_ub: int) -> dict[str, Any]:
     """One queue length: fill, time each kind of receive, drain and check (collective)."""
     import numpy as np
     from mpi4py import MPI
@@ -145,23 +151,27 @@ def _measure(wire: Any, queue: int, receives: int, tag_ub: int) -> dict[str, Any
     marker = tag_ub  # after a sender's last message: its arrival means the sender's messages are all in
     wire.Barrier()
     if rank != 0:
-        mine = np.arange(rank - 1, queue, senders, dtype=np.int64)
+        ring = np.zeros((SENDER_WINDOW, nbytes), dtype=np.uint8)  # a window of sends in flight, a slot each
+        indices = ring[:, :8].view(np.int64)
         pending: list[Any] = []
-        for index in range(len(mine)):
-            pending.append(wire.Isend([mine[index : index + 1], MPI.INT64_T], 0, int(mine[index])))
+        for index in range(rank - 1, queue, senders):
+            slot = len(pending)
+            indices[slot, 0] = index
+            pending.append(wire.Isend([ring[slot], MPI.BYTE], 0, index))
             if len(pending) == SENDER_WINDOW:
                 MPI.Request.Waitall(pending)
                 pending.clear()
         MPI.Request.Waitall(pending)
-        wire.Send([np.zeros(1, np.int64), MPI.INT64_T], 0, marker)
+        wire.Send([ring[0], MPI.BYTE], 0, marker)
         wire.Barrier()
         return {}
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     resident = _resident_bytes()
     start = time.perf_counter()
-    scratch = np.zeros(1, np.int64)
+    scratch = np.zeros(nbytes, np.uint8)
+    index_of = scratch[:8].view(np.int64)
     for sender in range(1, size):
-        wire.Recv([scratch, MPI.INT64_T], sender, marker)  # in order from each sender: its messages are queued
+        wire.Recv([scratch, MPI.BYTE], sender, marker)  # in order from each sender: its messages are queued
     fill_s = time.perf_counter() - start
     resident = _resident_bytes() - resident
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
@@ -170,9 +180,9 @@ def _measure(wire: Any, queue: int, receives: int, tag_ub: int) -> dict[str, Any
 
     def take(source: int, tag: int) -> float:
         began = time.perf_counter()
-        wire.Recv([scratch, MPI.INT64_T], source, tag)
+        wire.Recv([scratch, MPI.BYTE], source, tag)
         took = time.perf_counter() - began
-        index = int(scratch[0])
+        index = int(index_of[0])
         if not 0 <= index < queue or seen[index]:
             raise AssertionError(f"bench matching: message {index} received twice or out of range 0..{queue - 1}")
         seen[index] = True
