@@ -101,11 +101,13 @@ class Channel:
         self.records_sent = 0
         self.records_received = 0
 
-    def send(self, dests: np.ndarray | list[int], records: np.ndarray) -> None:
+    def send(self, dests: np.ndarray | list[int], records: np.ndarray, *, copy: bool = True) -> None:
         """Queue ``records[i]`` for rank ``dests[i]``; full datagrams leave at once, the rest when flushed.
 
         *dests*: integer ranks (any integer dtype) in ``0 .. size - 1``; *records*: an array of the
-        channel's dtype, as long as *dests*.  Both are copied before the call returns.  Bad input raises
+        channel's dtype, as long as *dests*.  Both are copied before the call returns; with ``copy=False``
+        the caller hands them over instead (a fresh array it will not change again: a handler's replies
+        then skip a copy when they must wait for the running dispatch to end).  Bad input raises
         before anything is sent: ``TypeError`` for a wrong dtype, ``ValueError`` for mismatched lengths,
         :class:`~mailrail.errors.InvalidDestinationError` for a rank out of range.
         """
@@ -126,12 +128,12 @@ class Channel:
         if low < 0 or high >= size:
             bad = low if low < 0 else high
             raise InvalidDestinationError(f"destination {bad} is out of range: valid ranks are 0..{size - 1}")
-        self.channels._submit(self, dests, records)
+        self.channels._submit(self, dests, records, copy)
 
-    def send_to(self, dest: int, records: np.ndarray) -> None:
-        """Queue every record of *records* for the one rank *dest*."""
+    def send_to(self, dest: int, records: np.ndarray, *, copy: bool = True) -> None:
+        """Queue every record of *records* for the one rank *dest* (*copy* as for :meth:`send`)."""
         records = np.asarray(records)
-        self.send(np.full(len(records), dest, dtype=np.int64), records)
+        self.send(np.full(len(records), dest, dtype=np.int64), records, copy=copy)
 
     def flush(self) -> None:
         """Send every partial datagram of the rail's channels (staging rows are shared by all of them)."""
@@ -254,10 +256,11 @@ class Channels:
 
     # -- sending -------------------------------------------------------------
 
-    def _submit(self, channel: Channel, dests: np.ndarray, records: np.ndarray) -> None:
+    def _submit(self, channel: Channel, dests: np.ndarray, records: np.ndarray, copy: bool = True) -> None:
         self._check_open()
         if self._busy:  # from a handler, while a send or a dispatch runs: after it
-            dests, records = dests.copy(), records.copy()
+            if copy:
+                dests, records = dests.copy(), records.copy()
             self._nested.append((lambda: self._partition_and_send(channel, dests, records), len(records)))
             self._nested_items += len(records)
             return

@@ -94,7 +94,7 @@ class Array(Container):
         self._values: np.ndarray = np.zeros(self.blocks.count(self.rank), dtype=element)
         self._record = np.dtype([("target", "<u8"), ("value", element)])
         self._updates = self._open(self._record, self._on_update, "updates")
-        self._lookup = Lookup(self, np.dtype(np.int64), element, self._answer, "gather")
+        self._lookup = Lookup(self, np.dtype(np.int64), element, None, "gather", answer_into=self._answer_into)
 
     # -- what it is ------------------------------------------------------------
 
@@ -219,9 +219,10 @@ class Array(Container):
         expanded: np.ndarray = found[inverse]
         return expanded
 
-    def _answer(self, offsets: np.ndarray) -> np.ndarray:
-        answers: np.ndarray = self._values[offsets]
-        return answers
+    def _answer_into(self, offsets: np.ndarray, out: np.ndarray) -> None:
+        # mode="clip": no bounds pass (the offsets are this rank's own, from requests it checked), so numpy
+        # gathers straight into *out* instead of into a buffer first.
+        np.take(self._values, offsets, axis=0, out=out, mode="clip")
 
     # -- checks ------------------------------------------------------------------
 

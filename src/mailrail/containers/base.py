@@ -107,7 +107,8 @@ class Lookup:
     """A collective request and reply: each rank asks the owners of its keys; they answer in their handlers.
 
     *answer* runs on the owner over an array of keys and returns one value of *value_dtype* per key (the
-    Array's gather, the Map's get, the CountingSet's count ...).  Requests carry the asker's position of
+    Map's get, the CountingSet's count ...); or *answer_into* writes them into the replies it is given (the
+    Array's gather, whose values are large).  Requests carry the asker's position of
     each key, replies carry it back, so the answers land in the asker's order with no sort.
     """
 
@@ -116,12 +117,19 @@ class Lookup:
         container: Container,
         key_dtype: np.dtype,
         value_dtype: np.dtype,
-        answer: Callable[[np.ndarray], np.ndarray],
+        answer: Callable[[np.ndarray], np.ndarray] | None,
         what: str,
+        *,
+        answer_into: Callable[[np.ndarray, np.ndarray], None] | None = None,
     ) -> None:
+        if (answer is None) == (answer_into is None):
+            raise TypeError("Lookup: give answer or answer_into, not both or neither")
         self.container = container
         self.value_dtype = np.dtype(value_dtype)
         self.answer = answer
+        # Writes the answers straight into the replies' value field: no array of answers to copy again,
+        # which for large values (a gather's feature vectors) is a pass over every byte of the replies.
+        self.answer_into = answer_into
         self._request_dtype = np.dtype([("position", "<i8"), ("key", key_dtype)])
         self._reply_dtype = np.dtype([("position", "<i8"), ("value", self.value_dtype)])
         self._requests = container._open(self._request_dtype, self._on_request, f"{what} requests")
@@ -145,8 +153,12 @@ class Lookup:
     def _on_request(self, source: int, requests: np.ndarray) -> None:
         replies = np.empty(len(requests), dtype=self._reply_dtype)
         replies["position"] = requests["position"]
-        replies["value"] = self.answer(requests["key"])
-        self._replies.send_to(source, replies)
+        if self.answer_into is not None:
+            self.answer_into(requests["key"], replies["value"])
+        else:
+            assert self.answer is not None
+            replies["value"] = self.answer(requests["key"])
+        self._replies.send_to(source, replies, copy=False)  # fresh, and not touched again
 
     def _on_reply(self, source: int, replies: np.ndarray) -> None:
         assert self._results is not None, "a reply arrived outside a lookup"
