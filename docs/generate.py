@@ -101,6 +101,7 @@ def simulation_report(part: str) -> str:
         "calibration": report.calibration_markdown,
         "validation": report.validation_markdown,
         "paper": report.paper_markdown,
+        "matching": report.matching_markdown,
     }[part]()
 
 
@@ -114,6 +115,7 @@ def write_generated_pages(directory: str) -> None:
         ("simulate-calibration.md", simulation_report("calibration")),
         ("simulate-validation.md", simulation_report("validation")),
         ("simulate-paper.md", simulation_report("paper")),
+        ("simulate-matching.md", simulation_report("matching")),
     ):
         path = os.path.join(directory, name)
         old = open(path, encoding="utf-8").read() if os.path.exists(path) else None

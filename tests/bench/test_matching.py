@@ -23,7 +23,7 @@ def test_every_queued_message_is_received_once_and_each_kind_is_timed(tmp_path, 
     assert completed.returncode == 0, completed.stdout + completed.stderr
     document = json.loads(out.read_text())
     assert document["benchmark"] == "matching" and document["senders"] == ranks - 1
-    assert document["message_bytes"] == nbytes
+    assert document["message_bytes"] == nbytes and "\x00" not in document["mpi"]
     assert [p["queue"] for p in document["points"]] == [40, 2000]
     assert [p["receives"] for p in document["points"]] == [10, 20]  # at most a quarter of the queue
     for point in document["points"]:

@@ -37,6 +37,7 @@ from ..tools.flags import (
 )
 from ..tools.incast import choose_victims, destinations, spread
 from ..tools.memory import memory_problem, peak_rss_bytes
+from ..tools.mpi import mpi_library
 from ..tools.output import format_table, write_json
 from .metrics import MetricsRecorder, current_rss_bytes
 
@@ -391,7 +392,7 @@ def run(args: argparse.Namespace) -> int:
         "summary": summarize_run(trials, details),
         "metrics_dir": args.metrics,
         "metrics_interval_s": args.metrics_interval if args.metrics else None,
-        "mpi": MPI.Get_library_version().strip().splitlines()[0],
+        "mpi": mpi_library(),
         "config": config.as_dict(),
     }
     write_json(args.json, document)

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from ..tools.flags import MPI_INT_MAX, add_rail_arguments, int_in, one_line_errors, rail_options, usage_error
+from ..tools.mpi import mpi_library
 from ..tools.output import format_table, write_json
 
 #: isend requests completed together in the raw loop.
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if rank == 0:
         document: dict[str, Any] = {
             "benchmark": "calls",
-            "mpi": MPI.Get_library_version().strip().splitlines()[0],
+            "mpi": mpi_library(),
             "ranks": size,
             "calls": n,
             "repeats": args.repeats,

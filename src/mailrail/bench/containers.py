@@ -25,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..tools.flags import SEED_MAX, add_rail_arguments, checked_rail_options, int_in, one_line_errors, usage_error
+from ..tools.mpi import mpi_library
 from ..tools.output import format_table, write_json
 from .histogram import CHUNK, RAIL_DEFAULTS, Table, make_keys
 
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         reference = medians["coalescer histogram"]
         document = {
             "benchmark": "containers",
-            "mpi": MPI.Get_library_version().strip().splitlines()[0],
+            "mpi": mpi_library(),
             "ranks": size,
             "inserts_per_rank": args.inserts,
             "log2_table": args.log2_table,

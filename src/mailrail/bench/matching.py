@@ -31,6 +31,7 @@ from typing import Any
 
 from ..tools.flags import int_in, int_list_in, one_line_errors, usage_error
 from ..tools.memory import memory_problem
+from ..tools.mpi import mpi_library
 from ..tools.output import format_table, write_json
 
 #: Queue lengths measured by default: 10^3 to 10^6 (add 10000000 for the issue's 10^7; about 1 KiB each).
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if rank == 0:
         document = {
             "benchmark": "matching",
-            "mpi": MPI.Get_library_version().strip().splitlines()[0],
+            "mpi": mpi_library(),
             "ranks": size,
             "senders": size - 1,
             "message_bytes": args.bytes,

@@ -28,6 +28,7 @@ from ..tools.flags import (
     rail_options,
     usage_error,
 )
+from ..tools.mpi import mpi_library
 from ..tools.output import format_table, write_json
 
 DEFAULT_SIZES = (8, 64, 4096, 65536)
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if rank == 0:
         document = {
             "benchmark": "stream",
-            "mpi": MPI.Get_library_version().strip().splitlines()[0],
+            "mpi": mpi_library(),
             "ranks": size,
             "messages": n,
             "repeats": args.repeats,

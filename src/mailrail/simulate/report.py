@@ -10,6 +10,8 @@ from typing import Any
 from .params import CALIBRATED, DATA_DIR, OMNIPATH
 
 VALIDATION = os.path.join(DATA_DIR, "validation.json")
+#: ``mailrail bench matching`` runs on this machine: what the model's matching and ingest terms rest on.
+MATCHING_DIR = os.path.join(DATA_DIR, "matching")
 PAPER = os.path.join(DATA_DIR, "paper.json")
 MIB = 1 << 20
 
@@ -129,6 +131,37 @@ def _credit_memory(validation: dict[str, Any]) -> float | None:
     return max(errors) if errors else None
 
 
+def matching_markdown() -> str:
+    """The recorded ``bench matching`` runs, one table each (microseconds per receive: medians)."""
+    names = sorted(os.listdir(MATCHING_DIR)) if os.path.isdir(MATCHING_DIR) else []
+    if not names:
+        return "(no matching runs shipped)\n"
+    lines: list[str] = []
+    for name in names:
+        document = _read(os.path.join(MATCHING_DIR, name))
+        assert document is not None
+        lines += [
+            f"**{document['wire']}**, {document['senders']} sender(s), {document['message_bytes']}-byte messages, "
+            f"{document['mpi'].split(',')[0]}, {document['date']}: `{document['command']}`",
+            "",
+            "| queued messages | fill us/message | receiver's memory B/message | page faults/message | "
+            "head, wildcard us | tail, any source us | tail, specific us |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for point in document["points"]:
+            times = point["receive_us"]
+            cells = [
+                f"{point['queue']:,}",
+                f"{point['fill_us_per_message']:.3g}",
+                f"{point['resident_bytes_per_message']:,.0f}",
+                f"{point['minor_faults_per_message']:.2f}",
+                *(f"{times[kind]['median']:,.1f}" for kind in ("head, wildcard", "tail, any source", "tail, specific")),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def paper_markdown() -> str:
     document = _read(PAPER)
     if document is None:
@@ -150,8 +183,8 @@ def paper_markdown() -> str:
             lines += _table_one(experiment)
         lines += [
             "| ranks | victims | mode | runtime s | goodput Gb/s | victim MiB | credit messages | "
-            "MiB/rank modelled | wall s |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "MiB/rank modelled | messages per victim modelled | wall s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in experiment["points"]:
             ok = p["status"] == "ok"
@@ -164,11 +197,20 @@ def paper_markdown() -> str:
                 f"{p['victim_peak_bytes_at_bytes_asked'] / MIB:,.1f}",
                 f"{p['credit_messages_at_bytes_asked']:,}",
                 f"{p['bytes_per_rank'] / MIB:.3g}" + ("*" if p["scaled"] else ""),
+                _victim_messages(p.get("victim_messages")),
                 f"{p['wall_s']:.0f}",
             ]
             lines.append("| " + " | ".join(cells) + " |")
         lines += [""] + [f"- {line}" for line in experiment["paper"]["lines"]]
     return "\n".join(lines) + "\n"
+
+
+def _victim_messages(spread: dict[str, float] | None) -> str:
+    """``min-max`` of the messages each victim received (``-`` for points recorded before it was kept)."""
+    if spread is None:
+        return "-"
+    low, high = int(spread["min"]), int(spread["max"])
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
 
 
 def _table_one(experiment: dict[str, Any]) -> list[str]:
