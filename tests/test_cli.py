@@ -232,6 +232,45 @@ def test_an_unknown_command_is_one_line(capsys):
     assert "unknown command 'nonesuch'" in one_line_usage_error(capsys, ["nonesuch"])
 
 
+def test_typos_get_the_closest_command_or_flag(capsys):
+    assert "unknown command 'bench stram' (did you mean 'bench stream'?)" in one_line_usage_error(
+        capsys, ["bench", "stram"]
+    )
+    assert "unrecognized arguments: --timout (did you mean --timeout?)" in one_line_usage_error(
+        capsys, ["run", "--timout", "10", "-n", "2", "bench", "stream"]
+    )
+    assert "(did you mean --json?)" in one_line_usage_error(capsys, ["trace", "stats", "x.trace", "--jsn=a"])
+    assert "did you mean" not in one_line_usage_error(capsys, ["bench", "zzzz"])
+
+
+@pytest.mark.parametrize(
+    "program, message",
+    [
+        (["python", "nothere.py"], "python: can't open file 'nothere.py': no such file"),
+        (["python", "-W", "ignore", "-u", "nothere.py", "-v"], "python: can't open file 'nothere.py'"),
+        (["./nothere"], "./nothere: no such executable file"),
+        (["nothere-mailrail-test"], "nothere-mailrail-test: command not found"),
+    ],
+)
+def test_a_program_that_cannot_start_is_one_line_and_nothing_starts(capsys, monkeypatch, program, message):
+    from mailrail import launch
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a job was launched")
+
+    monkeypatch.setattr("mailrail.cli.run.run_bounded", no_launch)
+    monkeypatch.setattr(launch, "run_bounded", no_launch)
+    err = one_line_usage_error(capsys, ["run", "-n", "2", "--", *program])
+    assert err.startswith(f"mailrail run: {message}") and err.endswith("; nothing was started\n")
+
+
+@pytest.mark.parametrize("program", [["python", "-c", "pass"], ["python", "-m", "json.tool"], ["true"]])
+def test_programs_that_can_start_pass_the_check(program):
+    from mailrail.cli.run import program_problem
+
+    assert program_problem(program) is None
+
+
 def test_run_without_mpiexec_is_one_line(capsys, monkeypatch, tmp_path):
     import sys
 

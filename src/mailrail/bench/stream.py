@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     if size < 2 or size % 2:
-        return usage_error("bench stream", f"needs an even number of ranks >= 2, got {size}", comm)
+        return usage_error(
+            "bench stream", f"needs an even number of ranks >= 2, got {size}: mailrail run -n 2 bench stream", comm
+        )
     peer = rank + 1 if rank % 2 == 0 else rank - 1
     sender = rank % 2 == 0
     sizes = args.sizes

@@ -7,6 +7,7 @@ The top layer: it imports each command's module by name, on demand (:data:`COMMA
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.metadata
 import os
@@ -14,6 +15,7 @@ import signal
 import sys
 import textwrap
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ClusterError
@@ -278,12 +280,25 @@ def parse_command(argv: list[str]) -> argparse.Namespace:
             parser.print_help()
             raise SystemExit(0)
         if not rest[0].startswith("-"):
-            parser.error(f"unknown command {' '.join(argv[: len(named) + 1])!r}")
+            known = sorted({" ".join(path) for path in COMMANDS if path[: len(named)] == named})
+            typed = " ".join(argv[: len(named) + 1])
+            parser.error(f"unknown command {typed!r}" + _did_you_mean(typed, known))
     parsers[()].set_defaults(mailrail_argv=argv)  # a command that reruns itself
     args, unknown = parsers[()].parse_known_args(argv)  # --help and --version exit here
     if unknown:  # named by the command's own parser, not the root's
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        flags = [option for option in parser._option_string_actions if option.startswith("--")]
+        first = next((word.split("=", 1)[0] for word in unknown if word.startswith("--")), None)
+        hint = _did_you_mean(first, flags) if first else ""
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     return args
+
+
+def _did_you_mean(word: str, known: Sequence[str]) -> str:
+    """`` (did you mean X?)`` for the closest of *known* to a mistyped *word* (a command quoted), else nothing."""
+    close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {close[0]!r}?)" if " " in close[0] else f" (did you mean {close[0]}?)"
 
 
 def _job_size() -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -91,6 +92,48 @@ def launched_program(command: Sequence[str]) -> list[str] | None:
     return list(command)
 
 
+#: Python's options that take the next word as their value.
+_PYTHON_VALUE_OPTIONS = {"-W", "-X"}
+
+
+def program_problem(program: Sequence[str]) -> str | None:
+    """Why *program* cannot start on any rank (a missing script or executable), checked before launch, or
+    None.  ``python`` is the interpreter running mailrail; its script is its first word that is no option
+    (``-c`` and ``-m`` name no file)."""
+    if not program:
+        return "name the program to run after --"
+    name = program[0]
+    if name in ("python", "python3"):
+        words = iter(program[1:])
+        for word in words:
+            if word in ("-c", "-m", "-"):
+                return None
+            if word in _PYTHON_VALUE_OPTIONS:
+                next(words, None)
+                continue
+            if word.startswith("-"):
+                continue
+            if not os.path.isfile(word):
+                return f"python: can't open file {word!r}: no such file"
+            return None
+        return None
+    if os.sep in name:
+        if not (os.path.isfile(name) and os.access(name, os.X_OK)):
+            return f"{name}: no such executable file"
+        return None
+    if shutil.which(name) is None:
+        return f"{name}: command not found (neither a mailrail command nor a program on PATH)"
+    return None
+
+
+def _missing_program(program: Sequence[str] | None) -> bool:
+    """Say in one line that *program* cannot start (before any rank is launched), and return True."""
+    problem = None if program is None else program_problem(program)
+    if problem:
+        print(f"mailrail run: {problem}; nothing was started", file=sys.stderr)
+    return problem is not None
+
+
 def program_argv(command: Sequence[str], *, tag_output: bool = False) -> list[str]:
     """What every rank runs: a program, or a mailrail command run with this Python, under the rank runner
     (:mod:`mailrail.rank`: its output reaches the launcher in whole lines; *tag_output*: each starting
@@ -116,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if launched_program(args.command) is None:
+    launched = launched_program(args.command)
+    if launched is None:
         check_command_arguments(args.command)
     program = program_argv(args.command, tag_output=args.tag_output)
     require_mpi4py(program)
@@ -132,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
             f"--cluster up[:NAME]), not on one built for this job (--cluster {args.cluster})"
         )
     if choice.kind != "off":
+        if _missing_program(launched):
+            return 2
         return run_on_cluster(args, choice, program)
     loose = node_flags_given(args)
     if loose:
@@ -141,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
         argv = srun_argv(args.ranks, program, mpi_plugin=srun_mpi_plugin())
     else:
         argv = mpiexec_argv(args.ranks, program)
+    if _missing_program(launched):
+        return 2
     say_settings()
     try:
         return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
