@@ -304,6 +304,42 @@ def test_channel_records_and_calls_made_from_calls_all_arrive(seed):
     assert {len(path) for path in visits} == {1, 2, 3, 4}
 
 
+def requests_answered_by_fill(rail, asks_per_rank: int):
+    """Each rank asks every rank for values; the owners answer from their handlers with fill_to (records
+    written in send buffers while spare ones last, the rest through arrays), as Array.gather does."""
+    reply_dtype = np.dtype([("position", np.int64), ("value", np.float64, (3,))])
+    answers = np.full((asks_per_rank, 3), -1.0)
+    replies = rail.channels.open(reply_dtype, lambda source, got: answers.__setitem__(got["position"], got["value"]))
+
+    def answer(source, asked):
+        positions = asked.copy()  # the handler's view of the receive buffer: fill reads it before returning
+
+        def fill(view, start, stop):
+            view["position"] = positions[start:stop]
+            view["value"] = (positions[start:stop, None] + np.arange(3) + 10.0 * rail.rank).astype(np.float64)
+
+        replies.fill_to(source, len(asked), fill)
+
+    requests = rail.channels.open(np.int64, answer)
+    positions = np.arange(asks_per_rank, dtype=np.int64)
+    requests.send(positions % rail.size, positions)
+    replies.fill_to((rail.rank + 1) % rail.size, 0, lambda view, start, stop: None)  # nothing to send
+    rail.barrier()
+    return answers, rail.finalize()
+
+
+@pytest.mark.parametrize("seed, send_slots", [(0, 2), (1, 8), (2, 64)])
+def test_replies_filled_in_send_buffers_arrive_exactly_once(seed, send_slots):
+    size, asks = 3, 500  # 500 requests: several whole reply datagrams per owner, and partial ones
+    results = World(size, seed, datagram_size=1024, send_pool_slots=send_slots, recv_pool_slots=4).run(
+        requests_answered_by_fill, asks
+    )
+    for answers, report in results:
+        positions = np.arange(asks)
+        expected = positions[:, None] + np.arange(3) + 10.0 * (positions % size)[:, None]
+        assert np.array_equal(answers, expected) and not any(report.values())
+
+
 def test_the_report_counts_what_was_left_staged_unreleased_reserved_and_unreceived():
     def program(rail):
         channel = rail.channels.open(np.uint64, lambda source, records: None)

@@ -35,6 +35,7 @@ complete when it returns.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import operator
 import pickle
@@ -135,6 +136,13 @@ class Channel:
         records = np.asarray(records)
         self.send(np.full(len(records), dest, dtype=np.int64), records, copy=copy)
 
+    def fill_to(self, dest: int, count: int, fill: Callable[[np.ndarray, int, int], object]) -> None:
+        """Queue *count* records for the one rank *dest*, written by ``fill(view, start, stop)``: *view* is a
+        writable array of this channel's dtype for records ``start..stop-1``, usually inside a send buffer, so
+        large records are written once, where they leave from (a gather's replies).  *fill* is called before
+        this returns, in order, over ``0..count-1``; what it writes is sent as :meth:`send_to` would send it."""
+        self.channels._fill_to(self, operator.index(dest), operator.index(count), fill)
+
     def flush(self) -> None:
         """Send every partial datagram of the rail's channels (staging rows are shared by all of them)."""
         self.channels.flush()
@@ -174,6 +182,10 @@ class Channels:
         self._busy = False  # a send or dispatch is running: nested sends wait in _nested
         self._nested: deque[tuple[Callable[[], None], int]] = deque()  # (work, records or calls in it)
         self._nested_items = 0
+        # Send buffers filled by a handler's fill_to, waiting for the dispatch to end; at most half the pool,
+        # so that a send waiting for a free buffer meanwhile still gets one as earlier sends complete.
+        self._held_buffers = 0
+        self._hold_limit = rail.send_pool_slots // 2
         self._flush_each_send = False  # inside barrier(): nothing may stay staged
         self._flush_requested = False
         self._handler_depth = 0
@@ -265,6 +277,37 @@ class Channels:
             self._nested_items += len(records)
             return
         self._pump(lambda: self._partition_and_send(channel, dests, records))
+
+    def _fill_to(self, channel: Channel, dest: int, count: int, fill: Callable[[np.ndarray, int, int], object]) -> None:
+        self._check_open()
+        if not 0 <= dest < self.size:
+            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        per = channel.per_datagram
+        start = 0
+        if dest != self.rank:  # whole datagrams filled in send buffers, while spare ones are free
+            while count - start >= per and self._held_buffers < self._hold_limit:
+                buf = self.rail.reserve_send_buffer()
+                if buf is None:
+                    break
+                nbytes = HEADER_SIZE + per * channel.record_size
+                HEADER.pack_into(buf.data, 0, channel.number, MAGIC, KIND_RECORDS, nbytes - HEADER_SIZE)
+                fill(buf[HEADER_SIZE:nbytes].view(channel.dtype), start, start + per)
+                start += per
+                channel.records_sent += per
+                if self._busy:  # from a handler: it leaves once the running dispatch ends, as a send would
+                    self._held_buffers += 1
+                    self._nested.append((functools.partial(self._send_held, dest, buf, nbytes), per))
+                    self._nested_items += per
+                else:
+                    self._pump(functools.partial(self._send, dest, buf, nbytes))
+        if start < count:  # the rest (a partial datagram, or no spare buffer): through an array of its own
+            records = np.empty(count - start, dtype=channel.dtype)
+            fill(records, start, count)
+            self._submit(channel, np.full(len(records), dest, dtype=np.int64), records, copy=False)
+
+    def _send_held(self, dest: int, buf: np.ndarray, nbytes: int) -> None:
+        self._held_buffers -= 1
+        self._send(dest, buf, nbytes)
 
     def _pump(self, action: Callable[[], None]) -> None:
         """Run *action*, then every send, call and flush that handlers asked for meanwhile."""

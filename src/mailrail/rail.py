@@ -123,6 +123,7 @@ class MailRail:
         self._implementation = implementation(self.transport)
         self._tuning = Tuning.for_idle_sleep(config.idle_sleep_us)
         self.datagram_size = config.datagram_size
+        self.send_pool_slots = config.send_pool_slots
         self.tag_ub = tag_upper_bound(comm)
         budget = self._credit_budget(nodes=self._known_node_count())
         self._topology: NodeTopology | None = None

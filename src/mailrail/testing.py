@@ -290,6 +290,7 @@ class Rail:
         #: The ranks of the world: valid destinations are ``0 .. size - 1``.
         self.size: int = world.size
         self.datagram_size: int = world.datagram_size
+        self.send_pool_slots: int = world.send_pool_slots
         self._send_pool = SlotPool(world.send_pool_slots, world.datagram_size)
         self._send_state = [FREE] * world.send_pool_slots
         self._free_sends = list(range(world.send_pool_slots - 1, -1, -1))  # a stack, lowest slot on top
