@@ -60,10 +60,13 @@ def job_environment(**extra: str) -> dict[str, str]:
     return env
 
 
-def _bounded(what: str, argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """*argv* in its own process group with its output captured; killed, and the test failed, after *timeout*."""
+def _bounded(
+    what: str, argv: list[str], env: dict[str, str], timeout: float, local: bool = False
+) -> subprocess.CompletedProcess:
+    """*argv* in its own process group with its output captured; killed, and the test failed, after *timeout*.
+    *local*: an mpiexec job of this machine (its MPI's shared memory in a directory of its own)."""
     try:
-        return run_bounded(argv, timeout=timeout, env=env, capture=True)
+        return run_bounded(argv, timeout=timeout, env=env, capture=True, local=local)
     except subprocess.TimeoutExpired as expired:
         pytest.fail(
             f"{what} hung for {timeout:.0f} s and was killed\n--- stdout ---\n{(expired.output or '')[-6000:]}\n"
@@ -85,7 +88,7 @@ def mailrail_job(
     """``mpiexec -n RANKS python -m mailrail ARGS`` in the test's job environment, bounded by *timeout*."""
     argv = [str(arg) for arg in args]
     launch = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail", *argv])
-    return _bounded(f"mailrail {' '.join(argv)} on {ranks} ranks", launch, _mpi_job_environment(env), timeout)
+    return _bounded(f"mailrail {' '.join(argv)} on {ranks} ranks", launch, _mpi_job_environment(env), timeout, True)
 
 
 def replay(ranks: int, trace: object, json_path: Path, *flags: str, env: dict[str, str] | None = None) -> dict:
@@ -99,7 +102,7 @@ def run_program(
 ) -> subprocess.CompletedProcess:
     """Test program *name* (tests/programs) on *ranks* ranks under mpiexec, bounded by *timeout*."""
     argv = mpiexec_argv(ranks, [*program(name), *args])
-    return _bounded(f"{name} on {ranks} ranks", argv, _mpi_job_environment(env), timeout)
+    return _bounded(f"{name} on {ranks} ranks", argv, _mpi_job_environment(env), timeout, True)
 
 
 def mpirun(ranks: int, name: str, *args: str, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT) -> dict:

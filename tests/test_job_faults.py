@@ -26,6 +26,13 @@ from mailrail.launch import JobStopped, mpi_environment, mpiexec_argv, run_bound
 
 #: Seconds a fault may take to end its job (the mechanisms take well under one; start-up is included).
 END_BOUND = 20.0
+#: The MPI the jobs run (the test process's mpi4py, as the launcher's).
+MPI_LIBRARY = subprocess.run(
+    [sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
+    capture_output=True,
+    text=True,
+    check=False,
+).stdout
 #: Seconds a job may take to start (every rank announced) on a loaded 2-core machine.
 START_BOUND = 60.0
 
@@ -69,6 +76,7 @@ class Launched:
             preexec_fn=preexec_fn,
         )
         self.pids: list[int] = []
+        self.shared_memory: set[tuple[str, int]] = set()
         self.stdout = self.stderr = ""
         self.job: set[int] = set()
 
@@ -84,6 +92,7 @@ class Launched:
             self.stdout += chunk
         self.pids = ready_pids(self.stdout)
         self.job = jobcontrol.descendants([self.process.pid]) - {self.process.pid}
+        self.shared_memory = {(path, int(held)) for path, held in re.findall(r"READY .* SHM (\S+) (\d+)", self.stdout)}
         return self.pids
 
     def finish(self, bound: float = END_BOUND) -> int:
@@ -106,6 +115,9 @@ class Launched:
     def assert_nothing_left(self) -> None:
         assert gone(sorted(self.job | set(self.pids))) == [], "processes of the job outlived it"
         assert job_dirs() - self.before_dirs == set(), "a job directory was left behind"
+        # the job's shared memory (a directory of its own, as the ranks reported it) went with it
+        for path, _ in self.shared_memory:
+            assert not os.path.exists(path), f"the job's shared memory {path} was left behind"
 
     def cleanup(self) -> None:
         for pid in [self.process.pid, *self.job, *self.pids]:
@@ -259,10 +271,14 @@ def test_an_exception_on_one_rank_ends_the_job_with_its_traceback_once():
 def test_sigkill_of_one_rank_ends_the_job_and_names_it():
     with launched("--", "python", program_path("sleeper.py")) as job:
         pids = job.wait_ready()
-        os.kill(pids[1], signal.SIGKILL)
+        os.kill(pids[1], signal.SIGKILL)  # a killed rank never unlinks its segments: the directory's removal does
         assert job.finish() != 0
         report = job.stderr + job.stdout
         assert str(pids[1]) in report or "rank 1" in report.lower(), report
+        (path,) = {path for path, _ in job.shared_memory}  # one directory for the job, in /dev/shm
+        assert path.startswith(jobcontrol.SHARED_MEMORY_ROOT + "/mailrail-job-"), path
+        if "Open MPI" in MPI_LIBRARY:  # its segments were there (MPICH names its own, in /dev/shm)
+            assert all(held >= 1 for _, held in job.shared_memory), job.shared_memory
         job.assert_nothing_left()
 
 

@@ -252,12 +252,25 @@ def end_processes(
             time.sleep(0.05)
 
 
+#: Where a job's shared-memory segments go (see :func:`shared_memory_dir`): node-local memory.
+SHARED_MEMORY_ROOT = "/dev/shm"
+
+
+def shared_memory_dir(job_dir: str) -> str:
+    """The directory of *job_dir*'s job in node-local shared memory, named after it: the job's MPI puts its
+    segments there (Open MPI's backing directories), and ending the job removes it, however the job ended.
+    A rank that is killed never unlinks its segments: in ``/dev/shm`` itself they stay until a reboot."""
+    return os.path.join(SHARED_MEMORY_ROOT, os.path.basename(job_dir.rstrip(os.sep)))
+
+
 def end_job(job_dir: str) -> set[int]:
-    """End every process marked with *job_dir* and remove the directory (the watchdog's command)."""
+    """End every process marked with *job_dir* and remove the directory and its shared-memory directory
+    (the watchdog's command)."""
     try:
         return end_processes(lambda: job_processes(job_dir))
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+        shutil.rmtree(shared_memory_dir(job_dir), ignore_errors=True)
 
 
 # --- signals ---------------------------------------------------------------------------------------

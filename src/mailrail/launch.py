@@ -374,7 +374,7 @@ def run_mailrail(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m mailrail ARGS`` on *ranks* ranks, killed after *timeout* seconds."""
     argv = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail", *args])
-    return run_bounded(argv, timeout=timeout, env=mpi_environment(env), capture=capture)
+    return run_bounded(argv, timeout=timeout, env=mpi_environment(env), capture=capture, local=True)
 
 
 class JobStopped(MailRailError):
@@ -398,6 +398,7 @@ def run_bounded(
     capture_stderr: bool = False,
     watch: Callable[[], str | None] | None = None,
     watch_interval: float = 0.1,
+    local: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run *argv* as a job; whatever way this returns or raises, no process of the job is left alive.
 
@@ -412,9 +413,18 @@ def run_bounded(
     that end it even when this process is SIGKILLed).  Each job gets a fresh ``TMPDIR``, removed
     afterwards: a killed launcher leaves its session directory (``ompi.<pid>``) behind, and a later
     launcher that reuses the pid fails at start-up on it.
+
+    *local*: every rank runs on this machine (``mpiexec`` here, not ``srun`` or a cluster's nodes), so the
+    job's MPI can put its shared-memory segments in a directory of the job's own in ``/dev/shm``
+    (:func:`~mailrail.jobcontrol.shared_memory_dir`), removed with the job: a rank that is killed, or a job
+    ended at its time-out, leaves nothing there (Open MPI's segments; MPICH names its own and cannot move
+    them).  Backing directories the environment already sets are kept.
     """
     session = tempfile.mkdtemp(prefix="mailrail-job-")
-    job_env = jobcontrol.job_environment(dict(env, TMPDIR=session), session)
+    env = dict(env, TMPDIR=session)
+    if local:
+        env = _shared_memory_in(jobcontrol.shared_memory_dir(session), env)
+    job_env = jobcontrol.job_environment(env, session)
     unregister = jobcontrol.on_owner_death([sys.executable, "-m", "mailrail.jobcontrol", "end-job", session])
     parent = os.getpid()
     launcher: subprocess.Popen[str] | None = None
@@ -451,7 +461,28 @@ def run_bounded(
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         launcher.wait(jobcontrol.GONE_S)
                 shutil.rmtree(session, ignore_errors=True)
+                shutil.rmtree(jobcontrol.shared_memory_dir(session), ignore_errors=True)
                 unregister()
+
+
+#: Open MPI's parameters naming where its shared-memory segments go (5's btl, 4's btl, one-sided windows).
+SHARED_MEMORY_PARAMETERS = (
+    "OMPI_MCA_btl_sm_backing_directory",
+    "OMPI_MCA_btl_vader_backing_directory",
+    "OMPI_MCA_osc_sm_backing_directory",
+)
+
+
+def _shared_memory_in(directory: str, env: dict[str, str]) -> dict[str, str]:
+    """*env* with Open MPI's segments in *directory* (made here), unless it sets where they go itself or there
+    is no node-local shared memory to make it in."""
+    if any(name in env for name in SHARED_MEMORY_PARAMETERS):
+        return env
+    try:
+        os.mkdir(directory, 0o700)
+    except OSError:  # no /dev/shm (not Linux) or not writable: the MPI's default place
+        return env
+    return {**env, **dict.fromkeys(SHARED_MEMORY_PARAMETERS, directory)}
 
 
 #: Seconds between checks that the launcher is still running (a process it left behind may hold its output).

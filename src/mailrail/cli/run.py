@@ -191,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     say_settings()
     try:
-        return run_bounded(argv, timeout=args.timeout, env=mpi_environment()).returncode
+        return run_bounded(
+            argv, timeout=args.timeout, env=mpi_environment(), local=args.launcher == "mpiexec"
+        ).returncode
     except subprocess.TimeoutExpired:
         print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
         return 124
