@@ -208,16 +208,32 @@ def test_environment_values_are_stripped_and_case_insensitive():
     assert config.atomics == "mpi"
 
 
-def test_keyword_overrides_environment():
+def test_keyword_overrides_environment_and_says_so():
     environ = {"MAILRAIL_DATAGRAM_SIZE": "100", "MAILRAIL_FLOW_CONTROL": "rank", "MAILRAIL_PIGGYBACK": "1"}
-    config = Config.from_env(environ, datagram_size=200, flow_control="node", piggyback=False)
+    with pytest.warns(ConfigWarning) as caught:
+        config = Config.from_env(environ, datagram_size=200, flow_control="node", piggyback=False)
     assert config.datagram_size == 200
     assert config.flow_control == "node"
     assert config.piggyback is False
+    assert sorted(str(w.message) for w in caught) == [
+        "datagram_size=200 (a keyword) overrides MAILRAIL_DATAGRAM_SIZE='100' from the environment",
+        "flow_control='node' (a keyword) overrides MAILRAIL_FLOW_CONTROL='rank' from the environment",
+        "piggyback=False (a keyword) overrides MAILRAIL_PIGGYBACK='1' from the environment",
+    ]
+
+
+def test_a_keyword_that_agrees_with_the_environment_says_nothing():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = Config.from_env(
+            {"MAILRAIL_DATAGRAM_SIZE": "4096", "MAILRAIL_PIGGYBACK": "on"}, datagram_size=4096, piggyback=1
+        )
+    assert config.datagram_size == 4096 and config.piggyback is True
 
 
 def test_keyword_wins_even_when_the_environment_value_is_invalid():
-    config = Config.from_env({"MAILRAIL_DATAGRAM_SIZE": "garbage"}, datagram_size=64)
+    with pytest.warns(ConfigWarning, match="datagram_size=64 .* overrides MAILRAIL_DATAGRAM_SIZE='garbage'"):
+        config = Config.from_env({"MAILRAIL_DATAGRAM_SIZE": "garbage"}, datagram_size=64)
     assert config.datagram_size == 64
 
 
@@ -363,7 +379,10 @@ def test_bool_parsing_false_spellings(raw):
 
 @pytest.mark.parametrize("value, expected", [(True, True), (False, False), ("off", False), (1, True), (0, False)])
 def test_bool_keyword_accepts_bools_and_spellings(value, expected):
-    assert Config.from_env({"MAILRAIL_PIGGYBACK": "on"}, piggyback=value).piggyback is expected
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert Config.from_env({"MAILRAIL_PIGGYBACK": "on"}, piggyback=value).piggyback is expected
+    assert len(caught) == (0 if expected else 1)  # the variable says otherwise only when the keyword is false
 
 
 @pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
@@ -483,12 +502,16 @@ def test_old_and_new_keywords_that_disagree_are_a_config_error_naming_both(old, 
 @pytest.mark.parametrize("old, new", RENAMES)
 def test_a_keyword_by_either_name_wins_over_a_variable_by_either_name(old, new):
     sample, default = RENAMED_SAMPLES[new], getattr(Config(), new)
-    with pytest.warns(DeprecatedKnobWarning):  # the old variable is set: it still says so
+    with pytest.warns(ConfigWarning) as caught:  # the old variable is set: it still says so, and is overridden
         assert getattr(Config.from_env({env_name(old): default}, **{new: sample}), new) == sample
-    with pytest.warns(DeprecatedKnobWarning):
+    assert {w.category for w in caught} == {DeprecatedKnobWarning, ConfigWarning}
+    with pytest.warns(ConfigWarning) as caught:
         assert getattr(Config.from_env({env_name(new): default}, **{old: sample}), new) == sample
-    with pytest.warns(DeprecatedKnobWarning):  # not even parsed, as for every knob
+    assert {w.category for w in caught} == {DeprecatedKnobWarning, ConfigWarning}
+    with pytest.warns(ConfigWarning) as caught:  # an invalid variable: named, not an error
         assert getattr(Config.from_env({env_name(old): "garbage"}, **{new: sample}), new) == sample
+    assert DeprecatedKnobWarning in {w.category for w in caught}
+    assert any("overrides" in str(w.message) for w in caught)
 
 
 @pytest.mark.parametrize("old, new", RENAMES)

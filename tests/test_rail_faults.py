@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import MPI_TIMEOUT, job_environment, mpirun, processes_mentioning, program_path
+from helpers import MPI_TIMEOUT, job_environment, mpirun, processes_mentioning, program_path, run_program
 from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
 
 pytestmark = pytest.mark.mpi
@@ -122,6 +122,18 @@ def test_ranks_that_disagree_are_refused_on_every_rank_with_one_message(case, wo
     message = messages.pop()
     for word in words:
         assert word in message, (word, message)
+
+
+@pytest.mark.smoke
+def test_configuration_warnings_are_said_once_for_the_job():
+    """Three ranks, two rails each, the same environment: each warning once, from rank 0, not six times."""
+    env = {"MAILRAIL_DATAGRAM_SIZ": "4096", "MAILRAIL_RECV_POOL_SLOTS": "64"}
+    completed = run_program(3, "config_warnings.py", env=env)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count("DONE") == 3
+    err = completed.stderr
+    assert err.count("unknown environment variable MAILRAIL_DATAGRAM_SIZ is ignored") == 1, err
+    assert err.count("recv_pool_slots=32 (a keyword) overrides MAILRAIL_RECV_POOL_SLOTS='64'") == 1, err
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

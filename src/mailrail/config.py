@@ -230,8 +230,15 @@ class Config:
         return self.recv_pool_slots if self.max_recvs is None else self.max_recvs
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
-        """Read ``MAILRAIL_*`` from *environ* (default ``os.environ``); keywords win (``None`` is unset)."""
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, warn: bool = True, **overrides: Any) -> Config:
+        r"""Read ``MAILRAIL_*`` from *environ* (default ``os.environ``); keywords win (``None`` is unset).
+
+        ``warn=False`` keeps its :class:`~mailrail.errors.ConfigWarning`\ s to itself: for a tool checking
+        options on every rank before the rail it builds says them, once for the job."""
+        if not warn:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConfigWarning)
+                return cls.from_env(environ, **overrides)
         environ = os.environ if environ is None else environ
         unknown = set(overrides) - set(KNOBS) - set(DEPRECATED_KNOBS)
         if unknown:
@@ -303,6 +310,17 @@ def _read_knob(name: str, environ: Mapping[str, str], overrides: Mapping[str, An
             raw = overrides[spelling]
             found.append((f"{spelling}=", f"{spelling}={raw!r}", parse(env_name(spelling), raw, spelling)))
     current = f"{name}="
+    if found:  # a keyword wins: a variable that says otherwise is named, not silently ignored
+        for spelling in spellings:
+            variable = env_name(spelling)
+            raw = environ.get(variable, "")
+            if raw.strip() != "" and _parsed_or_none(parse, variable, raw) != found[0][2]:
+                warnings.warn(
+                    f"{found[0][1]} (a keyword) overrides {variable}={raw!r} from the environment",
+                    ConfigWarning,
+                    stacklevel=3,  # the caller of Config.from_env
+                )
+                break
     if not found:  # a keyword wins: the variables are not even parsed
         current = env_name(name)
         for spelling in spellings:
@@ -320,6 +338,14 @@ def _read_knob(name: str, environ: Mapping[str, str], overrides: Mapping[str, An
                 f"set only {current}"
             )
     return (value,)
+
+
+def _parsed_or_none(parse: Callable[..., Any], variable: str, raw: str) -> Any:
+    """*raw* parsed as the knob's value, or None when it is no valid value (the keyword is used anyway)."""
+    try:
+        return parse(variable, raw, None)
+    except ConfigError:
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

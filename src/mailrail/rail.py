@@ -16,7 +16,7 @@ import contextlib
 import operator
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from .channels import Channels
 from .config import DEPRECATED_KNOBS, KNOBS, Config
 from .errors import (
     ConfigError,
+    ConfigWarning,
     DeprecatedKnobWarning,
     FinalizedError,
     MailRailError,
@@ -614,14 +615,21 @@ def _agreed_configuration(comm: MPI.Comm, options: dict[str, Any]) -> tuple[Conf
     the transport, make every rank raise :class:`ConfigError` with the same message, before any MPI
     object exists.
     """
-    try:
-        config = Config.from_env(**options)
-        chosen, reason = choose(config)
-    except ConfigError as error:
-        facts: tuple[Any, ...] | str = str(error)
-    else:
-        facts = (*(getattr(config, knob) for knob in AGREED_KNOBS), chosen)
-    everyone = comm.allgather(facts)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)  # recorded here, said once for the job below
+        try:
+            config = Config.from_env(**options)
+            chosen, reason = choose(config)
+        except ConfigError as error:
+            facts: tuple[Any, ...] | str = str(error)
+        else:
+            facts = (*(getattr(config, knob) for knob in AGREED_KNOBS), chosen)
+    said = [(w.category.__name__, str(w.message)) for w in caught if issubclass(w.category, ConfigWarning)]
+    for other in caught:  # anything else as it was
+        if not issubclass(other.category, ConfigWarning):
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+    everyone, warned = zip(*comm.allgather((facts, said)))
+    _warn_once_for_the_job(comm.Get_rank(), len(everyone), warned)
     failures: dict[str, list[int]] = {}
     for rank, theirs in enumerate(everyone):
         if isinstance(theirs, str):
@@ -645,6 +653,34 @@ def _agreed_configuration(comm: MPI.Comm, options: dict[str, Any]) -> tuple[Conf
         )
     assert not isinstance(facts, str)
     return config, chosen, reason
+
+
+#: The configuration warnings this process has said (or, on ranks other than 0, kept quiet).
+_SAID: set[str] = set()
+#: The configuration warnings a rank may raise, by name (they travel between ranks as text).
+_CONFIG_WARNINGS = {category.__name__: category for category in (ConfigWarning, DeprecatedKnobWarning)}
+
+
+def _warn_once_for_the_job(rank: int, size: int, warned: Sequence[list[tuple[str, str]]]) -> None:
+    """Each distinct configuration warning of the job once, from rank 0, naming the ranks when not all had it
+    (every rank reads the same environment, so 16 ranks used to print 16 copies).  The other ranks still
+    raise one that the warning filters make an error (``-W error::mailrail.ConfigWarning``), as rank 0 does."""
+    ranks_of: dict[tuple[str, str], list[int]] = {}
+    for who, theirs in enumerate(warned):
+        for said in dict.fromkeys(theirs):
+            ranks_of.setdefault(said, []).append(who)
+    for (name, message), ranks in ranks_of.items():
+        text = message if len(ranks) == size else f"{message} (on {describe_ranks(ranks)})"
+        if text in _SAID:  # a program that builds many rails hears it once
+            continue
+        _SAID.add(text)
+        if rank == 0:
+            warnings.warn(text, _CONFIG_WARNINGS[name], stacklevel=4)  # the application's MailRail(...)
+        else:
+            with warnings.catch_warnings(
+                record=True
+            ):  # the filters still apply: "error" raises, the rest is kept quiet
+                warnings.warn(text, _CONFIG_WARNINGS[name], stacklevel=4)
 
 
 def describe_ranks(ranks: list[int]) -> str:

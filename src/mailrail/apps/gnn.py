@@ -273,7 +273,9 @@ def run(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     modes, options = checked
-    datagram_size = Config.from_env(**options).datagram_size  # a flag, MAILRAIL_DATAGRAM_SIZE or the default
+    datagram_size = Config.from_env(
+        warn=False, **options
+    ).datagram_size  # a flag, MAILRAIL_DATAGRAM_SIZE or the default
     if datagram_size < 8 + record:
         return usage_error(
             "app gnn",

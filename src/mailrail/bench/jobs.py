@@ -186,7 +186,7 @@ def refusal(mode: str, ranks: int, nodes: int, options: Mapping[str, Any]) -> di
     mode divides them by: ``status`` ``"refused"`` and the reason), without launching it; None if it runs."""
     if mode == "none":
         return None
-    config = Config.from_env(**dict(options, flow_control=mode))
+    config = Config.from_env(warn=False, **dict(options, flow_control=mode))  # compare warned once
     try:
         credit_budget(
             mode,

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _mode(options: dict) -> str:
-    return Config.from_env(**options).flow_control
+    return Config.from_env(warn=False, **options).flow_control
 
 
 def _config_problem(options: dict[str, Any], sizes: list[int], posted_counts: list[int]) -> str | None:
@@ -175,10 +175,10 @@ def _config_problem(options: dict[str, Any], sizes: list[int], posted_counts: li
     refused by :class:`~mailrail.config.Config`, or None."""
     try:
         for nbytes in sizes:
-            Config.from_env(**dict(options, datagram_size=nbytes))
+            Config.from_env(warn=False, **dict(options, datagram_size=nbytes))
         for posted in posted_counts:
             slots = max(posted, int(options.get("recv_pool_slots") or 0))
-            Config.from_env(**dict(options, datagram_size=4096, max_recvs=posted, recv_pool_slots=slots))
+            Config.from_env(warn=False, **dict(options, datagram_size=4096, max_recvs=posted, recv_pool_slots=slots))
     except ConfigError as error:
         return str(error)
     return None

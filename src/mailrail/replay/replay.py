@@ -257,7 +257,7 @@ def _plan(args: argparse.Namespace, rank: int, size: int) -> Plan:
     options = rail_options(args)
     if args.datagram_size is None and not os.environ.get(env_name("datagram_size"), "").strip():
         options["datagram_size"] = DEFAULT_DATAGRAM_SIZE
-    config = Config.from_env(**options)  # a bad knob fails here, on every rank alike
+    config = Config.from_env(warn=False, **options)  # a bad knob fails here, on every rank alike
     if config.trace and os.path.realpath(config.trace) == os.path.realpath(args.trace_dir):
         raise ConfigError(f"MAILRAIL_TRACE={config.trace} would record this replay over the trace it reads")
     spool = Spool() if trace.format == "json" else None

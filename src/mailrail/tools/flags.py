@@ -197,7 +197,7 @@ def checked_rail_options(
     environment, before any MPI work."""
     options = rail_options(args, defaults)
     try:
-        return options, Config.from_env(**options)
+        return options, Config.from_env(warn=False, **options)  # the rail warns, once for the job
     except ConfigError as error:
         usage_error(command, str(error))
         return None
