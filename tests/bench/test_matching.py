@@ -14,7 +14,7 @@ pytestmark = pytest.mark.mpi
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("ranks, nbytes", [(2, 8), (3, 4096)])
+@pytest.mark.parametrize("ranks, nbytes", [(2, 8), (3, 4096), (2, 65536)])  # the last: rendezvous everywhere
 def test_every_queued_message_is_received_once_and_each_kind_is_timed(tmp_path, ranks, nbytes):
     out = tmp_path / "matching.json"
     completed = mailrail_job(

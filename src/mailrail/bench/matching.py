@@ -4,9 +4,9 @@ The model of incast (``mailrail simulate``) needs to know whether a receive gets
 wait unexpected at the victim, and by how much.  This measures it on the MPI at hand, on the wire at hand
 (shared memory on one machine, TCP between the nodes of a virtual cluster).  Rank 0 is the receiver; the
 other ranks send it ``K`` messages of ``--bytes`` bytes, 8 by default (message ``i``, ``i`` in ``0..K-1``,
-carries ``i`` and tag ``i``, from sender ``1 + i % senders``) before it posts any receive for them, so all
-``K`` wait in the unexpected queue.  Then, with the queue still about ``K`` long, it times ``--receives``
-receives of each kind, one kind after the other:
+has tag ``i`` and comes from sender ``1 + i % senders``) before it posts any receive for them, so all ``K``
+wait in the unexpected queue (above the MPI's eager limit, their rendezvous requests do).  Then, with the
+queue still about ``K`` long, it times ``--receives`` receives of each kind, one kind after the other:
 
 - ``head, wildcard``: ``Recv(ANY_SOURCE, ANY_TAG)``, MailRail's own receive: matches the oldest message;
 - ``tail, any source``: ``Recv(ANY_SOURCE, tag)`` for the newest message left: a scan of the whole queue,
@@ -15,7 +15,8 @@ receives of each kind, one kind after the other:
 
 Filling is timed too (the receiver's side: from a barrier until every sender's last message is in), with
 the receiver's resident memory and minor page faults per queued message.  Every message is then received
-(the rest with the wildcard) and checked: each index exactly once.  ``K`` is at most the MPI's largest tag.
+(the rest with the wildcard) and checked by its tag, source and size: each index exactly once.  ``K`` is at
+most the MPI's largest tag.
 
 Run it as ``mailrail run -n 2 bench matching`` (one sender), ``-n 4`` (three senders: any-source scans
 several queues), and ``mailrail run -n 2 --cluster 2 bench matching`` for TCP between two nodes.
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bytes",
         type=int_in(8, 1 << 20),
         default=8,
-        help="bytes per message, 8..1048576 (default %(default)s; the first 8 carry its index)",
+        help="bytes per message, 8..1048576 (default %(default)s)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
 
@@ -152,25 +153,24 @@ def _measure(wire: Any, queue: int, receives: int, nbytes: int, tag_ub: int) -> 
     marker = tag_ub  # after a sender's last message: its arrival means the sender's messages are all in
     wire.Barrier()
     if rank != 0:
-        ring = np.zeros((SENDER_WINDOW, nbytes), dtype=np.uint8)  # a window of sends in flight, a slot each
-        indices = ring[:, :8].view(np.int64)
+        # One read-only payload for every send (the tag says which message it is).  Messages above the MPI's
+        # eager limit go by rendezvous: their sends complete only once received, so none is waited for
+        # before the marker (that would deadlock); eager ones complete at once and are dropped a window at a time.
+        payload = np.zeros(nbytes, dtype=np.uint8)
         pending: list[Any] = []
         for index in range(rank - 1, queue, senders):
-            slot = len(pending)
-            indices[slot, 0] = index
-            pending.append(wire.Isend([ring[slot], MPI.BYTE], 0, index))
-            if len(pending) == SENDER_WINDOW:
-                MPI.Request.Waitall(pending)
+            pending.append(wire.Isend([payload, MPI.BYTE], 0, index))
+            if len(pending) % SENDER_WINDOW == 0 and MPI.Request.Testall(pending):
                 pending.clear()
+        wire.Send([payload[:8], MPI.BYTE], 0, marker)  # 8 bytes: eager, whatever the messages' size
         MPI.Request.Waitall(pending)
-        wire.Send([ring[0], MPI.BYTE], 0, marker)
         wire.Barrier()
         return {}
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     resident = _resident_bytes()
     start = time.perf_counter()
     scratch = np.zeros(nbytes, np.uint8)
-    index_of = scratch[:8].view(np.int64)
+    status = MPI.Status()
     for sender in range(1, size):
         wire.Recv([scratch, MPI.BYTE], sender, marker)  # in order from each sender: its messages are queued
     fill_s = time.perf_counter() - start
@@ -181,11 +181,18 @@ def _measure(wire: Any, queue: int, receives: int, nbytes: int, tag_ub: int) -> 
 
     def take(source: int, tag: int) -> float:
         began = time.perf_counter()
-        wire.Recv([scratch, MPI.BYTE], source, tag)
+        wire.Recv([scratch, MPI.BYTE], source, tag, status)
         took = time.perf_counter() - began
-        index = int(index_of[0])
-        if not 0 <= index < queue or seen[index]:
-            raise AssertionError(f"bench matching: message {index} received twice or out of range 0..{queue - 1}")
+        index = status.Get_tag()
+        if not 0 <= index < queue or seen[index] or status.Get_source() != 1 + index % senders:
+            raise AssertionError(
+                f"bench matching: message {index} from rank {status.Get_source()} received twice, out of range "
+                f"0..{queue - 1} or from the wrong sender"
+            )
+        if status.Get_count(MPI.BYTE) != nbytes:
+            raise AssertionError(
+                f"bench matching: message {index} has {status.Get_count(MPI.BYTE)} bytes, not {nbytes}"
+            )
         seen[index] = True
         return took
 
