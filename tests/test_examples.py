@@ -41,7 +41,7 @@ def test_the_first_program_greets_every_rank():
 def test_the_readme_example_delivers_each_rank_its_message_run_as_the_readme_says(tmp_path):
     readme = (ROOT / "README.md").read_text()
     code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
-    assert len(code.splitlines()) <= 10
+    assert len(code.splitlines()) <= 15  # short, with backpressure handled
     name, command = re.search(
         r"Save it as `(\w+\.py)` and run it on \w+ ranks: `mailrail (run -n \d+ .*?)`", readme
     ).groups()
@@ -50,8 +50,9 @@ def test_the_readme_example_delivers_each_rank_its_message_run_as_the_readme_say
     assert launch[:2] == ["run", "-n"] and int(launch[2]) >= 2 and program == name
     completed = mailrail(*launch, str(tmp_path / program), timeout=180)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    for rank in range(int(launch[2])):
-        assert f"{rank} b'hello'" in completed.stdout
+    ranks = int(launch[2])
+    for rank in range(ranks):
+        assert f"{rank} got b'hello' from {(rank - 1) % ranks}" in completed.stdout
 
 
 @pytest.mark.smoke

@@ -28,7 +28,12 @@ from mailrail.launch import JobStopped, mpi_environment, mpiexec_argv, run_bound
 END_BOUND = 20.0
 #: The MPI the jobs run (the test process's mpi4py, as the launcher's).
 MPI_LIBRARY = subprocess.run(
-    [sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
+    # (MPI not initialized: a singleton Open MPI 5 leaves a segment in /dev/shm)
+    [
+        sys.executable,
+        "-c",
+        "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version())",
+    ],
     capture_output=True,
     text=True,
     check=False,
@@ -79,6 +84,7 @@ class Launched:
         self.shared_memory: set[tuple[str, int]] = set()
         self.stdout = self.stderr = ""
         self.job: set[int] = set()
+        self.mapped: set[str] = set()
 
     def wait_ready(self, ranks: int = 2) -> list[int]:
         """The ranks' pids once every rank printed READY (and the job's processes, launcher included)."""
@@ -93,6 +99,9 @@ class Launched:
         self.pids = ready_pids(self.stdout)
         self.job = jobcontrol.descendants([self.process.pid]) - {self.process.pid}
         self.shared_memory = {(path, int(held)) for path, held in re.findall(r"READY .* SHM (\S+) (\d+)", self.stdout)}
+        self.mapped = {p for paths in re.findall(r"READY .* MAPPED (\S+)", self.stdout) for p in paths.split(",")} - {
+            "-"
+        }
         return self.pids
 
     def finish(self, bound: float = END_BOUND) -> int:
@@ -118,6 +127,8 @@ class Launched:
         # the job's shared memory (a directory of its own, as the ranks reported it) went with it
         for path, _ in self.shared_memory:
             assert not os.path.exists(path), f"the job's shared memory {path} was left behind"
+        # and so did every segment its ranks mapped (MPICH names its own, in /dev/shm itself)
+        assert not [path for path in self.mapped if os.path.exists(path)], "the job's segments were left behind"
 
     def cleanup(self) -> None:
         for pid in [self.process.pid, *self.job, *self.pids]:
@@ -260,10 +271,45 @@ def test_an_exception_on_one_rank_ends_the_job_with_its_traceback_once():
     with launched("--", "python", program_path("raise_beside_barrier.py")) as job:
         job.wait_ready()
         assert job.finish() != 0
-        assert job.stderr.count("RuntimeError: injected failure on this rank") == 1, job.stderr
+        assert job.stderr.count("] RuntimeError: injected failure on this rank") == 1, job.stderr
         assert "[rank 0 on " in job.stderr
         assert "runpy" not in job.stderr  # the traceback starts at the program, not the runner
+        # after all that, mailrail run says it in one line
+        last = job.stderr.strip().splitlines()[-1].strip()
+        said = "the job failed with exit status 1: rank 0 raised RuntimeError: injected failure on this rank"
+        assert last == f"mailrail run: {said}", job.stderr
         job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_a_configuration_error_is_said_once_for_the_job(tmp_path):
+    """Every rank raises the same ConfigError: no traceback per rank, one line from mailrail run."""
+    hello = tmp_path / "hello.py"
+    hello.write_text("from mpi4py import MPI\nfrom mailrail import MailRail\nMailRail(MPI.COMM_WORLD)\n")
+    completed = mailrail("run", "-n", "3", "python", str(hello), env={"MAILRAIL_RECV_POOL_SLOTS": "abc"}, timeout=120)
+    assert completed.returncode == 1
+    assert "Traceback" not in completed.stderr and "ConfigWarning" not in completed.stderr, completed.stderr
+    error = "ConfigError: MAILRAIL_RECV_POOL_SLOTS must be an integer, got 'abc'"
+    assert completed.stderr.count(error) == 1, completed.stderr
+    assert (
+        completed.stderr.strip().splitlines()[-1].strip()
+        == f"mailrail run: the job failed with exit status 1: every rank (3) raised {error}"
+    )
+
+
+@pytest.mark.mpi
+def test_a_rank_s_exit_status_is_said_in_one_line(tmp_path):
+    program = tmp_path / "exit3.py"
+    program.write_text(
+        "import sys\nfrom mpi4py import MPI\nif MPI.COMM_WORLD.rank == 1:\n    sys.exit(3)\nMPI.COMM_WORLD.Barrier()\n"
+    )
+    completed = mailrail("run", "-n", "2", "python", str(program), timeout=120)
+    assert completed.returncode == 3, completed.stderr
+    assert (
+        completed.stderr.strip().splitlines()[-1].strip()
+        == "mailrail run: the job failed with exit status 3: rank 1 exited with status 3"
+    )
 
 
 @pytest.mark.mpi
@@ -279,6 +325,7 @@ def test_sigkill_of_one_rank_ends_the_job_and_names_it():
         assert path.startswith(jobcontrol.SHARED_MEMORY_ROOT + "/mailrail-job-"), path
         if "Open MPI" in MPI_LIBRARY:  # its segments were there (MPICH names its own, in /dev/shm)
             assert all(held >= 1 for _, held in job.shared_memory), job.shared_memory
+        assert job.mapped, "the ranks mapped no shared memory: nothing to check"
         job.assert_nothing_left()
 
 
@@ -336,8 +383,9 @@ def test_a_failing_mailrail_command_on_one_rank_ends_the_job():
     """A mailrail command running as a rank (``cli.main``) aborts the job when it raises on one rank."""
     with launched("--", "python", program_path("failing_command.py")) as job:
         assert job.finish(bound=START_BOUND) != 0
-        assert job.stderr.count("RuntimeError: injected failure in a mailrail command") == 1, job.stderr
+        assert job.stderr.count("] RuntimeError: injected failure in a mailrail command") == 1, job.stderr
         assert "[rank 1 on " in job.stderr, job.stderr
+        assert job.stderr.rstrip().endswith("rank 1 raised RuntimeError: injected failure in a mailrail command")
         job.assert_nothing_left()
 
 

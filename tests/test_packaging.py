@@ -16,6 +16,8 @@ import pytest
 
 from helpers import ROOT
 
+pytestmark = pytest.mark.slow  # builds and installs the package: a minute (make test runs it, test-fast not)
+
 #: What a working tree holds that is no source (the environments, build outputs, caches): never copied.
 NOT_SOURCES = shutil.ignore_patterns(
     ".git", ".venv*", "build", "dist", "*.egg-info", "_build", "_generated", "__pycache__", "*.so", ".*_cache",
@@ -73,6 +75,7 @@ def test_the_sdist_carries_a_test_suite_that_runs(distributions, tmp_path):
         "examples/first_program.py",
         "docs/conf.py",
         "docs/_static/compare.png",
+        "docs/_static/compare-runs.json",
         ".ci/run",
         "src/mailrail/_protocol.pyx",
         "src/mailrail/flow/_ledger.pxd",

@@ -35,11 +35,25 @@ STALL_TIMEOUT_MAX = 86_400.0
 NON_KNOB_VARIABLES = (
     "MAILRAIL_CLUSTER_USERNS",  # the virtual cluster: user namespaces instead of root
     "MAILRAIL_JOB_DIRS",  # mailrail.jobcontrol: marks the processes of a job (set in every rank's environment)
+    "MAILRAIL_FAILURES",  # mailrail.failure: where a rank under mailrail run records why it failed
     "MAILRAIL_TEST_TRANSPORT",  # the test suite: the transport of jobs whose test does not choose one
     "MAILRAIL_TEST_TIMEOUT",  # the test suite: seconds before a hung job is killed
     "MAILRAIL_TEST_MPI",  # the test suite: the MPI its environment must run (wheel, site-openmpi, site-mpich)
     "MAILRAIL_FUZZ_EXAMPLES",  # the test suite: Hypothesis examples of the trace fuzzer
 )
+#: Where Open MPI, PMIx launchers, MPICH's Hydra and Slurm put a process's rank in COMM_WORLD.
+_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def launcher_rank() -> int | None:
+    """The rank the launcher gave this process (its environment), or None outside a launcher."""
+    for name in _RANK_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 _TRUE = {"1", "on", "true", "yes"}
 _FALSE = {"0", "off", "false", "no"}
 

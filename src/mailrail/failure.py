@@ -11,6 +11,7 @@ command that runs as a rank, and when an exception leaves ``with MailRail(...)``
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import stat
@@ -21,6 +22,8 @@ import time
 import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
+
+from .config import launcher_rank
 
 #: Seconds an aborting rank waits at most for its launcher to take what it wrote (see end_job).
 OUTPUT_DRAIN_BOUND = 2.0
@@ -47,17 +50,19 @@ def rank_label(comm: Any | None = None) -> str:
     return f"rank {rank} on {host}" if rank is not None else host
 
 
-#: Where Open MPI, PMIx launchers, MPICH's Hydra and Slurm put a process's rank in COMM_WORLD.
-_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
-
-
-def launcher_rank() -> int | None:
-    """The rank the launcher gave this process (its environment), or None outside a launcher."""
-    for name in _RANK_VARIABLES:
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return None
+def describe_ranks(ranks: list[int]) -> str:
+    """``rank 3``, ``ranks 1, 3`` or ``ranks 0-15, 17``."""
+    parts: list[str] = []
+    start = previous = None
+    for rank in [*sorted(ranks), None]:
+        if previous is not None and rank == previous + 1:
+            previous = rank
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = rank
+    single = len(ranks) == 1
+    return ("rank " if single else "ranks ") + ", ".join(parts)
 
 
 def format_failure(error: BaseException, label: str) -> str:
@@ -66,12 +71,49 @@ def format_failure(error: BaseException, label: str) -> str:
     return "".join(f"[{label}] {line}\n" for line in lines)
 
 
+#: Environment variable naming the file where ``mailrail run`` collects its ranks' failures (one JSON line
+#: each, :func:`record_failure`), to say in one line after the job what failed.
+FAILURES_VARIABLE = "MAILRAIL_FAILURES"
+#: Exceptions every rank raises alike, from the same configuration (a bad knob): under ``mailrail run``
+#: the ranks print no traceback for them, and ``mailrail run`` says the error once for the job.
+SAME_ON_EVERY_RANK = ("ConfigError",)
+
+
+def record_failure(error: BaseException | None, exit_code: int, comm: Any | None = None) -> bool:
+    """Add this rank's failure (*error*, or a bare *exit_code*) to ``mailrail run``'s list; False outside one."""
+    path = os.environ.get(FAILURES_VARIABLE)
+    if not path:
+        return False
+    rank = _world_rank(comm)
+    record = {
+        "rank": rank if rank is not None else launcher_rank(),
+        "host": socket.gethostname(),
+        "type": type(error).__name__ if error is not None else None,
+        "message": str(error) if error is not None else None,
+        "exit_code": exit_code,
+    }
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode())  # one write: ranks' lines do not mix
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
 def abort_job(error: BaseException, *, comm: Any | None = None, exit_code: int = 1) -> NoReturn:
     """Print *error*'s traceback once, prefixed by the rank, and end the whole job (``MPI_Abort``).
 
-    Without an initialized MPI (or after ``MPI_Finalize``) only this process ends, with *exit_code*.
+    Under ``mailrail run`` the failure is also recorded for its one-line summary, and an error every rank
+    raises alike (:data:`SAME_ON_EVERY_RANK`) is left to that summary: one line for the job, not a
+    traceback per rank.  Without an initialized MPI (or after ``MPI_Finalize``) only this process ends,
+    with *exit_code*.
     """
-    sys.stderr.write(format_failure(error, rank_label(comm)))
+    recorded = record_failure(error, exit_code, comm)
+    if not (recorded and type(error).__name__ in SAME_ON_EVERY_RANK):
+        sys.stderr.write(format_failure(error, rank_label(comm)))
     end_job(exit_code, comm=comm)
 
 

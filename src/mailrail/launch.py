@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -279,6 +280,12 @@ class LaunchSettings:
         shown = " ".join(f"{key}={value}" for key, value in self.values.items())
         return f"set {shown} ({self.reason})"
 
+    def summary(self) -> str:
+        """:meth:`describe` in a few words: how many variables, not each (``mailrail run -v`` shows them)."""
+        if not self.values:
+            return self.describe()
+        return f"set {len(self.values)} MPI variables ({self.reason}; -v lists them)"
+
 
 def allocation_nodes(environ: Mapping[str, str]) -> int:
     """Nodes of the batch allocation this runs in (Slurm, PBS), 1 outside one: where ``mpiexec`` spreads the job."""
@@ -399,6 +406,7 @@ def run_bounded(
     watch: Callable[[], str | None] | None = None,
     watch_interval: float = 0.1,
     local: bool = False,
+    clean_stderr: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run *argv* as a job; whatever way this returns or raises, no process of the job is left alive.
 
@@ -419,6 +427,10 @@ def run_bounded(
     (:func:`~mailrail.jobcontrol.shared_memory_dir`), removed with the job: a rank that is killed, or a job
     ended at its time-out, leaves nothing there (Open MPI's segments; MPICH names its own and cannot move
     them).  Backing directories the environment already sets are kept.
+
+    *clean_stderr* (with neither *capture*): the job's standard error is passed on live through a pipe of
+    ours without NUL bytes (Open MPI's launcher ends its messages with one: ``grep`` then calls the
+    output binary).
     """
     session = tempfile.mkdtemp(prefix="mailrail-job-")
     env = dict(env, TMPDIR=session)
@@ -428,6 +440,8 @@ def run_bounded(
     unregister = jobcontrol.on_owner_death([sys.executable, "-m", "mailrail.jobcontrol", "end-job", session])
     parent = os.getpid()
     launcher: subprocess.Popen[str] | None = None
+    relay = _StderrRelay() if clean_stderr and not (capture or capture_stderr) else None
+    segments: set[str] = set()  # what the job mapped in /dev/shm: removed with it (MPICH's cannot be moved)
     with jobcontrol.subreaper():
 
         def processes() -> set[int]:
@@ -438,6 +452,9 @@ def run_bounded(
                 roots.add(launcher.pid)
             return jobcontrol.job_processes(session, roots)
 
+        def observe() -> None:
+            segments.update(jobcontrol.mapped_segments(processes()))
+
         try:
             # A signal is held while Popen() runs: it never leaves a forked child whose pid we do not know.
             with jobcontrol.deferred_signals():
@@ -447,22 +464,70 @@ def run_bounded(
                     start_new_session=True,
                     text=True,
                     stdout=subprocess.PIPE if capture else None,
-                    stderr=subprocess.PIPE if capture or capture_stderr else None,
+                    stderr=subprocess.PIPE if capture or capture_stderr else (relay.writer if relay else None),
                     preexec_fn=lambda: jobcontrol.die_with_parent(parent),
                 )
-            stdout, stderr = _wait(launcher, argv, timeout, watch, watch_interval, processes)
+            if relay is not None:
+                relay.start()
+            stdout, stderr = _wait(launcher, argv, timeout, watch, watch_interval, processes, observe)
             return subprocess.CompletedProcess(argv, launcher.returncode, stdout, stderr)
         finally:
             with jobcontrol.deferred_signals():  # a signal now is raised once the job is cleaned up
                 # normal exit included: a rank the launcher left behind is still the job's
                 running = launcher is not None and launcher.poll() is None
+                if running:
+                    observe()
                 jobcontrol.end_processes(processes, group=launcher.pid if launcher and running else None)
                 if launcher is not None and launcher.returncode is None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         launcher.wait(jobcontrol.GONE_S)
+                segments.update(jobcontrol.recorded_segments(session))
                 shutil.rmtree(session, ignore_errors=True)
                 shutil.rmtree(jobcontrol.shared_memory_dir(session), ignore_errors=True)
+                jobcontrol.remove_segments(segments)
+                if relay is not None:
+                    relay.close()
                 unregister()
+
+
+class _StderrRelay:
+    """A pipe for a job's standard error and a thread passing what arrives on to ours, NUL bytes dropped."""
+
+    def __init__(self) -> None:
+        self.reader, self.writer = os.pipe()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        os.close(self.writer)  # the job holds the write end now: end-of-file once every process of it is gone
+        self.writer = -1
+        self._thread = threading.Thread(target=self._relay, name="mailrail-stderr", daemon=True)
+        self._thread.start()
+
+    def _relay(self) -> None:
+        while True:
+            try:
+                data = os.read(self.reader, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with contextlib.suppress(OSError):
+                _write_all(2, data.replace(b"\0", b""))
+
+    def close(self) -> None:
+        """Wait (bounded) for what the ended job wrote to be passed on, then close the pipe."""
+        if self.writer >= 0:
+            os.close(self.writer)
+        if self._thread is not None:
+            self._thread.join(jobcontrol.GONE_S)
+        if self._thread is None or not self._thread.is_alive():
+            os.close(self.reader)  # (a thread still reading, held by a process outside the job, keeps it)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 #: Open MPI's parameters naming where its shared-memory segments go (5's btl, 4's btl, one-sided windows).
@@ -487,6 +552,8 @@ def _shared_memory_in(directory: str, env: dict[str, str]) -> dict[str, str]:
 
 #: Seconds between checks that the launcher is still running (a process it left behind may hold its output).
 _LAUNCHER_POLL_S = 0.2
+#: Seconds between looks at the shared-memory segments the job's processes map (a few ms for a few ranks).
+_SEGMENT_POLL_S = 1.0
 
 
 def _wait(
@@ -496,9 +563,12 @@ def _wait(
     watch: Callable[[], str | None] | None,
     watch_interval: float,
     processes: Callable[[], set[int]],
+    observe: Callable[[], None],
 ) -> tuple[str | None, str | None]:
-    """The launcher's output once it exits; the job ended and the reason raised on time-out or *watch*."""
+    """The launcher's output once it exits; the job ended and the reason raised on time-out or *watch*.
+    *observe* is called about every :data:`_SEGMENT_POLL_S` seconds while the job runs, and before it is ended."""
     start = time.monotonic()
+    observed = start
     deadline = None if timeout is None else start + timeout
     interval = watch_interval if watch is not None else _LAUNCHER_POLL_S
     while True:
@@ -509,11 +579,16 @@ def _wait(
             pass
         if launcher.poll() is not None:  # the launcher is done; what still holds its output is left over
             return _output_after_ending(launcher, processes)
+        now = time.monotonic()
+        if now - observed >= _SEGMENT_POLL_S or (deadline is not None and now >= deadline):
+            observe()
+            observed = now
         if deadline is not None and time.monotonic() >= deadline:
             stdout, stderr = _output_after_ending(launcher, processes)
             raise subprocess.TimeoutExpired(argv, timeout or 0.0, output=stdout, stderr=stderr) from None
         reason = watch() if watch is not None else None
         if reason:
+            observe()
             after = time.monotonic() - start
             stdout, stderr = _output_after_ending(launcher, processes)
             raise JobStopped(reason, after, stdout, stderr)

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
+from ._mpi import MPI
 from .channels import Channels
 from .config import DEPRECATED_KNOBS, KNOBS, Config
 from .errors import (
@@ -34,7 +34,7 @@ from .errors import (
     nested_barrier_error,
     report_undelivered,
 )
-from .failure import abort_job, exit_code_of
+from .failure import abort_job, describe_ranks, exit_code_of
 from .flow import Unconstrained, credit_budget
 from .flow.base import FlowControl
 from .flow.node_memory import NodeTopology, SharedWindowCounters
@@ -681,21 +681,6 @@ def _warn_once_for_the_job(rank: int, size: int, warned: Sequence[list[tuple[str
                 record=True
             ):  # the filters still apply: "error" raises, the rest is kept quiet
                 warnings.warn(text, _CONFIG_WARNINGS[name], stacklevel=4)
-
-
-def describe_ranks(ranks: list[int]) -> str:
-    """``rank 3``, ``ranks 1, 3`` or ``ranks 0-15, 17``."""
-    parts: list[str] = []
-    start = previous = None
-    for rank in [*sorted(ranks), None]:
-        if previous is not None and rank == previous + 1:
-            previous = rank
-            continue
-        if start is not None:
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = rank
-    single = len(ranks) == 1
-    return ("rank " if single else "ranks ") + ", ".join(parts)
 
 
 #: Seconds ranks other than 0 wait beyond the stall timeout in barrier() and finalize() (see _wait_timeout).

@@ -48,17 +48,18 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
+from .config import launcher_rank
 from .failure import (
     OUTPUT_DRAIN_BOUND,
     _unread_bytes,
     abort_job,
     end_job,
     exit_code_of,
-    launcher_rank,
     rank_label,
+    record_failure,
     set_output_forwarder,
 )
-from .jobcontrol import die_with_parent
+from .jobcontrol import JOB_VARIABLE, die_with_parent, mapped_segments, record_segments
 
 #: The interpreter options ``mailrail run -- python OPTIONS ...`` keeps (they take no value ...)
 PYTHON_FLAGS = set("bBdEiIOPqsSuvx")
@@ -152,6 +153,7 @@ def end_job_on(error: BaseException) -> NoReturn:
     if isinstance(error, SystemExit):
         if error.code is not None and not isinstance(error.code, int):
             sys.stderr.write(f"[{rank_label()}] {error.code}\n")
+        record_failure(None, exit_code_of(error))
         end_job(exit_code_of(error))
     abort_job(_without_runner_frames(error), exit_code=exit_code_of(error))
 
@@ -250,12 +252,40 @@ def _write_all(fd: int, data: bytes) -> bool:
     return True
 
 
-def _forward(streams: list[_Stream], control: int | None, ack: int) -> NoReturn:
+#: Seconds between the forwarder's looks at the program's mapped shared memory while output arrives, and
+#: (in ms) while none does.  A look reads /proc/PID/maps: about 0.1 ms.
+SEGMENT_LOOK_S = 0.05
+SEGMENT_IDLE_LOOK_MS = 1000
+
+
+class _SegmentWatch:
+    """The program's shared-memory segments (its MPI's, MPICH's ``mpich_shm_*`` among them), recorded in its
+    job's directory as they appear: a rank killed before its MPI unlinks them leaves them in /dev/shm until a
+    reboot, and a dead process's maps can no longer be read, so whoever ends the job removes what is recorded
+    (:func:`mailrail.jobcontrol.recorded_segments`).  The forwarder looks before it passes output on, so
+    what the program had mapped when it printed a line is known once the line arrives."""
+
+    def __init__(self, program: int) -> None:
+        self.program = program
+        self.seen: set[str] = set()
+        self.last = 0.0
+
+    def look(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= SEGMENT_LOOK_S:
+            self.last = now
+            new = mapped_segments([self.program]) - self.seen
+            if new:
+                self.seen |= new
+                record_segments(sorted(new))
+
+
+def _forward(streams: list[_Stream], control: int | None, ack: int, watch: _SegmentWatch | None) -> NoReturn:
     """The forwarder's body: pass the program's output on until every stream ends, then exit.
 
     A byte on *control* (a failing rank, :func:`_wait_until_forwarded`) means: pass on everything the
     program wrote so far, the unfinished line too, wait (bounded) for the launcher to take it, answer
-    a byte on *ack*.
+    a byte on *ack*.  *watch*, if any, looks at the program's segments at every wake-up.
     """
     by_source = {stream.source: stream for stream in streams}
     poller = select.poll()
@@ -271,7 +301,10 @@ def _forward(streams: list[_Stream], control: int | None, ack: int) -> NoReturn:
         os.close(stream.source)
 
     while by_source:
-        for fd, _ in poller.poll():
+        ready = poller.poll(SEGMENT_IDLE_LOOK_MS if watch is not None else None)
+        if watch is not None:
+            watch.look()
+        for fd, _ in ready:
             if fd == control:
                 try:
                     asked = os.read(control, 64)
@@ -388,6 +421,7 @@ def forward_output_in_lines(*, tag: bool = False) -> None:
 def _start_forwarder(plan: list[tuple[list[int], int, int]], prefix: bytes, control: int, ack: int) -> bool:
     """Fork the forwarder through a middle process that exits at once: the forwarder is no child of the
     program's (a program that waits for all its children never waits for it).  False if a fork failed."""
+    program = os.getpid()
     try:
         middle = os.fork()
     except OSError:
@@ -395,7 +429,7 @@ def _start_forwarder(plan: list[tuple[list[int], int, int]], prefix: bytes, cont
     if middle == 0:
         try:
             if os.fork() == 0:
-                _become_forwarder(plan, prefix, control, ack)
+                _become_forwarder(plan, prefix, control, ack, program)
         except BaseException:
             os._exit(1)
         os._exit(0)
@@ -403,7 +437,9 @@ def _start_forwarder(plan: list[tuple[list[int], int, int]], prefix: bytes, cont
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def _become_forwarder(plan: list[tuple[list[int], int, int]], prefix: bytes, control: int, ack: int) -> NoReturn:
+def _become_forwarder(
+    plan: list[tuple[list[int], int, int]], prefix: bytes, control: int, ack: int, program: int
+) -> NoReturn:
     """The forwarder process: keep only its own fds, ignore the signals that end a job, forward."""
     try:
         gc.disable()  # it creates no cycles; a collection would touch (and copy) every page it shares
@@ -419,7 +455,7 @@ def _become_forwarder(plan: list[tuple[list[int], int, int]], prefix: bytes, con
         for stream in streams:
             os.set_blocking(stream.source, False)
         os.set_blocking(control, False)
-        _forward(streams, control, ack)
+        _forward(streams, control, ack, _SegmentWatch(program) if os.environ.get(JOB_VARIABLE) else None)
     except BaseException as error:  # a bug here must not pass silently: the program's output is lost
         with contextlib.suppress(OSError):
             os.write(2, f"[{rank_label()}] mailrail: the output forwarder failed: {error!r}\n".encode())

@@ -95,3 +95,24 @@ def test_a_mode_past_the_time_limit_is_reported_not_hidden(tmp_path, clean_envir
         assert document["modes"][mode]["time_limit_s"] == 0.5
     assert [row["status"] for row in document["table"]] == ["timed out (> 0.5 s)"] * 2
     assert printed.count("timed out (> 0.5 s)") >= 4  # progress lines and table rows
+
+
+def test_runs_repeat_the_comparison_and_show_the_run_closest_to_the_medians(tmp_path, clean_environment, capfd):
+    out = tmp_path / "results"
+    argv = ["compare", *SMALL, "--trials", "1", "--modes", "rank,node", "--runs", "3", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capfd.readouterr().out
+    spread = json.loads((out / "runs.json").read_text())
+    document, png = read_outputs(out)
+    assert png.startswith(PNG_MAGIC) and spread["runs"] == 3
+    for number in (1, 2, 3):  # every run keeps its own files
+        run = json.loads((out / f"run-{number}" / "compare.json").read_text())
+        assert set(run["modes"]) == {"rank", "node"} and (out / f"run-{number}" / "compare.png").exists()
+    shown = json.loads((out / f"run-{spread['shown_run']}" / "compare.json").read_text())
+    assert document["modes"] == shown["modes"] and document["runs"] == spread
+    assert png == (out / f"run-{spread['shown_run']}" / "compare.png").read_bytes()
+    for mode in ("rank", "node"):
+        values = spread["modes"][mode]["goodput_mbps"]
+        assert len(values) == 3 and spread["modes"][mode]["min"] <= spread["modes"][mode]["median"] <= max(values)
+    assert "- over 3 runs, goodput median (min-max): rank " in printed
+    assert "- node vs rank over 3 runs: " in printed

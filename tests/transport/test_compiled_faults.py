@@ -8,12 +8,14 @@ exception with a clear message and no signal (a segfault is the test failing).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from helpers import MPI_TIMEOUT, job_environment, mpirun, program_path, run_program
+from mailrail._mpi import singleton_variables
 from mailrail.launch import run_bounded
 
 
@@ -21,7 +23,9 @@ def single_process(scenario: str) -> dict:
     """compiled_faults.py SCENARIO in one process; fails the test unless it exits 0 with a RESULT."""
     argv = [sys.executable, program_path("compiled_faults.py"), scenario]
     try:
-        completed = run_bounded(argv, timeout=MPI_TIMEOUT, env=job_environment(), capture=True)
+        # a singleton: Open MPI 5 would leave its shared-memory segment behind (see mailrail._mpi)
+        env = job_environment(**singleton_variables(os.environ))
+        completed = run_bounded(argv, timeout=MPI_TIMEOUT, env=env, capture=True)
     except subprocess.TimeoutExpired:
         pytest.fail(f"compiled_faults.py {scenario} hung")
     assert completed.returncode == 0, f"exit {completed.returncode}\n{completed.stdout}\n{completed.stderr}"

@@ -96,8 +96,7 @@ def reset_peak_memory() -> None:
 def run_app(comm: Any, app: App, args: argparse.Namespace, modes: list[str], options: dict[str, Any]) -> int:
     """Trials of *app* in each of *modes* (and its peer) on rails of *options* (:func:`app_rail_options`),
     verified; table, JSON; exit status 1 on a wrong result."""
-    from mpi4py import MPI
-
+    from .._mpi import MPI
     from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
     rails = {mode: MailRail(comm, **dict(options, flow_control=mode)) for mode in modes}

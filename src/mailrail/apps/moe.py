@@ -226,7 +226,7 @@ class MixtureOfExperts:
     def verify(self) -> bool:
         """Collective: every token's output equals the local computation (float32, rtol 1e-4)."""
         close = bool(np.allclose(self.output, self.expected, rtol=1e-4, atol=1e-4))
-        from mpi4py import MPI
+        from .._mpi import MPI
 
         return bool(self.comm.allreduce(close, op=MPI.LAND))
 
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     checked = app_rail_options("moe", args, rail_defaults)
     if checked is None:
         return 2
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     comm = MPI.COMM_WORLD
     problem = shape_problem(args, comm.Get_size())

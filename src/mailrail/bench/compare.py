@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import math
 import os
+import shutil
 import statistics
 import time
+from collections import Counter
 from typing import Any
 
 from ..cluster.jobs import open_cluster
@@ -46,9 +49,11 @@ from .jobs import (
     run_adversarial,
     status_text,
 )
-from .plots import plot_compare
+from .plots import plot_compare, plot_compare_summary
 
 DEFAULT_RANKS = 16
+#: Beside compare.png: its top row alone, readable where a page shows it in a column.
+SUMMARY_FIGURE = "compare-summary.png"
 DEFAULT_NODES = 4
 DEFAULT_MESSAGES = 6000
 #: The shared memory budget: receive slots per rank (the credit budget of every credit mode).
@@ -58,11 +63,12 @@ DEFAULT_RECV_POOL_SLOTS = 64
 #: victim of the default workload (the victim alone grows by 630 MiB).
 DEFAULT_VICTIM_NODE_MEMORY = "384M"
 _MIB = 2**20
-#: The table's figures per mode ("-" for a mode that did not finish).
+#: The table's figures per mode ("-" for a mode that did not finish); runtime and goodput are the median of
+#: the trials, as in the figure and the summary.  "speedup vs none" follows goodput when unconstrained
+#: mode finished (else it has nothing to compare with, and is left out).
 COLUMNS = (
     "runtime s",
     "goodput Mb/s",
-    "speedup vs none",
     "victim RSS MiB",
     "victim growth MiB",
     "sender RSS MiB",
@@ -105,6 +111,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float_in(*TIME_LIMIT_RANGE),
         default=DEFAULT_TIME_LIMIT,
         help="seconds each mode may run, start-up included (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int_in(1, 100),
+        default=1,
+        help="run the whole comparison this many times on the same nodes and report each mode's spread over "
+        "the runs (runs.json); compare.json and compare.png are then the run closest to the medians "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--metrics-interval",
@@ -260,56 +274,167 @@ def run(args: argparse.Namespace) -> int:
                 "(as root the cap is --victim-node-memory, default " + DEFAULT_VICTIM_NODE_MEMORY + ")",
                 flush=True,
             )
-        results: dict[str, dict[str, Any]] = {}
-        metrics_dirs: dict[str, str] = {}
-        started = time.monotonic()
-        for index, mode in enumerate(modes, 1):
-            metrics_dirs[mode] = os.path.join(out, "metrics", mode)
-            print(f"\n[{index}/{len(modes)}] flow control {mode} (limit {args.time_limit:g} s)", flush=True)
-            result = refusal(mode, load["ranks"], load["nodes"], load["rail_options"]) or run_adversarial(
-                load["ranks"],
-                benchmark_args(load, mode, metrics_dirs[mode]),
-                os.path.join(out, f"adversarial-{mode}.json"),
-                time_limit=args.time_limit,
-                capture=False,
-                cluster=cluster,
-                nodes=load["nodes"] if allocation else None,
-                launcher=args.launcher,
-            )  # the job's progress lines show live
-            results[mode] = note_out_of_memory(result)
-            print(
-                f"[{index}/{len(modes)}] {mode}: {outcome_text(result)}, ended after {result['wall_s']:.1f} s",
-                flush=True,
-            )
-            if result["status"] in ("failed", "timeout"):
-                print(result["output_tail"][-1500:], flush=True)  # the job's own error messages
-            elif result["status"] == "refused":
-                print(f"[{index}/{len(modes)}] {mode}: {result['reason']}", flush=True)
-        wall = time.monotonic() - started
+        runs = []
+        for number in range(1, args.runs + 1):
+            if args.runs > 1:
+                print(f"\n=== run {number}/{args.runs} ===", flush=True)
+            run_out = out if args.runs == 1 else os.path.join(out, f"run-{number}")
+            runs.append(_run_modes(args, modes, load, cluster, allocation, run_out))
 
-    rows = table_rows(results, load)
-    document = {
-        "benchmark": "compare",
-        "workload": load,
-        "cluster": described,
-        "launcher": args.launcher if cluster or allocation else "mpiexec",
-        "shared_memory_reason": reason,
-        "modes": results,
-        "table": rows,
-        "wall_s": wall,
-    }
-    write_json(os.path.join(out, "compare.json"), document)
+    capped = bool(described and described["victim_node_memory"])
+    documents = []
+    for run_out, results, _, wall in runs:
+        document = {
+            "benchmark": "compare",
+            "workload": load,
+            "cluster": described,
+            "launcher": args.launcher if cluster or allocation else "mpiexec",
+            "shared_memory_reason": reason,
+            "modes": results,
+            "table": table_rows(results, load),
+            "wall_s": wall,
+        }
+        write_json(os.path.join(run_out, "compare.json"), document)
+        documents.append(document)
+    chosen = median_run(documents) if len(runs) > 1 else 0
+    run_out, results, metrics_dirs, wall = runs[chosen]
     print()
-    print(results_table(rows))
+    print(results_table(documents[chosen]["table"]))
     for line in observations(results, load, described, reason):
         print(line)
-    figure = _plot(results, metrics_dirs, load, described, out)
+    figures = [_plot(r, dirs, load, described, directory) for directory, r, dirs, _ in runs]
+    figure = figures[chosen]
+    if len(runs) > 1:
+        spread = runs_summary(documents, chosen)
+        write_json(os.path.join(out, "runs.json"), spread)
+        write_json(os.path.join(out, "compare.json"), {**documents[chosen], "runs": spread})
+        if figure:
+            figure = shutil.copyfile(figure, os.path.join(out, "compare.png"))
+            shutil.copyfile(os.path.join(runs[chosen][0], SUMMARY_FIGURE), os.path.join(out, SUMMARY_FIGURE))
+        for line in spread_lines(spread):
+            print(line)
     print(
-        f"\n{len(modes)} mode(s) in {wall:.0f} s; wrote {os.path.join(out, 'compare.json')}"
+        f"\n{len(modes)} mode(s) x {len(runs)} run(s) in {sum(r[3] for r in runs):.0f} s; wrote "
+        f"{os.path.join(out, 'compare.json')}"
         + (f" and {figure}" if figure else "")
+        + (f" (run {chosen + 1}, the closest to the medians; runs.json has every run)" if len(runs) > 1 else "")
     )
-    capped = bool(described and described["victim_node_memory"])
-    return 0 if all_finished((r["status"] for r in results.values()), capped) else 1
+    return 0 if all(all_finished((r["status"] for r in results.values()), capped) for _, results, _, _ in runs) else 1
+
+
+def _run_modes(
+    args: argparse.Namespace,
+    modes: list[str],
+    load: dict[str, Any],
+    cluster: Any,
+    allocation: str | None,
+    out: str,
+) -> tuple[str, dict[str, dict[str, Any]], dict[str, str], float]:
+    """One run of the comparison: every mode once, its files in *out*; (out, results, metrics dirs, seconds)."""
+    os.makedirs(out, exist_ok=True)
+    results: dict[str, dict[str, Any]] = {}
+    metrics_dirs: dict[str, str] = {}
+    started = time.monotonic()
+    for index, mode in enumerate(modes, 1):
+        metrics_dirs[mode] = os.path.join(out, "metrics", mode)
+        print(f"\n[{index}/{len(modes)}] flow control {mode} (limit {args.time_limit:g} s)", flush=True)
+        result = refusal(mode, load["ranks"], load["nodes"], load["rail_options"]) or run_adversarial(
+            load["ranks"],
+            benchmark_args(load, mode, metrics_dirs[mode]),
+            os.path.join(out, f"adversarial-{mode}.json"),
+            time_limit=args.time_limit,
+            capture=False,
+            cluster=cluster,
+            nodes=load["nodes"] if allocation else None,
+            launcher=args.launcher,
+        )  # the job's progress lines show live
+        results[mode] = note_out_of_memory(result)
+        print(
+            f"[{index}/{len(modes)}] {mode}: {outcome_text(result)}, ended after {result['wall_s']:.1f} s",
+            flush=True,
+        )
+        if result["status"] in ("failed", "timeout"):
+            print(result["output_tail"][-1500:], flush=True)  # the job's own error messages
+        elif result["status"] == "refused":
+            print(f"[{index}/{len(modes)}] {mode}: {result['reason']}", flush=True)
+    return out, results, metrics_dirs, time.monotonic() - started
+
+
+def _run_goodputs(document: dict[str, Any]) -> dict[str, float | None]:
+    """Each mode's median goodput over the trials of one run (None: it did not finish)."""
+    return {m: median_goodput(r) if r["status"] == "ok" else None for m, r in document["modes"].items()}
+
+
+def median_run(documents: list[dict[str, Any]]) -> int:
+    """The index of the run to show: every mode ended as it did in most runs (finished, or out of memory...),
+    and among those runs the one closest to every mode's median goodput (the sum of the distances, in log
+    scale, over the modes that finished).  Ties: the earliest."""
+    goodputs = [_run_goodputs(d) for d in documents]
+    statuses = [{m: r["status"] for m, r in d["modes"].items()} for d in documents]
+    usual = {m: Counter(run[m] for run in statuses).most_common(1)[0][0] for m in statuses[0]}
+    medians = {m: statistics.median(v) for m in goodputs[0] if (v := [g[m] for g in goodputs if g[m] is not None])}
+
+    def distance(i: int) -> tuple[int, float]:
+        unusual = sum(statuses[i][m] != usual[m] for m in usual)
+        spread = sum(abs(math.log(g / medians[m])) for m, g in goodputs[i].items() if g is not None)
+        return unusual, spread
+
+    return min(range(len(documents)), key=distance)
+
+
+#: The mode pairs whose goodput ratio runs.json and the summary give per run (the claims the docs make).
+SPREAD_RATIOS = (("adaptive", "node"), ("node", "rank"), ("adaptive", "rank"))
+
+
+def runs_summary(documents: list[dict[str, Any]], chosen: int) -> dict[str, Any]:
+    """runs.json: per mode, the median goodput (Mb/s) of every run and their min, median and max; the
+    ratios of :data:`SPREAD_RATIOS` per run; which run compare.json and compare.png show."""
+    goodputs = [_run_goodputs(d) for d in documents]
+    modes: dict[str, Any] = {}
+    for mode in goodputs[0]:
+        values = [g[mode] / 1e6 if g[mode] is not None else None for g in goodputs]
+        done = [v for v in values if v is not None]
+        modes[mode] = {
+            "goodput_mbps": values,
+            "statuses": [d["modes"][mode]["status"] for d in documents],
+            "finished": len(done),
+            **({"min": min(done), "median": statistics.median(done), "max": max(done)} if done else {}),
+        }
+    ratios = {}
+    for a, b in SPREAD_RATIOS:
+        per_run = [g[a] / g[b] if g.get(a) and g.get(b) else None for g in goodputs]
+        done = [r for r in per_run if r is not None]
+        if done:
+            ratios[f"{a}/{b}"] = {
+                "per_run": per_run,
+                "min": min(done),
+                "median": statistics.median(done),
+                "max": max(done),
+            }
+    return {"runs": len(documents), "shown_run": chosen + 1, "modes": modes, "goodput_ratios": ratios}
+
+
+def spread_lines(spread: dict[str, Any]) -> list[str]:
+    """The spread over the runs, in words: what a single run's ranking cannot say."""
+    n = spread["runs"]
+    lines = [
+        f"- over {n} runs, goodput median (min-max): "
+        + ", ".join(_mode_spread(m, v, n) for m, v in spread["modes"].items())
+    ]
+    for pair, r in spread["goodput_ratios"].items():
+        a, b = pair.split("/")
+        lines.append(f"- {a} vs {b} over {n} runs: {r['median']:.2f}x median, {r['min']:.2f}x-{r['max']:.2f}x")
+    return lines
+
+
+def _mode_spread(mode: str, values: dict[str, Any], runs: int) -> str:
+    """``node 1,354 (1,062-1,445) Mb/s``; for a mode that did not always finish, how it ended otherwise."""
+    others = Counter(status for status in values["statuses"] if status != "ok")
+    ended = ", ".join(f"{status.replace('_', ' ')} in {count}" for status, count in others.items())
+    if "median" not in values:
+        return f"{mode} never finished ({ended})"
+    text = f"{mode} {values['median']:,.0f} ({values['min']:,.0f}-{values['max']:,.0f}) Mb/s"
+    return text if not others else f"{text} in the {values['finished']} of {runs} runs it finished ({ended})"
 
 
 def choose_placement(choice: ClusterChoice) -> tuple[str, str | None]:
@@ -342,11 +467,13 @@ def cluster_request(args: argparse.Namespace, choice: ClusterChoice) -> tuple[Cl
 def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per mode: the side-by-side table (also stored in compare.json)."""
     baseline = results.get("none")
-    base_goodput = baseline["summary"]["goodput_bps_mean"] if baseline and baseline["status"] == "ok" else None
+    base_goodput = median_goodput(baseline) if baseline and baseline["status"] == "ok" else None
     on_cluster = any("network_bytes" in r for r in results.values())
     rows = []
     for mode, result in results.items():
         row: dict[str, Any] = {"mode": mode, "status": outcome_text(result), **dict.fromkeys(COLUMNS, "-")}
+        if base_goodput:
+            row = _with_after(row, "goodput Mb/s", "speedup vs none", "-")
         if on_cluster:
             row.update(dict.fromkeys(CLUSTER_COLUMNS, "-"))
             peak = victim_node_peak(result, load)
@@ -356,12 +483,13 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
                 row["network MB"] = result["network_bytes"] / 1e6
         if result["status"] == "ok":
             summary = result["summary"]
-            goodput = summary["goodput_bps_mean"]
+            goodput = median_goodput(result)
+            if base_goodput:
+                row["speedup vs none"] = f"{goodput / base_goodput:.2f}x"
             row.update(
                 {
-                    "runtime s": summary["runtime_s_mean"],
+                    "runtime s": statistics.median(t["runtime_s"] for t in result["trials"]),
                     "goodput Mb/s": goodput / 1e6,
-                    "speedup vs none": f"{goodput / base_goodput:.2f}x" if base_goodput else "n/a",
                     "victim RSS MiB": summary["peak_victim_rss_bytes"] / _MIB,
                     "victim growth MiB": summary["victim_rss_growth_bytes"] / _MIB,
                     "sender RSS MiB": summary["peak_sender_rss_bytes"] / _MIB,
@@ -374,6 +502,13 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
                 row["net B / payload B"] = ratio
         rows.append(row)
     return rows
+
+
+def _with_after(row: dict[str, Any], after: str, key: str, value: Any) -> dict[str, Any]:
+    """*row* with *key* inserted right after the column *after*."""
+    items = list(row.items())
+    at = [k for k, _ in items].index(after) + 1
+    return dict([*items[:at], (key, value), *items[at:]])
 
 
 def results_table(rows: list[dict[str, Any]]) -> str:
@@ -527,16 +662,10 @@ def _plot(
         f"adversarial incast: {load['ranks']} ranks on {_where_text(load, cluster)}\n{load['victims']} "
         f"victim(s), {_amount_text(load)} per sender, {load['recv_pool_slots']} receive slots per rank"
     )
-    peaks = {mode: victim_node_peak(result, load) for mode, result in results.items()}
+    peaks = {mode: victim_node_peak(result, load) for mode, result in results.items()} if cluster else None
     cap = cluster["victim_node_memory"] if cluster else None
-    return plot_compare(
-        results,
-        metrics_dirs,
-        os.path.join(out, "compare.png"),
-        title,
-        node_peaks=peaks if cluster else None,
-        node_cap=cap,
-    )
+    plot_compare_summary(results, os.path.join(out, SUMMARY_FIGURE), title, node_peaks=peaks, node_cap=cap)
+    return plot_compare(results, metrics_dirs, os.path.join(out, "compare.png"), title, node_peaks=peaks, node_cap=cap)
 
 
 def _amount_text(load: dict[str, Any]) -> str:

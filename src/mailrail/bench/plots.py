@@ -76,12 +76,7 @@ def plot_compare(
     fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
     fig.suptitle(title, fontsize=12)
     modes = list(results)
-    _bars_goodput(axes[0, 0], results)
-    if node_peaks is None:
-        _bars_memory(axes[0, 1], results)
-    else:
-        _bars_node_memory(axes[0, 1], results, node_peaks, node_cap)
-    _bars_credit_messages(axes[0, 2], results)
+    _summary_bars(axes[0], results, node_peaks, node_cap)
     series_axes = axes[1]
     series_axes[0].set_title("victims: messages received (% of expected)")
     series_axes[1].set_title("senders: messages sent (% of planned)")
@@ -124,6 +119,39 @@ def plot_compare(
     return path
 
 
+def plot_compare_summary(
+    results: Mapping[str, dict[str, Any]],
+    path: str,
+    title: str,
+    node_peaks: Mapping[str, int | None] | None = None,
+    node_cap: int | None = None,
+) -> str:
+    """The top row of :func:`plot_compare` alone (goodput, memory, credit messages), sized to be read where a
+    page shows it in a column (the README, the documentation's front page) at about 800 pixels."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4.9))
+    fig.suptitle(title, fontsize=12)
+    _summary_bars(axes, results, node_peaks, node_cap)
+    fig.tight_layout(w_pad=2.5)
+    fig.savefig(path, dpi=68)
+    plt.close(fig)
+    return path
+
+
+def _summary_bars(
+    axes: Sequence[Any],
+    results: Mapping[str, dict[str, Any]],
+    node_peaks: Mapping[str, int | None] | None,
+    node_cap: int | None,
+) -> None:
+    _bars_goodput(axes[0], results)
+    if node_peaks is None:
+        _bars_memory(axes[1], results)
+    else:
+        _bars_node_memory(axes[1], results, node_peaks, node_cap)
+    _bars_credit_messages(axes[2], results)
+
+
 def failure_text(result: dict) -> str:
     """What a run that did not finish shows in a figure: timed out, failed, or out of memory (and when)."""
     text = {"timeout": "timed out", "out_of_memory": "out of memory"}.get(result.get("status"), "failed")
@@ -138,14 +166,14 @@ def _failed_label(axis, x: float, result: dict) -> None:
 
 
 def _bars_goodput(axis, results: Mapping[str, dict]) -> None:
-    axis.set_title("goodput (bar: mean of trials, dots: each trial)")
+    axis.set_title("goodput (bars: median, dots: trials)")
     for x, (mode, result) in enumerate(results.items()):
         color = MODE_COLORS.get(mode)
         if result.get("status") != "ok":
             _failed_label(axis, x, result)
             continue
         goodputs = [t["goodput_bps"] / 1e6 for t in result["trials"]]
-        axis.bar(x, np.mean(goodputs), color=color, alpha=0.7)
+        axis.bar(x, np.median(goodputs), color=color, alpha=0.7)
         axis.plot([x] * len(goodputs), goodputs, "o", color="black", markersize=4)
     _mode_axis(axis, results)
     axis.set_ylabel("Mb/s")
@@ -190,56 +218,54 @@ def _bars_memory(axis, results: Mapping[str, dict]) -> None:
 
 
 def _bars_node_memory(axis, results: Mapping[str, dict], peaks: Mapping[str, int | None], cap: int | None) -> None:
-    """The victim node's memory peak (its cgroup) and the victim rank's growth, per mode, against the cap."""
-    axis.set_title("victim's node: memory peak (cgroup) and victim RSS growth")
+    """The victim node's memory peak (its cgroup) per mode against the cap (left axis), and the victim rank's
+    RSS growth on an axis of its own (right): a few MiB beside a node's hundreds would not show."""
+    axis.set_title("victim's node: peak, victim's growth")
+    growth_axis = axis.twinx()
     width = 0.38
-    labeled_peak = labeled_growth = False
+    handles = []
     for x, (mode, result) in enumerate(results.items()):
         color = MODE_COLORS.get(mode)
         peak = peaks.get(mode)
         if peak is not None:
-            axis.bar(
-                x - width / 2, peak / _MIB, width, color=color, alpha=0.9, label=None if labeled_peak else "node peak"
-            )
-            labeled_peak = True
-            text = (
-                f"killed: {failure_text(result)}"
-                if result.get("status") == "out_of_memory"
-                else f"{peak / _MIB:.0f} MiB"
-            )
-            axis.annotate(
-                text,
-                (x - width / 2, peak / _MIB),
-                xytext=(0, 2),
-                textcoords="offset points",
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
+            bars = axis.bar(x - width / 2, peak / _MIB, width, color=color, alpha=0.9, label="node peak (left)")
+            handles[:1] = handles[:1] or [bars]
+            if result.get("status") == "out_of_memory":  # inside the bar: above it would run into the cap's tick
+                axis.text(
+                    x - width / 2, peak / _MIB / 2, f"killed: {failure_text(result)}", rotation=90,
+                    ha="center", va="center", fontsize=8, color="white",
+                )  # fmt: skip
+            else:
+                axis.annotate(
+                    f"{peak / _MIB:.0f}", (x - width / 2, peak / _MIB), xytext=(0, 2), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=8,
+                )  # fmt: skip
         if result.get("status") == "ok":
             growth = result["summary"]["victim_rss_growth_bytes"] / _MIB
-            axis.bar(
-                x + width / 2,
-                growth,
-                width,
-                color=color,
-                alpha=0.4,
-                hatch="//",
-                label=None if labeled_growth else "victim RSS growth",
+            bars = growth_axis.bar(
+                x + width / 2, growth, width, color=color, alpha=0.4, hatch="//", label="victim RSS growth (right)"
             )
-            labeled_growth = True
+            handles[1:] = handles[1:] or [bars]
+            growth_axis.annotate(
+                f"{growth:.1f}", (x + width / 2, growth), xytext=(0, 2), textcoords="offset points",
+                ha="center", va="bottom", fontsize=8,
+            )  # fmt: skip
         elif peak is None:
             _failed_label(axis, x, result)
     if cap:
-        axis.axhline(cap / _MIB, color="black", linestyle="--", linewidth=1, label=f"node cap {cap / _MIB:.0f} MiB")
+        handles.append(
+            axis.axhline(cap / _MIB, color="black", linestyle="--", linewidth=1, label=f"node cap {cap / _MIB:.0f} MiB")
+        )
     _mode_axis(axis, results)
-    axis.set_ylabel("MiB")
-    axis.set_ylim(0, axis.get_ylim()[1] * 1.2)
-    axis.legend(fontsize=8, loc="upper right")
+    axis.set_ylabel("node peak, MiB")
+    axis.set_ylim(0, axis.get_ylim()[1] * 1.25)  # room for the legend above the cap
+    growth_axis.set_ylabel("victim RSS growth, MiB")
+    growth_axis.set_ylim(0, max(growth_axis.get_ylim()[1], 1.0) * 1.6)
+    axis.legend(handles=handles, fontsize=8, loc="upper right")
 
 
 def _bars_credit_messages(axis, results: Mapping[str, dict]) -> None:
-    axis.set_title("credit-return messages (all ranks, all trials)")
+    axis.set_title("credit messages (all trials)")
     for x, (mode, result) in enumerate(results.items()):
         if result.get("status") != "ok":
             _failed_label(axis, x, result)
@@ -253,7 +279,8 @@ def _bars_credit_messages(axis, results: Mapping[str, dict]) -> None:
 
 def _mode_axis(axis, results: Mapping[str, dict]) -> None:
     axis.set_xticks(range(len(results)))
-    axis.set_xticklabels([MODE_LABELS.get(m, m) for m in results], fontsize=9)
+    # short, on two lines ("rank" over "credits"): four labels side by side ran into each other on one
+    axis.set_xticklabels([MODE_LABELS.get(m, m).split(" (")[0].replace(" ", "\n", 1) for m in results], fontsize=9)
     axis.set_xlim(-0.6, len(results) - 0.4)
     axis.grid(axis="y", alpha=0.3)
 

@@ -188,6 +188,7 @@ def describe_here(config: Config) -> dict[str, Any] | None:
     assert origin is not None
     from mpi4py import MPI
 
+    from .._mpi import starting_mpi
     from ..flow.node_memory import NodeTopology, resolve_atomics
     from ..rail import tag_upper_bound
     from ..transport import choose
@@ -197,7 +198,8 @@ def describe_here(config: Config) -> dict[str, Any] | None:
     if started_here:
         # MPI started here runs as a job here would (the wheels' settings; none for a site MPI)
         os.environ.update(settings.values)
-        MPI.Init()
+        with starting_mpi():  # a lone process: no shared-memory segment left in /dev/shm (mailrail._mpi)
+            MPI.Init()
     try:
         world = MPI.COMM_WORLD
         topology = NodeTopology(world, config.ranks_per_node)

@@ -15,11 +15,15 @@ or on a virtual cluster (:mod:`mailrail.cluster`), telling the cluster which ran
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 from ..bench.adversarial import victims_of_command
 from ..cluster.jobs import run_job
@@ -27,6 +31,7 @@ from ..cluster.launchers import srun_mpi_plugin
 from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, node_flags_given, parse_ranks
 from ..cluster.privileges import rerun_without_root
 from ..errors import ClusterError
+from ..failure import FAILURES_VARIABLE, describe_ranks
 from ..launch import (
     LAUNCHERS,
     LaunchError,
@@ -66,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout", type=float_in(1e-3), default=None, help="end the job (every rank) after this many seconds"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="say every MPI variable mailrail sets for the job (else how many)",
     )
     parser.add_argument(
         "--tag-output",
@@ -189,14 +200,93 @@ def run(args: argparse.Namespace) -> int:
         argv = mpiexec_argv(args.ranks, program)
     if _missing_program(launched):
         return 2
-    say_settings()
+    if args.launcher == "mpiexec":
+        warning = oversubscription_warning(args.ranks, available_cores())
+        if warning:
+            print(f"mailrail run: {warning}", file=sys.stderr, flush=True)
+    say_settings(verbose=args.verbose)
+    with tempfile.TemporaryDirectory(prefix="mailrail-run-") as scratch:
+        failures = os.path.join(scratch, "failures")
+        env = {**mpi_environment(), FAILURES_VARIABLE: failures}
+        try:
+            local = args.launcher == "mpiexec"
+            status = run_bounded(argv, timeout=args.timeout, env=env, local=local, clean_stderr=True).returncode
+        except subprocess.TimeoutExpired:
+            print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
+            return 124
+        if status != 0:
+            print(f"mailrail run: {failure_summary(read_failures(failures), args.ranks, status)}", file=sys.stderr)
+    return status
+
+
+def read_failures(path: str) -> list[dict[str, Any]]:
+    """The failures the ranks recorded (:func:`mailrail.failure.record_failure`), in the order they came."""
     try:
-        return run_bounded(
-            argv, timeout=args.timeout, env=mpi_environment(), local=args.launcher == "mpiexec"
-        ).returncode
-    except subprocess.TimeoutExpired:
-        print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
-        return 124
+        with open(path, encoding="utf-8") as source:
+            lines = source.read().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    return records
+
+
+#: The longest part of an exception's message the summary line quotes.
+SUMMARY_MESSAGE_CHARS = 300
+
+
+def failure_summary(records: Sequence[dict[str, Any]], ranks: int, status: int) -> str:
+    """One line for a job that failed: which ranks raised what (an error every rank raised alike, once),
+    or exited with which status, and the job's exit status."""
+    raised: dict[tuple[str, str], list[int]] = {}
+    exited: dict[int, list[int]] = {}
+    for record in records:
+        rank = record.get("rank")
+        if not isinstance(rank, int):
+            continue
+        if record.get("type"):
+            message = (record.get("message") or "").strip().splitlines()
+            text = message[0][:SUMMARY_MESSAGE_CHARS] if message else ""
+            raised.setdefault((record["type"], text), []).append(rank)
+        else:
+            exited.setdefault(int(record.get("exit_code") or 0), []).append(rank)
+    parts = []
+    for (kind, text), who in raised.items():
+        named = f"every rank ({ranks})" if len(set(who)) == ranks > 1 else describe_ranks(sorted(set(who)))
+        parts.append(f"{named} raised {kind}" + (f": {text}" if text else ""))
+    for code, who in exited.items():
+        parts.append(f"{describe_ranks(sorted(set(who)))} exited with status {code}")
+    if not parts:  # a signal or a crash: the launcher's lines above name the rank
+        return f"the job failed with exit status {status} (no rank raised: the launcher's messages above name the rank)"
+    return f"the job failed with exit status {status}: " + "; ".join(parts)
+
+
+#: Ranks per core above which ``mailrail run`` warns before it starts a job on this machine.  Measured on
+#: 2 cores (docs: troubleshooting, "Many ranks on few cores"): a MailRail program's start-up and one
+#: exchange took 5 s on 16 ranks, 10 s on 32, 21 s on 64 and 58 s on 128 (a bare mpi4py Barrier: 3, 5, 9
+#: and 28 s); past 16 per core start-up alone outgrows a typical --timeout.
+OVERSUBSCRIPTION_WARN_RATIO = 16
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's or a cgroup's share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def oversubscription_warning(ranks: int, cores: int) -> str | None:
+    """One line when *ranks* on *cores* is more than :data:`OVERSUBSCRIPTION_WARN_RATIO` ranks per core."""
+    if ranks <= OVERSUBSCRIPTION_WARN_RATIO * cores:
+        return None
+    return (
+        f"{ranks} ranks on {cores} core(s) ({ranks / cores:.0f} per core): every rank starts Python and MPI on "
+        f"these cores, so start-up alone may take a minute or more (a MailRail program took 58 s to start and "
+        f"finish at 64 per core on 2 cores); give --timeout room for it, or run fewer ranks"
+    )
 
 
 def allocated_ranks(text: str) -> int:
@@ -206,10 +296,12 @@ def allocated_ranks(text: str) -> int:
     return int(text)
 
 
-def say_settings(where: str = "") -> None:
-    """One line on standard error: the MPI variables the job gets from MailRail, or none and why
-    (standard output stays the program's)."""
-    print(f"mailrail run: {launch_settings(os.environ, mpi_origin()).describe()}{where}", file=sys.stderr, flush=True)
+def say_settings(where: str = "", *, verbose: bool = False) -> None:
+    """One short line on standard error: how many MPI variables the job gets from MailRail (each, *verbose*),
+    or none and why (standard output stays the program's)."""
+    settings = launch_settings(os.environ, mpi_origin())
+    text = settings.describe() if verbose else settings.summary()
+    print(f"mailrail run: {text}{where}", file=sys.stderr, flush=True)
 
 
 def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Sequence[str]) -> int:
@@ -222,5 +314,5 @@ def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Seq
     if not victims and args.command[:2] == ["bench", "adversarial"]:
         victims = victims_of_command(args.command[2:], args.ranks)
     spec = cluster_spec(args, choice, args.ranks, victims)
-    say_settings("; the virtual cluster's launcher adds its network settings")
+    say_settings("; the virtual cluster's launcher adds its network settings", verbose=args.verbose)
     return run_job(spec, args.ranks, program, running=choice.name, timeout=args.timeout, launcher=args.launcher)

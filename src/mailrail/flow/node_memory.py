@@ -11,8 +11,7 @@ import importlib
 from collections.abc import Callable
 from typing import cast
 
-from mpi4py import MPI
-
+from .._mpi import MPI
 from ..errors import ConfigError
 
 _INT64 = 8

@@ -269,7 +269,7 @@ def _plan(args: argparse.Namespace, rank: int, size: int) -> Plan:
 def run(args: argparse.Namespace) -> int:
     if args.cluster is not None:
         return run_on_cluster(args)
-    from mpi4py import MPI  # on demand: importing it starts MPI, which parsing and --cluster must not
+    from .._mpi import MPI  # on demand: importing it starts MPI, which parsing and --cluster must not
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()

@@ -15,6 +15,7 @@ import math
 import os
 import statistics
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from typing import Any
@@ -737,8 +738,12 @@ def _plot_paper(results: dict[str, Any], path: str) -> str | None:
 
     plt = pyplot()
     panels = [name for name in ("table1", "goodput", "victims", "stranding") if name in results]
-    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
-    for axis, name in zip(axes[0], panels):
+    # two panels a row: at about 900 pixels a page's column shows it at a readable size
+    rows = (len(panels) + 1) // 2
+    figure, axes = plt.subplots(rows, 2, figsize=(10, 4.2 * rows), squeeze=False)
+    for axis in axes.flat[len(panels) :]:
+        axis.set_visible(False)
+    for axis, name in zip(axes.flat, panels):
         points = results[name]["points"]
         for mode in MODES:
             mine = [p for p in points if p["mode"] == mode and p["status"] == "ok"]
@@ -763,12 +768,12 @@ def _plot_paper(results: dict[str, Any], path: str) -> str | None:
         axis.set_yscale("log")
         axis.set_xlabel("incast ratio" if name == "victims" else "ranks")
         axis.set_ylabel("goodput (Gb/s)" if name == "goodput" else "runtime (s)")
-        axis.set_title(results[name]["title"], fontsize=8)
+        axis.set_title(textwrap.fill(results[name]["title"], 60), fontsize=9)
         axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=7)
+        axis.legend(fontsize=8)
     figure.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=90)
     plt.close(figure)
     return path
 

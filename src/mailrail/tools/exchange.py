@@ -14,8 +14,8 @@ def alltoallv_exchange(comm: Any, dests: Any, records: Any) -> tuple[Any, Any]:
     row shape) to ranks *dests*.  Returns the rows this rank received, in rank order, and how many
     came from each rank."""
     import numpy as np
-    from mpi4py import MPI
 
+    from .._mpi import MPI
     from ..channels import rank_sort_dtype
 
     ranks = comm.Get_size()

@@ -14,7 +14,7 @@ def memory_problem(comm: Any, bytes_per_rank: int, what: str) -> str | None:
     The ranks sharing a node add up their needs; every rank of the job then has the same answer
     (:func:`~mailrail.tools.flags.agreed_problem`), so all stop or none does.
     """
-    from mpi4py import MPI  # on demand: importing it starts MPI, which a command parsing its flags must not
+    from .._mpi import MPI  # on demand: importing it starts MPI, which a command parsing its flags must not
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:

@@ -5,6 +5,6 @@ from __future__ import annotations
 
 def mpi_library() -> str:
     """The first line of the MPI library's version (Open MPI's ends in a NUL byte, dropped here)."""
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]

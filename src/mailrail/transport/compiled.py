@@ -27,7 +27,7 @@ import importlib
 import sys
 from typing import Any
 
-from mpi4py import MPI
+from .._mpi import MPI
 
 #: The compiled modules the compiled transport needs.
 COMPILED_MODULES = ("mailrail.transport._compiled", "mailrail._protocol", "mailrail.flow._ledger")

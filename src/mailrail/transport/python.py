@@ -19,8 +19,8 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
+from .._mpi import MPI
 from ..pool import SlotPool
 from ..protocol import (
     CREATE,

@@ -1,0 +1,46 @@
+"""mpi4py's ``MPI``, as every module of the package imports it (importing it initializes MPI).
+
+A process started without a launcher (a *singleton*: ``python prog.py``) is an MPI job of one rank.
+Open MPI 5 then leaves the segment of its shared-memory transport in ``/dev/shm`` at exit, finalized
+or not (16 MiB of address space, 72 KiB of memory, until a reboot, per run).  A singleton has no
+peer on its node to share memory with, so while MPI starts in a singleton of ours that transport is
+left out (:func:`singleton_variables`, a setting other MPIs ignore); the variable is restored at
+once, so nothing the process starts inherits it.  A launcher's ranks, a process whose MPI was
+initialized before MailRail was imported, and an ``OMPI_MCA_btl`` of the user's are left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+
+from .config import launcher_rank
+
+_BTL = "OMPI_MCA_btl"
+
+
+def singleton_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """What MPI starts with when this process is a singleton (no launcher's rank in *environ*): Open MPI's
+    transports without shared memory, unless the user chose them."""
+    if launcher_rank() is not None or _BTL in environ:
+        return {}
+    return {_BTL: "^sm"}
+
+
+@contextlib.contextmanager
+def starting_mpi() -> Iterator[None]:
+    """Hold :func:`singleton_variables` in this process's environment while MPI starts, then restore it."""
+    added = {name: value for name, value in singleton_variables(os.environ).items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+with starting_mpi():  # (initializes MPI unless mpi4py.MPI was imported before, or mpi4py.rc says not to)
+    from mpi4py import MPI as MPI
+
+__all__ = ["MPI", "singleton_variables", "starting_mpi"]
