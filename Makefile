@@ -118,7 +118,8 @@ docs-check: docs
 
 # What CI runs: lint, the documentation build and its layout in a browser, the whole suite on the default MPI (its MPI jobs on
 # the compiled transport, plus the tests that name the Python one), the smoke set's MPI jobs again
-# on the Python transport, then the smoke set on the other wheel, then on Debian's Open MPI and MPICH.
+# on the Python transport, then the smoke set on the other wheel (with PYTHONUNBUFFERED=1, as many users'
+# environments have it), then on Debian's Open MPI and MPICH.
 test: lint docs-check test-main test-python-transport test-other-mpi test-site-mpi
 
 # The tests that need no MPI job nor a package build, on two workers: under a minute here.
@@ -132,7 +133,7 @@ test-python-transport: $(VENV)/.installed
 	MAILRAIL_TEST_TRANSPORT=python $(VENV)/bin/python -m pytest -q -m "smoke and mpi" --durations=5
 
 test-other-mpi: $(VENV_MPICH)/.installed
-	$(VENV_MPICH)/bin/python -m pytest -q -m smoke --durations=5
+	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q -m smoke --durations=5
 
 # The smoke set under each site MPI's own mpiexec (MailRail finds it: mailrail.launch.find_mpiexec)
 # and with none of the wheels' settings (mailrail.launch.launch_settings).  What a site user sets

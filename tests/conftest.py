@@ -10,14 +10,14 @@ import pytest
 
 import mailrail._mpi  # noqa: F401  (first: this process's MPI starts as a singleton that leaves nothing behind)
 from helpers import BINARY_TRACE, JSON_TRACE, job_environment
-from mailrail import jobcontrol
+from mailrail import segments
 
 #: What was in node-local shared memory when the session started (see pytest_sessionfinish).
 _SHARED_MEMORY_AT_START: set[str] = set()
 
 
 def _shared_memory() -> set[str]:
-    root = jobcontrol.SHARED_MEMORY_ROOT
+    root = segments.SHARED_MEMORY_ROOT
     try:
         return {os.path.join(root, name) for name in os.listdir(root)}
     except OSError:  # no /dev/shm here
@@ -39,7 +39,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         time.sleep(1.0)
         new &= _shared_memory()
         pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-        new -= jobcontrol.mapped_segments(pids)
+        new -= segments.mapped_segments(pids)
         new = {path for path in new if os.stat(path).st_uid == os.getuid()} if new else new
     if new:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

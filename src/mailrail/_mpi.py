@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator, Mapping
 
 from .config import launcher_rank
+from .segments import record_own_segments
 
 _BTL = "OMPI_MCA_btl"
 
@@ -42,5 +43,8 @@ def starting_mpi() -> Iterator[None]:
 
 with starting_mpi():  # (initializes MPI unless mpi4py.MPI was imported before, or mpi4py.rc says not to)
     from mpi4py import MPI as MPI
+
+if MPI.Is_initialized() and not MPI.Is_finalized():  # its segments exist now: whoever ends the job removes them
+    record_own_segments()
 
 __all__ = ["MPI", "singleton_variables", "starting_mpi"]

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .config import launcher_rank
+from .segments import record_own_segments
 
 #: Seconds an aborting rank waits at most for its launcher to take what it wrote (see end_job).
 OUTPUT_DRAIN_BOUND = 2.0
@@ -125,6 +126,7 @@ def end_job(exit_code: int, *, comm: Any | None = None) -> NoReturn:
     _wait_for_output_taken(OUTPUT_DRAIN_BOUND)
     mpi = _initialized_mpi()
     if mpi is not None:
+        record_own_segments()  # an aborted job's MPI unlinks nothing (MPICH's mpich_shm_*): the job's end does
         (comm if comm is not None else mpi.COMM_WORLD).Abort(exit_code)
     os._exit(exit_code)
 

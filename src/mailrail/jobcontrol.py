@@ -51,11 +51,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType
 
-#: Environment variable listing the directories of the jobs a process belongs to (``:``-separated).
-JOB_VARIABLE = "MAILRAIL_JOB_DIRS"
+from .segments import JOB_VARIABLE, SHARED_MEMORY_ROOT, mapped_segments, recorded_segments, remove_segments
+
 #: Seconds between SIGTERM and SIGKILL when a job is ended.
 GRACE_S = 2.0
 #: Seconds to wait for SIGKILLed processes to be gone (a process in uninterruptible sleep may take long).
@@ -252,67 +252,11 @@ def end_processes(
             time.sleep(0.05)
 
 
-#: Where a job's shared-memory segments go (see :func:`shared_memory_dir`): node-local memory.
-SHARED_MEMORY_ROOT = "/dev/shm"
-
-
 def shared_memory_dir(job_dir: str) -> str:
     """The directory of *job_dir*'s job in node-local shared memory, named after it: the job's MPI puts its
     segments there (Open MPI's backing directories), and ending the job removes it, however the job ended.
     A rank that is killed never unlinks its segments: in ``/dev/shm`` itself they stay until a reboot."""
     return os.path.join(SHARED_MEMORY_ROOT, os.path.basename(job_dir.rstrip(os.sep)))
-
-
-def mapped_segments(pids: Iterable[int]) -> set[str]:
-    """The files in node-local shared memory that *pids* have mapped and not unlinked: their MPI's segments
-    where it cannot be told to put them elsewhere (MPICH's ``mpich_shm_*``, one-sided windows)."""
-    prefix = SHARED_MEMORY_ROOT + os.sep
-    found: set[str] = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
-                for line in maps:
-                    fields = line.split(maxsplit=5)
-                    if len(fields) == 6 and fields[5].startswith(prefix) and not fields[5].endswith(" (deleted)\n"):
-                        found.add(fields[5].rstrip("\n"))
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
-
-
-#: The file in a job's directory listing the segments its ranks' forwarders saw mapped (see :mod:`mailrail.rank`).
-SEGMENTS_FILE = "segments"
-
-
-def record_segments(paths: Iterable[str], environ: Mapping[str, str] | None = None) -> None:
-    """Add *paths* to the segment list of every job this process belongs to (one line each, appended: the
-    ranks of a job write the same file)."""
-    lines = "".join(f"{path}\n" for path in paths).encode()
-    for job_dir in (os.environ if environ is None else environ).get(JOB_VARIABLE, "").split(":"):
-        if lines and job_dir:
-            with contextlib.suppress(OSError):
-                fd = os.open(os.path.join(job_dir, SEGMENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
-                    os.write(fd, lines)
-                finally:
-                    os.close(fd)
-
-
-def recorded_segments(job_dir: str) -> set[str]:
-    """The segments the ranks of the job *job_dir* recorded (:func:`record_segments`)."""
-    try:
-        with open(os.path.join(job_dir, SEGMENTS_FILE), encoding="utf-8", errors="replace") as source:
-            return {line.rstrip("\n") for line in source if line.startswith(SHARED_MEMORY_ROOT + os.sep)}
-    except OSError:
-        return set()
-
-
-def remove_segments(paths: Iterable[str]) -> None:
-    """Unlink the segments *paths* a job mapped, once it ended (a rank killed before its MPI unlinked them
-    leaves them until a reboot).  Their names are the job's own (random per job), so no other job's go."""
-    for path in paths:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
 
 
 def end_job(job_dir: str) -> set[int]:

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from . import jobcontrol
 from .errors import MailRailError
+from .segments import mapped_segments as segments_of_job
+from .segments import recorded_segments, remove_segments
 
 #: What the PyPI MPI wheels need on one machine (or the virtual cluster), only set when unset and only
 #: for a wheel (:func:`launch_settings`): by flavor, ``"any"`` for both.
@@ -453,7 +455,7 @@ def run_bounded(
             return jobcontrol.job_processes(session, roots)
 
         def observe() -> None:
-            segments.update(jobcontrol.mapped_segments(processes()))
+            segments.update(segments_of_job(processes()))
 
         try:
             # A signal is held while Popen() runs: it never leaves a forked child whose pid we do not know.
@@ -481,10 +483,10 @@ def run_bounded(
                 if launcher is not None and launcher.returncode is None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         launcher.wait(jobcontrol.GONE_S)
-                segments.update(jobcontrol.recorded_segments(session))
+                segments.update(recorded_segments(session))
                 shutil.rmtree(session, ignore_errors=True)
                 shutil.rmtree(jobcontrol.shared_memory_dir(session), ignore_errors=True)
-                jobcontrol.remove_segments(segments)
+                remove_segments(segments)
                 if relay is not None:
                     relay.close()
                 unregister()

@@ -59,7 +59,8 @@ from .failure import (
     record_failure,
     set_output_forwarder,
 )
-from .jobcontrol import JOB_VARIABLE, die_with_parent, mapped_segments, record_segments
+from .jobcontrol import die_with_parent
+from .segments import JOB_VARIABLE, mapped_segments, record_segments
 
 #: The interpreter options ``mailrail run -- python OPTIONS ...`` keeps (they take no value ...)
 PYTHON_FLAGS = set("bBdEiIOPqsSuvx")
@@ -262,7 +263,7 @@ class _SegmentWatch:
     """The program's shared-memory segments (its MPI's, MPICH's ``mpich_shm_*`` among them), recorded in its
     job's directory as they appear: a rank killed before its MPI unlinks them leaves them in /dev/shm until a
     reboot, and a dead process's maps can no longer be read, so whoever ends the job removes what is recorded
-    (:func:`mailrail.jobcontrol.recorded_segments`).  The forwarder looks before it passes output on, so
+    (:func:`mailrail.segments.recorded_segments`).  The forwarder looks before it passes output on, so
     what the program had mapped when it printed a line is known once the line arrives."""
 
     def __init__(self, program: int) -> None:

@@ -13,6 +13,7 @@ from typing import cast
 
 from .._mpi import MPI
 from ..errors import ConfigError
+from ..segments import record_own_segments
 
 _INT64 = 8
 
@@ -59,6 +60,7 @@ class NodeTopology:
             # not per rank (the allgathered list above is dropped after start-up).
             local_rank = self.comm.Get_rank()
             window = self._map_window = MPI.Win.Allocate_shared(4 * size if local_rank == 0 else 0, 4, comm=self.comm)
+            record_own_segments()
             self.map_address, memory = _shared_memory(window)  # the address for the compiled credit ledger
             node_map = self._map = memory.cast("i")
             self._map_bytes = node_map.nbytes  # still known after free(): stats() after finalize()
@@ -101,6 +103,7 @@ class SharedWindowCounters:
         self.nbytes = length * _INT64
         local_rank = node_comm.Get_rank()
         self.win = MPI.Win.Allocate_shared(self.nbytes if local_rank == 0 else 0, _INT64, comm=node_comm)
+        record_own_segments()  # the window's segment (MPICH names its own in /dev/shm): removed with the job
         self.address, memory = _shared_memory(self.win)  # the address of the int64 counters, for CPU atomics
         self._values = memory.cast("q")
         self.atomics = resolve_atomics(atomics)

@@ -1,0 +1,77 @@
+"""A job's shared-memory segments: which files in node-local memory its processes map, recorded where whoever
+ends the job finds them, and removed with it (no MPI here: the ranks, the launcher and the watchdog use it).
+
+A rank killed before its MPI unlinks its segments leaves them in ``/dev/shm`` until a reboot, and a dead
+process's maps can no longer be read.  So they are read while the job lives: by each rank itself once MPI
+has started (:mod:`mailrail._mpi`) and before it aborts (:mod:`mailrail.failure`), by the rank runner's
+output forwarder (:mod:`mailrail.rank`), and by the job runner (:func:`mailrail.launch.run_bounded`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Mapping
+
+#: Environment variable listing the directories of the jobs a process belongs to (``:``-separated).
+JOB_VARIABLE = "MAILRAIL_JOB_DIRS"
+#: Where a job's shared-memory segments go: node-local memory.
+SHARED_MEMORY_ROOT = "/dev/shm"
+
+
+def mapped_segments(pids: Iterable[int]) -> set[str]:
+    """The files in node-local shared memory that *pids* have mapped and not unlinked: their MPI's segments
+    where it cannot be told to put them elsewhere (MPICH's ``mpich_shm_*``, one-sided windows)."""
+    prefix = SHARED_MEMORY_ROOT + os.sep
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+                for line in maps:
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and fields[5].startswith(prefix) and not fields[5].endswith(" (deleted)\n"):
+                        found.add(fields[5].rstrip("\n"))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+#: The file in a job's directory listing the segments its processes were seen to map.
+SEGMENTS_FILE = "segments"
+
+
+def record_segments(paths: Iterable[str], environ: Mapping[str, str] | None = None) -> None:
+    """Add *paths* to the segment list of every job this process belongs to (one line each, appended: the
+    ranks of a job write the same file)."""
+    lines = "".join(f"{path}\n" for path in paths).encode()
+    for job_dir in (os.environ if environ is None else environ).get(JOB_VARIABLE, "").split(":"):
+        if lines and job_dir:
+            with contextlib.suppress(OSError):
+                fd = os.open(os.path.join(job_dir, SEGMENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, lines)
+                finally:
+                    os.close(fd)
+
+
+def recorded_segments(job_dir: str) -> set[str]:
+    """The segments the ranks of the job *job_dir* recorded (:func:`record_segments`)."""
+    try:
+        with open(os.path.join(job_dir, SEGMENTS_FILE), encoding="utf-8", errors="replace") as source:
+            return {line.rstrip("\n") for line in source if line.startswith(SHARED_MEMORY_ROOT + os.sep)}
+    except OSError:
+        return set()
+
+
+def remove_segments(paths: Iterable[str]) -> None:
+    """Unlink the segments *paths* a job mapped, once it ended (a rank killed before its MPI unlinked them
+    leaves them until a reboot).  Their names are the job's own (random per job), so no other job's go."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def record_own_segments() -> None:
+    """Record what this process maps now, if it belongs to a job (one read of /proc/self/maps, ~0.1 ms)."""
+    if os.environ.get(JOB_VARIABLE):
+        record_segments(sorted(mapped_segments([os.getpid()])))
