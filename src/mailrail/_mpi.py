@@ -24,7 +24,7 @@ _BTL = "OMPI_MCA_btl"
 def singleton_variables(environ: Mapping[str, str]) -> dict[str, str]:
     """What MPI starts with when this process is a singleton (no launcher's rank in *environ*): Open MPI's
     transports without shared memory, unless the user chose them."""
-    if launcher_rank() is not None or _BTL in environ:
+    if launcher_rank(environ) is not None or _BTL in environ:
         return {}
     return {_BTL: "^sm"}
 
@@ -32,7 +32,7 @@ def singleton_variables(environ: Mapping[str, str]) -> dict[str, str]:
 @contextlib.contextmanager
 def starting_mpi() -> Iterator[None]:
     """Hold :func:`singleton_variables` in this process's environment while MPI starts, then restore it."""
-    added = {name: value for name, value in singleton_variables(os.environ).items() if name not in os.environ}
+    added = singleton_variables(os.environ)  # (only variables the environment does not set)
     os.environ.update(added)
     try:
         yield

@@ -45,10 +45,10 @@ NON_KNOB_VARIABLES = (
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
-def launcher_rank() -> int | None:
-    """The rank the launcher gave this process (its environment), or None outside a launcher."""
+def launcher_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """The rank the launcher gave this process (*environ*, default its environment), or None outside one."""
     for name in _RANK_VARIABLES:
-        value = os.environ.get(name, "")
+        value = (os.environ if environ is None else environ).get(name, "")
         if value.isdigit():
             return int(value)
     return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import socket
 import stat
 import struct
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .config import launcher_rank
-from .segments import record_own_segments
+from .segments import append_to, record_own_segments
 
 #: Seconds an aborting rank waits at most for its launcher to take what it wrote (see end_job).
 OUTPUT_DRAIN_BOUND = 2.0
@@ -93,15 +94,7 @@ def record_failure(error: BaseException | None, exit_code: int, comm: Any | None
         "message": str(error) if error is not None else None,
         "exit_code": exit_code,
     }
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (json.dumps(record) + "\n").encode())  # one write: ranks' lines do not mix
-        finally:
-            os.close(fd)
-    except OSError:
-        return False
-    return True
+    return append_to(path, (json.dumps(record) + "\n").encode())
 
 
 def abort_job(error: BaseException, *, comm: Any | None = None, exit_code: int = 1) -> NoReturn:
@@ -162,6 +155,19 @@ def _unread_bytes(fd: int) -> int:
         return int(count)
     except OSError:
         return 0
+
+
+def write_all(fd: int, data: bytes) -> bool:
+    """Write all of *data* to *fd* (waiting while a non-blocking *fd* is full); False if its reader is gone."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
+        except OSError:  # EPIPE (SIGPIPE is ignored in Python), EIO of a terminal that hung up
+            return False
+    return True
 
 
 def exit_code_of(error: BaseException) -> int:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from . import jobcontrol
 from .errors import MailRailError
+from .failure import write_all
 from .segments import mapped_segments as segments_of_job
 from .segments import recorded_segments, remove_segments
 
@@ -513,8 +514,7 @@ class _StderrRelay:
                 return
             if not data:
                 return
-            with contextlib.suppress(OSError):
-                _write_all(2, data.replace(b"\0", b""))
+            write_all(2, data.replace(b"\0", b""))
 
     def close(self) -> None:
         """Wait (bounded) for what the ended job wrote to be passed on, then close the pipe."""
@@ -524,12 +524,6 @@ class _StderrRelay:
             self._thread.join(jobcontrol.GONE_S)
         if self._thread is None or not self._thread.is_alive():
             os.close(self.reader)  # (a thread still reading, held by a process outside the job, keeps it)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 #: Open MPI's parameters naming where its shared-memory segments go (5's btl, 4's btl, one-sided windows).
@@ -582,10 +576,11 @@ def _wait(
         if launcher.poll() is not None:  # the launcher is done; what still holds its output is left over
             return _output_after_ending(launcher, processes)
         now = time.monotonic()
-        if now - observed >= _SEGMENT_POLL_S or (deadline is not None and now >= deadline):
+        expired = deadline is not None and now >= deadline
+        if expired or now - observed >= _SEGMENT_POLL_S:
             observe()
             observed = now
-        if deadline is not None and time.monotonic() >= deadline:
+        if expired:
             stdout, stderr = _output_after_ending(launcher, processes)
             raise subprocess.TimeoutExpired(argv, timeout or 0.0, output=stdout, stderr=stderr) from None
         reason = watch() if watch is not None else None

@@ -58,6 +58,7 @@ from .failure import (
     rank_label,
     record_failure,
     set_output_forwarder,
+    write_all,
 )
 from .jobcontrol import die_with_parent
 from .segments import JOB_VARIABLE, mapped_segments, record_segments
@@ -222,7 +223,7 @@ class _Stream:
             data = (self.prefix if self.at_line_start else b"") + body
             self.at_line_start = data.endswith(b"\n")
         for piece in _whole_line_pieces(data, WRITE_BYTES):
-            if not _write_all(self.target, piece):
+            if not write_all(self.target, piece):
                 self.broken = True  # the launcher is gone: the program's next write fails, as it would have
                 return
 
@@ -238,19 +239,6 @@ def _whole_line_pieces(data: bytes, size: int) -> Iterator[bytes]:
         start = cut
     if start < len(data):
         yield data[start:]
-
-
-def _write_all(fd: int, data: bytes) -> bool:
-    """Write all of *data* to *fd* (waiting while a non-blocking *fd* is full); False if its reader is gone."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            select.select([], [fd], [])
-        except OSError:  # EPIPE (SIGPIPE is ignored in Python), EIO of a terminal that hung up
-            return False
-    return True
 
 
 #: Seconds between the forwarder's looks at the program's mapped shared memory while output arrives, and

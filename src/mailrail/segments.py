@@ -46,12 +46,21 @@ def record_segments(paths: Iterable[str], environ: Mapping[str, str] | None = No
     lines = "".join(f"{path}\n" for path in paths).encode()
     for job_dir in (os.environ if environ is None else environ).get(JOB_VARIABLE, "").split(":"):
         if lines and job_dir:
-            with contextlib.suppress(OSError):
-                fd = os.open(os.path.join(job_dir, SEGMENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
-                    os.write(fd, lines)
-                finally:
-                    os.close(fd)
+            append_to(os.path.join(job_dir, SEGMENTS_FILE), lines)
+
+
+def append_to(path: str, data: bytes) -> bool:
+    """Append *data* to the file *path* (made if missing) in one write, so that what several processes
+    append at once does not mix; False if it could not be written."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
 
 
 def recorded_segments(job_dir: str) -> set[str]:

@@ -64,11 +64,13 @@ DEFAULT_RECV_POOL_SLOTS = 64
 DEFAULT_VICTIM_NODE_MEMORY = "384M"
 _MIB = 2**20
 #: The table's figures per mode ("-" for a mode that did not finish); runtime and goodput are the median of
-#: the trials, as in the figure and the summary.  "speedup vs none" follows goodput when unconstrained
-#: mode finished (else it has nothing to compare with, and is left out).
+#: the trials, as in the figure and the summary.  SPEEDUP is left out when unconstrained mode did not finish
+#: (it has nothing to compare with).
+SPEEDUP = "speedup vs none"
 COLUMNS = (
     "runtime s",
     "goodput Mb/s",
+    SPEEDUP,
     "victim RSS MiB",
     "victim growth MiB",
     "sender RSS MiB",
@@ -297,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
         write_json(os.path.join(run_out, "compare.json"), document)
         documents.append(document)
     chosen = median_run(documents) if len(runs) > 1 else 0
-    run_out, results, metrics_dirs, wall = runs[chosen]
+    results = runs[chosen][1]
     print()
     print(results_table(documents[chosen]["table"]))
     for line in observations(results, load, described, reason):
@@ -469,11 +471,10 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
     baseline = results.get("none")
     base_goodput = median_goodput(baseline) if baseline and baseline["status"] == "ok" else None
     on_cluster = any("network_bytes" in r for r in results.values())
+    columns = [column for column in COLUMNS if base_goodput or column != SPEEDUP]
     rows = []
     for mode, result in results.items():
-        row: dict[str, Any] = {"mode": mode, "status": outcome_text(result), **dict.fromkeys(COLUMNS, "-")}
-        if base_goodput:
-            row = _with_after(row, "goodput Mb/s", "speedup vs none", "-")
+        row: dict[str, Any] = {"mode": mode, "status": outcome_text(result), **dict.fromkeys(columns, "-")}
         if on_cluster:
             row.update(dict.fromkeys(CLUSTER_COLUMNS, "-"))
             peak = victim_node_peak(result, load)
@@ -485,7 +486,7 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
             summary = result["summary"]
             goodput = median_goodput(result)
             if base_goodput:
-                row["speedup vs none"] = f"{goodput / base_goodput:.2f}x"
+                row[SPEEDUP] = f"{goodput / base_goodput:.2f}x"
             row.update(
                 {
                     "runtime s": statistics.median(t["runtime_s"] for t in result["trials"]),
@@ -502,13 +503,6 @@ def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list
                 row["net B / payload B"] = ratio
         rows.append(row)
     return rows
-
-
-def _with_after(row: dict[str, Any], after: str, key: str, value: Any) -> dict[str, Any]:
-    """*row* with *key* inserted right after the column *after*."""
-    items = list(row.items())
-    at = [k for k, _ in items].index(after) + 1
-    return dict([*items[:at], (key, value), *items[at:]])
 
 
 def results_table(rows: list[dict[str, Any]]) -> str:
