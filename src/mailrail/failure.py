@@ -10,6 +10,7 @@ command that runs as a rank, and when an exception leaves ``with MailRail(...)``
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -29,6 +30,9 @@ from .segments import append_to, record_own_segments
 
 #: Seconds an aborting rank waits at most for its launcher to take what it wrote (see end_job).
 OUTPUT_DRAIN_BOUND = 2.0
+#: Seconds a rank that raised an error every rank raises alike waits at most for its peers to record theirs
+#: before it aborts the job (see abort_job): the abort kills a peer that has not recorded yet.
+PEERS_RECORDED_BOUND = 3.0
 
 #: Set when something stands between this process's stdout/stderr and its launcher (the rank runner's
 #: line forwarder, :mod:`mailrail.rank`): called with a bound in seconds, it returns once everything
@@ -97,6 +101,39 @@ def record_failure(error: BaseException | None, exit_code: int, comm: Any | None
     return append_to(path, (json.dumps(record) + "\n").encode())
 
 
+def read_failures(path: str) -> list[dict[str, Any]]:
+    """The failures the ranks recorded (:func:`record_failure`), in the order they came."""
+    try:
+        with open(path, encoding="utf-8") as source:
+            lines = source.read().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    return records
+
+
+def _wait_for_peers_recorded(comm: Any | None, bound: float) -> None:
+    """Wait (at most *bound* s) until every rank of *comm*'s job has recorded its failure.
+
+    Why: the first rank to call ``MPI_Abort`` kills the others, so for an error they all raise alike
+    (a bad knob) the summary would name whichever ranks were fast enough (seen with Debian's MPICH:
+    "ranks 0, 2 raised ...").  A rank that raised something else goes on at once.
+    """
+    path = os.environ.get(FAILURES_VARIABLE)
+    mpi = _initialized_mpi()
+    if not path or mpi is None:
+        return
+    size = int((comm if comm is not None else mpi.COMM_WORLD).Get_size())
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if len({record.get("rank") for record in read_failures(path)}) >= size:
+            return
+        time.sleep(0.01)
+
+
 def abort_job(error: BaseException, *, comm: Any | None = None, exit_code: int = 1) -> NoReturn:
     """Print *error*'s traceback once, prefixed by the rank, and end the whole job (``MPI_Abort``).
 
@@ -106,7 +143,9 @@ def abort_job(error: BaseException, *, comm: Any | None = None, exit_code: int =
     with *exit_code*.
     """
     recorded = record_failure(error, exit_code, comm)
-    if not (recorded and type(error).__name__ in SAME_ON_EVERY_RANK):
+    if recorded and type(error).__name__ in SAME_ON_EVERY_RANK:
+        _wait_for_peers_recorded(comm, PEERS_RECORDED_BOUND)
+    else:
         sys.stderr.write(format_failure(error, rank_label(comm)))
     end_job(exit_code, comm=comm)
 

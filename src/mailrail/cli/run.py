@@ -15,8 +15,6 @@ or on a virtual cluster (:mod:`mailrail.cluster`), telling the cluster which ran
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -31,7 +29,7 @@ from ..cluster.launchers import srun_mpi_plugin
 from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, node_flags_given, parse_ranks
 from ..cluster.privileges import rerun_without_root
 from ..errors import ClusterError
-from ..failure import FAILURES_VARIABLE, describe_ranks
+from ..failure import FAILURES_VARIABLE, describe_ranks, read_failures
 from ..launch import (
     LAUNCHERS,
     LaunchError,
@@ -217,20 +215,6 @@ def run(args: argparse.Namespace) -> int:
         if status != 0:
             print(f"mailrail run: {failure_summary(read_failures(failures), args.ranks, status)}", file=sys.stderr)
     return status
-
-
-def read_failures(path: str) -> list[dict[str, Any]]:
-    """The failures the ranks recorded (:func:`mailrail.failure.record_failure`), in the order they came."""
-    try:
-        with open(path, encoding="utf-8") as source:
-            lines = source.read().splitlines()
-    except OSError:
-        return []
-    records = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            records.append(json.loads(line))
-    return records
 
 
 #: The longest part of an exception's message the summary line quotes.
