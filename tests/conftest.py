@@ -10,7 +10,7 @@ import pytest
 
 import mailrail._mpi  # noqa: F401  (first: this process's MPI starts as a singleton that leaves nothing behind)
 from helpers import BINARY_TRACE, JSON_TRACE, job_environment
-from mailrail import segments
+from mailrail import jobcontrol, segments
 
 #: What was in node-local shared memory when the session started (see pytest_sessionfinish).
 _SHARED_MEMORY_AT_START: set[str] = set()
@@ -31,7 +31,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A session that passed fails if it left anything of its own in /dev/shm: an MPI's segments or a job's
     directory outlive their processes until a reboot (issue 34).  Entries another process still maps (a
-    job running beside the session) are not the session's; one that goes within a second was being removed."""
+    job running beside the session), or that are a running job's directory, are not the session's; one that goes
+    within a second was being removed."""
     if exitstatus != 0 or hasattr(session.config, "workerinput"):  # (an xdist worker: its controller checks)
         return
     new = _shared_memory() - _SHARED_MEMORY_AT_START
@@ -40,6 +41,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         new &= _shared_memory()
         pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
         new -= segments.mapped_segments(pids)
+        running = {os.path.basename(job_dir) for job_dir in jobcontrol.running_job_dirs()}
+        new = {path for path in new if os.path.basename(path) not in running}  # (a job's own directory)
         new = {path for path in new if os.stat(path).st_uid == os.getuid()} if new else new
     if new:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

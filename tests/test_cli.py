@@ -330,6 +330,7 @@ def test_other_programs_and_other_interpreters_are_exec_d_as_given():
 
 def test_the_failure_summary_names_ranks_errors_and_exit_statuses():
     from mailrail.cli.run import failure_summary
+    from mailrail.launcher_messages import EndedProcess
 
     def record(rank, kind=None, message=None, code=1):
         return {"rank": rank, "host": "h", "type": kind, "message": message, "exit_code": code}
@@ -343,7 +344,17 @@ def test_the_failure_summary_names_ranks_errors_and_exit_statuses():
         "the job failed with exit status 7: ranks 1, 3 raised ValueError: bad; rank 2 exited with status 7"
     )
     assert failure_summary([record(0, "KeyError", "x" * 1000)], 2, 1).endswith("KeyError: " + "x" * 300)
-    assert "no rank raised" in failure_summary([], 2, 137)
+    assert failure_summary([], 2, 137) is None  # nothing known: mailrail run shows the MPI's own messages
+    ended = [EndedProcess(host="vm", rank=1, signal=9, signal_name="Killed"), EndedProcess(host="n2", signal=11)]
+    assert failure_summary([], 2, 137, ended) == (
+        "the job failed with exit status 137: rank 1 was killed by signal 9 (Killed); "
+        "a rank on n2 was killed by signal 11"
+    )
+    # a rank's own account comes first: the MPI's report of the ranks it then killed is left out
+    assert (
+        failure_summary([record(0, "KeyError", "k")], 2, 1, ended)
+        == "the job failed with exit status 1: rank 0 raised KeyError: k"
+    )
 
 
 def test_oversubscription_is_warned_about_past_the_measured_ratio():

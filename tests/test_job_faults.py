@@ -23,6 +23,8 @@ import pytest
 from helpers import alive, job_environment, mailrail, program_path
 from mailrail import jobcontrol
 from mailrail.launch import JobStopped, mpi_environment, mpiexec_argv, run_bounded
+from mailrail.rank import rank_argv
+from mailrail.segments import mapped_segments
 
 #: Seconds a fault may take to end its job (the mechanisms take well under one; start-up is included).
 END_BOUND = 20.0
@@ -69,11 +71,11 @@ def gone(pids: list[int], bound: float = END_BOUND) -> list[int]:
 class Launched:
     """``mailrail run ARGS`` started in its own session; its READY lines read; everything killed at the end."""
 
-    def __init__(self, *args: str, ranks: int = 2, preexec_fn=None) -> None:
+    def __init__(self, *args: str, ranks: int = 2, preexec_fn=None, env: dict[str, str] | None = None) -> None:
         self.before_dirs = job_dirs()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mailrail", "run", "-n", str(ranks), *args],
-            env=job_environment(TMPDIR=tempfile.gettempdir()),
+            env=job_environment(TMPDIR=tempfile.gettempdir(), **(env or {})),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -204,6 +206,31 @@ def test_a_failing_watch_still_ends_the_job():
     assert job_dirs() - before == set()
 
 
+def zombie_children() -> set[int]:
+    """Our exited children nobody collected."""
+    me = str(os.getpid())
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{entry}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+            if fields[0] == "Z" and fields[1] == me:
+                found.add(int(entry))
+    return found
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_a_job_leaves_no_zombie_behind(tmp_path):
+    """The rank runner's output forwarders are orphaned at their start and re-parent to the job's runner: each
+    job left one zombie per rank in a process that runs many (a pytest session had 233)."""
+    before = zombie_children()
+    for _ in range(2):
+        argv = mpiexec_argv(3, rank_argv(["python", "-c", "print('hello')"]))
+        completed = run_bounded(argv, timeout=START_BOUND, env=mpi_environment(base=job_environment()), capture=True)
+        assert completed.stdout.count("hello") == 3, completed
+    assert zombie_children() - before == set()
+
+
 DAEMON = """
 import os, subprocess, sys
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
@@ -263,6 +290,24 @@ def test_the_watchdog_runs_what_is_registered_when_its_owner_dies(ending, tmp_pa
 
 # --- faults of a job under mailrail run -----------------------------------------------------------
 
+#: The MPI's messages (Open MPI's and Hydra's boxes, MPICH's abort line): kept out of a failed job's output.
+MPI_MESSAGE_MARKS = ("-" * 74, "=" * 40, "MPI_ABORT was invoked", "application called MPI_Abort", "BAD TERMINATION")
+
+
+def summary_of(stderr: str) -> tuple[str, str]:
+    """``mailrail run``'s last line without the name of the log it kept the MPI's messages in, and that log's
+    text (which the test then removes); the MPI's messages must not be in *stderr* itself."""
+    last = stderr.strip().splitlines()[-1].strip()
+    for mark in MPI_MESSAGE_MARKS:
+        assert mark not in stderr, stderr
+    found = re.fullmatch(r"(.*) \[the MPI's messages: (\S+); -v shows them\]", last)
+    if found is None:
+        return last, ""
+    with open(found.group(2), encoding="utf-8") as log:
+        text = log.read()
+    os.unlink(found.group(2))
+    return found.group(1), text
+
 
 @pytest.mark.mpi
 @pytest.mark.smoke
@@ -274,11 +319,24 @@ def test_an_exception_on_one_rank_ends_the_job_with_its_traceback_once():
         assert job.stderr.count("] RuntimeError: injected failure on this rank") == 1, job.stderr
         assert "[rank 0 on " in job.stderr
         assert "runpy" not in job.stderr  # the traceback starts at the program, not the runner
-        # after all that, mailrail run says it in one line
-        last = job.stderr.strip().splitlines()[-1].strip()
+        # after all that, mailrail run says it in one line; the MPI's abort notices are in the log it names
+        last, log = summary_of(job.stderr)
         said = "the job failed with exit status 1: rank 0 raised RuntimeError: injected failure on this rank"
         assert last == f"mailrail run: {said}", job.stderr
+        assert "MPI_ABORT was invoked" in log or "application called MPI_Abort" in log, log
         job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+def test_verbose_shows_the_mpi_s_messages_where_they_came(tmp_path):
+    with launched("-v", "--", "python", program_path("sleeper.py")) as job:
+        pids = job.wait_ready()
+        os.kill(pids[1], signal.SIGKILL)
+        assert job.finish() != 0
+        # Open MPI's box on standard error, Hydra's on standard output: both passed on, no log kept
+        assert "signal 9" in job.stderr + job.stdout, (job.stdout, job.stderr)
+        assert job.stderr.strip().splitlines()[-1].endswith("(the MPI's messages above say why)"), job.stderr
+        assert not list(tmp_path.glob("mailrail-run-*.log"))
 
 
 @pytest.mark.mpi
@@ -287,15 +345,14 @@ def test_a_configuration_error_is_said_once_for_the_job(tmp_path):
     """Every rank raises the same ConfigError: no traceback per rank, one line from mailrail run."""
     hello = tmp_path / "hello.py"
     hello.write_text("from mpi4py import MPI\nfrom mailrail import MailRail\nMailRail(MPI.COMM_WORLD)\n")
-    completed = mailrail("run", "-n", "3", "python", str(hello), env={"MAILRAIL_RECV_POOL_SLOTS": "abc"}, timeout=120)
-    assert completed.returncode == 1
-    assert "Traceback" not in completed.stderr and "ConfigWarning" not in completed.stderr, completed.stderr
-    error = "ConfigError: MAILRAIL_RECV_POOL_SLOTS must be an integer, got 'abc'"
-    assert completed.stderr.count(error) == 1, completed.stderr
-    assert (
-        completed.stderr.strip().splitlines()[-1].strip()
-        == f"mailrail run: the job failed with exit status 1: every rank (3) raised {error}"
-    )
+    with launched("python", str(hello), ranks=3, env={"MAILRAIL_RECV_POOL_SLOTS": "abc"}) as job:
+        assert job.finish(START_BOUND) == 1
+        assert "Traceback" not in job.stderr and "ConfigWarning" not in job.stderr, job.stderr
+        error = "ConfigError: MAILRAIL_RECV_POOL_SLOTS must be an integer, got 'abc'"
+        assert job.stderr.count(error) == 1, job.stderr
+        last, _ = summary_of(job.stderr)
+        assert last == f"mailrail run: the job failed with exit status 1: every rank (3) raised {error}"
+        job.assert_nothing_left()
 
 
 @pytest.mark.mpi
@@ -304,12 +361,11 @@ def test_a_rank_s_exit_status_is_said_in_one_line(tmp_path):
     program.write_text(
         "import sys\nfrom mpi4py import MPI\nif MPI.COMM_WORLD.rank == 1:\n    sys.exit(3)\nMPI.COMM_WORLD.Barrier()\n"
     )
-    completed = mailrail("run", "-n", "2", "python", str(program), timeout=120)
-    assert completed.returncode == 3, completed.stderr
-    assert (
-        completed.stderr.strip().splitlines()[-1].strip()
-        == "mailrail run: the job failed with exit status 3: rank 1 exited with status 3"
-    )
+    with launched("python", str(program)) as job:
+        assert job.finish(START_BOUND) == 3, job.stderr
+        last, _ = summary_of(job.stderr)
+        assert last == "mailrail run: the job failed with exit status 3: rank 1 exited with status 3"
+        job.assert_nothing_left()
 
 
 @pytest.mark.mpi
@@ -317,16 +373,54 @@ def test_a_rank_s_exit_status_is_said_in_one_line(tmp_path):
 def test_sigkill_of_one_rank_ends_the_job_and_names_it():
     with launched("--", "python", program_path("sleeper.py")) as job:
         pids = job.wait_ready()
+        killed_rank = re.search(rf"READY (\d+) {pids[1]} ", job.stdout).group(1)
         os.kill(pids[1], signal.SIGKILL)  # a killed rank never unlinks its segments: the directory's removal does
         assert job.finish() != 0
-        report = job.stderr + job.stdout
-        assert str(pids[1]) in report or "rank 1" in report.lower(), report
+        # one line names the rank (MPICH's Hydra names only the host) and the signal; the MPI's box is in the log
+        last, log = summary_of(job.stderr)
+        assert re.fullmatch(
+            rf"mailrail run: the job failed with exit status \d+: (rank {killed_rank}|a rank on \S+) was killed by "
+            r"signal 9( \(Killed\))?",
+            last,
+        ), job.stderr
+        assert "signal 9" in log or "EXIT CODE: 9" in log, log
+        assert "BAD TERMINATION" not in job.stdout, job.stdout  # (Hydra prints its box on standard output)
         (path,) = {path for path, _ in job.shared_memory}  # one directory for the job, in /dev/shm
         assert path.startswith(jobcontrol.SHARED_MEMORY_ROOT + "/mailrail-job-"), path
         if "Open MPI" in MPI_LIBRARY:  # its segments were there (MPICH names its own, in /dev/shm)
             assert all(held >= 1 for _, held in job.shared_memory), job.shared_memory
         # (the wheels' MPIs map segment files in /dev/shm; Debian's MPICH over UCX maps none there: nothing to leak)
         job.assert_nothing_left()
+
+
+def unmapped_new_segments(before: set[str]) -> set[str]:
+    """Entries of /dev/shm that are not in *before*, not mapped by any process and not a running job's
+    directory: what a job left behind."""
+    new = set(glob.glob(jobcontrol.SHARED_MEMORY_ROOT + "/*")) - before
+    pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    running = {os.path.basename(d) for d in jobcontrol.running_job_dirs()}
+    return {path for path in new - mapped_segments(pids) if os.path.basename(path) not in running}
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_a_rank_killed_just_after_mpi_starts_leaves_no_segment(tmp_path):
+    """Killed before the output forwarder's first look at its maps: MPICH's mpich_shm_* was left in /dev/shm,
+    every time (the rank runner now records the segments as the program's ``from mpi4py import MPI`` returns)."""
+    program = tmp_path / "killed_at_start.py"
+    program.write_text(
+        "import os, signal\nfrom mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\nMPI.COMM_WORLD.Barrier()\n"
+    )
+    before = set(glob.glob(jobcontrol.SHARED_MEMORY_ROOT + "/*"))
+    for _ in range(3):
+        with launched("python", str(program), ranks=3) as job:
+            assert job.finish(START_BOUND) != 0
+            job.assert_nothing_left()
+    deadline = time.monotonic() + 2  # (a segment being removed right now)
+    while unmapped_new_segments(before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert unmapped_new_segments(before) == set()
 
 
 @pytest.mark.mpi
@@ -385,7 +479,8 @@ def test_a_failing_mailrail_command_on_one_rank_ends_the_job():
         assert job.finish(bound=START_BOUND) != 0
         assert job.stderr.count("] RuntimeError: injected failure in a mailrail command") == 1, job.stderr
         assert "[rank 1 on " in job.stderr, job.stderr
-        assert job.stderr.rstrip().endswith("rank 1 raised RuntimeError: injected failure in a mailrail command")
+        last, _ = summary_of(job.stderr)
+        assert last.endswith("rank 1 raised RuntimeError: injected failure in a mailrail command"), job.stderr
         job.assert_nothing_left()
 
 

@@ -54,7 +54,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType
 
-from .segments import JOB_VARIABLE, SHARED_MEMORY_ROOT, mapped_segments, recorded_segments, remove_segments
+from .segments import (
+    JOB_VARIABLE,
+    SHARED_MEMORY_ROOT,
+    append_to,
+    mapped_segments,
+    recorded_segments,
+    remove_segments,
+)
 
 #: Seconds between SIGTERM and SIGKILL when a job is ended.
 GRACE_S = 2.0
@@ -180,6 +187,11 @@ def _job_dirs_of(pid: int) -> list[str]:
     return []
 
 
+def running_job_dirs() -> set[str]:
+    """The directories of the jobs some live process belongs to (its mark)."""
+    return {job_dir for pid in _parents() for job_dir in _job_dirs_of(pid)}
+
+
 def job_environment(env: dict[str, str], job_dir: str) -> dict[str, str]:
     """*env* marked as belonging to the job *job_dir* (and still to the jobs it already belonged to)."""
     marked = [d for d in env.get(JOB_VARIABLE, "").split(":") if d]
@@ -213,6 +225,39 @@ def _reap(pids: Iterable[int]) -> None:
     for pid in pids:
         with contextlib.suppress(OSError):
             os.waitpid(pid, os.WNOHANG)
+
+
+#: The file in a job's directory listing the processes of the job that re-parent to whoever runs it (the rank
+#: runner's output forwarders, orphaned at their start), one pid per line.
+ORPHANS_FILE = "orphans"
+
+
+def record_orphan(pid: int) -> None:
+    """Add *pid* to the orphan list of every job this process belongs to (see :func:`reap_exited_children`)."""
+    for job_dir in os.environ.get(JOB_VARIABLE, "").split(":"):
+        if job_dir:
+            append_to(os.path.join(job_dir, ORPHANS_FILE), f"{pid}\n".encode())
+
+
+def recorded_orphans(job_dir: str) -> set[int]:
+    """The pids :func:`record_orphan` listed for the job *job_dir*."""
+    try:
+        with open(os.path.join(job_dir, ORPHANS_FILE), encoding="utf-8") as source:
+            return {int(line) for line in source if line.strip().isdigit()}
+    except OSError:
+        return set()
+
+
+def reap_exited_children(pids: Iterable[int]) -> None:
+    """Collect those of *pids* that are exited children of ours: a job's orphans re-parent to us while we are
+    its subreaper, and one that exits after the job's end (the rank runner's output forwarder) would stay a
+    zombie of ours for as long as this process lives (a job per trial: hundreds)."""
+    me = os.getpid()
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if fields is not None and fields[0] == "Z" and int(fields[1]) == me:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def end_processes(

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from . import jobcontrol
 from .errors import MailRailError
 from .failure import write_all
+from .launcher_messages import LauncherMessageFilter
 from .segments import mapped_segments as segments_of_job
 from .segments import recorded_segments, remove_segments
 
@@ -410,6 +411,7 @@ def run_bounded(
     watch_interval: float = 0.1,
     local: bool = False,
     clean_stderr: bool = False,
+    launcher_messages: LauncherMessageFilter | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run *argv* as a job; whatever way this returns or raises, no process of the job is left alive.
 
@@ -433,7 +435,7 @@ def run_bounded(
 
     *clean_stderr* (with neither *capture*): the job's standard error is passed on live through a pipe of
     ours without NUL bytes (Open MPI's launcher ends its messages with one: ``grep`` then calls the
-    output binary).
+    output binary).  With *launcher_messages* too, the MPI's own messages are kept there, not passed on.
     """
     session = tempfile.mkdtemp(prefix="mailrail-job-")
     env = dict(env, TMPDIR=session)
@@ -443,8 +445,11 @@ def run_bounded(
     unregister = jobcontrol.on_owner_death([sys.executable, "-m", "mailrail.jobcontrol", "end-job", session])
     parent = os.getpid()
     launcher: subprocess.Popen[str] | None = None
-    relay = _StderrRelay() if clean_stderr and not (capture or capture_stderr) else None
+    relay = _Relay(2, launcher_messages) if clean_stderr and not (capture or capture_stderr) else None
+    # (MPICH's Hydra prints its verdict on a killed rank to standard output: kept by a filter of its own)
+    out_relay = _Relay(1, launcher_messages.for_another_stream()) if relay and launcher_messages else None
     segments: set[str] = set()  # what the job mapped in /dev/shm: removed with it (MPICH's cannot be moved)
+    seen: set[int] = set()  # every process of the job found alive: those re-parented to us are reaped at the end
     with jobcontrol.subreaper():
 
         def processes() -> set[int]:
@@ -453,7 +458,9 @@ def run_bounded(
             roots: set[int] = set()
             if launcher is not None and launcher.returncode is None:  # a reaped pid may be reused
                 roots.add(launcher.pid)
-            return jobcontrol.job_processes(session, roots)
+            found = jobcontrol.job_processes(session, roots)
+            seen.update(found)
+            return found
 
         def observe() -> None:
             segments.update(segments_of_job(processes()))
@@ -466,12 +473,13 @@ def run_bounded(
                     env=job_env,
                     start_new_session=True,
                     text=True,
-                    stdout=subprocess.PIPE if capture else None,
+                    stdout=subprocess.PIPE if capture else (out_relay.writer if out_relay else None),
                     stderr=subprocess.PIPE if capture or capture_stderr else (relay.writer if relay else None),
                     preexec_fn=lambda: jobcontrol.die_with_parent(parent),
                 )
-            if relay is not None:
-                relay.start()
+            for started in (relay, out_relay):
+                if started is not None:
+                    started.start()
             stdout, stderr = _wait(launcher, argv, timeout, watch, watch_interval, processes, observe)
             return subprocess.CompletedProcess(argv, launcher.returncode, stdout, stderr)
         finally:
@@ -481,6 +489,7 @@ def run_bounded(
                 if running:
                     observe()
                 jobcontrol.end_processes(processes, group=launcher.pid if launcher and running else None)
+                jobcontrol.reap_exited_children(seen | jobcontrol.recorded_orphans(session))
                 if launcher is not None and launcher.returncode is None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         launcher.wait(jobcontrol.GONE_S)
@@ -488,22 +497,26 @@ def run_bounded(
                 shutil.rmtree(session, ignore_errors=True)
                 shutil.rmtree(jobcontrol.shared_memory_dir(session), ignore_errors=True)
                 remove_segments(segments)
-                if relay is not None:
-                    relay.close()
+                for ended in (relay, out_relay):
+                    if ended is not None:
+                        ended.close()
                 unregister()
 
 
-class _StderrRelay:
-    """A pipe for a job's standard error and a thread passing what arrives on to ours, NUL bytes dropped."""
+class _Relay:
+    """A pipe for one of a job's output streams and a thread passing what arrives on to our *target* fd,
+    NUL bytes dropped (and the MPI's own messages kept by *messages*, when given)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: int, messages: LauncherMessageFilter | None = None) -> None:
         self.reader, self.writer = os.pipe()
         self._thread: threading.Thread | None = None
+        self._target = target
+        self._messages = messages
 
     def start(self) -> None:
         os.close(self.writer)  # the job holds the write end now: end-of-file once every process of it is gone
         self.writer = -1
-        self._thread = threading.Thread(target=self._relay, name="mailrail-stderr", daemon=True)
+        self._thread = threading.Thread(target=self._relay, name=f"mailrail-relay-{self._target}", daemon=True)
         self._thread.start()
 
     def _relay(self) -> None:
@@ -513,8 +526,11 @@ class _StderrRelay:
             except OSError:
                 return
             if not data:
+                if self._messages is not None:
+                    write_all(self._target, self._messages.finish())
                 return
-            write_all(2, data.replace(b"\0", b""))
+            data = data.replace(b"\0", b"")
+            write_all(self._target, self._messages.feed(data) if self._messages is not None else data)
 
     def close(self) -> None:
         """Wait (bounded) for what the ended job wrote to be passed on, then close the pipe."""

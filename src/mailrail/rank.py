@@ -36,6 +36,8 @@ import contextlib
 import errno
 import fcntl
 import gc
+import importlib.abc
+import importlib.machinery
 import os
 import runpy
 import select
@@ -46,7 +48,7 @@ import termios
 import time
 import types
 from collections.abc import Iterator, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .config import launcher_rank
 from .failure import (
@@ -60,8 +62,8 @@ from .failure import (
     set_output_forwarder,
     write_all,
 )
-from .jobcontrol import die_with_parent
-from .segments import JOB_VARIABLE, mapped_segments, record_segments
+from .jobcontrol import die_with_parent, record_orphan
+from .segments import JOB_VARIABLE, mapped_segments, record_own_segments, record_segments
 
 #: The interpreter options ``mailrail run -- python OPTIONS ...`` keeps (they take no value ...)
 PYTHON_FLAGS = set("bBdEiIOPqsSuvx")
@@ -148,6 +150,42 @@ def run_python(target: Sequence[str]) -> None:
         sys.argv = [first, *rest]
         sys.path[0] = os.path.dirname(os.path.abspath(first))
         runpy.run_path(first, run_name="__main__")
+
+
+class _SegmentsOnceMPIStarts(importlib.abc.MetaPathFinder):
+    """Records the rank's segments as soon as ``from mpi4py import MPI`` has started MPI in the program: a
+    rank killed a moment later (before the forwarder's next look) would otherwise leave MPICH's
+    ``mpich_shm_*`` in /dev/shm (seen here).  Once: it leaves ``sys.meta_path`` at the import it watches."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None, target: types.ModuleType | None = None) -> Any:
+        if name != "mpi4py.MPI":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        for finder in list(sys.meta_path):  # the finder that would have found it (mpi4py's own, for a wheel's ABIs)
+            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _RecordingLoader(spec.loader)
+                return spec
+        return None
+
+
+class _RecordingLoader(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the loader's interface is the loader's
+        return getattr(self.loader, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        with contextlib.suppress(Exception):  # (mpi4py.rc.initialize = False: nothing started, nothing mapped)
+            if module.Is_initialized() and not module.Is_finalized():
+                record_own_segments()
 
 
 def end_job_on(error: BaseException) -> NoReturn:
@@ -432,6 +470,7 @@ def _become_forwarder(
     """The forwarder process: keep only its own fds, ignore the signals that end a job, forward."""
     try:
         gc.disable()  # it creates no cycles; a collection would touch (and copy) every page it shares
+        record_orphan(os.getpid())  # orphaned already: whoever runs the job reaps it when it ends
         with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
             comm.write(FORWARDER_NAME)  # what ps -o comm, top and pkill see (its command line is the rank's)
         for signum in signal.valid_signals():
@@ -514,6 +553,8 @@ def main(argv: Sequence[str]) -> int:
         except OSError as error:
             sys.stderr.write(f"[{rank_label()}] mailrail run: cannot run {argv[1]!r}: {error.strerror}\n")
             return 127
+    if os.environ.get(JOB_VARIABLE) and "mpi4py.MPI" not in sys.modules:
+        sys.meta_path.insert(0, _SegmentsOnceMPIStarts())
     try:
         run_python(argv)
     except SystemExit as error:

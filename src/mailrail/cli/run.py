@@ -42,6 +42,7 @@ from ..launch import (
     run_bounded,
     srun_argv,
 )
+from ..launcher_messages import EndedProcess, LauncherMessageFilter, ended_processes
 from ..rank import command_argv, rank_argv
 from ..tools.flags import float_in, int_in
 from . import COMMANDS, parse_command
@@ -203,27 +204,55 @@ def run(args: argparse.Namespace) -> int:
         if warning:
             print(f"mailrail run: {warning}", file=sys.stderr, flush=True)
     say_settings(verbose=args.verbose)
+    messages = None if args.verbose else LauncherMessageFilter()  # -v: the MPI's messages where they came
     with tempfile.TemporaryDirectory(prefix="mailrail-run-") as scratch:
         failures = os.path.join(scratch, "failures")
         env = {**mpi_environment(), FAILURES_VARIABLE: failures}
         try:
             local = args.launcher == "mpiexec"
-            status = run_bounded(argv, timeout=args.timeout, env=env, local=local, clean_stderr=True).returncode
+            status = run_bounded(
+                argv, timeout=args.timeout, env=env, local=local, clean_stderr=True, launcher_messages=messages
+            ).returncode
         except subprocess.TimeoutExpired:
-            print(f"mailrail run: killed after {args.timeout} s", file=sys.stderr)
+            print(f"mailrail run: killed after {args.timeout} s{kept_messages(messages)}", file=sys.stderr)
             return 124
         if status != 0:
-            print(f"mailrail run: {failure_summary(read_failures(failures), args.ranks, status)}", file=sys.stderr)
+            ended = ended_processes(messages.text) if messages is not None else []
+            summary = failure_summary(read_failures(failures), args.ranks, status, ended)
+            if summary is None and messages is not None:  # nothing else says what failed: the MPI's words do
+                sys.stderr.write(messages.text)
+                messages = None
+            said = summary or f"the job failed with exit status {status} (the MPI's messages above say why)"
+            print(f"mailrail run: {said}{kept_messages(messages)}", file=sys.stderr)
+        elif messages is not None and messages.messages:
+            print(f"mailrail run: the MPI printed messages{kept_messages(messages)}", file=sys.stderr)
     return status
+
+
+def kept_messages(messages: LauncherMessageFilter | None) -> str:
+    """`` [the MPI's messages: LOG]`` once the MPI's messages the job printed are written to a log of
+    their own (in the temporary directory, kept), or nothing when there were none."""
+    if messages is None or not messages.messages:
+        return ""
+    fd, path = tempfile.mkstemp(prefix="mailrail-run-", suffix=".log")
+    with os.fdopen(fd, "w", encoding="utf-8") as log:
+        log.write(messages.text)
+    return f" [the MPI's messages: {path}; -v shows them]"
 
 
 #: The longest part of an exception's message the summary line quotes.
 SUMMARY_MESSAGE_CHARS = 300
 
 
-def failure_summary(records: Sequence[dict[str, Any]], ranks: int, status: int) -> str:
+def failure_summary(
+    records: Sequence[dict[str, Any]],
+    ranks: int,
+    status: int,
+    ended: Sequence[EndedProcess] = (),
+) -> str | None:
     """One line for a job that failed: which ranks raised what (an error every rank raised alike, once),
-    or exited with which status, and the job's exit status."""
+    or exited with which status, else which ranks the MPI says ended on which signal (*ended*), and the
+    job's exit status; None when none of that is known."""
     raised: dict[tuple[str, str], list[int]] = {}
     exited: dict[int, list[int]] = {}
     for record in records:
@@ -242,9 +271,20 @@ def failure_summary(records: Sequence[dict[str, Any]], ranks: int, status: int) 
         parts.append(f"{named} raised {kind}" + (f": {text}" if text else ""))
     for code, who in exited.items():
         parts.append(f"{describe_ranks(sorted(set(who)))} exited with status {code}")
-    if not parts:  # a signal or a crash: the launcher's lines above name the rank
-        return f"the job failed with exit status {status} (no rank raised: the launcher's messages above name the rank)"
+    if not parts:  # a signal or a crash: the MPI names the process
+        parts = [describe_ended(process) for process in ended]
+    if not parts:
+        return None
     return f"the job failed with exit status {status}: " + "; ".join(parts)
+
+
+def describe_ended(process: EndedProcess) -> str:
+    """``rank 1 was killed by signal 9 (Killed)``; ``a rank on vm ...`` when the MPI does not say which."""
+    who = f"rank {process.rank}" if process.rank is not None else f"a rank on {process.host}"
+    if process.signal is None:
+        return f"{who} exited with status {process.exit_code}"
+    named = f" ({process.signal_name})" if process.signal_name else ""
+    return f"{who} was killed by signal {process.signal}{named}"
 
 
 #: Ranks per core above which ``mailrail run`` warns before it starts a job on this machine.  Measured on
