@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import mailrail._mpi  # noqa: F401  (first: this process's MPI starts as a singleton that leaves nothing behind)
-from helpers import BINARY_TRACE, JSON_TRACE, job_environment
-from mailrail import jobcontrol, segments
+from helpers import BINARY_TRACE, JSON_TRACE, job_environment, unclaimed_shared_memory
+from mailrail import segments
 
 #: What was in node-local shared memory when the session started (see pytest_sessionfinish).
 _SHARED_MEMORY_AT_START: set[str] = set()
@@ -24,6 +24,13 @@ def _shared_memory() -> set[str]:
         return set()
 
 
+def _owner(path: str) -> int | None:
+    try:
+        return os.stat(path).st_uid
+    except OSError:  # (gone meanwhile)
+        return None
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     _SHARED_MEMORY_AT_START.update(_shared_memory())  # (the controller starts before its workers)
 
@@ -35,15 +42,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     within a second was being removed."""
     if exitstatus != 0 or hasattr(session.config, "workerinput"):  # (an xdist worker: its controller checks)
         return
-    new = _shared_memory() - _SHARED_MEMORY_AT_START
+    new = unclaimed_shared_memory() - _SHARED_MEMORY_AT_START
     if new:
         time.sleep(1.0)
-        new &= _shared_memory()
-        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-        new -= segments.mapped_segments(pids)
-        running = {os.path.basename(job_dir) for job_dir in jobcontrol.running_job_dirs()}
-        new = {path for path in new if os.path.basename(path) not in running}  # (a job's own directory)
-        new = {path for path in new if os.stat(path).st_uid == os.getuid()} if new else new
+        new &= unclaimed_shared_memory()
+        new = {path for path in new if _owner(path) == os.getuid()}
     if new:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

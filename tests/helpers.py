@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mailrail import jobcontrol
+from mailrail import jobcontrol, segments
 from mailrail.cluster import cgroups, namespaces, state
 from mailrail.cluster.spec import PREFIX
 from mailrail.config import DEPRECATED_KNOBS, env_name
@@ -145,7 +145,21 @@ def leftovers() -> dict[str, list[str]]:
         "state": state.known_names(PREFIX),
         "cgroups": groups,
         "processes": processes_mentioning(state.STATE_ROOT + "/" + PREFIX),
+        "shared memory": sorted(unclaimed_shared_memory()),
     }
+
+
+def unclaimed_shared_memory() -> set[str]:
+    """The entries of /dev/shm that no live process maps and that are no running job's directory: what ended
+    jobs left there (an MPI's segments, a job's directory) until a reboot."""
+    root = segments.SHARED_MEMORY_ROOT
+    try:
+        entries = {os.path.join(root, name) for name in os.listdir(root)}
+    except OSError:
+        return set()
+    pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    running = {os.path.basename(job_dir) for job_dir in jobcontrol.running_job_dirs()}
+    return {path for path in entries - segments.mapped_segments(pids) if os.path.basename(path) not in running}
 
 
 def processes_mentioning(text: str) -> list[str]:

@@ -329,7 +329,7 @@ def test_other_programs_and_other_interpreters_are_exec_d_as_given():
 
 
 def test_the_failure_summary_names_ranks_errors_and_exit_statuses():
-    from mailrail.cli.run import failure_summary
+    from mailrail.job_report import failure_summary
     from mailrail.launcher_messages import EndedProcess
 
     def record(rank, kind=None, message=None, code=1):
@@ -349,6 +349,14 @@ def test_the_failure_summary_names_ranks_errors_and_exit_statuses():
     assert failure_summary([], 2, 137, ended) == (
         "the job failed with exit status 137: rank 1 was killed by signal 9 (Killed); "
         "a rank on n2 was killed by signal 11"
+    )
+    ended = [
+        EndedProcess(host="n0", rank=0, aborted=True, reason="a peer on n1 disconnected"),
+        EndedProcess(host="n1", exit_code=9),
+    ]
+    assert failure_summary([], 4, 14, ended) == (
+        "the job failed with exit status 14: rank 0 called MPI_Abort (a peer on n1 disconnected); "
+        "a rank on n1 ended abnormally (exit code 9)"
     )
     # a rank's own account comes first: the MPI's report of the ranks it then killed is left out
     assert (

@@ -20,11 +20,10 @@ import time
 
 import pytest
 
-from helpers import alive, job_environment, mailrail, program_path
+from helpers import alive, job_environment, mailrail, program_path, unclaimed_shared_memory
 from mailrail import jobcontrol
 from mailrail.launch import JobStopped, mpi_environment, mpiexec_argv, run_bounded
 from mailrail.rank import rank_argv
-from mailrail.segments import mapped_segments
 
 #: Seconds a fault may take to end its job (the mechanisms take well under one; start-up is included).
 END_BOUND = 20.0
@@ -393,15 +392,6 @@ def test_sigkill_of_one_rank_ends_the_job_and_names_it():
         job.assert_nothing_left()
 
 
-def unmapped_new_segments(before: set[str]) -> set[str]:
-    """Entries of /dev/shm that are not in *before*, not mapped by any process and not a running job's
-    directory: what a job left behind."""
-    new = set(glob.glob(jobcontrol.SHARED_MEMORY_ROOT + "/*")) - before
-    pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    running = {os.path.basename(d) for d in jobcontrol.running_job_dirs()}
-    return {path for path in new - mapped_segments(pids) if os.path.basename(path) not in running}
-
-
 @pytest.mark.mpi
 @pytest.mark.smoke
 def test_a_rank_killed_just_after_mpi_starts_leaves_no_segment(tmp_path):
@@ -412,15 +402,15 @@ def test_a_rank_killed_just_after_mpi_starts_leaves_no_segment(tmp_path):
         "import os, signal\nfrom mpi4py import MPI\n"
         "if MPI.COMM_WORLD.rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\nMPI.COMM_WORLD.Barrier()\n"
     )
-    before = set(glob.glob(jobcontrol.SHARED_MEMORY_ROOT + "/*"))
+    before = unclaimed_shared_memory()
     for _ in range(3):
         with launched("python", str(program), ranks=3) as job:
             assert job.finish(START_BOUND) != 0
             job.assert_nothing_left()
     deadline = time.monotonic() + 2  # (a segment being removed right now)
-    while unmapped_new_segments(before) and time.monotonic() < deadline:
+    while unclaimed_shared_memory() - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert unmapped_new_segments(before) == set()
+    assert unclaimed_shared_memory() - before == set()
 
 
 @pytest.mark.mpi

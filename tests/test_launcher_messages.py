@@ -1,8 +1,10 @@
 """The MPI's own messages told apart from the ranks' output (sans-I/O: bytes in, bytes out).
 
 The samples are what the MPIs printed here (Open MPI 5 and MPICH from the wheels, Open MPI 4 from
-Debian's packages) when a rank raised (``MPI_Abort``) or was killed by SIGKILL.
+Debian's packages) when a rank raised (``MPI_Abort``) or was killed by SIGKILL; verbatim, long lines too.
 """
+
+# ruff: noqa: E501
 
 from __future__ import annotations
 
@@ -55,7 +57,46 @@ This typically refers to a problem with your application.
 Please see the FAQ page for debugging suggestions
 """
 MPICH_ABORT = "Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n"
-SAMPLES = [OPEN_MPI_5_ABORT, OPEN_MPI_5_KILLED, OPEN_MPI_4_KILLED, HYDRA_KILLED, MPICH_ABORT]
+# a rank SIGKILLed on another node of a virtual cluster (TCP between the nodes): its peers' MPI gives up
+OPEN_MPI_5_LOST_PEER = f"""[j62dd285da-head:25450] plm:ssh: Warning: setpgid(25458,25458) failed in parent with errno=Permission denied(13)
+[j62dd285da-n0:00000] *** An error occurred in Socket closed
+[j62dd285da-n0:00000] *** reported by process [1474887681,0]
+[j62dd285da-n0:00000] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,
+{RULE}
+An MPI communication peer process has unexpectedly disconnected.  This
+usually indicates a failure in the peer process (e.g., a crash or
+otherwise exiting without calling MPI_FINALIZE first).
+
+  Local host: j62dd285da-n0
+  Local PID:  25386
+  Peer host:  j62dd285da-n1
+{RULE}
+{RULE}
+prterun has exited due to process rank 0 with PID 0 on node j62dd285da-n0 calling
+"abort". This may have caused other processes in the application to be
+terminated by signals sent by prterun (as reported here).
+{RULE}
+"""
+HYDRA_LOST_NODE = """[proxy:0@j6576a0efa-n0] HYD_pmcd_pmip_control_cmd_cb (/mpich-5.0.2/src/pm/hydra/proxy/pmip_cb.c:490): assert (!closed) failed
+[mpiexec@j6576a0efa-head] HYDT_bscu_wait_for_completion (/mpich-5.0.2/src/pm/hydra/lib/tools/bootstrap/utils/bscu_wait.c:109): one of the processes terminated badly; aborting
+
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   PID 26015 RUNNING AT 10.213.0.2
+=   EXIT CODE: 9
+=   CLEANING UP REMAINING PROCESSES
+=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES
+===================================================================================
+"""
+SAMPLES = [
+    OPEN_MPI_5_ABORT,
+    OPEN_MPI_5_KILLED,
+    OPEN_MPI_4_KILLED,
+    OPEN_MPI_5_LOST_PEER,
+    HYDRA_KILLED,
+    HYDRA_LOST_NODE,
+    MPICH_ABORT,
+]
 
 
 def filtered(*pieces: str) -> tuple[str, str]:
@@ -105,6 +146,22 @@ def test_an_unfinished_line_is_shown_at_once_unless_it_could_open_a_box():
     assert messages.text == f"{RULE}\nbox\n{RULE}\n"
 
 
+def test_a_message_written_in_pieces_is_kept_whole():
+    """Hydra writes ``[mpiexec@HOST] `` and its message in two writes."""
+    messages = LauncherMessageFilter()
+    assert messages.feed(b"[mpiexec@n0-head] ") == b""
+    assert messages.feed(b"HYDT_bscu_wait_for_completion (bscu_wait.c:109): one of the processes terminated") == b""
+    assert messages.feed(b" badly; aborting\n[rank 0] hello\n") == b"[rank 0] hello\n"
+    assert messages.feed(b"Abort(1) on node 1") == b""
+    assert messages.feed(b" (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n") == b""
+    assert messages.text.count("\n") == 2
+    # the start of an ordinary line that looked like one for a moment is shown with its end
+    assert messages.feed(b"[1, 2") == b""
+    assert messages.feed(b", 3]\n") == b"[1, 2, 3]\n"
+    assert messages.feed(b"Abo") == b""
+    assert messages.feed(b"ut\n") == b"About\n"
+
+
 def test_two_streams_keep_the_messages_in_one_list():
     stderr = LauncherMessageFilter()
     stdout = stderr.for_another_stream()
@@ -120,7 +177,11 @@ def test_which_rank_ended_on_which_signal():
     ]
     # Hydra names the host and the signal, not the rank (its PID is the first rank's on the host)
     assert ended_processes(HYDRA_KILLED) == [EndedProcess(host="vm", signal=9, signal_name="Killed", exit_code=9)]
-    assert ended_processes(OPEN_MPI_5_ABORT) == []
+    assert ended_processes(OPEN_MPI_5_ABORT) == [EndedProcess(host="vm", rank=1, aborted=True)]
+    assert ended_processes(OPEN_MPI_5_LOST_PEER) == [
+        EndedProcess(host="j62dd285da-n0", rank=0, aborted=True, reason="a peer on j62dd285da-n1 disconnected")
+    ]
+    assert ended_processes(HYDRA_LOST_NODE) == [EndedProcess(host="10.213.0.2", exit_code=9)]
     assert ended_processes(MPICH_ABORT) == []
 
 

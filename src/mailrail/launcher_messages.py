@@ -24,6 +24,8 @@ _HYDRA_BODY = re.compile(rb"=(\s.*)?")
 #: Loose lines of the MPIs' (Open MPI's help aggregation and abort notice, MPICH's abort and Hydra's verdict).
 _LOOSE_LINES = re.compile(
     rb"\[[^\]\s]+:\d+\] \d+ more process(es)? ha(s|ve) sent help message .*"
+    rb"|\[[^\]\s]+:\d+\] (\*\*\* |\w+:\w+: ).*"  # Open MPI's error handler; a framework's warning (plm:ssh: ...)
+    rb"|\[(proxy:[\d:]+|mpiexec)@[^\]\s]+\] .*"  # Hydra's proxy and mpiexec
     rb"|\[[^\]\s]+:\d+\] Set MCA parameter \"\w+\" to 0 to see all help / error messages"
     rb"|Abort is in progress\.\.\.hit ctrl-c again to forcibly terminate"
     rb"|(Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): )?application called MPI_Abort\(.*"
@@ -33,6 +35,26 @@ _LOOSE_LINES = re.compile(
 )
 #: ``mailrail run --tag-output`` starts a rank's lines so (an MPI's message printed by a rank has it too).
 _RANK_TAG = re.compile(rb"\[rank \d+\] ")
+#: How the MPIs' loose lines that start with no ``[`` begin.
+_LOOSE_STARTS = (
+    b"Abort",
+    b"application called MPI_Abort(",
+    b"YOUR APPLICATION TERMINATED",
+    b"This typically refers",
+    b"Please see the FAQ",
+)
+
+
+def _may_become_message(partial: bytes) -> bool:
+    """Whether the unfinished line *partial* may still turn out to be the MPI's (Hydra writes its prefix and
+    its message in separate writes): a rule's characters only, a ``[`` (a prefix of Open MPI's or Hydra's),
+    or the start of one of the loose lines."""
+    bare = _RANK_TAG.sub(b"", partial, count=1)
+    if not bare.strip(b"-= \t\r") or bare.startswith(b"["):
+        return True
+    return any(start.startswith(bare) or bare.startswith(start) for start in _LOOSE_STARTS)
+
+
 #: Lines a box may hold before it is taken for a rank's own output after all (a rule a program printed).
 MAX_BOX_LINES = 60
 
@@ -40,8 +62,8 @@ MAX_BOX_LINES = 60
 class LauncherMessageFilter:
     """Splits one of a job's output streams, fed in pieces, into what to show and the MPI's messages (kept).
 
-    Lines are classified whole (the MPIs write their messages in whole lines): a piece's unfinished line
-    that could open a box waits for the rest, any other is shown at once.  A box's lines wait until its
+    Lines are classified whole: a piece's unfinished line that may still become one of the MPI's waits for
+    the rest (Hydra writes its prefix and its message apart), any other is shown at once.  A box's lines wait until its
     closing rule; one that never closes (or outgrows :data:`MAX_BOX_LINES`) was a program's own output and
     is shown.  A blank line just before a box belongs to it (Hydra starts its box with one).
     """
@@ -64,8 +86,8 @@ class LauncherMessageFilter:
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         shown += b"".join(self._line(line + b"\n") for line in lines)
-        if self._partial and self._rule is None and self._partial.strip(b"-= \t\r"):
-            # an unfinished line (a prompt, a progress bar) that cannot open a box: shown now, not held
+        if self._partial and self._rule is None and not _may_become_message(self._partial):
+            # an unfinished line (a prompt, a progress bar) that cannot be the MPI's: shown now, not held
             shown += self._release() + self._partial
             self._partial, self._mid_line = b"", True
         return shown
@@ -125,6 +147,8 @@ class EndedProcess:
     signal: int | None = None
     signal_name: str = ""
     exit_code: int | None = None
+    aborted: bool = False  # it called MPI_Abort (Open MPI's error handler does, when a peer is lost)
+    reason: str = ""  # what its MPI said before it aborted (a peer on n1 disconnected; Socket closed)
 
 
 #: Open MPI 4 and 5: ``mpirun``/``prterun noticed that process rank 1 with PID 0 on node vm exited on
@@ -134,6 +158,12 @@ _OPEN_MPI_SIGNAL = re.compile(
 )
 #: Hydra: ``PID 7696 RUNNING AT vm`` and ``EXIT CODE: 9`` in its box; the signal in ``... EXIT STRING:
 #: Killed (signal 9)`` after it.  (That PID is the first rank's on the host, whichever rank died: not kept.)
+#: Open MPI: ``prterun has exited due to process rank 0 with PID 0 on node n0 calling "abort"``, and the box
+#: of a rank whose peer went away (``... unexpectedly disconnected ... Local host: n0 ... Peer host: n1``).
+_OPEN_MPI_ABORT = re.compile(r"exited due to process rank (\d+) with PID \d+ on node (\S+) calling\s+\"abort\"")
+_OPEN_MPI_LOST_PEER = re.compile(r"unexpectedly disconnected\..*?Local host:\s+(\S+).*?Peer host:\s+(\S+)", re.S)
+#: Open MPI's error handler, before it aborts: ``[n0:00000] *** An error occurred in Socket closed``.
+_OPEN_MPI_ERROR = re.compile(r"\[([^\]\s:]+):\d+\] \*\*\* An error occurred in (.+)")
 _HYDRA_PID = re.compile(r"PID \d+ RUNNING AT (\S+)")
 _HYDRA_EXIT_CODE = re.compile(r"EXIT CODE: (\d+)")
 _HYDRA_EXIT_STRING = re.compile(r"EXIT STRING: (.*?) \(signal (\d+)\)")
@@ -144,6 +174,12 @@ def ended_processes(messages: str) -> list[EndedProcess]:
     ended = [
         EndedProcess(host=host, rank=int(rank), signal=int(number), signal_name=name or "")
         for rank, host, number, name in _OPEN_MPI_SIGNAL.findall(messages)
+    ]
+    reasons = {host: what.strip() for host, what in _OPEN_MPI_ERROR.findall(messages)}
+    reasons.update({host: f"a peer on {peer} disconnected" for host, peer in _OPEN_MPI_LOST_PEER.findall(messages)})
+    ended += [
+        EndedProcess(host=host, rank=int(rank), aborted=True, reason=reasons.get(host, ""))
+        for rank, host in _OPEN_MPI_ABORT.findall(messages)
     ]
     exit_string = _HYDRA_EXIT_STRING.search(messages)
     for box in re.split(r"\n(?==+\s*\n)", messages):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -182,6 +183,34 @@ def test_a_job_past_its_timeout_leaves_nothing(leaves_nothing):
     assert completed.returncode == 124 and "killed after 10 s" in completed.stderr
     pids = ready_pids(completed.stdout)
     assert len(pids) == 4 and not any(alive(pid) for pid in pids)
+
+
+KILLED_AFTER_A_BARRIER = """import os, signal
+from mpi4py import MPI
+MPI.COMM_WORLD.Barrier()
+if MPI.COMM_WORLD.rank == 2:
+    os.kill(os.getpid(), signal.SIGKILL)
+MPI.COMM_WORLD.Barrier()
+"""
+
+
+@pytest.mark.smoke
+def test_a_rank_killed_on_another_node_is_said_in_one_line_and_leaves_nothing(tmp_path, leaves_nothing):
+    """Its peers' MPI gives up over TCP (Open MPI: an error handler's lines, boxes, MPI_Abort; MPICH: Hydra's
+    proxy lines and box): one line says what happened, the MPI's messages go to a log, /dev/shm is left clean."""
+    killed = tmp_path / "killed.py"
+    killed.write_text(KILLED_AFTER_A_BARRIER)
+    completed = mailrail("run", "-n", "4", "--cluster", "2", "--", "python", str(killed), timeout=120)
+    assert completed.returncode != 0
+    for mark in ("-" * 74, "=" * 40, "] *** ", "[proxy:", "[mpiexec@"):
+        assert mark not in completed.stderr + completed.stdout, completed.stderr
+    last = completed.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"mailrail run: the job failed with exit status \d+: (rank \d+ called MPI_Abort.*|a rank on \S+ ended "
+        r"abnormally \(exit code 9\)|(rank 2|a rank on \S+) was killed by signal 9.*) \[the MPI's messages: \S+; -v "
+        r"shows them\]",
+        last,
+    ), completed.stderr
 
 
 @pytest.mark.parametrize(

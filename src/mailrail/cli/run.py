@@ -19,9 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
-from typing import Any
 
 from ..bench.adversarial import victims_of_command
 from ..cluster.jobs import run_job
@@ -29,7 +27,7 @@ from ..cluster.launchers import srun_mpi_plugin
 from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, node_flags_given, parse_ranks
 from ..cluster.privileges import rerun_without_root
 from ..errors import ClusterError
-from ..failure import FAILURES_VARIABLE, describe_ranks, read_failures
+from ..job_report import FailureReport
 from ..launch import (
     LAUNCHERS,
     LaunchError,
@@ -42,7 +40,6 @@ from ..launch import (
     run_bounded,
     srun_argv,
 )
-from ..launcher_messages import EndedProcess, LauncherMessageFilter, ended_processes
 from ..rank import command_argv, rank_argv
 from ..tools.flags import float_in, int_in
 from . import COMMANDS, parse_command
@@ -204,87 +201,21 @@ def run(args: argparse.Namespace) -> int:
         if warning:
             print(f"mailrail run: {warning}", file=sys.stderr, flush=True)
     say_settings(verbose=args.verbose)
-    messages = None if args.verbose else LauncherMessageFilter()  # -v: the MPI's messages where they came
-    with tempfile.TemporaryDirectory(prefix="mailrail-run-") as scratch:
-        failures = os.path.join(scratch, "failures")
-        env = {**mpi_environment(), FAILURES_VARIABLE: failures}
+    with FailureReport(args.ranks, verbose=args.verbose) as report:
         try:
-            local = args.launcher == "mpiexec"
             status = run_bounded(
-                argv, timeout=args.timeout, env=env, local=local, clean_stderr=True, launcher_messages=messages
+                argv,
+                timeout=args.timeout,
+                env={**mpi_environment(), **report.environment},
+                local=args.launcher == "mpiexec",
+                clean_stderr=True,
+                launcher_messages=report.messages,
             ).returncode
         except subprocess.TimeoutExpired:
-            print(f"mailrail run: killed after {args.timeout} s{kept_messages(messages)}", file=sys.stderr)
+            print(f"mailrail run: killed after {args.timeout} s{report.kept()}", file=sys.stderr)
             return 124
-        if status != 0:
-            ended = ended_processes(messages.text) if messages is not None else []
-            summary = failure_summary(read_failures(failures), args.ranks, status, ended)
-            if summary is None and messages is not None:  # nothing else says what failed: the MPI's words do
-                sys.stderr.write(messages.text)
-                messages = None
-            said = summary or f"the job failed with exit status {status} (the MPI's messages above say why)"
-            print(f"mailrail run: {said}{kept_messages(messages)}", file=sys.stderr)
-        elif messages is not None and messages.messages:
-            print(f"mailrail run: the MPI printed messages{kept_messages(messages)}", file=sys.stderr)
+        report.say("mailrail run", status)
     return status
-
-
-def kept_messages(messages: LauncherMessageFilter | None) -> str:
-    """`` [the MPI's messages: LOG]`` once the MPI's messages the job printed are written to a log of
-    their own (in the temporary directory, kept), or nothing when there were none."""
-    if messages is None or not messages.messages:
-        return ""
-    fd, path = tempfile.mkstemp(prefix="mailrail-run-", suffix=".log")
-    with os.fdopen(fd, "w", encoding="utf-8") as log:
-        log.write(messages.text)
-    return f" [the MPI's messages: {path}; -v shows them]"
-
-
-#: The longest part of an exception's message the summary line quotes.
-SUMMARY_MESSAGE_CHARS = 300
-
-
-def failure_summary(
-    records: Sequence[dict[str, Any]],
-    ranks: int,
-    status: int,
-    ended: Sequence[EndedProcess] = (),
-) -> str | None:
-    """One line for a job that failed: which ranks raised what (an error every rank raised alike, once),
-    or exited with which status, else which ranks the MPI says ended on which signal (*ended*), and the
-    job's exit status; None when none of that is known."""
-    raised: dict[tuple[str, str], list[int]] = {}
-    exited: dict[int, list[int]] = {}
-    for record in records:
-        rank = record.get("rank")
-        if not isinstance(rank, int):
-            continue
-        if record.get("type"):
-            message = (record.get("message") or "").strip().splitlines()
-            text = message[0][:SUMMARY_MESSAGE_CHARS] if message else ""
-            raised.setdefault((record["type"], text), []).append(rank)
-        else:
-            exited.setdefault(int(record.get("exit_code") or 0), []).append(rank)
-    parts = []
-    for (kind, text), who in raised.items():
-        named = f"every rank ({ranks})" if len(set(who)) == ranks > 1 else describe_ranks(sorted(set(who)))
-        parts.append(f"{named} raised {kind}" + (f": {text}" if text else ""))
-    for code, who in exited.items():
-        parts.append(f"{describe_ranks(sorted(set(who)))} exited with status {code}")
-    if not parts:  # a signal or a crash: the MPI names the process
-        parts = [describe_ended(process) for process in ended]
-    if not parts:
-        return None
-    return f"the job failed with exit status {status}: " + "; ".join(parts)
-
-
-def describe_ended(process: EndedProcess) -> str:
-    """``rank 1 was killed by signal 9 (Killed)``; ``a rank on vm ...`` when the MPI does not say which."""
-    who = f"rank {process.rank}" if process.rank is not None else f"a rank on {process.host}"
-    if process.signal is None:
-        return f"{who} exited with status {process.exit_code}"
-    named = f" ({process.signal_name})" if process.signal_name else ""
-    return f"{who} was killed by signal {process.signal}{named}"
 
 
 #: Ranks per core above which ``mailrail run`` warns before it starts a job on this machine.  Measured on
@@ -339,4 +270,12 @@ def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Seq
         victims = victims_of_command(args.command[2:], args.ranks)
     spec = cluster_spec(args, choice, args.ranks, victims)
     say_settings("; the virtual cluster's launcher adds its network settings", verbose=args.verbose)
-    return run_job(spec, args.ranks, program, running=choice.name, timeout=args.timeout, launcher=args.launcher)
+    return run_job(
+        spec,
+        args.ranks,
+        program,
+        running=choice.name,
+        timeout=args.timeout,
+        launcher=args.launcher,
+        verbose=args.verbose,
+    )

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from ..errors import ClusterError
+from ..job_report import FailureReport
 from .spec import ClusterSpec
 from .virtual import ClusterJob, VirtualCluster
 
@@ -47,15 +48,31 @@ def run_job(
     timeout: float | None = None,
     command: str = "mailrail run",
     launcher: str = "mpiexec",
+    verbose: bool = False,
 ) -> int:
     """Run *program* on *ranks* ranks of the cluster :func:`open_cluster` gives for *spec* and *running*,
     started by *launcher* (``mpiexec``, or ``srun`` on a Slurm cluster), bounded by *timeout* seconds;
-    say where and what happened in plain words on standard error, and return the command's exit status."""
-    with open_cluster(spec, running) as cluster:
-        print(f"{command}: {ranks} ranks on {describe(cluster)} through {launcher}", file=sys.stderr, flush=True)
-        job = cluster.run(ranks, program, timeout=timeout, launcher=launcher)
-    for line in outcome(job, timeout):
-        print(f"{command}: {line}", file=sys.stderr)
+    say where and what happened in plain words on standard error (a failure in one line, the MPI's own
+    messages in a log unless *verbose*), and return the command's exit status."""
+    with FailureReport(ranks, verbose=verbose) as report:
+        with open_cluster(spec, running) as cluster:
+            print(f"{command}: {ranks} ranks on {describe(cluster)} through {launcher}", file=sys.stderr, flush=True)
+            job = cluster.run(
+                ranks,
+                program,
+                timeout=timeout,
+                launcher=launcher,
+                env=report.environment,
+                launcher_messages=report.messages,
+            )
+        for line in outcome(job, timeout):
+            print(f"{command}: {line}", file=sys.stderr)
+        if job.timed_out or job.out_of_memory_node is not None:  # (said above: what the MPI printed then, kept)
+            kept = report.kept()
+            if kept:
+                print(f"{command}: the MPI printed messages{kept}", file=sys.stderr)
+        else:
+            report.say(command, exit_status(job))
     return exit_status(job)
 
 

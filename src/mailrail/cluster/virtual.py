@@ -32,6 +32,7 @@ from typing import Any
 from .. import jobcontrol
 from ..errors import ClusterError
 from ..launch import JobStopped, find_mpiexec, mpi_environment, run_bounded, srun_argv
+from ..launcher_messages import LauncherMessageFilter
 from . import cgroups, namespaces, slurm, state
 from .launchers import Launcher, detect
 from .spec import (
@@ -357,10 +358,12 @@ class VirtualCluster:
         capture_stderr: bool = False,
         nodes: int | None = None,
         launcher: str = "mpiexec",
+        launcher_messages: LauncherMessageFilter | None = None,
     ) -> ClusterJob:
         """Run *program* on *ranks* ranks; wait, bounded by *timeout*; say what happened.
 
-        *capture* and *capture_stderr* keep the job's output, as in :func:`mailrail.launch.run_bounded`.
+        *capture* and *capture_stderr* keep the job's output, as in :func:`mailrail.launch.run_bounded`;
+        without them the job's output is passed on clean, and *launcher_messages* keeps the MPI's own.
         *launcher* is ``mpiexec`` or, on a Slurm cluster, ``srun`` (see :meth:`command`).
 
         A job that fails, times out or is interrupted leaves no process behind: what is
@@ -392,6 +395,8 @@ class VirtualCluster:
                 capture=capture,
                 capture_stderr=capture_stderr,
                 watch=first_oom_kill if self._hierarchy else None,
+                clean_stderr=True,
+                launcher_messages=launcher_messages,
             )
         except subprocess.TimeoutExpired as expired:
             timed_out = True

@@ -1,0 +1,115 @@
+"""What the runner of a job (``mailrail run``, on this machine or a virtual cluster) says when the job fails:
+one line, after whatever the ranks printed, from what the ranks recorded (:mod:`mailrail.failure`) and
+what the MPI printed (:mod:`mailrail.launcher_messages`, kept in a log it names)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from .failure import FAILURES_VARIABLE, describe_ranks, read_failures
+from .launcher_messages import EndedProcess, LauncherMessageFilter, ended_processes
+
+
+class FailureReport:
+    """What a job's ranks record while it runs and the MPI's messages it prints (unless *verbose*: those are
+    shown where they came), then the one line its runner says at its end (:meth:`say`).  A context manager:
+    its scratch directory goes at the end."""
+
+    def __init__(self, ranks: int, *, verbose: bool = False) -> None:
+        self.ranks = ranks
+        self.messages = None if verbose else LauncherMessageFilter()
+        self._scratch = tempfile.mkdtemp(prefix="mailrail-run-")
+        self._failures = os.path.join(self._scratch, "failures")
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What the job's environment needs for its ranks to record their failures here."""
+        return {FAILURES_VARIABLE: self._failures}
+
+    def kept(self) -> str:
+        """`` [the MPI's messages: LOG; ...]`` once the MPI's messages the job printed are written to a log
+        of their own (in the temporary directory, kept), or nothing when there were none."""
+        if self.messages is None or not self.messages.messages:
+            return ""
+        fd, path = tempfile.mkstemp(prefix="mailrail-run-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as log:
+            log.write(self.messages.text)
+        return f" [the MPI's messages: {path}; -v shows them]"
+
+    def say(self, command: str, status: int) -> None:
+        """``COMMAND: the job failed ...`` on standard error when *status* is not 0 (and where the MPI's
+        messages went, if it printed any)."""
+        if status == 0:
+            if self.messages is not None and self.messages.messages:
+                print(f"{command}: the MPI printed messages{self.kept()}", file=sys.stderr)
+            return
+        ended = ended_processes(self.messages.text) if self.messages is not None else []
+        summary = failure_summary(read_failures(self._failures), self.ranks, status, ended)
+        if summary is None and self.messages is not None:  # nothing else says what failed: the MPI's words do
+            sys.stderr.write(self.messages.text)
+            self.messages = None
+        said = summary or f"the job failed with exit status {status} (the MPI's messages above say why)"
+        print(f"{command}: {said}{self.kept()}", file=sys.stderr)
+
+    def __enter__(self) -> FailureReport:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+#: The longest part of an exception's message the summary line quotes.
+SUMMARY_MESSAGE_CHARS = 300
+
+
+def failure_summary(
+    records: Sequence[dict[str, Any]],
+    ranks: int,
+    status: int,
+    ended: Sequence[EndedProcess] = (),
+) -> str | None:
+    """One line for a job that failed: which ranks raised what (an error every rank raised alike, once),
+    or exited with which status, else which ranks the MPI says ended on which signal (*ended*), and the
+    job's exit status; None when none of that is known."""
+    raised: dict[tuple[str, str], list[int]] = {}
+    exited: dict[int, list[int]] = {}
+    for record in records:
+        rank = record.get("rank")
+        if not isinstance(rank, int):
+            continue
+        if record.get("type"):
+            message = (record.get("message") or "").strip().splitlines()
+            text = message[0][:SUMMARY_MESSAGE_CHARS] if message else ""
+            raised.setdefault((record["type"], text), []).append(rank)
+        else:
+            exited.setdefault(int(record.get("exit_code") or 0), []).append(rank)
+    parts = []
+    for (kind, text), who in raised.items():
+        named = f"every rank ({ranks})" if len(set(who)) == ranks > 1 else describe_ranks(sorted(set(who)))
+        parts.append(f"{named} raised {kind}" + (f": {text}" if text else ""))
+    for code, who in exited.items():
+        parts.append(f"{describe_ranks(sorted(set(who)))} exited with status {code}")
+    if not parts:  # a signal or a crash: the MPI names the process
+        parts = [describe_ended(process) for process in ended]
+    if not parts:
+        return None
+    return f"the job failed with exit status {status}: " + "; ".join(parts)
+
+
+def describe_ended(process: EndedProcess) -> str:
+    """``rank 1 was killed by signal 9 (Killed)``; ``a rank on vm ...`` when the MPI does not say which."""
+    who = f"rank {process.rank}" if process.rank is not None else f"a rank on {process.host}"
+    if process.aborted:
+        return f"{who} called MPI_Abort" + (f" ({process.reason})" if process.reason else "")
+    if process.signal is None:  # (Hydra's exit code: a signal's number, or the exit status)
+        return f"{who} ended abnormally (exit code {process.exit_code})"
+    named = f" ({process.signal_name})" if process.signal_name else ""
+    return f"{who} was killed by signal {process.signal}{named}"
