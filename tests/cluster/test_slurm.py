@@ -11,11 +11,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import pytest
 
-from helpers import ROOT, alive, assert_exactly_once, assert_succeeded, leftovers, mailrail, program_path, result_of
+from helpers import (
+    ROOT,
+    alive,
+    assert_exactly_once,
+    assert_succeeded,
+    leftovers,
+    mailrail,
+    program_path,
+    result_of,
+    unclaimed_shared_memory,
+)
 from mailrail.cluster import namespaces, slurm, state
 from mailrail.cluster.slurm import SlurmPaths
 from mailrail.cluster.spec import Layout
@@ -230,8 +241,10 @@ def test_compare_runs_its_modes_through_srun(slurm_cluster, tmp_path):
 
 
 def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluster):
-    """A job that fails is ended on every node, as on a cluster without Slurm; the daemons stay for the next."""
+    """A job that fails is ended on every node, as on a cluster without Slurm, says so in one line and leaves
+    nothing in /dev/shm; the daemons stay for the next."""
     pids = daemon_pids(slurm_cluster)
+    shared_memory = unclaimed_shared_memory()
     failed = mailrail(
         "run",
         "-n",
@@ -246,6 +259,13 @@ def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluste
         timeout=JOB_TIMEOUT_S,
     )
     assert failed.returncode != 0 and "injected failure in a mailrail command" in failed.stderr
+    last = failed.stderr.strip().splitlines()[-1]
+    assert re.match(
+        r"mailrail run: the job failed with exit status \d+: rank 1 raised RuntimeError: injected failure in a "
+        r"mailrail command( \[the MPI's messages: \S+; -v shows them\])?$",
+        last,
+    ), failed.stderr
+    assert unclaimed_shared_memory() == shared_memory
     assert daemon_pids(slurm_cluster) == pids and all(alive(pid) for pid in pids.values())
     ran = on_head(slurm_cluster, "srun", f"--nodes={NODES}", "hostname")
     assert_succeeded(ran)
