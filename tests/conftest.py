@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import mailrail._mpi  # noqa: F401  (first: this process's MPI starts as a singleton that leaves nothing behind)
-from helpers import BINARY_TRACE, JSON_TRACE, job_environment, unclaimed_shared_memory
+from helpers import BINARY_TRACE, JSON_TRACE, TEST_TRANSPORT, job_environment, unclaimed_shared_memory
 from mailrail import segments
 
 #: What was in node-local shared memory when the session started (see pytest_sessionfinish).
@@ -55,6 +55,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             for path in sorted(new):
                 reporter.write_line(path)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(tryfirst=True)  # (before xdist's own, which reads the xdist_group marks)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The virtual-cluster tests run one at a time, on one worker (``-n 2 --dist loadgroup``): their
+    namespaces, cgroups and state share one prefix, and each test checks that nothing of that prefix is left.
+
+    Under ``MAILRAIL_TEST_TRANSPORT`` (make test-python-transport: the smoke set's jobs again on that
+    transport) a test that names its transport itself is the very check the main run made: left out."""
+    for item in items:
+        if item.get_closest_marker("cluster") is not None:
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+    if not TEST_TRANSPORT:
+        return
+    kept, pinned = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        chosen = callspec.params.get("transport") if callspec is not None else None
+        (pinned if chosen in ("python", "compiled") else kept).append(item)
+    if pinned:
+        config.hook.pytest_deselected(items=pinned)
+        items[:] = kept
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,27 @@ def leftovers() -> dict[str, list[str]]:
         "processes": processes_mentioning(state.STATE_ROOT + "/" + PREFIX),
         "shared memory": sorted(unclaimed_shared_memory()),
     }
+
+
+#: Seconds what a job leaves may take to go once its processes are gone (a SIGKILLed command's watchdog, a
+#: job beside this one between its end and its cleanup).
+SETTLE_S = 5.0
+
+
+def settled_leftovers(expected: dict[str, list[str]], bound: float = SETTLE_S) -> dict[str, list[str]]:
+    """:func:`leftovers` once they equal *expected*, or as they are after *bound* seconds."""
+    deadline = time.monotonic() + bound
+    while (now := leftovers()) != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return now
+
+
+def new_shared_memory(before: set[str], bound: float = SETTLE_S) -> set[str]:
+    """What :func:`unclaimed_shared_memory` holds beyond *before*, once that is nothing or after *bound* s."""
+    deadline = time.monotonic() + bound
+    while (new := unclaimed_shared_memory() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return new
 
 
 def unclaimed_shared_memory() -> set[str]:

@@ -25,6 +25,8 @@ import pytest
 from helpers import alive, mailrail
 from mailrail import rank
 
+pytestmark = pytest.mark.jobs  # (no rail: make test-python-transport leaves them out)
+
 #: Seconds any one runner below may take (they take well under one).
 BOUND = 60.0
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from helpers import leftovers
+from helpers import leftovers, settled_leftovers
 from mailrail.errors import ClusterError
 
 
@@ -39,5 +39,5 @@ def leaves_nothing(cluster_support):
     """The test may build clusters, but when it ends none of them has left anything behind."""
     before = leftovers()
     yield
-    after = leftovers()
+    after = settled_leftovers(before)
     assert after == before, f"left behind: {after} (before the test: {before})"

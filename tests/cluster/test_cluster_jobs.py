@@ -19,6 +19,7 @@ from helpers import (
     program,
     ready_pids,
     result_of,
+    settled_leftovers,
 )
 from mailrail.cluster import ClusterSpec, Link, VirtualCluster, namespaces
 
@@ -68,7 +69,7 @@ def four_nodes(cluster_support):
     before = leftovers()
     with VirtualCluster(ClusterSpec(nodes=4)) as cluster:
         yield cluster
-    assert leftovers() == before
+    assert settled_leftovers(before) == before
 
 
 @pytest.mark.parametrize("pattern", ["uniform", "incast"])

@@ -23,8 +23,10 @@ from helpers import (
     assert_succeeded,
     leftovers,
     mailrail,
+    new_shared_memory,
     program_path,
     result_of,
+    settled_leftovers,
     unclaimed_shared_memory,
 )
 from mailrail.cluster import namespaces, slurm, state
@@ -78,7 +80,7 @@ def slurm_cluster(cluster_support) -> str:
     finally:
         down(name)
     assert not [pid for pid in pids.values() if alive(pid)]
-    assert leftovers() == before
+    assert settled_leftovers(before) == before
 
 
 def on_head(name: str, *command: str, env: dict[str, str] | None = None):
@@ -100,7 +102,7 @@ def test_cluster_up_runs_the_daemons_and_down_ends_them(cluster_support):
     finally:
         down(name)
     assert not [pid for pid in pids.values() if alive(pid)]
-    assert leftovers() == before
+    assert settled_leftovers(before) == before
 
 
 def test_the_head_is_a_login_node_for_sinfo_and_srun(slurm_cluster):
@@ -265,7 +267,7 @@ def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluste
         r"mailrail command( \[the MPI's messages: \S+; -v shows them\])?$",
         last,
     ), failed.stderr
-    assert unclaimed_shared_memory() == shared_memory
+    assert new_shared_memory(shared_memory) == set()
     assert daemon_pids(slurm_cluster) == pids and all(alive(pid) for pid in pids.values())
     ran = on_head(slurm_cluster, "srun", f"--nodes={NODES}", "hostname")
     assert_succeeded(ran)
