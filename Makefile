@@ -118,8 +118,10 @@ docs-check: docs
 
 # The MPI jobs' tests two at a time: a job leaves a core idle a quarter of the time (starting, waiting on a
 # peer, a time-out test's sleep), and two workers took the main run from 15.8 to 10.5 minutes here.  The
-# virtual-cluster tests stay together on one worker (tests/conftest.py).  PARALLEL= runs them one by one.
-PARALLEL ?= -n 2 --dist loadgroup
+# virtual-cluster tests run after the others, one at a time: their namespaces, cgroups and state share one
+# prefix, and each checks that nothing of that prefix is left (pytest-xdist's xdist_group marks do not
+# group under pytest 9 here).  PARALLEL= runs everything one by one.
+PARALLEL ?= -n 2
 
 # What CI runs: lint, the documentation build and its layout in a browser, the whole suite on the default MPI (its MPI jobs on
 # the compiled transport, plus the tests that name the Python one), the smoke set's MPI jobs again
@@ -132,14 +134,18 @@ test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q -n 2 -m "not mpi and not cluster and not slow" --durations=10
 
 test-main: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -q $(PARALLEL) --durations=15
+	$(VENV)/bin/python -m pytest -q $(PARALLEL) -m "not cluster" --durations=15
+	$(VENV)/bin/python -m pytest -q -m cluster --durations=5
 
 # (tests that pick their transport themselves, and the job runner's, ran on both in test-main: left out)
 test-python-transport: $(VENV)/.installed
-	MAILRAIL_TEST_TRANSPORT=python $(VENV)/bin/python -m pytest -q $(PARALLEL) -m "smoke and mpi and not jobs" --durations=5
+	MAILRAIL_TEST_TRANSPORT=python $(VENV)/bin/python -m pytest -q $(PARALLEL) -m "smoke and mpi and not jobs and not cluster" \
+		--durations=5
+	MAILRAIL_TEST_TRANSPORT=python $(VENV)/bin/python -m pytest -q -m "smoke and mpi and not jobs and cluster" --durations=5
 
 test-other-mpi: $(VENV_MPICH)/.installed
-	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q $(PARALLEL) -m smoke --durations=5
+	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q $(PARALLEL) -m "smoke and not cluster" --durations=5
+	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q -m "smoke and cluster" --durations=5
 
 # The smoke set under each site MPI's own mpiexec (MailRail finds it: mailrail.launch.find_mpiexec)
 # and with none of the wheels' settings (mailrail.launch.launch_settings).  What a site user sets

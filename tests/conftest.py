@@ -57,16 +57,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-@pytest.hookimpl(tryfirst=True)  # (before xdist's own, which reads the xdist_group marks)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The virtual-cluster tests run one at a time, on one worker (``-n 2 --dist loadgroup``): their
-    namespaces, cgroups and state share one prefix, and each test checks that nothing of that prefix is left.
-
-    Under ``MAILRAIL_TEST_TRANSPORT`` (make test-python-transport: the smoke set's jobs again on that
+    """Under ``MAILRAIL_TEST_TRANSPORT`` (make test-python-transport: the smoke set's jobs again on that
     transport) a test that names its transport itself is the very check the main run made: left out."""
-    for item in items:
-        if item.get_closest_marker("cluster") is not None:
-            item.add_marker(pytest.mark.xdist_group("cluster"))
     if not TEST_TRANSPORT:
         return
     kept, pinned = [], []

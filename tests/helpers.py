@@ -184,14 +184,24 @@ def unclaimed_shared_memory() -> set[str]:
     return {path for path in entries - segments.mapped_segments(pids) if os.path.basename(path) not in running}
 
 
+#: Under pytest-xdist, the worker this process is (its jobs inherit the variable): another worker's jobs,
+#: running the same programs at the same time, are not this test's leftovers.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
 def processes_mentioning(text: str) -> list[str]:
-    """Processes whose command line names *text* (every launcher daemon names its cluster's ssh stand-in)."""
+    """Processes of this test run (this xdist worker's, under ``-n``) whose command line names *text* (every
+    launcher daemon names its cluster's ssh stand-in)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as source:
                     cmdline = source.read().replace(b"\0", b" ").decode(errors="replace")
+                if text in cmdline and _WORKER is not None:
+                    with open(f"/proc/{entry}/environ", "rb") as source:
+                        if f"PYTEST_XDIST_WORKER={_WORKER}".encode() not in source.read().split(b"\0"):
+                            continue
             except OSError:
                 continue
             if text in cmdline:
