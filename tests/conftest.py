@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import mailrail._mpi  # noqa: F401  (first: this process's MPI starts as a singleton that leaves nothing behind)
 from helpers import BINARY_TRACE, JSON_TRACE, TEST_TRANSPORT, job_environment, unclaimed_shared_memory
 from mailrail import segments
 
@@ -29,6 +28,16 @@ def _owner(path: str) -> int | None:
         return os.stat(path).st_uid
     except OSError:  # (gone meanwhile)
         return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """MPI starts here, before any test module imports mpi4py: as a singleton that leaves nothing behind
+    (:mod:`mailrail._mpi`).  Not in pytest-xdist's controller, which runs no test: Open MPI 4's singleton
+    writes its job's variables (``PMIX_*``, ``OMPI_MCA_ess``) into the process's environment, the workers
+    inherit them, and every ``mpiexec`` they start then takes itself for part of that job and exits 1."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import mailrail._mpi  # noqa: F401
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

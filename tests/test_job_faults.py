@@ -324,7 +324,8 @@ def test_an_exception_on_one_rank_ends_the_job_with_its_traceback_once():
         last, log = summary_of(job.stderr)
         said = "the job failed with exit status 1: rank 0 raised RuntimeError: injected failure on this rank"
         assert last == f"mailrail run: {said}", job.stderr
-        assert "MPI_ABORT was invoked" in log or "application called MPI_Abort" in log, log
+        assert "Traceback" not in log and "RuntimeError" not in log, log  # (the MPI's own lines only, if any:
+        # MPICH's abort line is lost now and then, when Hydra ends the job first)
         job.assert_nothing_left()
 
 

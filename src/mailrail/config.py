@@ -223,8 +223,7 @@ class Config:
     transport: str = knob(
         "auto",
         _choice(TRANSPORT_MODES),
-        "the message path: `compiled` (Cython), `python`, or `auto` "
-        "(compiled when built; `MAILRAIL_TRACE` takes the Python one)",
+        "the message path: `compiled` (Cython), `python`, or `auto` (compiled when built)",
         flag=False,
         aliases=("engine",),
     )
@@ -386,6 +385,16 @@ def knobs() -> list[Knob]:
 
 #: Each knob's parser, by name.
 KNOBS: dict[str, Parser] = {f.name: f.metadata["parse"] for f in dataclasses.fields(Config)}
+
+
+def default(name: str) -> Any:
+    """The default of the knob *name* (a :class:`Config` field): what every tool that restates a knob uses."""
+    field = Config.__dataclass_fields__.get(name)
+    if field is None:
+        raise KeyError(f"no knob named {name!r}")
+    return field.default
+
+
 #: Each knob's old names (deprecated aliases), by name.
 KNOB_ALIASES: dict[str, tuple[str, ...]] = {f.name: f.metadata["aliases"] for f in dataclasses.fields(Config)}
 #: Each old knob name still accepted, mapped to the knob's name (from the fields' ``aliases``).

@@ -145,3 +145,33 @@ def test_a_point_is_scaled_down_to_fit_its_time_limit(tmp_path):
     (point,) = json.loads(out.read_text())["points"]
     assert point["scaled"] and point["bytes_per_rank"] < 1000 * 4096
     assert point["runtime_s_at_bytes_asked"] > point["runtime_s"]
+
+
+def test_the_model_and_its_flags_default_to_mailrail_s_knobs():
+    """One owner of a knob's default (config.py): the model and `simulate`'s flags read it, never restate it."""
+    import argparse
+
+    from mailrail.config import Config, default
+    from mailrail.simulate import cli
+    from mailrail.simulate.model import Workload
+
+    knobs = Config()
+    load = Workload(ranks=2, ranks_per_node=1, victims=1, messages_per_rank=1, mode="none")
+    assert (load.datagram_size, load.recv_slots, load.send_slots, load.credit_threshold, load.piggyback) == (
+        knobs.datagram_size,
+        knobs.recv_pool_slots,
+        knobs.send_pool_slots,
+        knobs.credit_threshold,
+        knobs.piggyback,
+    )
+    parser = argparse.ArgumentParser()
+    cli._workload_arguments(parser)
+    flags = parser.parse_args([])
+    assert (flags.datagram_size, flags.send_slots, flags.credit_threshold) == (
+        knobs.datagram_size,
+        knobs.send_pool_slots,
+        knobs.credit_threshold,
+    )
+    assert cli._slots(flags, "rank", 8) == knobs.recv_pool_slots
+    with pytest.raises(KeyError, match="no knob named 'recv_slots'"):
+        default("recv_slots")

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..config import default
 from ..tools.figures import missing as figure_missing
 from ..tools.figures import pyplot
 from ..tools.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
@@ -88,7 +89,9 @@ def add_adversarial_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _workload_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--datagram-size", type=int_in(1, 1 << 30), default=4096, help="(default: %(default)s)")
+    parser.add_argument(
+        "--datagram-size", type=int_in(1, 1 << 30), default=default("datagram_size"), help="(default: %(default)s)"
+    )
     parser.add_argument(
         "--credits-per-pair",
         type=int_in(1, 1 << 30),
@@ -101,10 +104,18 @@ def _workload_arguments(parser: argparse.ArgumentParser) -> None:
         "--recv-slots",
         type=int_in(1, 1 << 40),
         default=None,
-        help="receive slots per rank (default: 512, or with --credits-per-pair the slots that back it)",
+        help=f"receive slots per rank (default: {default('recv_pool_slots')}, or with --credits-per-pair the slots "
+        "that back it)",
     )
-    parser.add_argument("--send-slots", type=int_in(1, 1 << 30), default=256, help="(default: %(default)s)")
-    parser.add_argument("--credit-threshold", type=int_in(1, 1 << 30), default=2, help="(default: %(default)s)")
+    parser.add_argument(
+        "--send-slots", type=int_in(1, 1 << 30), default=default("send_pool_slots"), help="(default: %(default)s)"
+    )
+    parser.add_argument(
+        "--credit-threshold",
+        type=int_in(1, 1 << 30),
+        default=default("credit_threshold"),
+        help="(default: %(default)s)",
+    )
     parser.add_argument("--partners", type=int_in(0, 1 << 20), default=0, help="as bench adversarial's (default: 0)")
     parser.add_argument("--seed", type=int_in(0, 2**32 - 1), default=1, help="(default: %(default)s)")
     parser.add_argument(
@@ -133,10 +144,11 @@ def _time_limit_argument(parser: argparse.ArgumentParser) -> None:
 def _slots(args: argparse.Namespace, mode: str, ranks: int) -> int:
     if args.recv_slots is not None:
         return int(args.recv_slots)
+    slots = int(default("recv_pool_slots"))
     if args.credits_per_pair is None:
-        return 512
+        return slots
     nodes = -(-ranks // args.ranks_per_node)
-    return {"rank": args.credits_per_pair * ranks, "node": args.credits_per_pair * nodes}.get(mode, 512)
+    return {"rank": args.credits_per_pair * ranks, "node": args.credits_per_pair * nodes}.get(mode, slots)
 
 
 def project(
@@ -577,10 +589,10 @@ def run_paper(args: argparse.Namespace) -> int:
         return usage_error("simulate paper", str(error))
     settings = argparse.Namespace(
         ranks_per_node=paper.RANKS_PER_NODE,
-        datagram_size=4096,
+        datagram_size=paper.DATAGRAM_SIZE,
         credits_per_pair=paper.CREDITS_PER_PAIR,
         recv_slots=None,
-        send_slots=256,
+        send_slots=default("send_pool_slots"),
         credit_threshold=paper.CREDIT_THRESHOLD,
         seed=args.seed,
         link_rate=None,

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from ..config import default
 from ..errors import ConfigError
 from ..flow import AdaptiveCredits, NodeCredits, RankCredits, Unconstrained, credit_budget
 from ..flow.base import FlowControl
@@ -61,12 +62,12 @@ class Workload:
     victims: int
     messages_per_rank: int
     mode: str
-    datagram_size: int = 4096
-    recv_slots: int = 512
-    send_slots: int = 256
-    credit_threshold: int = 2
-    credits_per_pair: int | None = None
-    piggyback: bool = True
+    datagram_size: int = default("datagram_size")
+    recv_slots: int = default("recv_pool_slots")
+    send_slots: int = default("send_pool_slots")
+    credit_threshold: int = default("credit_threshold")
+    credits_per_pair: int | None = default("credits_per_pair")
+    piggyback: bool = default("piggyback")
     partners: int = 0
     seed: int = 1
     receive_work_s: float = 0.0

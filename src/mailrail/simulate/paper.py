@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..config import default
+
 MIB = 1 << 20
 
 #: Table I: mean runtime (s) with 12.8 MiB per sender, 4 victims.
@@ -39,6 +41,8 @@ SWEEP_NODE_OVER_RANK_AT_HIGH_RATIO = 3.7
 STRANDING_RANK_OVER_NONE_RUNTIME = 4.0
 STRANDING_CREDIT_MESSAGES = {"rank": (17.8e6, 26.4e6), "node": (117e3, 435e3)}
 
+#: The paper's datagrams: 4 KiB.
+DATAGRAM_SIZE = 4096
 #: The paper's credit settings, as MailRail's knobs: 8 credits per pair in rank mode; node mode's 512 per
 #: receiving node is 8 per (sending node, receiving rank) with 64 ranks a node; threshold 2.
 CREDITS_PER_PAIR = 8
@@ -46,7 +50,7 @@ CREDIT_THRESHOLD = 2
 RANKS_PER_NODE = 64
 VICTIMS = 4
 #: Adaptive mode's receive slots: MailRail's default (its memory does not grow with the job).
-ADAPTIVE_RECV_SLOTS = 512
+ADAPTIVE_RECV_SLOTS: int = default("recv_pool_slots")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from ..config import default
 from .model import Workload
 from .params import ParamsError
 
@@ -94,12 +95,14 @@ def _case(
         victims=int(shape["victims"]),
         messages_per_rank=int(shape["messages_per_rank"]),
         mode=mode,
-        datagram_size=int(config.get("datagram_size", options.get("datagram_size", 4096))),
-        recv_slots=int(config.get("recv_pool_slots", options.get("recv_pool_slots", 512))),
-        send_slots=int(config.get("send_pool_slots", options.get("send_pool_slots", 256))),
-        credit_threshold=int(config.get("credit_threshold", options.get("credit_threshold", 2))),
+        datagram_size=int(config.get("datagram_size", options.get("datagram_size", default("datagram_size")))),
+        recv_slots=int(config.get("recv_pool_slots", options.get("recv_pool_slots", default("recv_pool_slots")))),
+        send_slots=int(config.get("send_pool_slots", options.get("send_pool_slots", default("send_pool_slots")))),
+        credit_threshold=int(
+            config.get("credit_threshold", options.get("credit_threshold", default("credit_threshold")))
+        ),
         credits_per_pair=config.get("credits_per_pair", options.get("credits_per_pair")),
-        piggyback=bool(config.get("piggyback", options.get("piggyback", True))),
+        piggyback=bool(config.get("piggyback", options.get("piggyback", default("piggyback")))),
         partners=int(shape.get("partners") or 0),
         seed=int(shape.get("seed", 1)),
         receive_work_s=float(shape.get("receive_work_us") or 0.0) * 1e-6,

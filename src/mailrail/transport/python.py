@@ -8,7 +8,7 @@ posting order (wildcard receives on one communicator match in that order),
 sends are reclaimed a few at a time from the oldest, so a call costs O(1)
 whatever the number of posted requests.  Every decision is the Endpoint's; this
 module holds the MPI requests and makes the calls.  It runs when the compiled
-transport is not built, with ``MAILRAIL_TRANSPORT=python``, and while recording a trace.
+transport is not built, and with ``MAILRAIL_TRANSPORT=python``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ class PythonTransport:
         posted_receives: int,
         endpoint: Endpoint,
         tuning: Tuning,
-        trace: Any = None,
         mpi: Any = MPI,
     ) -> None:
         self._mpi = mpi
@@ -69,7 +68,6 @@ class PythonTransport:
         self._credit = credit_comm
         self._endpoint = endpoint
         self._tuning = tuning
-        self._trace = trace
         self._send_pool = send_pool
         self._send_views = send_pool.views
         self._recv_views = recv_views
@@ -118,8 +116,6 @@ class PythonTransport:
     def send(self, dest: Any, buf: Any, nbytes: Any) -> None:
         endpoint = self._endpoint
         dest, nbytes, slot, tag, action = endpoint.submit(dest, buf, nbytes)
-        if self._trace is not None:
-            self._trace.message(dest, nbytes)
         if slot != NO_SLOT:
             self._transmit(dest, nbytes, slot, tag, action, deferred=False)
         elif endpoint.credit_outbox:  # deferred: adaptive mode asks for credit
