@@ -312,10 +312,12 @@ def summary_of(stderr: str) -> tuple[str, str]:
 
 @pytest.mark.mpi
 @pytest.mark.smoke
-def test_an_exception_on_one_rank_ends_the_job_with_its_traceback_once():
+def test_an_exception_on_one_rank_ends_the_job_with_its_traceback_once(tmp_path):
     """Rank 0 raises while rank 1 sits in Barrier (it used to hang forever)."""
-    with launched("--", "python", program_path("raise_beside_barrier.py")) as job:
+    trigger = tmp_path / "raise-now"
+    with launched("--", "python", program_path("raise_beside_barrier.py"), env={"TRIGGER_FILE": str(trigger)}) as job:
         job.wait_ready()
+        trigger.touch()  # (every READY line read first: an abort drops what a peer's forwarder still holds)
         assert job.finish() != 0
         assert job.stderr.count("] RuntimeError: injected failure on this rank") == 1, job.stderr
         assert "[rank 0 on " in job.stderr
