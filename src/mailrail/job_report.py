@@ -26,6 +26,7 @@ class FailureReport:
         self.messages = None if verbose else LauncherMessageFilter()
         self._scratch = tempfile.mkdtemp(prefix="mailrail-run-")
         self._failures = os.path.join(self._scratch, "failures")
+        self._log: str | None = None  # where kept() wrote the MPI's messages (once)
 
     @property
     def environment(self) -> dict[str, str]:
@@ -37,10 +38,11 @@ class FailureReport:
         of their own (in the temporary directory, kept), or nothing when there were none."""
         if self.messages is None or not self.messages.messages:
             return ""
-        fd, path = tempfile.mkstemp(prefix="mailrail-run-", suffix=".log")
-        with os.fdopen(fd, "w", encoding="utf-8") as log:
-            log.write(self.messages.text)
-        return f" [the MPI's messages: {path}; -v shows them]"
+        if self._log is None:
+            fd, self._log = tempfile.mkstemp(prefix="mailrail-run-", suffix=".log")
+            with os.fdopen(fd, "w", encoding="utf-8") as log:
+                log.write(self.messages.text)
+        return f" [the MPI's messages: {self._log}; -v shows them]"
 
     def say(self, command: str, status: int) -> None:
         """``COMMAND: the job failed ...`` on standard error when *status* is not 0 (and where the MPI's

@@ -122,7 +122,6 @@ class LauncherMessageFilter:
             if (self._rule is _HYDRA_RULE and not _HYDRA_BODY.fullmatch(bare)) or len(self._held) > MAX_BOX_LINES:
                 return self._release()
             return b""
-        shown = b""
         for rule in (_OPEN_MPI_RULE, _HYDRA_RULE):
             if rule.fullmatch(bare):
                 self._held.append(line)
