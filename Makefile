@@ -17,7 +17,7 @@ COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mail
 	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd \
 	src/mailrail/transport/_compiled.pyx
 
-.PHONY: demo test test-fast lint docs docs-check test-main test-python-transport test-other-mpi site-mpi-packages \
+.PHONY: demo test test-fast lint docs docs-check chromium checks environments test-main test-python-transport test-other-mpi site-mpi-packages \
 	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-calibration clean
 
 $(VENV)/.installed: $(COMPILED_SOURCES)
@@ -103,9 +103,12 @@ docs: $(VENV)/.installed
 	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # The site as a reader's browser lays it out (headless Chromium, 1,200 px): no code block wider than the
-# page, no figure shrunk past reading; screenshots in docs/_build/screenshots.  Chromium from Debian's
-# packages, installed when missing (as root, with apt-get), else a clear refusal.
-docs-check: docs
+# page, no figure shrunk past reading; screenshots in docs/_build/screenshots.
+docs-check: docs | chromium
+	$(VENV)/bin/python docs/check_layout.py docs/_build/html
+
+# Chromium from Debian's packages, installed when missing (as root, with apt-get), else a clear refusal.
+chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "docs-check: installing chromium"; \
@@ -114,7 +117,6 @@ docs-check: docs
 		else \
 			echo "docs-check: Chromium is needed: as root run apt-get install chromium" >&2; exit 1; \
 		fi; }
-	$(VENV)/bin/python docs/check_layout.py docs/_build/html
 
 # The MPI jobs' tests two at a time: a job leaves a core idle a quarter of the time (starting, waiting on a
 # peer, a time-out test's sleep), and two workers took the main run from 15.8 to 10.5 minutes here.  The
@@ -123,11 +125,22 @@ docs-check: docs
 # group under pytest 9 here).  PARALLEL= runs everything one by one.
 PARALLEL ?= -n 2
 
-# What CI runs: lint, the documentation build and its layout in a browser, the whole suite on the default MPI (its MPI jobs on
-# the compiled transport, plus the tests that name the Python one), the smoke set's MPI jobs again
+# What CI runs: lint, the documentation build and its layout in a browser, the whole suite on the default MPI (its
+# MPI jobs on the compiled transport, plus the tests that name the Python one), the smoke set's MPI jobs again
 # on the Python transport, then the smoke set on the other wheel (with PYTHONUNBUFFERED=1, as many users'
-# environments have it), then on Debian's Open MPI and MPICH.
-test: lint docs-check test-main test-python-transport test-other-mpi test-site-mpi
+# environments have it), then on Debian's Open MPI and MPICH.  Debian's packages come first, one apt-get at
+# a time (apt holds a lock); then two lanes side by side, each in order: the checks, and the other
+# environments (whose installs reuse the first one's compiled modules: setup.py); then the test stages.
+test: $(VENV)/.installed
+	$(MAKE) --no-print-directory chromium site-mpi-packages
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks environments
+	$(MAKE) --no-print-directory test-main test-python-transport test-other-mpi test-site-mpi
+
+checks: $(VENV)/.installed
+	$(MAKE) --no-print-directory -j1 lint docs-check
+
+environments:
+	$(MAKE) --no-print-directory -j1 $(VENV_MPICH)/.installed $(SITE_MPIS:%=.venv-site-%/.installed)
 
 # The tests that need no MPI job nor a package build, on two workers: under a minute here.
 test-fast: $(VENV)/.installed

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import BINARY_TRACE, JSON_TRACE, TEST_TRANSPORT, job_environment, unclaimed_shared_memory
+from helpers import BINARY_TRACE, JSON_TRACE, TEST_TRANSPORT, job_environment, unclaimed_job_files
 from mailrail import segments
 
-#: What was in node-local shared memory when the session started (see pytest_sessionfinish).
-_SHARED_MEMORY_AT_START: set[str] = set()
+#: What was in node-local shared memory, and MPI launchers' files in /tmp, when the session started (see
+#: pytest_sessionfinish).
+_JOB_FILES_AT_START: set[str] = set()
 
 
-def _shared_memory() -> set[str]:
+def _job_files() -> set[str]:
     root = segments.SHARED_MEMORY_ROOT
     try:
-        return {os.path.join(root, name) for name in os.listdir(root)}
+        entries = {os.path.join(root, name) for name in os.listdir(root)}
     except OSError:  # no /dev/shm here
-        return set()
+        entries = set()
+    return entries | {path for prefix in segments.LAUNCHER_FILE_PREFIXES for path in glob.glob(prefix + "*")}
 
 
 def _owner(path: str) -> int | None:
@@ -41,26 +44,26 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _SHARED_MEMORY_AT_START.update(_shared_memory())  # (the controller starts before its workers)
+    _JOB_FILES_AT_START.update(_job_files())  # (the controller starts before its workers)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A session that passed fails if it left anything of its own in /dev/shm: an MPI's segments or a job's
-    directory outlive their processes until a reboot (issue 34).  Entries another process still maps (a
-    job running beside the session), or that are a running job's directory, are not the session's; one that goes
-    within a second was being removed."""
+    """A session that passed fails if it left anything of its own in /dev/shm, or an MPI launcher's file in /tmp:
+    an MPI's segments or a job's directory outlive their processes until a reboot (issue 34).  Entries another
+    process still maps or holds (a job running beside the session), or that are a running job's directory, are
+    not the session's; one that goes within a second was being removed."""
     if exitstatus != 0 or hasattr(session.config, "workerinput"):  # (an xdist worker: its controller checks)
         return
-    new = unclaimed_shared_memory() - _SHARED_MEMORY_AT_START
+    new = unclaimed_job_files() - _JOB_FILES_AT_START
     if new:
         time.sleep(1.0)
-        new &= unclaimed_shared_memory()
+        new &= unclaimed_job_files()
         new = {path for path in new if _owner(path) == os.getuid()}
     if new:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.ensure_newline()
-            reporter.write_sep("=", f"the session left {len(new)} entries in /dev/shm", red=True)
+            reporter.write_sep("=", f"the session left {len(new)} files of its jobs (in /dev/shm, /tmp)", red=True)
             for path in sorted(new):
                 reporter.write_line(path)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

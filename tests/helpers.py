@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -146,7 +147,7 @@ def leftovers() -> dict[str, list[str]]:
         "state": state.known_names(PREFIX),
         "cgroups": groups,
         "processes": processes_mentioning(state.STATE_ROOT + "/" + PREFIX),
-        "shared memory": sorted(unclaimed_shared_memory()),
+        "job files": sorted(unclaimed_job_files()),
     }
 
 
@@ -163,25 +164,28 @@ def settled_leftovers(expected: dict[str, list[str]], bound: float = SETTLE_S) -
     return now
 
 
-def new_shared_memory(before: set[str], bound: float = SETTLE_S) -> set[str]:
-    """What :func:`unclaimed_shared_memory` holds beyond *before*, once that is nothing or after *bound* s."""
+def new_job_files(before: set[str], bound: float = SETTLE_S) -> set[str]:
+    """What :func:`unclaimed_job_files` holds beyond *before*, once that is nothing or after *bound* s."""
     deadline = time.monotonic() + bound
-    while (new := unclaimed_shared_memory() - before) and time.monotonic() < deadline:
+    while (new := unclaimed_job_files() - before) and time.monotonic() < deadline:
         time.sleep(0.1)
     return new
 
 
-def unclaimed_shared_memory() -> set[str]:
-    """The entries of /dev/shm that no live process maps and that are no running job's directory: what ended
-    jobs left there (an MPI's segments, a job's directory) until a reboot."""
+def unclaimed_job_files() -> set[str]:
+    """What ended jobs left until a reboot: the entries of /dev/shm that no live process maps and that are no
+    running job's directory (an MPI's segments, a job's directory), and the files MPI launchers make in /tmp
+    (:data:`mailrail.segments.LAUNCHER_FILE_PREFIXES`) that no live process holds."""
     root = segments.SHARED_MEMORY_ROOT
     try:
         entries = {os.path.join(root, name) for name in os.listdir(root)}
     except OSError:
-        return set()
+        entries = set()
     pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     running = {os.path.basename(job_dir) for job_dir in jobcontrol.running_job_dirs()}
-    return {path for path in entries - segments.mapped_segments(pids) if os.path.basename(path) not in running}
+    shared_memory = {path for path in entries - segments.mapped_segments(pids) if os.path.basename(path) not in running}
+    launcher_files = {path for prefix in segments.LAUNCHER_FILE_PREFIXES for path in glob.glob(prefix + "*")}
+    return shared_memory | (launcher_files - segments.held_launcher_files(pids))
 
 
 #: Under pytest-xdist, the worker this process is (its jobs inherit the variable): another worker's jobs,

@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from helpers import alive, job_environment, mailrail, new_shared_memory, program_path, unclaimed_shared_memory
-from mailrail import jobcontrol
+from helpers import alive, job_environment, mailrail, new_job_files, program_path, unclaimed_job_files
+from mailrail import jobcontrol, segments
 from mailrail.launch import JobStopped, mpi_environment, mpiexec_argv, run_bounded
 from mailrail.rank import rank_argv
 
@@ -88,6 +88,7 @@ class Launched:
         self.stdout = self.stderr = ""
         self.job: set[int] = set()
         self.mapped: set[str] = set()
+        self.launcher_files: set[str] = set()
 
     def wait_ready(self, ranks: int = 2) -> list[int]:
         """The ranks' pids once every rank printed READY (and the job's processes, launcher included)."""
@@ -101,6 +102,7 @@ class Launched:
             self.stdout += chunk
         self.pids = ready_pids(self.stdout)
         self.job = jobcontrol.descendants([self.process.pid]) - {self.process.pid}
+        self.launcher_files = segments.held_launcher_files(self.job)  # (MPICH's Hydra: its topology file)
         self.shared_memory = {(path, int(held)) for path, held in re.findall(r"READY .* SHM (\S+) (\d+)", self.stdout)}
         self.mapped = {p for paths in re.findall(r"READY .* MAPPED (\S+)", self.stdout) for p in paths.split(",")} - {
             "-"
@@ -132,6 +134,8 @@ class Launched:
             assert not os.path.exists(path), f"the job's shared memory {path} was left behind"
         # and so did every segment its ranks mapped (MPICH names its own, in /dev/shm itself)
         assert not [path for path in self.mapped if os.path.exists(path)], "the job's segments were left behind"
+        # and the files its launcher made in /tmp (a killed Hydra proxy left its topology file, every time)
+        assert not [path for path in self.launcher_files if os.path.exists(path)], self.launcher_files
 
     def cleanup(self) -> None:
         for pid in [self.process.pid, *self.job, *self.pids]:
@@ -407,12 +411,12 @@ def test_a_rank_killed_just_after_mpi_starts_leaves_no_segment(tmp_path):
         "import os, signal\nfrom mpi4py import MPI\n"
         "if MPI.COMM_WORLD.rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\nMPI.COMM_WORLD.Barrier()\n"
     )
-    before = unclaimed_shared_memory()
+    before = unclaimed_job_files()
     for _ in range(3):
         with launched("python", str(program), ranks=3) as job:
             assert job.finish(START_BOUND) != 0
             job.assert_nothing_left()
-    assert new_shared_memory(before) == set()
+    assert new_job_files(before) == set()
 
 
 @pytest.mark.mpi

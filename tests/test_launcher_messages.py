@@ -56,6 +56,11 @@ YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
 This typically refers to a problem with your application.
 Please see the FAQ page for debugging suggestions
 """
+# Open MPI 4's runtime, now and then in place of its abort box (seen with Debian's Open MPI 4.1)
+OPEN_MPI_4_RUNTIME_ERROR = (
+    "[vm:15107] [[6466,0],0] ORTE_ERROR_LOG: Data unpack had inadequate space in file ../orte/util/show_help.c"
+    " at line 501\n"
+)
 MPICH_ABORT = "Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n"
 # a rank SIGKILLed on another node of a virtual cluster (TCP between the nodes): its peers' MPI gives up
 OPEN_MPI_5_LOST_PEER = f"""[j62dd285da-head:25450] plm:ssh: Warning: setpgid(25458,25458) failed in parent with errno=Permission denied(13)
@@ -92,6 +97,7 @@ SAMPLES = [
     OPEN_MPI_5_ABORT,
     OPEN_MPI_5_KILLED,
     OPEN_MPI_4_KILLED,
+    OPEN_MPI_4_RUNTIME_ERROR,
     OPEN_MPI_5_LOST_PEER,
     HYDRA_KILLED,
     HYDRA_LOST_NODE,

@@ -58,7 +58,7 @@ from .segments import (
     JOB_VARIABLE,
     SHARED_MEMORY_ROOT,
     append_to,
-    mapped_segments,
+    job_files,
     recorded_segments,
     remove_segments,
 )
@@ -307,7 +307,7 @@ def shared_memory_dir(job_dir: str) -> str:
 def end_job(job_dir: str) -> set[int]:
     """End every process marked with *job_dir* and remove the directory, its shared-memory directory and the
     segments its processes mapped (the watchdog's command)."""
-    segments = mapped_segments(job_processes(job_dir))
+    segments = job_files(job_processes(job_dir))
     try:
         return end_processes(lambda: job_processes(job_dir))
     finally:

@@ -33,8 +33,7 @@ from . import jobcontrol
 from .errors import MailRailError
 from .failure import write_all
 from .launcher_messages import LauncherMessageFilter
-from .segments import mapped_segments as segments_of_job
-from .segments import recorded_segments, remove_segments
+from .segments import job_files, recorded_segments, remove_segments
 
 #: What the PyPI MPI wheels need on one machine (or the virtual cluster), only set when unset and only
 #: for a wheel (:func:`launch_settings`): by flavor, ``"any"`` for both.
@@ -448,7 +447,7 @@ def run_bounded(
     relay = _Relay(2, launcher_messages) if clean_stderr and not (capture or capture_stderr) else None
     # (MPICH's Hydra prints its verdict on a killed rank to standard output: kept by a filter of its own)
     out_relay = _Relay(1, launcher_messages.for_another_stream()) if relay and launcher_messages else None
-    segments: set[str] = set()  # what the job mapped in /dev/shm: removed with it (MPICH's cannot be moved)
+    segments: set[str] = set()  # what the job mapped in /dev/shm or its launcher made in /tmp: removed with it
     seen: set[int] = set()  # every process of the job found alive: those re-parented to us are reaped at the end
     with jobcontrol.subreaper():
 
@@ -463,7 +462,7 @@ def run_bounded(
             return found
 
         def observe() -> None:
-            segments.update(segments_of_job(processes()))
+            segments.update(job_files(processes()))
 
         try:
             # A signal is held while Popen() runs: it never leaves a forked child whose pid we do not know.

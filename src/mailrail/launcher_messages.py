@@ -25,6 +25,7 @@ _HYDRA_BODY = re.compile(rb"=(\s.*)?")
 _LOOSE_LINES = re.compile(
     rb"\[[^\]\s]+:\d+\] \d+ more process(es)? ha(s|ve) sent help message .*"
     rb"|\[[^\]\s]+:\d+\] (\*\*\* |\w+:\w+: ).*"  # Open MPI's error handler; a framework's warning (plm:ssh: ...)
+    rb"|\[[^\]\s]+:\d+\] \[\[\d+,\d+\],\d+\] .*"  # Open MPI 4's runtime (ORTE_ERROR_LOG: ...)
     rb"|\[(proxy:[\d:]+|mpiexec)@[^\]\s]+\] .*"  # Hydra's proxy and mpiexec
     rb"|\[[^\]\s]+:\d+\] Set MCA parameter \"\w+\" to 0 to see all help / error messages"
     rb"|Abort is in progress\.\.\.hit ctrl-c again to forcibly terminate"

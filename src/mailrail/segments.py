@@ -36,6 +36,35 @@ def mapped_segments(pids: Iterable[int]) -> set[str]:
     return found
 
 
+#: Files an MPI's launcher makes outside the job's ``TMPDIR`` and removes only when it ends normally: MPICH's
+#: Hydra proxy writes the node's topology for its ranks to ``/tmp/hydra_hwloc_xmlfile_XXXXXX`` (the directory
+#: is compiled in) and holds it open while they run.  A killed proxy left one per job.
+LAUNCHER_FILE_PREFIXES = ("/tmp/hydra_hwloc_xmlfile_",)
+
+
+def held_launcher_files(pids: Iterable[int]) -> set[str]:
+    """The :data:`LAUNCHER_FILE_PREFIXES` files that *pids* hold open."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or not ours to read
+            continue
+        for descriptor in descriptors:
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{descriptor}")
+                if target.startswith(LAUNCHER_FILE_PREFIXES):
+                    found.add(target)
+    return found
+
+
+def job_files(pids: Iterable[int]) -> set[str]:
+    """What the job's processes *pids* hold that outlives them when they are killed: the shared-memory segments
+    they map and their launcher's files (removed with the job, :func:`remove_segments`)."""
+    pids = list(pids)
+    return mapped_segments(pids) | held_launcher_files(pids)
+
+
 #: The file in a job's directory listing the segments its processes were seen to map.
 SEGMENTS_FILE = "segments"
 
@@ -67,20 +96,27 @@ def recorded_segments(job_dir: str) -> set[str]:
     """The segments the ranks of the job *job_dir* recorded (:func:`record_segments`)."""
     try:
         with open(os.path.join(job_dir, SEGMENTS_FILE), encoding="utf-8", errors="replace") as source:
-            return {line.rstrip("\n") for line in source if line.startswith(SHARED_MEMORY_ROOT + os.sep)}
+            return {line.rstrip("\n") for line in source if line.startswith(_RECORDED_PREFIXES)}
     except OSError:
         return set()
 
 
 def remove_segments(paths: Iterable[str]) -> None:
-    """Unlink the segments *paths* a job mapped, once it ended (a rank killed before its MPI unlinked them
-    leaves them until a reboot).  Their names are the job's own (random per job), so no other job's go."""
+    """Unlink the segments *paths* a job mapped (and its launcher's files, :func:`job_files`), once it ended (a
+    rank killed before its MPI unlinked them leaves them until a reboot).  Their names are the job's own
+    (random per job), so no other job's go."""
     for path in paths:
         with contextlib.suppress(OSError):
             os.unlink(path)
 
 
+#: What a job's record may name (anything else in it is not removed).
+_RECORDED_PREFIXES = (SHARED_MEMORY_ROOT + os.sep, *LAUNCHER_FILE_PREFIXES)
+
+
 def record_own_segments() -> None:
-    """Record what this process maps now, if it belongs to a job (one read of /proc/self/maps, ~0.1 ms)."""
+    """Record what this process maps now, and the launcher's files its parent (the MPI's process launcher on
+    this node) holds, if it belongs to a job (~0.1 ms).  A job can end within a second of MPI's start (an
+    abort): whoever ends it may never have seen them."""
     if os.environ.get(JOB_VARIABLE):
-        record_segments(sorted(mapped_segments([os.getpid()])))
+        record_segments(sorted(mapped_segments([os.getpid()]) | held_launcher_files([os.getppid()])))

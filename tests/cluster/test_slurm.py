@@ -23,11 +23,11 @@ from helpers import (
     assert_succeeded,
     leftovers,
     mailrail,
-    new_shared_memory,
+    new_job_files,
     program_path,
     result_of,
     settled_leftovers,
-    unclaimed_shared_memory,
+    unclaimed_job_files,
 )
 from mailrail.cluster import namespaces, slurm, state
 from mailrail.cluster.slurm import SlurmPaths
@@ -246,7 +246,7 @@ def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluste
     """A job that fails is ended on every node, as on a cluster without Slurm, says so in one line and leaves
     nothing in /dev/shm; the daemons stay for the next."""
     pids = daemon_pids(slurm_cluster)
-    shared_memory = unclaimed_shared_memory()
+    shared_memory = unclaimed_job_files()
     failed = mailrail(
         "run",
         "-n",
@@ -267,7 +267,7 @@ def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluste
         r"mailrail command( \[the MPI's messages: \S+; -v shows them\])?$",
         last,
     ), failed.stderr
-    assert new_shared_memory(shared_memory) == set()
+    assert new_job_files(shared_memory) == set()
     assert daemon_pids(slurm_cluster) == pids and all(alive(pid) for pid in pids.values())
     ran = on_head(slurm_cluster, "srun", f"--nodes={NODES}", "hostname")
     assert_succeeded(ran)
