@@ -136,11 +136,12 @@ test: $(VENV)/.installed
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks environments
 	$(MAKE) --no-print-directory test-main test-python-transport test-other-mpi test-site-mpi
 
+# (each lane one target at a time: a make of its own, outside the parent's job slots)
 checks: $(VENV)/.installed
-	$(MAKE) --no-print-directory -j1 lint docs-check
+	MAKEFLAGS= $(MAKE) --no-print-directory lint docs-check
 
 environments:
-	$(MAKE) --no-print-directory -j1 $(VENV_MPICH)/.installed $(SITE_MPIS:%=.venv-site-%/.installed)
+	MAKEFLAGS= $(MAKE) --no-print-directory $(VENV_MPICH)/.installed $(SITE_MPIS:%=.venv-site-%/.installed)
 
 # The tests that need no MPI job nor a package build, on two workers: under a minute here.
 test-fast: $(VENV)/.installed
