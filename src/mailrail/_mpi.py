@@ -7,12 +7,19 @@ peer on its node to share memory with, so while MPI starts in a singleton of our
 left out (:func:`singleton_variables`, a setting other MPIs ignore); the variable is restored at
 once, so nothing the process starts inherits it.  A launcher's ranks, a process whose MPI was
 initialized before MailRail was imported, and an ``OMPI_MCA_btl`` of the user's are left alone.
+
+A singleton's MPI also makes its session directory in ``TMPDIR`` (Open MPI 5: an empty
+``ompi.<host>.<uid>/jf.0/<job>`` per run, never removed; Open MPI 4: its PMIx segments).  While MPI
+starts in a singleton of ours, ``TMPDIR`` is a directory of its own, removed when the process exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 
 from .config import launcher_rank
@@ -31,14 +38,34 @@ def singleton_variables(environ: Mapping[str, str]) -> dict[str, str]:
 
 @contextlib.contextmanager
 def starting_mpi() -> Iterator[None]:
-    """Hold :func:`singleton_variables` in this process's environment while MPI starts, then restore it."""
+    """Hold :func:`singleton_variables` in this process's environment while MPI starts, then restore it; in a
+    singleton, ``TMPDIR`` too (a directory of its own, removed at exit)."""
     added = singleton_variables(os.environ)  # (only variables the environment does not set)
+    session = _singleton_session() if launcher_rank(os.environ) is None else None
+    tmpdir = os.environ.get("TMPDIR")
     os.environ.update(added)
+    if session is not None:
+        os.environ["TMPDIR"] = session
     try:
         yield
     finally:
         for name in added:
             os.environ.pop(name, None)
+        if session is not None:
+            if tmpdir is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = tmpdir
+            if tempfile.tempdir == session:  # (read while MPI started: the program's temporary files go where it says)
+                tempfile.tempdir = None
+
+
+def _singleton_session() -> str:
+    """A directory for a singleton's MPI session, removed at exit.  Python's exit handlers run before mpi4py
+    finalizes MPI (checked with the wheels and both site MPIs): finalizing without it went without a word."""
+    session = tempfile.mkdtemp(prefix="mailrail-singleton-")
+    atexit.register(shutil.rmtree, session, True)
+    return session
 
 
 with starting_mpi():  # (initializes MPI unless mpi4py.MPI was imported before, or mpi4py.rc says not to)
