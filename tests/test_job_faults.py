@@ -20,8 +20,9 @@ import time
 
 import pytest
 
-from helpers import alive, job_environment, mailrail, new_job_files, program_path, unclaimed_job_files
+from helpers import SETTLE_S, alive, job_environment, mailrail, new_job_files, program_path, unclaimed_job_files
 from mailrail import jobcontrol, segments
+from mailrail.failure import FAILURES_VARIABLE
 from mailrail.launch import JobStopped, mpi_environment, mpiexec_argv, run_bounded
 from mailrail.rank import rank_argv
 
@@ -61,6 +62,17 @@ def job_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "mailrail-job-*")))
 
 
+def environment_values(pids: list[int], name: str) -> set[str]:
+    """The values of the variable *name* in the environments of *pids* (those that are readable)."""
+    found = set()
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as source:
+            for entry in source.read().split(b"\0"):
+                if entry.startswith(name.encode() + b"="):
+                    found.add(entry.split(b"=", 1)[1].decode())
+    return found
+
+
 def gone(pids: list[int], bound: float = END_BOUND) -> list[int]:
     """The *pids* still alive after up to *bound* seconds (a process may take a moment to be reaped)."""
     deadline = time.monotonic() + bound
@@ -89,6 +101,7 @@ class Launched:
         self.job: set[int] = set()
         self.mapped: set[str] = set()
         self.launcher_files: set[str] = set()
+        self.scratch: set[str] = set()  # mailrail run's own directory for the job (where ranks record failures)
 
     def wait_ready(self, ranks: int = 2) -> list[int]:
         """The ranks' pids once every rank printed READY (and the job's processes, launcher included)."""
@@ -103,6 +116,7 @@ class Launched:
         self.pids = ready_pids(self.stdout)
         self.job = jobcontrol.descendants([self.process.pid]) - {self.process.pid}
         self.launcher_files = segments.held_launcher_files(self.job)  # (MPICH's Hydra: its topology file)
+        self.scratch = {os.path.dirname(path) for path in environment_values(self.pids, FAILURES_VARIABLE)}
         self.shared_memory = {(path, int(held)) for path, held in re.findall(r"READY .* SHM (\S+) (\d+)", self.stdout)}
         self.mapped = {p for paths in re.findall(r"READY .* MAPPED (\S+)", self.stdout) for p in paths.split(",")} - {
             "-"
@@ -136,6 +150,11 @@ class Launched:
         assert not [path for path in self.mapped if os.path.exists(path)], "the job's segments were left behind"
         # and the files its launcher made in /tmp (a killed Hydra proxy left its topology file, every time)
         assert not [path for path in self.launcher_files if os.path.exists(path)], self.launcher_files
+        # and mailrail run's own directory, even when mailrail run was SIGKILLed (its watchdog removes it)
+        deadline = time.monotonic() + SETTLE_S
+        while any(os.path.exists(path) for path in self.scratch) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [path for path in self.scratch if os.path.exists(path)], self.scratch
 
     def cleanup(self) -> None:
         for pid in [self.process.pid, *self.job, *self.pids]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from . import jobcontrol
 from .failure import FAILURES_VARIABLE, describe_ranks, read_failures
 from .launcher_messages import EndedProcess, LauncherMessageFilter, ended_processes
 
@@ -19,12 +20,15 @@ from .launcher_messages import EndedProcess, LauncherMessageFilter, ended_proces
 class FailureReport:
     """What a job's ranks record while it runs and the MPI's messages it prints (unless *verbose*: those are
     shown where they came), then the one line its runner says at its end (:meth:`say`).  A context manager:
-    its scratch directory goes at the end."""
+    its scratch directory goes at the end, or when this process dies (SIGKILL included: the watchdog's)."""
 
     def __init__(self, ranks: int, *, verbose: bool = False) -> None:
         self.ranks = ranks
         self.messages = None if verbose else LauncherMessageFilter()
         self._scratch = tempfile.mkdtemp(prefix="mailrail-run-")
+        self._unregister = jobcontrol.on_owner_death(
+            [sys.executable, "-m", "mailrail.jobcontrol", "end-job", self._scratch]
+        )
         self._failures = os.path.join(self._scratch, "failures")
         self._log: str | None = None  # where kept() wrote the MPI's messages (once)
 
@@ -66,6 +70,7 @@ class FailureReport:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         shutil.rmtree(self._scratch, ignore_errors=True)
+        self._unregister()
 
 
 #: The longest part of an exception's message the summary line quotes.
