@@ -3,60 +3,15 @@ backpressure) and in memory (mailrail.testing's World, over seeds); errors; pend
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import mpirun, program_path
+from containers_support import MPI_RUNS, SCALE, assert_staged, assert_staged_in_memory, job_env, load_program
+from helpers import mpirun
 from mailrail.containers.counting_set import CountingSet, byte_order, canonical, distinct_keys
 from mailrail.testing import World
-
-#: Batch sizes of the jobs by their number of ranks: 4 ranks on a small machine take turns.
-SCALE = {2: "1", 4: "0.5"}
-#: Small datagrams and pools: many datagrams per batch, constant backpressure.
-TINY_POOLS = {"MAILRAIL_DATAGRAM_SIZE": "256", "MAILRAIL_SEND_POOL_SLOTS": "2", "MAILRAIL_RECV_POOL_SLOTS": "6"}
-
-#: The parametrizations of the mpiexec tests of CountingSet, Set and Bag: every mode, tiny pools, the Python
-#: transport once, one smoke run.
-MPI_RUNS = [
-    pytest.param(1, "none", 2, False, None, marks=pytest.mark.smoke),
-    (2, "rank", 4, True, None),
-    (3, "node", 4, True, None),
-    (4, "adaptive", 4, True, None),
-    (5, "adaptive", 2, True, "python"),
-]
-
-
-def load_program(name: str):
-    """A test program as a module (its scenario functions run on mailrail.testing's ranks; main() is not run)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, program_path(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def job_env(mode: str, pools: bool, transport: str | None) -> dict[str, str]:
-    env = {"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2", **(TINY_POOLS if pools else {})}
-    if transport:
-        env["MAILRAIL_TRANSPORT"] = transport
-    return env
-
-
-def assert_staged(result: dict, ranks: int) -> None:
-    """Work left pending at finalize() without a barrier: counted as staged and warned about; an error if strict."""
-    for report in result["staged"]:
-        assert 0 < report["report"]["staged"] <= report["pending"], report
-        assert len(report["warnings"]) == 1 and "staged" in report["warnings"][0]
-    for strict in result["strict"]:
-        assert "left staged" in strict["error"], strict
-
 
 # -- under mpiexec ------------------------------------------------------------------------------------------------
 
@@ -87,7 +42,7 @@ def test_counting_set_matches_a_numpy_reference(seed, mode, ranks, pools, transp
 def test_adds_pending_at_finalize_are_reported_as_staged():
     result = mpirun(2, "containers_counting_set.py", "--seed", "6", "--batches", "1", "--staged")
     assert result["failures"] == []
-    assert_staged(result, 2)
+    assert_staged(result)
 
 
 # -- in memory ----------------------------------------------------------------------------------------------------
@@ -104,12 +59,7 @@ def test_counting_set_in_memory_over_seeds(seed, size):
 
 @pytest.mark.filterwarnings("ignore::mailrail.errors.UndeliveredWarning")
 def test_counting_set_in_memory_reports_pending_adds_as_staged():
-    program = load_program("containers_counting_set")
-    results = World(3, seed=1).run(program.staged, False)
-    for result in results:
-        assert 0 < result["report"]["staged"] <= result["pending"]
-    for result in World(2, seed=2).run(program.staged, True):
-        assert "left staged" in result["error"]
+    assert_staged_in_memory(load_program("containers_counting_set"))
 
 
 def test_a_handler_adding_while_the_barrier_runs_is_counted():
