@@ -1,4 +1,6 @@
-"""Flow-control strategies: plain objects with no MPI import.
+"""Flow-control strategies: plain objects with no MPI import.  One module here uses MPI, and importing the
+package does not import it: :mod:`~mailrail.flow.node_memory`, the node's shared credit memory (an MPI
+shared-memory window, or CPU atomics in it), which the rail makes for node and adaptive modes.
 
 * :class:`~mailrail.flow.base.Unconstrained` (``none``): send at once, always.
 * :class:`~mailrail.flow.rank.RankCredits` (``rank``): credits per sender/receiver rank pair.
