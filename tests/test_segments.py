@@ -57,5 +57,7 @@ def test_a_rank_records_the_launcher_files_its_parent_holds(tmp_path):
 
 
 def test_a_record_names_nothing_outside_shared_memory_and_the_launchers_files(tmp_path):
-    (tmp_path / segments.SEGMENTS_FILE).write_text("/etc/passwd\n/dev/shm/mpich_shm_x\n/tmp/other\n")
+    (tmp_path / segments.SEGMENTS_FILE).write_text(
+        "/etc/passwd\n/dev/shm/mpich_shm_x\n/tmp/other\n/dev/shm/../etc/passwd\n/tmp/hydra_hwloc_xmlfile_/../x\n"
+    )
     assert segments.recorded_segments(str(tmp_path)) == {"/dev/shm/mpich_shm_x"}

@@ -60,10 +60,14 @@ def starting_mpi() -> Iterator[None]:
                 tempfile.tempdir = None
 
 
-def _singleton_session() -> str:
-    """A directory for a singleton's MPI session, removed at exit.  Python's exit handlers run before mpi4py
-    finalizes MPI (checked with the wheels and both site MPIs): finalizing without it went without a word."""
-    session = tempfile.mkdtemp(prefix="mailrail-singleton-")
+def _singleton_session() -> str | None:
+    """A directory for a singleton's MPI session, removed at exit (None if none can be made: the MPI's own
+    place then).  Python's exit handlers run before mpi4py finalizes MPI (checked with the wheels and both
+    site MPIs): finalizing without it went without a word."""
+    try:
+        session = tempfile.mkdtemp(prefix="mailrail-singleton-")
+    except OSError:
+        return None
     atexit.register(shutil.rmtree, session, True)
     return session
 

@@ -96,9 +96,11 @@ def recorded_segments(job_dir: str) -> set[str]:
     """The segments the ranks of the job *job_dir* recorded (:func:`record_segments`)."""
     try:
         with open(os.path.join(job_dir, SEGMENTS_FILE), encoding="utf-8", errors="replace") as source:
-            return {line.rstrip("\n") for line in source if line.startswith(_RECORDED_PREFIXES)}
+            paths = {line.rstrip("\n") for line in source}
     except OSError:
         return set()
+    # (a path that climbs out of its directory, ``/dev/shm/../x``, names another file: never removed)
+    return {path for path in paths if path.startswith(_RECORDED_PREFIXES) and path == os.path.normpath(path)}
 
 
 def remove_segments(paths: Iterable[str]) -> None:
