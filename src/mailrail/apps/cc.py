@@ -57,7 +57,7 @@ class ConnectedComponents:
     name = "cc"
 
     def __init__(self, comm: Any, args: argparse.Namespace) -> None:
-        from mpi4py import MPI
+        from .._mpi import MPI
 
         self.comm, self.rank, self.ranks = comm, comm.Get_rank(), comm.Get_size()
         if args.edges:
@@ -178,7 +178,7 @@ class ConnectedComponents:
                     return
                 coalescer.send(*self.outgoing(self.take_lowered()))
 
-        from mpi4py import MPI
+        from .._mpi import MPI
 
         coalescer = Coalescer(rail, np.uint64, arrived)
         sent_before = rail.stats()["messages_sent"]
@@ -232,7 +232,7 @@ class ConnectedComponents:
             for rank, labels in enumerate(gathered):
                 full[rank :: self.ranks] = labels
             exact = bool(np.array_equal(full, self.expected))
-        from mpi4py import MPI
+        from .._mpi import MPI
 
         return bool(self.comm.allreduce(consistent and self.comm.bcast(exact), op=MPI.LAND))
 
@@ -274,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     checked = app_rail_options("cc", args, RAIL_DEFAULTS)
     if checked is None:
         return 2
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     comm = MPI.COMM_WORLD
     if not args.edges:

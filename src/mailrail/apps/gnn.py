@@ -196,7 +196,7 @@ class FeatureAggregation:
     def verify(self) -> bool:
         """Collective: every owned vertex's mean equals the float64 reference (float32: rtol and atol 1e-5);
         with ``--gather-only``, every gathered vector is exactly its vertex's."""
-        from mpi4py import MPI
+        from .._mpi import MPI
 
         if self.gather_only:
             close = bool(np.array_equal(self.output, self.expected))
@@ -282,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
             f"a {datagram_size}-byte datagram cannot carry one reply of {args.features} features "
             f"({8 + record} bytes with its segment header): raise --datagram-size",
         )
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     comm = MPI.COMM_WORLD
     edges = args.edge_factor << args.scale

@@ -290,8 +290,7 @@ def summarize_trial(results: list[TrialResult], senders: int, victims: list[int]
 
 
 def run(args: argparse.Namespace) -> int:
-    from mpi4py import MPI
-
+    from .._mpi import MPI
     from ..flow.node_memory import NodeTopology
     from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 

@@ -34,8 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mpi4py import MPI
-
+    from .._mpi import MPI
     from ..flow.node_memory import SharedWindowCounters, resolve_atomics  # MPI windows: imported to run, not to parse
 
     comm = MPI.COMM_WORLD

@@ -53,8 +53,7 @@ def record(number: int, word: str, weight: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = rail_options(args)
-    from mpi4py import MPI
-
+    from .._mpi import MPI
     from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
     comm = MPI.COMM_WORLD
@@ -116,7 +115,7 @@ def _check(comm: Any, sender: bool, n: int, what: str) -> None:
 
 def _call_rate(comm: Any, rail: Any, peer: int, sender: bool, n: int) -> float:
     """Calls per second for one pair, from the first call to the end of the barrier that completes them."""
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     comm.Barrier()
     start = time.perf_counter()
@@ -132,7 +131,7 @@ def _call_rate(comm: Any, rail: Any, peer: int, sender: bool, n: int) -> float:
 
 def _isend_rate(comm: Any, peer: int, sender: bool, n: int) -> float:
     """The same objects with mpi4py's pickled point-to-point: ``isend`` one tuple per message, ``recv``."""
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     raw = comm.Dup()
     raw.Barrier()

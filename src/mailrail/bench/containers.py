@@ -60,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     options, config = checked
-    from mpi4py import MPI
-
+    from .._mpi import MPI
     from ..coalesce import Coalescer
     from ..containers import CountingSet
     from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags

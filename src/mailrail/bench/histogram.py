@@ -139,8 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     options, config = checked
-    from mpi4py import MPI
-
+    from .._mpi import MPI
     from ..coalesce import Coalescer
     from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
@@ -222,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _direct_count(comm, keys: np.ndarray, table: Table) -> np.ndarray:
     """This rank's block of a direct count of every rank's keys (reduce-scatter of full counts)."""
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     padded = table.block * comm.Get_size()
     full = np.bincount(keys.astype(np.intp), minlength=padded).astype(np.int64)
@@ -233,7 +232,7 @@ def _direct_count(comm, keys: np.ndarray, table: Table) -> np.ndarray:
 
 def _timed_trial(comm, table: Table, expected: np.ndarray | None, global_inserts: int, insert) -> dict:
     """One trial: clear the table, barrier, time *insert* (every key counted once settled), check it."""
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     table.clear()
     comm.Barrier()
@@ -249,7 +248,7 @@ def _timed_trial(comm, table: Table, expected: np.ndarray | None, global_inserts
 
 
 def _check(comm, table: Table, expected: np.ndarray | None, global_inserts: int) -> bool:
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     total = comm.allreduce(int(table.counts.sum()), op=MPI.SUM)
     exact = expected is None or bool(np.array_equal(table.counts, expected))

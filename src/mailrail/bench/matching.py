@@ -74,7 +74,7 @@ def _resident_bytes() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
 def _measure(wire: Any, queue: int, receives: int, nbytes: int, tag_ub: int) -> dict[str, Any]:
     """One queue length: fill, time each kind of receive, drain and check (collective)."""
     import numpy as np
-    from mpi4py import MPI
+
+    from .._mpi import MPI
 
     rank, size = wire.Get_rank(), wire.Get_size()
     senders = size - 1

@@ -67,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
     problem = _config_problem(options, args.sizes, args.max_recvs_compare)
     if problem:  # every rank alike, before MPI: no rail of a later size fails mid-run
         return usage_error("bench stream", problem)
-    from mpi4py import MPI
-
+    from .._mpi import MPI
     from ..rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
     comm = MPI.COMM_WORLD
@@ -222,7 +221,7 @@ def _raw_rate(comm, peer: int, sender: bool, nbytes: int, n: int, *, batched: bo
     (the least Python a message can cost).  Batched: ``Startall``/``Waitall`` the whole
     ring at once (MPI's loop in C: the ceiling).
     """
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     raw = comm.Dup()
     window = min(RAW_WINDOW, n)
@@ -256,6 +255,6 @@ def _raw_rate(comm, peer: int, sender: bool, nbytes: int, n: int, *, batched: bo
 
 
 def _max():
-    from mpi4py import MPI
+    from .._mpi import MPI
 
     return MPI.MAX
