@@ -364,6 +364,15 @@ def handle_termination_signals() -> None:
         signal.signal(signum, _on_termination_signal)
 
 
+def ignore_termination_signals() -> None:
+    """This process is ending itself (a rank aborting its job): a termination signal from now on is ignored, not
+    raised, so that it neither interrupts the ending nor reports itself as a second failure of the rank (the
+    job's end sent SIGTERM while a rank that raised was still passing its traceback on).  SIGKILL still ends
+    a process whose ending hangs."""
+    global _terminating
+    _terminating = True
+
+
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
     """A termination signal arriving in the block is held until the block ends, then raised."""

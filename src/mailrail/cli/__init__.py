@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ClusterError
 from ..failure import abort_job
-from ..jobcontrol import TERMINATION_SIGNALS, Terminated, handle_termination_signals
+from ..jobcontrol import TERMINATION_SIGNALS, Terminated, handle_termination_signals, ignore_termination_signals
 from ..launch import LaunchError
 from ..tools.flags import one_line_errors
 
@@ -315,6 +315,7 @@ def _job_size() -> int:
 def _abort_if_rank(error: BaseException) -> None:
     """A command running as a rank of a bigger job that fails ends the whole job (no peer left waiting)."""
     if _job_size() > 1:
+        ignore_termination_signals()
         abort_job(error)
 
 
