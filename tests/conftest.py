@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import BINARY_TRACE, JSON_TRACE, TEST_TRANSPORT, job_environment, unclaimed_job_files
-from mailrail import segments
+from helpers import BINARY_TRACE, JSON_TRACE, TEST_TRANSPORT, job_environment, present_job_files, unclaimed_job_files
 
 #: What was in node-local shared memory, and MPI launchers' files in /tmp, when the session started (see
 #: pytest_sessionfinish).
 _JOB_FILES_AT_START: set[str] = set()
-
-
-def _job_files() -> set[str]:
-    root = segments.SHARED_MEMORY_ROOT
-    try:
-        entries = {os.path.join(root, name) for name in os.listdir(root)}
-    except OSError:  # no /dev/shm here
-        entries = set()
-    return entries | {path for prefix in segments.LAUNCHER_FILE_PREFIXES for path in glob.glob(prefix + "*")}
 
 
 def _owner(path: str) -> int | None:
@@ -44,7 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _JOB_FILES_AT_START.update(_job_files())  # (the controller starts before its workers)
+    _JOB_FILES_AT_START.update(present_job_files())  # (the controller starts before its workers)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -172,20 +172,24 @@ def new_job_files(before: set[str], bound: float = SETTLE_S) -> set[str]:
     return new
 
 
-def unclaimed_job_files() -> set[str]:
-    """What ended jobs left until a reboot: the entries of /dev/shm that no live process maps and that are no
-    running job's directory (an MPI's segments, a job's directory), and the files MPI launchers make in /tmp
-    (:data:`mailrail.segments.LAUNCHER_FILE_PREFIXES`) that no live process holds."""
+def present_job_files() -> set[str]:
+    """Every entry of /dev/shm and every file MPI launchers make in /tmp
+    (:data:`mailrail.segments.LAUNCHER_FILE_PREFIXES`), whoever's they are."""
     root = segments.SHARED_MEMORY_ROOT
     try:
         entries = {os.path.join(root, name) for name in os.listdir(root)}
-    except OSError:
+    except OSError:  # no /dev/shm here
         entries = set()
+    return entries | {path for prefix in segments.LAUNCHER_FILE_PREFIXES for path in glob.glob(prefix + "*")}
+
+
+def unclaimed_job_files() -> set[str]:
+    """What ended jobs left until a reboot: the :func:`present_job_files` that no live process maps or holds
+    and that are no running job's directory (an MPI's segments, a job's directory, a launcher's file)."""
     pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     running = {os.path.basename(job_dir) for job_dir in jobcontrol.running_job_dirs()}
-    shared_memory = {path for path in entries - segments.mapped_segments(pids) if os.path.basename(path) not in running}
-    launcher_files = {path for prefix in segments.LAUNCHER_FILE_PREFIXES for path in glob.glob(prefix + "*")}
-    return shared_memory | (launcher_files - segments.held_launcher_files(pids))
+    claimed = segments.mapped_segments(pids) | segments.held_launcher_files(pids)
+    return {path for path in present_job_files() - claimed if os.path.basename(path) not in running}
 
 
 #: Under pytest-xdist, the worker this process is (its jobs inherit the variable): another worker's jobs,

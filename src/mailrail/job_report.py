@@ -26,9 +26,7 @@ class FailureReport:
         self.ranks = ranks
         self.messages = None if verbose else LauncherMessageFilter()
         self._scratch = tempfile.mkdtemp(prefix="mailrail-run-")
-        self._unregister = jobcontrol.on_owner_death(
-            [sys.executable, "-m", "mailrail.jobcontrol", "end-job", self._scratch]
-        )
+        self._unregister = jobcontrol.end_job_on_owner_death(self._scratch)
         self._failures = os.path.join(self._scratch, "failures")
         self._log: str | None = None  # where kept() wrote the MPI's messages (once)
 

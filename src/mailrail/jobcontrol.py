@@ -462,6 +462,11 @@ def on_owner_death(argv: Sequence[str]) -> Callable[[], None]:
     return unregister
 
 
+def end_job_on_owner_death(job_dir: str) -> Callable[[], None]:
+    """:func:`end_job` of *job_dir* if this process dies before calling the returned unregister function."""
+    return on_owner_death([sys.executable, "-m", "mailrail.jobcontrol", "end-job", job_dir])
+
+
 def _watch(stream: Iterable[bytes]) -> None:
     """The watchdog's body: keep the registry until end-of-file, then run what is still registered."""
     for signum in TERMINATION_SIGNALS:

@@ -441,7 +441,7 @@ def run_bounded(
     if local:
         env = _shared_memory_in(jobcontrol.shared_memory_dir(session), env)
     job_env = jobcontrol.job_environment(env, session)
-    unregister = jobcontrol.on_owner_death([sys.executable, "-m", "mailrail.jobcontrol", "end-job", session])
+    unregister = jobcontrol.end_job_on_owner_death(session)
     parent = os.getpid()
     launcher: subprocess.Popen[str] | None = None
     relay = _Relay(2, launcher_messages) if clean_stderr and not (capture or capture_stderr) else None
