@@ -22,6 +22,7 @@ from mailrail.config import (
     physical_memory,
 )
 from mailrail.errors import ConfigError, ConfigWarning
+from mailrail.flow import MODE_NAMES
 from mailrail.tools.flags import add_rail_arguments
 
 
@@ -388,7 +389,7 @@ def test_bool_keyword_accepts_bools_and_spellings(value, expected):
     assert len(caught) == (0 if expected else 1)  # the variable says otherwise only when the keyword is false
 
 
-@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
+@pytest.mark.parametrize("mode", list(MODE_NAMES))
 def test_flow_control_accepts_each_documented_mode(mode):
     assert Config.from_env({"MAILRAIL_FLOW_CONTROL": mode}).flow_control == mode
     assert Config.from_env({}, flow_control=mode).flow_control == mode
@@ -398,7 +399,7 @@ def test_flow_control_error_lists_the_valid_choices():
     with pytest.raises(ConfigError) as info:
         Config.from_env({"MAILRAIL_FLOW_CONTROL": "ranks"})
     message = str(info.value)
-    for mode in ("none", "rank", "node", "adaptive"):
+    for mode in MODE_NAMES:
         assert mode in message
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from helpers import ROOT, mailrail
+from mailrail.flow import MODE_NAMES
 
 pytestmark = pytest.mark.mpi
 
@@ -25,7 +26,7 @@ def run_example(name: str, ranks: int, mode: str, *args: str) -> str:
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 4])
-@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
+@pytest.mark.parametrize("mode", list(MODE_NAMES))
 def test_the_tutorial_program_finds_every_level(ranks, mode):
     out = run_example("bfs_levels.py", ranks, mode, "--vertices", "3000", "--degree", "3")
     assert re.search(r"\d+ of 3000 vertices reached, \d+ levels; verified", out), out

@@ -10,7 +10,7 @@ from helpers import ROOT, assert_succeeded, mailrail
 from mailrail.cli import main
 from mailrail.cli.info import COLUMNS
 from mailrail.config import FLOW_CONTROL_MODES
-from mailrail.flow.sizing import memory_plan
+from mailrail.flow import memory_plan
 from mailrail.launch import mpi_origin
 
 REQUIRED = {"refused": bool, "reason": (str, type(None)), "credits_per_pair": int}

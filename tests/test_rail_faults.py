@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from helpers import MPI_TIMEOUT, job_environment, mpirun, processes_mentioning, program_path, run_program
+from mailrail.flow import MODE_NAMES
 from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
 
 pytestmark = pytest.mark.mpi
@@ -61,7 +62,7 @@ def test_sys_exit_0_inside_with_is_a_normal_exit(transport):
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
+@pytest.mark.parametrize("mode", list(MODE_NAMES))
 def test_on_error_raise_cleans_up_locally_without_a_collective_and_re_raises(transport, mode):
     if transport == "compiled" and mode in ("node", "adaptive"):
         env = {"MAILRAIL_TRANSPORT": transport, "MAILRAIL_ATOMICS": "cpu"}

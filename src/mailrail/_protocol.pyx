@@ -87,7 +87,7 @@ cdef class Endpoint:
 
     The compiled :class:`mailrail.protocol.Endpoint` (same constructor, methods, results and errors).
     *flow*: a compiled :class:`~mailrail.flow._ledger.CreditLedger` (credit modes) or unconstrained
-    flow control (a :class:`~mailrail.flow.base.FlowControl` named ``"none"``).
+    flow control (a :class:`~mailrail.flow.base.FlowControl` without credits).
     """
 
     def __init__(self, rank, size, send_pool, flow, *, tag_ub, head_patience, credit_poll_interval, idle_spins,
@@ -97,7 +97,7 @@ cdef class Endpoint:
         _specification.check_settings(size, tag_ub, head_patience, credit_poll_interval, idle_spins)
         if isinstance(flow, CreditLedger):
             self.ledger = <CreditLedger>flow
-        elif not (isinstance(flow, FlowControl) and flow.name == "none"):
+        elif not (isinstance(flow, FlowControl) and not flow.has_credits):
             raise TypeError(f"the compiled Endpoint takes a compiled CreditLedger or unconstrained flow control, "
                             f"not {type(flow).__name__} (the Python Endpoint takes any FlowControl)")
         if not 1 <= send_pool.slot_size <= INT32_MAX:
@@ -107,7 +107,7 @@ cdef class Endpoint:
         self.send_pool = send_pool
         self.datagram_size = send_pool.slot_size
         self.flow = flow
-        self.has_credits = flow.name != "none"
+        self.has_credits = flow.has_credits
         self.credit_outbox = flow.outbox
         if self.ledger is not None:
             self.outbox = self.ledger.outbox

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, ConfigWarning, DeprecatedKnobWarning
 
+#: The flow_control knob's values: the names of the modes in their table, in its order (flow/modes.py checks
+#: that they agree when it is imported).
 FLOW_CONTROL_MODES = ("none", "rank", "node", "adaptive")
 ATOMICS_MODES = ("auto", "cpu", "mpi")
 TRANSPORT_MODES = ("auto", "compiled", "python")

@@ -107,7 +107,7 @@ class Endpoint:
         self.send_pool = send_pool
         self.datagram_size = send_pool.slot_size
         self.flow = flow
-        self.has_credits = flow.name != "none"
+        self.has_credits = flow.has_credits
         #: The credit messages due, ``(target, kind, count)``: the flow control's outbox (see next_credit_message).
         self.credit_outbox = flow.outbox
         self.tag_ub = tag_ub

@@ -13,6 +13,7 @@ a third.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 import time
 import warnings
@@ -35,12 +36,10 @@ from .errors import (
     report_undelivered,
 )
 from .failure import abort_job, describe_ranks, exit_code_of
-from .flow import Unconstrained, credit_budget
 from .flow.base import FlowControl
+from .flow.modes import FlowParts, NodeLayout, flow_mode
 from .flow.node_memory import NodeTopology, SharedWindowCounters
 from .flow.sizing import CreditBudget
-from .pool import SlotPool
-from .protocol import Endpoint
 from .quiescence import TerminationDetector
 from .transport import choose, implementation
 from .transport.base import Message, Transport, Tuning
@@ -122,6 +121,7 @@ class MailRail:
         self.config, self.transport, self.transport_reason = _agreed_configuration(comm, options)
         config = self.config
         self._implementation = implementation(self.transport)
+        self._mode = flow_mode(config.flow_control)
         self._tuning = Tuning.for_idle_sleep(config.idle_sleep_us)
         self.datagram_size = config.datagram_size
         self.send_pool_slots = config.send_pool_slots
@@ -140,15 +140,27 @@ class MailRail:
             self._credit = self._duplicate(comm, "mailrail-credit", resources)
             self._control = self._duplicate(comm, "mailrail-control", resources)  # barrier(): never mixed with traffic
             self.flow = self._make_flow_control(comm, budget, resources)
-            self._send_pool = SlotPool(config.send_pool_slots, config.datagram_size)
-            self._recv_pool = SlotPool(config.recv_pool_slots, config.datagram_size)
-            self._endpoint = self._make_endpoint()
             if config.trace:
                 from .trace.recorder import TraceWriter
 
                 self._trace = TraceWriter.for_rank(config.trace, self.rank)
                 resources.callback(self._trace.close)
-            self._transport: Transport = self._make_transport()
+            stack = self._implementation.build(
+                self.rank,
+                self.size,
+                self.flow,
+                datagram_size=config.datagram_size,
+                send_pool_slots=config.send_pool_slots,
+                recv_pool_slots=config.recv_pool_slots,
+                posted_receives=config.posted_receives,
+                tag_ub=self.tag_ub,
+                tuning=self._tuning,
+                stall_timeout=config.stall_timeout,
+                comm=self._data,
+                credit_comm=self._credit if self._mode.has_credits else None,
+            )
+            self._send_pool, self._recv_pool, self._endpoint = stack.send_pool, stack.recv_pool, stack.endpoint
+            self._transport: Transport = stack.transport
             self._arrivals = ArrivalNotes(self._control, self.rank, self.size, self.tag_ub)
             self._resources = resources.pop_all()
         # The four per-message calls go straight to the transport: no extra frame per message (the
@@ -170,19 +182,14 @@ class MailRail:
         return None if per_node is None else -(-self.size // per_node)
 
     def _credit_budget(self, nodes: int | None) -> CreditBudget | None:
-        """The credits per pair and return threshold (None: unconstrained, or real nodes not yet counted)."""
-        config = self.config
-        if config.flow_control == "none" or (config.flow_control == "node" and nodes is None):
+        """The credits per pair and return threshold (None: no credits, or real nodes not yet counted)."""
+        if self._mode.budget_needs_nodes() and nodes is None:
             return None
-        return self._credits_for(nodes or 0)
-
-    def _credits_for(self, nodes: int) -> CreditBudget:
         config = self.config
-        return credit_budget(
-            config.flow_control,
+        return self._mode.budget(
             recv_slots=config.recv_pool_slots,
             ranks=self.size,
-            nodes=nodes,
+            nodes=nodes or 0,
             credit_threshold=config.credit_threshold,
             credits_per_pair=config.credits_per_pair,
         )
@@ -197,87 +204,29 @@ class MailRail:
     def _make_flow_control(
         self, comm: MPI.Comm, budget: CreditBudget | None, resources: contextlib.ExitStack
     ) -> FlowControl:
-        """The flow-control strategy, from the chosen implementation (the reference classes, or the
-        compiled ledger making the same decisions)."""
-        config, implementation = self.config, self._implementation
-        if config.flow_control == "none":
-            return Unconstrained()
-        if config.flow_control == "rank":
-            assert budget is not None  # rank mode's budget is computed at construction, before any MPI object
-            return implementation.rank_credits(
-                self.size,
-                budget.credits_per_pair,
-                budget.return_threshold,
-                piggyback=config.piggyback,
-                max_tag=self.tag_ub,
-            )
-        self._topology = topology = NodeTopology(comm, config.ranks_per_node)
-        resources.callback(topology.free)
-        budget = budget or self._credits_for(topology.nodes)  # real nodes: counted just now
-        # Node and adaptive modes: the node's credit pool, one counter per destination rank (node mode starts
-        # full, adaptive mode empty: credits are lent on request), shared by the node's ranks.
-        initial = budget.credits_per_pair if config.flow_control == "node" else 0
-        self._shared = shared = SharedWindowCounters(topology.comm, self.size, initial, config.atomics)
-        resources.callback(shared.free)
-        if config.flow_control == "node":
-            flow = implementation.node_credits(
-                topology,
-                shared,
-                self.size,
-                budget.credits_per_pair,
-                budget.return_threshold,
-                ranks_per_node=config.ranks_per_node,
-                max_tag=self.tag_ub,
-            )
-        else:  # adaptive: and per destination the node's request token (1: it may ask) and its waiting sends
-            tokens = SharedWindowCounters(topology.comm, self.size, 1, config.atomics)
-            resources.callback(tokens.free)
-            demand = SharedWindowCounters(topology.comm, self.size, 0, config.atomics)
-            resources.callback(demand.free)
-            flow = implementation.adaptive_credits(
-                topology,
-                shared,
-                tokens,
-                demand,
-                self.size,
-                config.recv_pool_slots,
-                budget.credits_per_pair,
-                budget.return_threshold,
-                ranks_per_node=config.ranks_per_node,
-                max_tag=self.tag_ub,
-            )
+        """The mode's strategy in the chosen implementation (the reference classes, or the compiled ledger making
+        the same decisions); modes that share node memory get the node's layout and counters in MPI windows."""
+        config, mode = self.config, self._mode
+        parts = FlowParts(
+            ranks=self.size, recv_slots=config.recv_pool_slots, piggyback=config.piggyback, max_tag=self.tag_ub
+        )
+        if mode.uses_node_memory:
+            self._topology = topology = NodeTopology(comm, config.ranks_per_node)
+            resources.callback(topology.free)
+            budget = budget or self._credit_budget(topology.nodes)  # real nodes: counted just now
+
+            def shared_counters(name: str, initial: int) -> SharedWindowCounters:
+                counters = SharedWindowCounters(topology.comm, self.size, initial, config.atomics)
+                resources.callback(counters.free)
+                return counters
+
+            counters = mode.make_node_counters(budget, shared_counters)
+            self._shared = counters["pool"]  # type: ignore[assignment]  # (SharedWindowCounters: what stats() reads)
+            layout = NodeLayout(topology.nodes, topology.node_of, topology.map_address, config.ranks_per_node)
+            parts = dataclasses.replace(parts, layout=layout, counters=counters, owner=(*counters.values(), topology))
+        flow = mode.strategy(self._implementation.name, dataclasses.replace(parts, budget=budget))
         resources.callback(flow.detach)  # before the node memory it points into is freed
         return flow
-
-    def _make_endpoint(self) -> Endpoint:
-        config, tuning = self.config, self._tuning
-        endpoint: Endpoint = self._implementation.endpoint(
-            self.rank,
-            self.size,
-            self._send_pool,
-            self.flow,
-            tag_ub=self.tag_ub,
-            head_patience=tuning.head_patience,
-            credit_poll_interval=tuning.credit_poll_interval,
-            idle_spins=tuning.idle_spins,
-            stall_timeout=config.stall_timeout,
-        )
-        return endpoint
-
-    def _make_transport(self) -> Transport:
-        recv_views = [view[:] for view in self._recv_pool.views]
-        for view in recv_views:
-            view.flags.writeable = False
-        return self._implementation.transport(
-            comm=self._data,
-            credit_comm=self._credit if self.config.flow_control != "none" else None,
-            send_pool=self._send_pool,
-            recv_pool=self._recv_pool,
-            recv_views=recv_views,
-            posted_receives=self.config.posted_receives,
-            endpoint=self._endpoint,
-            tuning=self._tuning,
-        )
 
     @property
     def channels(self) -> Channels:

@@ -9,6 +9,7 @@ import pytest
 from helpers import MPI_TIMEOUT, assert_credit_requests_accounted
 from mailrail.bench.jobs import run_adversarial
 from mailrail.bench.metrics import FIELDS, read_metrics
+from mailrail.flow import MODE_NAMES
 
 pytestmark = pytest.mark.mpi
 
@@ -75,7 +76,7 @@ def adversarial(tmp_path, mode: str, victims: int, *amount: str) -> tuple[dict, 
     return document, metrics
 
 
-@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
+@pytest.mark.parametrize("mode", list(MODE_NAMES))
 @pytest.mark.parametrize(
     "victims, amount, per_sender_bytes",
     [

@@ -22,6 +22,7 @@ from helpers import (
     settled_leftovers,
 )
 from mailrail.cluster import ClusterSpec, Link, VirtualCluster, namespaces
+from mailrail.flow import MODE_NAMES
 
 pytestmark = [pytest.mark.mpi, pytest.mark.cluster]
 
@@ -73,7 +74,7 @@ def four_nodes(cluster_support):
 
 
 @pytest.mark.parametrize("pattern", ["uniform", "incast"])
-@pytest.mark.parametrize("mode", ["none", "rank", "node", "adaptive"])
+@pytest.mark.parametrize("mode", list(MODE_NAMES))
 def test_exactly_once_across_four_nodes(four_nodes, mode, pattern):
     env = {"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RECV_POOL_SLOTS": "16", "MAILRAIL_SEND_POOL_SLOTS": "8"}
     job, result = cluster_job(

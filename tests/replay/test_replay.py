@@ -10,12 +10,13 @@ import pytest
 
 from helpers import mailrail_job, replay
 from mailrail.errors import ConfigError, TraceFormatError
+from mailrail.flow import MODE_NAMES
 from mailrail.replay.generate import Workload, write_trace
 from mailrail.replay.replay import DEFAULT_DATAGRAM_SIZE, Payload, PeerTally, _plan, add_arguments, check_delivery
 from mailrail.replay.spool import Spool
 from mailrail.trace import MessageBlock, PhaseEnd, TraceDir
 
-MODES = ("none", "rank", "node", "adaptive")
+MODES = MODE_NAMES
 HISTOGRAM_BYTE_MATRIX = [[7560, 7440], [7350, 7650]]
 DOCUMENT_KEYS = {
     "benchmark",

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mailrail.errors import ConfigError
-from mailrail.simulate.model import MODES, Workload, simulate
+from mailrail.flow import MODE_NAMES as MODES
+from mailrail.simulate.model import Workload, simulate
 from mailrail.simulate.params import ModelParams
 
 FAST = ModelParams(

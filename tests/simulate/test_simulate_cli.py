@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mailrail.cli import main
+from mailrail.flow import MODE_NAMES
 from mailrail.simulate.params import CALIBRATED, OMNIPATH, ParamsError, load_params
 
 FIXTURE = Path(__file__).parent / "fixtures" / "shared-memory-8"
@@ -31,9 +32,7 @@ def test_adversarial_writes_every_point_with_its_figures_and_a_figure(tmp_path, 
     assert status == 0
     document = json.loads(out.read_text())
     points = document["points"]
-    assert [(p["ranks"], p["mode"]) for p in points] == [
-        (r, m) for r in (8, 12) for m in ("none", "rank", "node", "adaptive")
-    ]
+    assert [(p["ranks"], p["mode"]) for p in points] == [(r, m) for r in (8, 12) for m in MODE_NAMES]
     for point in points:
         assert REQUIRED <= set(point)
         assert point["status"] == "ok" and point["goodput_bps"] > 0 and not point["scaled"]

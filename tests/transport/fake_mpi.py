@@ -55,9 +55,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
-from mailrail.flow import Unconstrained, credit_budget
+from mailrail._mpi import MPI  # as the package starts it: this singleton then leaves no segment in /dev/shm
+from mailrail.flow import FlowParts, NodeLayout, flow_mode
 from mailrail.flow.base import FlowControl
 from mailrail.flow.node import LocalCounters
 from mailrail.pool import SlotPool
@@ -801,27 +801,10 @@ class NodeCounters(LocalCounters):
 
 
 @dataclasses.dataclass
-class NodeLayout:
-    """What the node ledgers read of :class:`mailrail.flow.node_memory.NodeTopology`: consecutive blocks of ranks."""
-
-    nodes: int
-    ranks_per_node: int
-    map: np.ndarray  # int32 rank -> node, for the compiled ledger
-
-    def node_of(self, rank: int) -> int:
-        return rank // self.ranks_per_node
-
-    @property
-    def map_address(self) -> int:
-        return int(self.map.ctypes.data)
-
-
-@dataclasses.dataclass
 class RankRail:
     """One rank over the fake: its transport, its Endpoint, and what MailRail builds around them.
 
-    The tests call the transport's methods, and these for what lives elsewhere (the Endpoint), so
-    an interface change is an edit here.
+    The tests call the transport's methods, and these for what lives elsewhere (the Endpoint).
     """
 
     rank: int
@@ -866,11 +849,11 @@ def make_rank(
     stall_timeout: float = 0.0,
     tuning: Tuning = TEST_TUNING,
 ) -> RankRail:
-    """Rank *rank*'s *kind* (``"python"`` or ``"compiled"``) implementation over *world*, built as
-    ``MailRail._make_flow_control``, ``_make_endpoint`` and ``_make_transport`` build it, with the
-    same knobs.  Node and adaptive modes group ranks into nodes of *ranks_per_node* consecutive ranks,
-    sharing a :class:`NodeCounters` pool (and adaptive mode's request tokens and deferred-send counts) per
-    node.  The transport is abandoned when *world* closes, if still open.
+    """Rank *rank*'s *kind* (``"python"`` or ``"compiled"``) implementation over *world*, built as ``MailRail``
+    builds it (the mode's table entry, then ``Implementation.build``), with the same knobs.  Modes that share
+    node memory group ranks into nodes of *ranks_per_node* consecutive ranks, sharing :class:`NodeCounters`
+    (one per name the mode's table entry lists) per node.  The transport is abandoned when *world* closes, if
+    still open.
     """
     from mailrail.transport import implementation
 
@@ -881,97 +864,56 @@ def make_rank(
         raise RuntimeError(reason)
     chosen = implementation(kind)
     size = world.size
-    # -- flow control, as MailRail._make_flow_control --
-    flow: FlowControl
-    if flow_control == "none":
-        flow = Unconstrained()
-    elif flow_control in ("rank", "node", "adaptive"):
-        per_node = ranks_per_node or size
-        nodes = 1 if flow_control == "rank" else -(-size // per_node)
-        budget = credit_budget(
-            flow_control,
-            recv_slots=recv_pool_slots,
-            ranks=size,
-            nodes=nodes,
-            credit_threshold=credit_threshold,
-            credits_per_pair=credits_per_pair,
-        )
-        if flow_control == "rank":
-            flow = chosen.rank_credits(
-                size, budget.credits_per_pair, budget.return_threshold, piggyback=piggyback, max_tag=world.tag_ub
-            )
-        else:
-            layout = NodeLayout(nodes, per_node, np.arange(size, dtype=np.int32) // per_node)
-            # The node's shared counters: node mode's pool starts full, adaptive mode's empty (credits are lent
-            # on request), with a request token (1) and the count of deferred sends (0) per destination.
-            initial = budget.credits_per_pair if flow_control == "node" else 0
-            pools: dict[int, NodeCounters] = world.__dict__.setdefault("_node_pools", {})
-            pool = pools.setdefault(rank // per_node, NodeCounters(size, initial))
-            if flow_control == "node":
-                flow = chosen.node_credits(
-                    layout,
-                    pool,
-                    size,
-                    budget.credits_per_pair,
-                    budget.return_threshold,
-                    ranks_per_node=None,
-                    max_tag=world.tag_ub,
-                )
-            else:
-                tokens_of: dict[int, NodeCounters] = world.__dict__.setdefault("_node_tokens", {})
-                tokens = tokens_of.setdefault(rank // per_node, NodeCounters(size, 1))
-                demand_of: dict[int, NodeCounters] = world.__dict__.setdefault("_node_demand", {})
-                demand = demand_of.setdefault(rank // per_node, NodeCounters(size, 0))
-                flow = chosen.adaptive_credits(
-                    layout,
-                    pool,
-                    tokens,
-                    demand,
-                    size,
-                    recv_pool_slots,
-                    budget.credits_per_pair,
-                    budget.return_threshold,
-                    ranks_per_node=None,
-                    max_tag=world.tag_ub,
-                )
-            world.on_close(flow.detach)
-    else:
-        raise ValueError(f"flow_control must be none, rank, node or adaptive, not {flow_control!r}")
-    # -- pools, Endpoint and transport, as MailRail.__init__, _make_endpoint and _make_transport --
-    send_pool = SlotPool(send_pool_slots, datagram_size)
-    recv_pool = SlotPool(recv_pool_slots, datagram_size)
-    endpoint = chosen.endpoint(
-        rank,
-        size,
-        send_pool,
-        flow,
-        tag_ub=world.tag_ub,
-        head_patience=tuning.head_patience,
-        credit_poll_interval=tuning.credit_poll_interval,
-        idle_spins=tuning.idle_spins,
-        stall_timeout=stall_timeout,
+    # -- flow control, as MailRail._make_flow_control: the mode's table entry builds it --
+    mode = flow_mode(flow_control)
+    per_node = ranks_per_node or size
+    nodes = -(-size // per_node)
+    budget = mode.budget(
+        recv_slots=recv_pool_slots,
+        ranks=size,
+        nodes=nodes,
+        credit_threshold=credit_threshold,
+        credits_per_pair=credits_per_pair,
     )
-    recv_views = [view[:] for view in recv_pool.views]
-    for view in recv_views:
-        view.flags.writeable = False
+    parts = FlowParts(ranks=size, budget=budget, recv_slots=recv_pool_slots, piggyback=piggyback, max_tag=world.tag_ub)
+    if mode.uses_node_memory:
+        node_map = np.arange(size, dtype=np.int32) // per_node
+
+        def node_counters(name: str, initial: int) -> NodeCounters:
+            # one per node and name, shared by the node's ranks (they live in one process here)
+            made: dict[int, NodeCounters] = world.__dict__.setdefault(f"_node_{name}", {})
+            return made.setdefault(rank // per_node, NodeCounters(size, initial))
+
+        counters = mode.make_node_counters(budget, node_counters)
+        layout = NodeLayout(nodes, lambda other: other // per_node, int(node_map.ctypes.data))
+        parts = dataclasses.replace(parts, layout=layout, counters=counters, owner=(*counters.values(), node_map))
+    flow = mode.strategy(kind, parts)
+    world.on_close(flow.detach)
+    # -- pools, Endpoint and transport, as MailRail builds them: Implementation.build --
     data = world.comm(rank, DATA)
-    credit = world.comm(rank, CREDIT) if flow_control != "none" else None
-    common: dict[str, Any] = dict(
-        send_pool=send_pool,
-        recv_pool=recv_pool,
-        recv_views=recv_views,
-        posted_receives=recv_pool_slots if max_recvs is None else max_recvs,
-        endpoint=endpoint,
-        tuning=tuning,
-    )
+    credit = world.comm(rank, CREDIT) if mode.has_credits else None
     if kind == "compiled":  # the C face: raw handles and the fake's library
-        transport = chosen.transport(
-            comm=data.handle, credit_comm=None if credit is None else credit.handle, library=world.library(), **common
+        communicators: dict[str, Any] = dict(
+            comm=data.handle, credit_comm=None if credit is None else credit.handle, library=world.library()
         )
     else:  # the Python face: the fake's communicators and MPI names
-        transport = chosen.transport(comm=data, credit_comm=credit, mpi=world.mpi, **common)
+        communicators = dict(comm=data, credit_comm=credit, mpi=world.mpi)
+    stack = chosen.build(
+        rank,
+        size,
+        flow,
+        datagram_size=datagram_size,
+        send_pool_slots=send_pool_slots,
+        recv_pool_slots=recv_pool_slots,
+        posted_receives=recv_pool_slots if max_recvs is None else max_recvs,
+        tag_ub=world.tag_ub,
+        tuning=tuning,
+        stall_timeout=stall_timeout,
+        **communicators,
+    )
+    transport, endpoint = stack.transport, stack.endpoint
     world.on_close(lambda: _abandon_quietly(transport))
-    return RankRail(rank, kind, transport, endpoint, flow, send_pool, recv_pool, world)
+    return RankRail(rank, kind, transport, endpoint, flow, stack.send_pool, stack.recv_pool, world)
 
 
 def make_ranks(world: FakeWorld, kind: str, **knobs: Any) -> list[RankRail]:

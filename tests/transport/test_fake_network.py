@@ -19,7 +19,8 @@ from fake_mpi import (
     FakeWorld,
     WouldBlock,
 )
-from mpi4py import MPI
+
+from mailrail._mpi import MPI
 
 
 def array(*values: int) -> np.ndarray:

@@ -26,6 +26,7 @@ from mailrail.errors import (
     MessageSizeError,
     ReleaseError,
 )
+from mailrail.flow import MODE_NAMES
 
 
 class Traffic:
@@ -121,7 +122,7 @@ def pattern_pairs(pattern: str, size: int) -> list[tuple[int, int]]:
 # -- scripted ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flow_control", ["none", "rank", "node", "adaptive"])
+@pytest.mark.parametrize("flow_control", list(MODE_NAMES))
 @pytest.mark.parametrize(("pattern", "size"), [("uniform", 2), ("uniform", 4), ("incast", 3), ("incast", 4)])
 def test_every_message_arrives_once_in_order_with_its_bytes(kind, flow_control, pattern, size):
     with FakeWorld(size, seed=size) as world:
@@ -385,7 +386,7 @@ def test_both_transports_raise_the_same_errors_with_the_same_messages():
 @st.composite
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     size = draw(st.integers(2, 4))
-    flow_control = draw(st.sampled_from(["none", "rank", "node", "adaptive"]))
+    flow_control = draw(st.sampled_from(list(MODE_NAMES)))
     knobs = {
         "flow_control": flow_control,
         "recv_pool_slots": draw(st.sampled_from([4, 8])),

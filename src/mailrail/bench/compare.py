@@ -36,6 +36,7 @@ from ..cluster.virtual import USERNS_VARIABLE, first_out_of_memory
 from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
 from ..errors import ClusterError, ConfigError
+from ..flow.modes import flow_mode
 from ..tools.figures import missing
 from ..tools.flags import MPI_INT_MAX, add_rail_arguments, choice_list, float_in, int_in, rail_options, usage_error
 from ..tools.incast import choose_victims
@@ -568,7 +569,7 @@ def observations(
         elif result["status"] not in ("ok", "out_of_memory"):
             lines.append(f"- {mode}: {status_text(result)}; see {mode}'s output above")
     for mode, result in ok.items():
-        if mode == "none":
+        if not flow_mode(mode).has_credits:
             continue  # nothing to bound: unconstrained mode does not count
         window = max(d["credit_window_high_water"] for d in result["ranks_detail"] if d["victim"])
         lines.append(
@@ -600,7 +601,7 @@ def observations(
     per_megabyte = {
         m: r["summary"]["credit_messages"] / (sum(t["bytes_received"] for t in r["trials"]) / 1e6)
         for m, r in ok.items()
-        if m != "none" and any(t["bytes_received"] for t in r["trials"])
+        if flow_mode(m).has_credits and any(t["bytes_received"] for t in r["trials"])
     }
     if per_megabyte:
         lines.append(

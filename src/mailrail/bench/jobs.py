@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..config import Config
 from ..errors import ConfigError
-from ..flow.sizing import credit_budget
+from ..flow.modes import flow_mode
 from ..launch import mpi_environment, mpiexec_argv, run_bounded, srun_argv
 from ..tools.flags import rail_flags
 from .adversarial import add_arguments
@@ -184,12 +184,9 @@ def run_adversarial(
 def refusal(mode: str, ranks: int, nodes: int, options: Mapping[str, Any]) -> dict[str, Any] | None:
     """The result of a run whose credit budget MailRail refuses (fewer receive slots than the senders its
     mode divides them by: ``status`` ``"refused"`` and the reason), without launching it; None if it runs."""
-    if mode == "none":
-        return None
     config = Config.from_env(warn=False, **dict(options, flow_control=mode))  # compare warned once
     try:
-        credit_budget(
-            mode,
+        flow_mode(mode).budget(
             recv_slots=config.recv_pool_slots,
             ranks=ranks,
             nodes=nodes,

@@ -5,7 +5,7 @@ Every answer comes from the code that decides it when a rail starts: the MPI and
 :func:`~mailrail.launch.launch_settings`, the transport from :func:`mailrail.transport.choose`, the
 atomics from :func:`~mailrail.flow.node_memory.resolve_atomics`, the nodes from
 :class:`~mailrail.flow.node_memory.NodeTopology`, ``TAG_UB`` from :func:`mailrail.rail.tag_upper_bound`,
-and the plan from :func:`mailrail.flow.sizing.memory_plan` over the knobs :class:`~mailrail.config.Config`
+and the plan from :func:`mailrail.flow.modes.memory_plan` over the knobs :class:`~mailrail.config.Config`
 validated.  ``--plan`` starts no MPI; plain ``info`` starts it only to count nodes and read ``TAG_UB``.
 """
 
@@ -19,7 +19,8 @@ from typing import Any
 
 from .. import __version__
 from ..config import FLOW_CONTROL_MODES, Config
-from ..flow.sizing import MemoryPlan, least_recv_slots, memory_plan
+from ..flow.modes import least_recv_slots, memory_plan
+from ..flow.sizing import MemoryPlan
 from ..launch import LaunchError, find_mpiexec, launch_settings, mpi_origin
 from ..tools.flags import add_rail_arguments, checked_rail_options, int_in, usage_error
 from ..tools.output import format_table, write_json
@@ -136,7 +137,7 @@ def _plan_table(document: dict[str, Any]) -> str:
             [
                 mode,
                 "refused" if entry["refused"] else "ok",
-                "-" if mode == "none" or entry["refused"] else entry["credits_per_pair"],
+                entry["credits_per_pair"] or "-",  # none for unconstrained and refused modes
                 _size(entry["recv_bytes_per_rank"]),
                 _size(entry["send_bytes_per_rank"]),
                 _size(entry["credit_state_bytes_per_rank"]),

@@ -8,13 +8,27 @@ shared-memory window, or CPU atomics in it), which the rail makes for node and a
   shared by all ranks of a node.
 * :class:`~mailrail.flow.adaptive.AdaptiveCredits` (``adaptive``): a receiver lends its
   receive slots to the sending nodes that ask, shared by the node's ranks; any job size.
+
+:mod:`~mailrail.flow.modes` describes each mode in one table entry (budget, node memory, strategies in both
+implementations, state sizes); everything else reads the table.
 """
 
 from .adaptive import AdaptiveCredits
 from .base import FlowControl, Unconstrained
+from .modes import (
+    MODE_NAMES,
+    MODES,
+    FlowMode,
+    FlowParts,
+    NodeLayout,
+    credit_budget,
+    flow_mode,
+    least_recv_slots,
+    memory_plan,
+)
 from .node import NodeCredits
 from .rank import RankCredits
-from .sizing import CreditBudget, MemoryPlan, credit_budget, least_recv_slots, memory_plan
+from .sizing import CreditBudget, MemoryPlan
 
 __all__ = [
     "FlowControl",
@@ -22,6 +36,12 @@ __all__ = [
     "RankCredits",
     "NodeCredits",
     "AdaptiveCredits",
+    "MODES",
+    "MODE_NAMES",
+    "FlowMode",
+    "FlowParts",
+    "NodeLayout",
+    "flow_mode",
     "CreditBudget",
     "MemoryPlan",
     "credit_budget",

@@ -754,6 +754,11 @@ cdef class CreditLedger:
         """The flow-control mode: ``"rank"``, ``"node"`` or ``"adaptive"``."""
         return MODE_NAMES[self.mode]
 
+    @property
+    def has_credits(self) -> bool:
+        """Always: every mode a ledger keeps has credits (unconstrained mode needs none)."""
+        return True
+
     def try_acquire(self, dest) -> bool:
         """Take one credit for *dest*; True if one was taken."""
         return self.try_take(self.checked(dest, True))

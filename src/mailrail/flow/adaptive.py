@@ -91,6 +91,7 @@ class AdaptiveCredits(FlowControl):
     """
 
     name = "adaptive"
+    has_credits = True
     credits_change_silently = True
     asks_for_credit = True
 

@@ -51,6 +51,8 @@ class FlowControl:
     """
 
     name = "none"
+    #: Payloads wait for credits, and credit messages travel (every mode but unconstrained).
+    has_credits = False
     #: Credits may appear without an event (another rank refilled shared memory),
     #: so queued destinations must be polled rather than woken.
     credits_change_silently = False

@@ -73,6 +73,7 @@ class NodeCredits(FlowControl):
     """
 
     name = "node"
+    has_credits = True
     credits_change_silently = True
 
     def __init__(

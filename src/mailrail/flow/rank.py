@@ -19,6 +19,7 @@ class RankCredits(FlowControl):
     """
 
     name = "rank"
+    has_credits = True
 
     def __init__(
         self, ranks: int, credits_per_pair: int, return_threshold: int, *, piggyback: bool = True, max_tag: int = 32767

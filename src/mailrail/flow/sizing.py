@@ -1,4 +1,5 @@
-"""Credit sizing from one receive-memory budget, shared by the credit modes."""
+"""Credit sizing from one receive-memory budget: the rules the credit modes' descriptors apply
+(:mod:`mailrail.flow.modes`), and what a memory plan reports."""
 
 from __future__ import annotations
 
@@ -20,33 +21,38 @@ class CreditBudget:
     return_threshold: int
 
 
-def credit_budget(
-    mode: str, *, recv_slots: int, ranks: int, nodes: int, credit_threshold: int, credits_per_pair: int | None = None
-) -> CreditBudget:
-    """Credits so that all senders together never hold more than ``recv_slots`` for one receiver.
+def lease_budget(recv_slots: int, credit_threshold: int, credits_per_pair: int | None) -> CreditBudget:
+    """Credits lent on request (adaptive): never refused for any number of ranks or nodes; a grant carries at
+    most ``recv_slots // 8`` credits (or *credits_per_pair*, at most ``recv_slots``)."""
+    if credits_per_pair is None:
+        return CreditBudget(max(1, recv_slots // ADAPTIVE_LEASE_SHARE), credit_threshold)
+    if not 1 <= credits_per_pair <= recv_slots:
+        raise ConfigError(
+            f"MAILRAIL_CREDITS_PER_PAIR={credits_per_pair}: adaptive mode's lease must be 1.."
+            f"MAILRAIL_RECV_POOL_SLOTS={recv_slots} (one grant never carries more than the receive slots)"
+        )
+    return CreditBudget(credits_per_pair, credit_threshold)
 
-    Rank-based: ``recv_slots // ranks`` per rank pair.  Node-based:
-    ``recv_slots // nodes`` per (node, receiver) pair.  An explicit
-    *credits_per_pair* must still fit in the receive pool.  Adaptive: never refused for
-    any number of ranks or nodes; a grant carries at most ``recv_slots // 8`` credits (or
-    *credits_per_pair*, at most ``recv_slots``).
-    """
-    if mode == "adaptive":
-        if credits_per_pair is None:
-            return CreditBudget(max(1, recv_slots // ADAPTIVE_LEASE_SHARE), credit_threshold)
-        if not 1 <= credits_per_pair <= recv_slots:
-            raise ConfigError(
-                f"MAILRAIL_CREDITS_PER_PAIR={credits_per_pair}: adaptive mode's lease must be 1.."
-                f"MAILRAIL_RECV_POOL_SLOTS={recv_slots} (one grant never carries more than the receive slots)"
-            )
-        return CreditBudget(credits_per_pair, credit_threshold)
-    senders = ranks if mode == "rank" else nodes
-    unit = "sender rank" if mode == "rank" else "sending node"
+
+def split_budget(
+    mode: str,
+    *,
+    senders: int,
+    unit: str,
+    recv_slots: int,
+    credit_threshold: int,
+    credits_per_pair: int | None,
+    node_mode_fits: bool = False,
+) -> CreditBudget:
+    """Receive slots split among *senders* (sender ranks, or sending nodes: *unit*), so that all of them
+    together never hold more than ``recv_slots`` credits for one receiver: ``recv_slots // senders`` each, or
+    an explicit *credits_per_pair* that still fits.  Refused (:class:`ConfigError`, naming the modes that would
+    run: node mode too where *node_mode_fits*) when a sender would get none."""
     if credits_per_pair is None:
         per_pair = recv_slots // senders
         if per_pair == 0:
             ways = ["flow_control='adaptive' (credits lent on request: any job size)"]
-            if mode == "rank" and recv_slots >= nodes:
+            if node_mode_fits:
                 ways.insert(0, "flow_control='node' (credits per sending node instead of per rank)")
             raise ConfigError(
                 f"{mode}-based flow control gets 0 credits per {unit}: MAILRAIL_RECV_POOL_SLOTS={recv_slots} "
@@ -86,55 +92,3 @@ class MemoryPlan:
     @property
     def total_bytes_per_rank(self) -> int:
         return self.receive_bytes + self.send_bytes + self.credit_bytes + self.shared_bytes_per_rank
-
-
-def least_recv_slots(mode: str, ranks: int, nodes: int) -> int:
-    """The fewest receive slots per rank *mode* runs with in a job of *ranks* on *nodes*: one credit per
-    sender rank (rank), per sending node (node), one slot in all (adaptive: lent in turn); 1 unconstrained
-    (its messages wait in MPI's unexpected queue, unbounded)."""
-    return {"rank": ranks, "node": nodes}.get(mode, 1)
-
-
-def memory_plan(
-    mode: str,
-    *,
-    ranks: int,
-    ranks_per_node: int,
-    recv_slots: int,
-    send_slots: int,
-    datagram_size: int,
-    credit_threshold: int = 2,
-    credits_per_pair: int | None = None,
-    real_nodes: bool = True,
-) -> MemoryPlan:
-    """Memory per rank of *mode* for a job of *ranks* in nodes of *ranks_per_node*, from the same state the
-    flow controls hold (their ``credit_state_bytes`` and ``shared_state_bytes``; *real_nodes*: the
-    rank-to-node map lives in node-shared memory, 4 bytes per rank)."""
-    from .adaptive import LEASE_BYTES, QUEUE_ENTRY_BYTES
-
-    nodes = -(-ranks // ranks_per_node)
-    int64 = 8
-    pools = {"receive_bytes": recv_slots * datagram_size, "send_bytes": send_slots * datagram_size}
-    if mode == "none":
-        return MemoryPlan(mode, ranks, nodes, None, None, credit_bytes=0, shared_bytes_per_node=0, **pools)
-    try:
-        budget = credit_budget(
-            mode,
-            recv_slots=recv_slots,
-            ranks=ranks,
-            nodes=nodes,
-            credit_threshold=credit_threshold,
-            credits_per_pair=credits_per_pair,
-        )
-    except ConfigError as error:
-        return MemoryPlan(mode, ranks, nodes, None, str(error), credit_bytes=0, shared_bytes_per_node=0, **pools)
-    node_map = 4 * ranks if real_nodes else 0
-    if mode == "rank":  # credits, owed and unreturned per rank
-        credit, shared = 3 * int64 * ranks, 0
-    elif mode == "node":  # owed and unreturned per node; the node's pool per destination rank
-        credit, shared = 2 * int64 * nodes, int64 * ranks + node_map
-    else:  # a lease record and a place in each of its three queues per node, at worst; pool, tokens, demand
-        credit, shared = (LEASE_BYTES + 3 * QUEUE_ENTRY_BYTES) * nodes, 3 * int64 * ranks + node_map
-    return MemoryPlan(
-        mode, ranks, nodes, budget.credits_per_pair, None, credit_bytes=credit, shared_bytes_per_node=shared, **pools
-    )

@@ -26,6 +26,7 @@ from typing import Any
 
 from scipy import optimize
 
+from ..flow.modes import flow_mode
 from .model import Result, Workload, simulate
 from .params import ModelParams
 from .runs import Case
@@ -77,8 +78,8 @@ def fit(
 ) -> tuple[ModelParams, dict[str, Any]]:
     """Parameters fitted to *cases* (measured, status ``ok``), starting from *base*; and how the fit went."""
     usable = [c for c in cases if c.status == "ok" and c.goodput_bps]
-    credit = [c for c in usable if c.workload.mode != "none"]
-    unconstrained = [c for c in usable if c.workload.mode == "none"]
+    credit = [c for c in usable if flow_mode(c.workload.mode).has_credits]
+    unconstrained = [c for c in usable if not flow_mode(c.workload.mode).has_credits]
     if not credit:
         raise ValueError("calibration needs at least one run of a credit mode that finished (status ok)")
     report: dict[str, Any] = {"cases": [c.name for c in usable], "fit_messages": fit_messages}

@@ -21,13 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import default
+from ..flow.modes import MODE_NAMES, flow_mode
 from ..tools.figures import missing as figure_missing
 from ..tools.figures import pyplot
 from ..tools.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
 from ..tools.output import format_table, write_json
 from .report import signed_percent
 
-MODES = ("none", "rank", "node", "adaptive")
+MODES = MODE_NAMES
 MIB = 1 << 20
 #: Messages one projection point models at most unless told otherwise: about a minute here per million.
 DEFAULT_MAX_MESSAGES = 1_000_000
@@ -147,8 +148,11 @@ def _slots(args: argparse.Namespace, mode: str, ranks: int) -> int:
     slots = int(default("recv_pool_slots"))
     if args.credits_per_pair is None:
         return slots
+    described = flow_mode(mode)
+    if described.split_among is None:  # not split among senders: the slots stay as they are
+        return slots
     nodes = -(-ranks // args.ranks_per_node)
-    return {"rank": args.credits_per_pair * ranks, "node": args.credits_per_pair * nodes}.get(mode, slots)
+    return args.credits_per_pair * described.least_recv_slots(ranks, nodes)  # a credit per pair for every sender
 
 
 def project(
@@ -480,7 +484,9 @@ def validate(cases: list[Any], params: Any, max_messages: int, progress: Callabl
         # unconstrained runs (where MPI's queue holds the flood) are the test of the memory model.
         "goodput": _spread([row["goodput_error"] for row in rows]),
         "memory": _spread([row["memory_error"] for row in rows]),
-        "unconstrained_memory": _spread([row["memory_error"] for row in rows if row["mode"] == "none"]),
+        "unconstrained_memory": _spread(
+            [row["memory_error"] for row in rows if not flow_mode(row["mode"]).has_credits]
+        ),
     }
 
 

@@ -37,16 +37,15 @@ import simpy
 
 from ..config import default
 from ..errors import ConfigError
-from ..flow import AdaptiveCredits, NodeCredits, RankCredits, Unconstrained, credit_budget
 from ..flow.base import FlowControl
-from ..flow.node import LocalCounters
+from ..flow.modes import MODE_NAMES, FlowParts, NodeLayout, flow_mode
+from ..flow.node import LocalCounters, SharedCounters
 from ..protocol import NO_SLOT, Endpoint
 from ..tools.incast import choose_victims, spread
 from ..tools.incast import destinations as incast_destinations
 from .network import Network
 from .params import ModelParams
 
-MODES = ("none", "rank", "node", "adaptive")
 PAYLOAD, RENDEZVOUS_REQUEST, RENDEZVOUS_DATA, CREDIT = range(4)
 #: The largest tag the model's MPI carries (Open MPI's TAG_UB).
 TAG_UB = (1 << 31) - 1
@@ -75,8 +74,8 @@ class Workload:
     victim_node_memory: int | None = None  # bytes: a victim's node ends the job past it (the kernel's OOM kill)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"mode {self.mode!r}: one of {', '.join(MODES)}")
+        if self.mode not in MODE_NAMES:
+            raise ConfigError(f"mode {self.mode!r}: one of {', '.join(MODE_NAMES)}")
         if self.ranks < 2:
             raise ConfigError(f"ranks={self.ranks}: at least 2")
         if not 1 <= self.ranks_per_node <= self.ranks:
@@ -186,17 +185,15 @@ class Simulation:
         ]
         expected = np.bincount(np.concatenate(plans), minlength=load.ranks).tolist()
         plans_as_lists = [plan.tolist() for plan in plans]
-        self.budget = None
-        if load.mode != "none":
-            self.budget = credit_budget(
-                load.mode,
-                recv_slots=load.recv_slots,
-                ranks=load.ranks,
-                nodes=load.nodes,
-                credit_threshold=load.credit_threshold,
-                credits_per_pair=load.credits_per_pair,
-            )
-        shared: dict[int, tuple[LocalCounters, ...]] = {}
+        self.mode = flow_mode(load.mode)
+        self.budget = self.mode.budget(
+            recv_slots=load.recv_slots,
+            ranks=load.ranks,
+            nodes=load.nodes,
+            credit_threshold=load.credit_threshold,
+            credits_per_pair=load.credits_per_pair,
+        )
+        shared: dict[int, dict[str, SharedCounters]] = {}
         self.ranks: list[_Rank] = []
         for index in range(load.ranks):
             node = self.node_of[index]
@@ -226,40 +223,22 @@ class Simulation:
         self._last_report = time.monotonic()
 
     def _flow(
-        self, node: int, destinations: int, table: int, shared: dict[int, tuple[LocalCounters, ...]]
+        self, node: int, destinations: int, table: int, shared: dict[int, dict[str, SharedCounters]]
     ) -> FlowControl:
-        load, budget = self.workload, self.budget
-        if budget is None:
-            return Unconstrained()
-        if load.mode == "rank":
-            return RankCredits(
-                table, budget.credits_per_pair, budget.return_threshold, piggyback=load.piggyback, max_tag=TAG_UB
-            )
-        node_of = self.node_of.__getitem__
-        if load.mode == "node":
-            if node not in shared:
-                shared[node] = (LocalCounters(destinations, budget.credits_per_pair),)
-            (pool,) = shared[node]
-            return NodeCredits(
-                load.nodes, node_of, pool, budget.credits_per_pair, budget.return_threshold, max_tag=TAG_UB
-            )
-        if node not in shared:
-            shared[node] = (
-                LocalCounters(destinations, 0),
-                LocalCounters(destinations, 1),
-                LocalCounters(destinations, 0),
-            )
-        pool, tokens, demand = shared[node]
-        return AdaptiveCredits(
-            node_of,
-            pool,
-            tokens,
-            demand,
-            load.recv_slots,
-            budget.credits_per_pair,
-            budget.return_threshold,
-            max_tag=TAG_UB,
+        """A rank's strategy on *node*, its tables over *table* ranks, its node's counters over *destinations*
+        (shared by the node's modelled ranks: one process)."""
+        load, mode = self.workload, self.mode
+        parts = FlowParts(
+            ranks=table, budget=self.budget, recv_slots=load.recv_slots, piggyback=load.piggyback, max_tag=TAG_UB
         )
+        if mode.uses_node_memory:
+            if node not in shared:
+                shared[node] = mode.make_node_counters(
+                    self.budget, lambda name, initial: LocalCounters(destinations, initial)
+                )
+            layout = NodeLayout(load.nodes, self.node_of.__getitem__)
+            parts = dataclasses.replace(parts, layout=layout, counters=shared[node])
+        return mode.strategy("python", parts)
 
     # -- running -------------------------------------------------------------------------------------
 
@@ -461,7 +440,7 @@ class Simulation:
         endpoint.release(message)
         if self.check_invariants:
             flow = endpoint.flow
-            if flow.name != "none" and flow.unreturned_total > self.workload.recv_slots:
+            if self.mode.has_credits and flow.unreturned_total > self.workload.recv_slots:
                 raise AssertionError(f"rank {rank.index}: {flow.unreturned_total} unreturned > receive slots")
         if self.progress is not None and self.delivered % 20000 == 0:
             now = time.monotonic()
@@ -481,32 +460,15 @@ class Simulation:
         for rank in self.ranks:
             if rank.inbox or rank.endpoint.deferred.total or rank.endpoint.in_flight:
                 raise AssertionError(f"rank {rank.index} ended with messages left: {list(rank.inbox)[:4]}")
-        mode, budget = self.workload.mode, self.budget
-        receivers = [rank for rank in self.ranks if rank.expected]
-        for receiver in receivers:
-            v, flow = receiver.index, receiver.endpoint.flow
-            if mode == "rank":
-                for sender in self.ranks:
-                    if sender is not receiver:
-                        held = sender.endpoint.flow.available(v) + flow.unreturned[sender.index]  # type: ignore[attr-defined]
-                        if held != budget.credits_per_pair:  # type: ignore[union-attr]
-                            raise AssertionError(f"rank {sender.index} -> {v}: {held} credits")
-            elif mode == "node":
-                for node, mates in self.node_ranks.items():
-                    held = mates[0].endpoint.flow.available(v) + flow.unreturned[node]  # type: ignore[attr-defined]
-                    if held != budget.credits_per_pair:  # type: ignore[union-attr]
-                        raise AssertionError(f"node {node} -> {v}: {held} credits")
-            elif mode == "adaptive":
-                leases = flow.leases  # type: ignore[attr-defined]
-                if flow.free + sum(lease.held for lease in leases.values()) != self.workload.recv_slots:  # type: ignore[attr-defined]
-                    raise AssertionError(f"rank {v}: free and leased credits do not add up to its slots")
-                for node, mates in self.node_ranks.items():
-                    lease = leases.get(node)
-                    held = lease.held - lease.unreturned if lease else 0
-                    if mates[0].endpoint.flow.available(v) != held:
-                        raise AssertionError(
-                            f"node {node} -> {v}: pool {mates[0].endpoint.flow.available(v)}, lease {held}"
-                        )
+        mode = self.mode
+        for receiver in (rank for rank in self.ranks if rank.expected):
+            # who holds credits for the receiver: each node's pool (one rank's view of it), or each other rank
+            holders = (
+                {node: mates[0].endpoint.flow for node, mates in self.node_ranks.items()}
+                if mode.uses_node_memory
+                else {sender.index: sender.endpoint.flow for sender in self.ranks if sender is not receiver}
+            )
+            mode.check_at_rest(receiver.endpoint.flow, receiver.index, holders, self.budget, self.workload.recv_slots)
 
 
 def simulate(

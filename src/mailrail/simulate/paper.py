@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..config import default
+from ..flow.modes import flow_mode
 
 MIB = 1 << 20
 
@@ -99,9 +100,7 @@ def experiments() -> list[Experiment]:
 
 def recv_slots(mode: str, ranks: int, ranks_per_node: int) -> int:
     """The receive slots that back the paper's credits in *mode* (rank and node mode need them per sender)."""
-    nodes = -(-ranks // ranks_per_node)
-    if mode == "rank":
-        return CREDITS_PER_PAIR * ranks
-    if mode == "node":
-        return CREDITS_PER_PAIR * nodes
-    return ADAPTIVE_RECV_SLOTS
+    described = flow_mode(mode)
+    if described.split_among is None:
+        return ADAPTIVE_RECV_SLOTS
+    return CREDITS_PER_PAIR * described.least_recv_slots(ranks, -(-ranks // ranks_per_node))

@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from ..flow.modes import flow_mode
 from .params import CALIBRATED, DATA_DIR, OMNIPATH
 
 VALIDATION = os.path.join(DATA_DIR, "validation.json")
@@ -126,7 +127,9 @@ def validation_markdown() -> str:
 
 def _credit_memory(validation: dict[str, Any]) -> float | None:
     errors = [
-        abs(r["memory_error"]) for r in validation["cases"] if r["mode"] != "none" and r["memory_error"] is not None
+        abs(r["memory_error"])
+        for r in validation["cases"]
+        if flow_mode(r["mode"]).has_credits and r["memory_error"] is not None
     ]
     return max(errors) if errors else None
 

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..flow import AdaptiveCredits, NodeCredits, RankCredits
 from ..flow.base import FlowControl
+from ..flow.modes import flow_mode
 from ..flow.node_memory import resolve_atomics
+from ..pool import SlotPool
 from ..protocol import Endpoint, Message
 from . import compiled
 from .base import Transport, Tuning
@@ -27,128 +28,87 @@ from .python import PythonTransport
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..flow.node_memory import NodeTopology, SharedWindowCounters
 
-__all__ = ["Implementation", "Message", "PythonTransport", "Transport", "Tuning", "choose", "implementation"]
+__all__ = [
+    "Implementation",
+    "Message",
+    "RankStack",
+    "PythonTransport",
+    "Transport",
+    "Tuning",
+    "choose",
+    "implementation",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class Implementation:
-    """One implementation of the protocol and its transport (see the module doc)."""
+    """One implementation of the protocol and its transport (see the module doc); a mode's strategy in it comes
+    from the mode's table entry (:meth:`mailrail.flow.modes.FlowMode.strategy` with this :attr:`name`)."""
 
     name: str  # "python" or "compiled"
     endpoint: Callable[..., Any]  # the Endpoint class: (rank, size, send_pool, flow, *, tag_ub, ...)
     message: type  # the Message class its Endpoint hands out
     transport: Callable[..., Transport]  # (*, comm, credit_comm, send_pool, recv_pool, ...)
-    rank_credits: Callable[..., FlowControl]  # (ranks, credits_per_pair, return_threshold, *, piggyback, max_tag)
-    node_credits: Callable[..., FlowControl]  # (topology, shared, ranks, credits_per_pair, return_threshold, *, ...)
-    # (topology, pool, tokens, demand, ranks, recv_slots, lease, credit_threshold, *, ranks_per_node, max_tag)
-    adaptive_credits: Callable[..., FlowControl]
+
+    def build(
+        self,
+        rank: int,
+        size: int,
+        flow: FlowControl,
+        *,
+        datagram_size: int,
+        send_pool_slots: int,
+        recv_pool_slots: int,
+        posted_receives: int,
+        tag_ub: int,
+        tuning: Tuning,
+        stall_timeout: float,
+        **communicators: Any,
+    ) -> RankStack:
+        """A rank's stack over *flow* (from its mode's table entry): the pools, the Endpoint, and the transport on
+        *communicators* (``comm`` and ``credit_comm``, and the MPI this implementation calls: mpi4py's by default;
+        the tests' in-memory MPI passes its own).  ``MailRail`` and the tests' in-memory MPI both build here."""
+        send_pool = SlotPool(send_pool_slots, datagram_size)
+        recv_pool = SlotPool(recv_pool_slots, datagram_size)
+        endpoint = self.endpoint(
+            rank,
+            size,
+            send_pool,
+            flow,
+            tag_ub=tag_ub,
+            head_patience=tuning.head_patience,
+            credit_poll_interval=tuning.credit_poll_interval,
+            idle_spins=tuning.idle_spins,
+            stall_timeout=stall_timeout,
+        )
+        recv_views = [view[:] for view in recv_pool.views]
+        for view in recv_views:  # what receive() hands out: the application reads, never writes, a receive slot
+            view.flags.writeable = False
+        transport = self.transport(
+            send_pool=send_pool,
+            recv_pool=recv_pool,
+            recv_views=recv_views,
+            posted_receives=posted_receives,
+            endpoint=endpoint,
+            tuning=tuning,
+            **communicators,
+        )
+        return RankStack(flow, send_pool, recv_pool, endpoint, transport)
 
 
-def _python_node_credits(
-    topology: NodeTopology,
-    shared: SharedWindowCounters,
-    ranks: int,
-    credits_per_pair: int,
-    return_threshold: int,
-    *,
-    ranks_per_node: int | None,
-    max_tag: int,
-) -> FlowControl:
-    return NodeCredits(topology.nodes, topology.node_of, shared, credits_per_pair, return_threshold, max_tag=max_tag)
+@dataclasses.dataclass(frozen=True)
+class RankStack:
+    """What :meth:`Implementation.build` makes for one rank."""
+
+    flow: FlowControl
+    send_pool: SlotPool
+    recv_pool: SlotPool
+    endpoint: Endpoint  # the implementation's (the compiled one has the same interface)
+    transport: Transport
 
 
-def _compiled_node_credits(
-    topology: NodeTopology,
-    shared: SharedWindowCounters,
-    ranks: int,
-    credits_per_pair: int,
-    return_threshold: int,
-    *,
-    ranks_per_node: int | None,
-    max_tag: int,
-) -> FlowControl:
-    ledger: FlowControl = compiled.credit_ledger(
-        "node",
-        ranks,
-        credits_per_pair,
-        return_threshold,
-        max_tag=max_tag,
-        nodes=topology.nodes,
-        ranks_per_node=ranks_per_node or 0,
-        node_map=topology.map_address,
-        pool=shared.address,
-        owner=(shared, topology),
-    )
-    return ledger
-
-
-def _python_adaptive_credits(
-    topology: NodeTopology,
-    pool: SharedWindowCounters,
-    tokens: SharedWindowCounters,
-    demand: SharedWindowCounters,
-    ranks: int,
-    recv_slots: int,
-    lease: int,
-    credit_threshold: int,
-    *,
-    ranks_per_node: int | None,
-    max_tag: int,
-) -> FlowControl:
-    return AdaptiveCredits(topology.node_of, pool, tokens, demand, recv_slots, lease, credit_threshold, max_tag=max_tag)
-
-
-def _compiled_adaptive_credits(
-    topology: NodeTopology,
-    pool: SharedWindowCounters,
-    tokens: SharedWindowCounters,
-    demand: SharedWindowCounters,
-    ranks: int,
-    recv_slots: int,
-    lease: int,
-    credit_threshold: int,
-    *,
-    ranks_per_node: int | None,
-    max_tag: int,
-) -> FlowControl:
-    ledger: FlowControl = compiled.credit_ledger(
-        "adaptive",
-        ranks,
-        lease,
-        credit_threshold,
-        max_tag=max_tag,
-        recv_slots=recv_slots,
-        nodes=topology.nodes,
-        ranks_per_node=ranks_per_node or 0,
-        node_map=topology.map_address,
-        pool=pool.address,
-        tokens=tokens.address,
-        demand=demand.address,
-        owner=(pool, tokens, demand, topology),
-    )
-    return ledger
-
-
-def _compiled_rank_credits(
-    ranks: int, credits_per_pair: int, return_threshold: int, *, piggyback: bool, max_tag: int
-) -> FlowControl:
-    ledger: FlowControl = compiled.credit_ledger(
-        "rank", ranks, credits_per_pair, return_threshold, piggyback=piggyback, max_tag=max_tag
-    )
-    return ledger
-
-
-PYTHON = Implementation(
-    name="python",
-    endpoint=Endpoint,
-    message=Message,
-    transport=PythonTransport,
-    rank_credits=RankCredits,
-    node_credits=_python_node_credits,
-    adaptive_credits=_python_adaptive_credits,
-)
+PYTHON = Implementation(name="python", endpoint=Endpoint, message=Message, transport=PythonTransport)
 
 
 def implementation(name: str) -> Implementation:
@@ -162,13 +122,7 @@ def implementation(name: str) -> Implementation:
         raise RuntimeError(reason)
     protocol = importlib.import_module("mailrail._protocol")
     return Implementation(
-        name="compiled",
-        endpoint=protocol.Endpoint,
-        message=protocol.Message,
-        transport=compiled.make,
-        rank_credits=_compiled_rank_credits,
-        node_credits=_compiled_node_credits,
-        adaptive_credits=_compiled_adaptive_credits,
+        name="compiled", endpoint=protocol.Endpoint, message=protocol.Message, transport=compiled.make
     )
 
 
@@ -178,7 +132,7 @@ def choose(config: Config) -> tuple[str, str | None]:
     if config.transport == "python":
         return "python", "MAILRAIL_TRANSPORT=python"
     reason = compiled.unavailable_reason()
-    if reason is None and config.flow_control in ("node", "adaptive") and resolve_atomics(config.atomics) != "cpu":
+    if reason is None and flow_mode(config.flow_control).uses_node_memory and resolve_atomics(config.atomics) != "cpu":
         reason = "node credits updated through MPI atomics (MAILRAIL_ATOMICS=mpi) run on the Python transport"
     if reason is not None and config.transport == "compiled":
         raise ConfigError(f"MAILRAIL_TRANSPORT=compiled, but {reason}")
