@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import gc
-import importlib
 import itertools
 import json
 import sys
@@ -24,9 +23,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from mailrail.flow.base import Unconstrained
-from mailrail.pool import SlotPool
-from mailrail.transport import compiled
+from mailrail.flow import CreditBudget, FlowParts, flow_mode
+from mailrail.transport import compiled, implementation
 from mailrail.transport.base import Tuning
 
 PTR, INT, HANDLE = ctypes.c_void_p, ctypes.c_int, ctypes.c_ssize_t  # handle: intptr_t
@@ -84,39 +82,32 @@ def transport_and_endpoint(
     size: int = 64,
     credits: bool = False,
 ) -> tuple[Any, Any]:
-    """A CompiledTransport on *comm* (1 rank) with its own pools, and its compiled Endpoint; *credits*:
-    rank flow control, credits on a duplicate of *comm*."""
-    tuning = tuning or Tuning()
-    send_pool, recv_pool = SlotPool(slots, size), SlotPool(slots, size)
-    views = [view[:] for view in recv_pool.views]
-    flow = compiled.credit_ledger("rank", 1, 2, 1, piggyback=True, max_tag=32767) if credits else Unconstrained()
-    endpoint = compiled.endpoint(
-        0,
-        1,
-        send_pool,
-        flow,
-        tag_ub=32767,
-        head_patience=tuning.head_patience,
-        credit_poll_interval=tuning.credit_poll_interval,
-        idle_spins=tuning.idle_spins,
-    )
-    credit_comm = 0
+    """A CompiledTransport on *comm* (1 rank) with its own pools, and its compiled Endpoint, built as MailRail
+    builds them, over *mpi* (the MPI functions it calls, some replaced to fail); *credits*: rank flow control,
+    credits on a duplicate of *comm*."""
+    mode = flow_mode("rank" if credits else "none")
+    flow = mode.strategy("compiled", FlowParts(ranks=1, budget=CreditBudget(2, 1), piggyback=True, max_tag=32767))
+    credit_comm = None
     if credits:
         duplicate = comm.Dup()
         _keep.append(duplicate)
         credit_comm = compiled.handle(duplicate)
-    transport = importlib.import_module("mailrail.transport._compiled").CompiledTransport(
-        mpi=mpi or compiled._resolve(),
+    stack = implementation("compiled").build(
+        0,
+        1,
+        flow,
+        datagram_size=size,
+        send_pool_slots=slots,
+        recv_pool_slots=slots,
+        posted_receives=slots,
+        tag_ub=32767,
+        tuning=tuning or Tuning(),
+        stall_timeout=0.0,
         comm=compiled.handle(comm),
         credit_comm=credit_comm,
-        send_pool=send_pool,
-        recv_pool=recv_pool,
-        recv_views=views,
-        posted_receives=slots,
-        endpoint=endpoint,
-        tuning=tuning,
+        library=mpi or compiled._resolve(),
     )
-    return transport, endpoint
+    return stack.transport, stack.endpoint
 
 
 def make_transport(comm: MPI.Comm, **options: Any) -> Any:
