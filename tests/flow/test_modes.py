@@ -32,14 +32,6 @@ def test_an_unknown_mode_is_refused_naming_the_valid_ones():
         flow_mode("credit")
 
 
-class _AddressedCounters(LocalCounters):
-    """Plain counters with the address a compiled ledger reads them at (one process: no MPI window)."""
-
-    def __init__(self, length: int, initial: int) -> None:
-        super().__init__(length, initial)
-        self.address = self.values.buffer_info()[0]
-
-
 def _strategy(mode_name: str, implementation: str, recv_slots: int = 64):
     """*mode_name*'s strategy for rank 0 of a job of RANKS ranks in nodes of PER_NODE, as the rail builds it."""
     if implementation == "compiled" and unavailable_reason() is not None:
@@ -50,7 +42,7 @@ def _strategy(mode_name: str, implementation: str, recv_slots: int = 64):
     parts = FlowParts(ranks=RANKS, budget=budget, recv_slots=recv_slots, piggyback=True, max_tag=32767)
     if mode.uses_node_memory:
         node_map = np.arange(RANKS, dtype=np.int32) // PER_NODE
-        counters = mode.make_node_counters(budget, lambda name, initial: _AddressedCounters(RANKS, initial))
+        counters = mode.make_node_counters(budget, lambda name, initial: LocalCounters(RANKS, initial))
         layout = NodeLayout(nodes, lambda rank: rank // PER_NODE, int(node_map.ctypes.data))
         parts = FlowParts(
             ranks=RANKS,

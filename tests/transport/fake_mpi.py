@@ -791,15 +791,6 @@ def unavailable(kind: str) -> str | None:
     return None
 
 
-class NodeCounters(LocalCounters):
-    """A node's credit pool for every rank of the node (one process: plain memory, no MPI window), with
-    the address the compiled ledger updates it at, as :class:`mailrail.flow.node_memory.SharedWindowCounters` has."""
-
-    def __init__(self, length: int, initial: int) -> None:
-        super().__init__(length, initial)
-        self.address = self.values.buffer_info()[0]
-
-
 @dataclasses.dataclass
 class RankRail:
     """One rank over the fake: its transport, its Endpoint, and what MailRail builds around them.
@@ -851,9 +842,9 @@ def make_rank(
 ) -> RankRail:
     """Rank *rank*'s *kind* (``"python"`` or ``"compiled"``) implementation over *world*, built as ``MailRail``
     builds it (the mode's table entry, then ``Implementation.build``), with the same knobs.  Modes that share
-    node memory group ranks into nodes of *ranks_per_node* consecutive ranks, sharing :class:`NodeCounters`
-    (one per name the mode's table entry lists) per node.  The transport is abandoned when *world* closes, if
-    still open.
+    node memory group ranks into nodes of *ranks_per_node* consecutive ranks, which share counters in plain
+    memory (:class:`~mailrail.flow.node.LocalCounters`, one per name the mode's table entry lists).  The
+    transport is abandoned when *world* closes, if still open.
     """
     from mailrail.transport import implementation
 
@@ -879,10 +870,10 @@ def make_rank(
     if mode.uses_node_memory:
         node_map = np.arange(size, dtype=np.int32) // per_node
 
-        def node_counters(name: str, initial: int) -> NodeCounters:
+        def node_counters(name: str, initial: int) -> LocalCounters:
             # one per node and name, shared by the node's ranks (they live in one process here)
-            made: dict[int, NodeCounters] = world.__dict__.setdefault(f"_node_{name}", {})
-            return made.setdefault(rank // per_node, NodeCounters(size, initial))
+            made: dict[int, LocalCounters] = world.__dict__.setdefault(f"_node_{name}", {})
+            return made.setdefault(rank // per_node, LocalCounters(size, initial))
 
         counters = mode.make_node_counters(budget, node_counters)
         layout = NodeLayout(nodes, lambda other: other // per_node, int(node_map.ctypes.data))

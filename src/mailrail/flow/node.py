@@ -31,10 +31,16 @@ class SharedCounters(Protocol):
 
 
 class LocalCounters:
-    """:class:`SharedCounters` for a single process (unit tests, one-rank nodes)."""
+    """:class:`SharedCounters` for a single process (unit tests, the model, the tests' in-memory MPI), in plain
+    memory at :attr:`address` (where a compiled ledger reads and updates them)."""
 
     def __init__(self, length: int, initial: int) -> None:
-        self.values = array("q", [initial]) * length
+        self.values = array("q", [initial]) * length  # never resized: its address stays valid
+
+    @property
+    def address(self) -> int:
+        """The address of the int64 counters."""
+        return self.values.buffer_info()[0]
 
     def try_take(self, index: int) -> bool:
         if self.values[index] > 0:

@@ -38,7 +38,7 @@ import simpy
 from ..config import default
 from ..errors import ConfigError
 from ..flow.base import FlowControl
-from ..flow.modes import MODE_NAMES, FlowParts, NodeLayout, flow_mode
+from ..flow.modes import FlowParts, NodeLayout, flow_mode
 from ..flow.node import LocalCounters, SharedCounters
 from ..protocol import NO_SLOT, Endpoint
 from ..tools.incast import choose_victims, spread
@@ -74,8 +74,7 @@ class Workload:
     victim_node_memory: int | None = None  # bytes: a victim's node ends the job past it (the kernel's OOM kill)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODE_NAMES:
-            raise ConfigError(f"mode {self.mode!r}: one of {', '.join(MODE_NAMES)}")
+        flow_mode(self.mode)  # ConfigError for a mode not in the table, naming those that are
         if self.ranks < 2:
             raise ConfigError(f"ranks={self.ranks}: at least 2")
         if not 1 <= self.ranks_per_node <= self.ranks:
