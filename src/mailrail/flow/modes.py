@@ -124,8 +124,6 @@ class FlowMode:
     """One flow-control mode: what the rest of MailRail needs to know of it (see the module doc)."""
 
     name: str
-    #: One line for help texts and tables.
-    summary: str
     #: Whether payloads wait for credits (and credit messages travel on the rail's credit communicator).
     has_credits: bool
     #: Among whom the receive slots are split: "rank" (each sender rank), "node" (each sending node), or None
@@ -304,7 +302,6 @@ MODES: dict[str, FlowMode] = {
     for mode in (
         FlowMode(
             name="none",
-            summary="unconstrained: send at once, always (messages wait in MPI's unexpected queue)",
             has_credits=False,
             split_among=None,
             node_counters=(),
@@ -315,7 +312,6 @@ MODES: dict[str, FlowMode] = {
         ),
         FlowMode(
             name="rank",
-            summary="credits per sender rank and receiver rank",
             has_credits=True,
             split_among="rank",
             node_counters=(),
@@ -327,7 +323,6 @@ MODES: dict[str, FlowMode] = {
         ),
         FlowMode(
             name="node",
-            summary="one credit pool per destination, shared by the ranks of a node",
             has_credits=True,
             split_among="node",
             node_counters=(("pool", FULL),),
@@ -339,7 +334,6 @@ MODES: dict[str, FlowMode] = {
         ),
         FlowMode(
             name="adaptive",
-            summary="receive slots lent on request to the sending nodes: any job size",
             has_credits=True,
             split_among=None,
             # the pool starts empty (credits are lent on request), the request token at 1 (the node may ask),
