@@ -206,3 +206,48 @@ def test_partners_spread_each_rank_over_the_victim_and_its_own_partner(tmp_path,
     receivers = [d for d in detail if d["messages_received"]]
     assert 2 <= len(receivers) < RANKS  # the victim and some partners; a pair that never talks is the rule
     assert sum(d["messages_received"] for d in detail) == TRIALS * 100 * RANKS
+
+
+@pytest.mark.smoke
+def test_interleaved_modes_share_one_job_and_each_delivers_exactly_once(tmp_path, clean_environment):
+    """--interleave: a rail per mode in one job, their trials taking turns; each mode's accounting, trials and
+    ratio to the first mode are in the document."""
+    modes = list(MODE_NAMES)
+    document = run_adversarial(
+        RANKS,
+        ["--interleave", ",".join(modes), "--trials", str(TRIALS), "--messages", "80", "--datagram-size", "1024"]
+        + SCARCE,
+        str(tmp_path / "interleaved.json"),
+        time_limit=MPI_TIMEOUT,
+    )
+    assert document["status"] == "ok", document
+    assert document["benchmark"] == "adversarial-interleaved" and document["flow_controls"] == modes
+    senders = RANKS - 1
+    for mode in modes:
+        entry = document["modes"][mode]
+        assert entry["summary"]["accounting_ok"]
+        assert len(entry["trials"]) == TRIALS
+        for trial in entry["trials"]:
+            assert trial["messages_received"] == trial["messages_sent"] == senders * 80
+    assert {config["flow_control"] for config in document["config"].values()} == set(modes)
+    assert set(document["ratios"]) == {f"{mode}/{modes[0]}" for mode in modes[1:]}
+    assert all(len(ratio["per_trial"]) == TRIALS for ratio in document["ratios"].values())
+    assert document["modes"][modes[0]]["summary"]["credit_messages"] == 0  # unconstrained: none
+    assert all(document["modes"][mode]["summary"]["credit_messages"] > 0 for mode in modes[1:])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--interleave", "node,bogus"], "argument --interleave: each must be one of none,rank,node,adaptive"),
+        (["--interleave", "rank,node", "--metrics", "m"], "--interleave and --metrics"),
+        (
+            ["--interleave", "none,rank", "--recv-pool-slots", "2", "--ranks-per-node", "1"],
+            "--interleave none,rank: rank-based flow control gets 0 credits per sender rank",
+        ),
+    ],
+)
+def test_bad_interleaving_exits_with_a_message(tmp_path, clean_environment, args, message):
+    result = run_adversarial(4, args, str(tmp_path / "bad.json"), time_limit=MPI_TIMEOUT)
+    assert result["status"] == "failed" and result["returncode"] == 2
+    assert message in result["output_tail"]

@@ -14,6 +14,14 @@ Goodput is the bits received by all victims divided by the trial's runtime
 (the slowest rank's).  One MailRail serves every trial, so later trials reuse
 warm pools.  Rank 0 prints a summary and, with ``--json``, writes the document
 described on the documentation's benchmarks page.
+
+``--interleave MODES`` runs several flow-control modes in one job instead: a
+MailRail each, their trials taking turns (the first mode's trial 1, the
+second's, ..., then every mode's trial 2).  On an oversubscribed machine the
+scheduler's placement of the ranks on cores is drawn per job and moves a
+mode's goodput by a quarter from job to job, while the trials of one job agree
+within a few percent; modes in one job share that placement, so their ratio
+measures the modes.  Memory figures are the job's, shared by its modes.
 """
 
 from __future__ import annotations
@@ -25,11 +33,14 @@ from typing import Any
 
 import numpy as np
 
+from ..config import FLOW_CONTROL_MODES
+from ..errors import ConfigError
 from ..tools.flags import (
     MPI_INT_MAX,
     SEED_MAX,
     add_rail_arguments,
     checked_rail_options,
+    choice_list,
     float_in,
     int_in,
     one_line_errors,
@@ -134,6 +145,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--quiet", action="store_true", help="rank 0 prints only its progress lines, not the summary table"
+    )
+    parser.add_argument(
+        "--interleave",
+        metavar="MODES",
+        type=choice_list(FLOW_CONTROL_MODES),
+        help="run these flow-control modes (comma-separated) in this one job, a rail each, their trials taking "
+        "turns: ratios between them then share the job's placement of ranks on cores (instead of "
+        "--flow-control; not with --metrics)",
     )
     add_rail_arguments(parser)
 
@@ -311,6 +330,8 @@ def run(args: argparse.Namespace) -> int:
     problem = memory_problem(comm, BYTES_PER_PLANNED_MESSAGE * planned, f"{planned:,} messages per rank")
     if problem:
         return usage_error("bench adversarial", problem, comm)
+    if args.interleave:
+        return _run_interleaved(args, comm, options)
     rail = MailRail(comm, **options)
     config = rail.config
     topology = NodeTopology(comm, config.ranks_per_node)
@@ -460,12 +481,139 @@ def summary_text(document: dict) -> str:
 
 
 def _check_arguments(args: argparse.Namespace, size: int) -> str | None:
-    """What argparse cannot check alone: the flags against the job's rank count (the ranges it checks)."""
+    """What argparse cannot check alone: the flags against the job's rank count (the ranges it checks), and
+    against each other."""
     if size < 2:
         return f"needs at least 2 ranks, got {size} (mailrail run -n 2 bench adversarial)"
     if args.victims > size:
         return f"argument --victims: must be an integer in 1..{size} (the ranks), got '{args.victims}'"
+    if args.interleave and args.metrics:
+        return "--interleave and --metrics: the metrics are one job's, and the modes share it; give one of them"
     return None
+
+
+def _run_interleaved(args: argparse.Namespace, comm: Any, options: dict[str, Any]) -> int:
+    """``--interleave``: the modes' rails in this one job, their trials taking turns (see the module doc)."""
+    from ..rail import MailRail
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    modes: list[str] = args.interleave
+    rails: dict[str, Any] = {}
+    try:
+        for mode in modes:  # collective, in the same order everywhere: a refusal raises on every rank alike
+            rails[mode] = MailRail(comm, **dict(options, flow_control=mode))
+    except ConfigError as error:
+        for rail in reversed(rails.values()):
+            rail.finalize()
+        return usage_error("bench adversarial", f"--interleave {','.join(modes)}: {error}", comm)
+    first = rails[modes[0]]
+    victims = choose_victims(size, args.victims, args.seed)
+    sizes = message_sizes(first.datagram_size, args.messages, args.bytes_per_rank)
+    plan = make_plan(comm, victims, sizes, args.seed, args.partners)
+    senders = comm.allreduce(1 if plan.dests else 0)
+    rss_start = current_rss_bytes()
+    if rank == 0:
+        print(
+            f"adversarial incast, flow control {', '.join(modes)} interleaved: {size} ranks, {len(victims)} "
+            f"victim(s) {_ranks_text(victims)}, {senders} senders, {len(sizes)} x {first.datagram_size} B per "
+            f"sending rank, {args.trials} trial(s) each",
+            flush=True,
+        )
+    trials: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    for trial in range(args.trials):
+        line = []
+        for mode in modes:
+            result = run_trial(comm, rails[mode], plan, None, trial, args.receive_work_us * 1e-6)
+            results = comm.gather(result, root=0)
+            if rank == 0:
+                record = summarize_trial(results, senders, victims)
+                trials[mode].append(record)
+                line.append(f"{mode} {record['goodput_bps'] / 1e6:,.1f} Mb/s")
+        if rank == 0:
+            print(f"  trial {trial + 1}/{args.trials}: " + ", ".join(line), flush=True)
+    details: dict[str, list[dict[str, Any]]] = {}
+    for mode in reversed(modes):  # made in order, finalized in reverse
+        stats = rails[mode].stats()
+        undelivered = rails[mode].finalize()
+        peak_rss = peak_rss_bytes()
+        detail = {
+            "rank": rank,
+            "victim": rank in victims,
+            "peak_rss_bytes": peak_rss,
+            "rss_start_bytes": rss_start,
+            "rss_growth_bytes": max(0, peak_rss - rss_start),
+            "credit_messages": stats["credit_messages_sent"] + stats["credit_messages_received"],
+            "internode_bytes_sent": 0,  # (not counted here: the modes share the job's nodes)
+            **{k: stats[k] for k in DETAIL_COUNTERS},
+            "undelivered": undelivered,
+        }
+        details[mode] = comm.gather(detail, root=0)
+    if rank != 0:
+        return 0
+    document = interleaved_document(modes, trials, details)
+    document.update(
+        ranks=size,
+        victims=len(victims),
+        victim_ranks=victims,
+        senders=senders,
+        datagram_size=first.datagram_size,
+        messages_per_rank=len(sizes),
+        seed=args.seed,
+        partners=args.partners,
+        mpi=mpi_library(),
+        config={mode: rail.config.as_dict() for mode, rail in rails.items()},
+    )
+    write_json(args.json, document)
+    if not args.quiet:
+        print(interleaved_text(document), flush=True)
+    return 0 if all(entry["summary"]["accounting_ok"] for entry in document["modes"].values()) else 1
+
+
+def interleaved_document(
+    modes: list[str], trials: dict[str, list[dict[str, Any]]], details: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """The ``--interleave`` JSON document: each mode's trials and summary, its median goodput, and each mode's
+    goodput over the first mode's, trial by trial (the trials that ran side by side) and as the medians'
+    ratio."""
+    medians = {mode: float(np.median([t["goodput_bps"] for t in trials[mode]])) for mode in modes}
+    reference = modes[0]
+    return {
+        "benchmark": "adversarial-interleaved",
+        "flow_controls": modes,
+        "modes": {
+            mode: {
+                "trials": trials[mode],
+                "median_goodput_bps": medians[mode],
+                "summary": summarize_run(trials[mode], details[mode]),
+            }
+            for mode in modes
+        },
+        "ratios": {
+            f"{mode}/{reference}": {
+                "medians": medians[mode] / medians[reference] if medians[reference] else None,
+                "per_trial": [
+                    mine["goodput_bps"] / theirs["goodput_bps"] if theirs["goodput_bps"] else None
+                    for mine, theirs in zip(trials[mode], trials[reference])
+                ],
+            }
+            for mode in modes[1:]
+        },
+    }
+
+
+def interleaved_text(document: dict[str, Any]) -> str:
+    """The ``--interleave`` table: per mode its goodput's median and range, and its ratio to the first mode."""
+    modes = document["flow_controls"]
+    rows = []
+    for mode in modes:
+        goodputs = [t["goodput_bps"] / 1e6 for t in document["modes"][mode]["trials"]]
+        ratio = document["ratios"].get(f"{mode}/{modes[0]}", {}).get("medians", 1.0)
+        rows.append((mode, float(np.median(goodputs)), min(goodputs), max(goodputs), ratio))
+    lines = [format_table(["mode", "median Mb/s", "min Mb/s", "max Mb/s", f"/ {modes[0]}"], rows)]
+    for mode in modes:
+        if not document["modes"][mode]["summary"]["accounting_ok"]:
+            lines.append(f"ACCOUNTING MISMATCH ({mode}): the victims did not receive exactly what was sent to them")
+    return "\n".join(lines)
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -24,7 +24,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import FLOW_CONTROL_MODES
+from ..config import FLOW_CONTROL_MODES, default
 from ..errors import ConfigError
 from .adaptive import LEASE_BYTES, QUEUE_ENTRY_BYTES, AdaptiveCredits
 from .base import FlowControl, Unconstrained
@@ -397,7 +397,7 @@ def memory_plan(
     recv_slots: int,
     send_slots: int,
     datagram_size: int,
-    credit_threshold: int = 2,
+    credit_threshold: int = default("credit_threshold"),
     credits_per_pair: int | None = None,
     real_nodes: bool = True,
 ) -> MemoryPlan:
