@@ -375,21 +375,7 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    stats = rail.stats()
-    undelivered = rail.finalize()
-    peak_rss = peak_rss_bytes()
-    detail = {
-        "rank": rank,
-        "victim": rank in victims,
-        "peak_rss_bytes": peak_rss,
-        "rss_start_bytes": rss_start,
-        "rss_growth_bytes": max(0, peak_rss - rss_start),
-        "credit_messages": stats["credit_messages_sent"] + stats["credit_messages_received"],
-        "internode_bytes_sent": internode_bytes,
-        **{k: stats[k] for k in DETAIL_COUNTERS},
-        "undelivered": undelivered,
-    }
-    details = comm.gather(detail, root=0)
+    details = comm.gather(_finish_rail(rail, rank in victims, rss_start, internode_bytes), root=0)
     if rank != 0:
         return 0
     document = {
@@ -419,6 +405,24 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(summary_text(document), flush=True)
     return 0 if document["summary"]["accounting_ok"] else 1
+
+
+def _finish_rail(rail: Any, victim: bool, rss_start: int, internode_bytes: int) -> dict[str, Any]:
+    """Finalize *rail*; this rank's entry of ``ranks_detail`` (its counters, memory and what was undelivered)."""
+    stats = rail.stats()
+    undelivered = rail.finalize()
+    peak_rss = peak_rss_bytes()
+    return {
+        "rank": rail.rank,
+        "victim": victim,
+        "peak_rss_bytes": peak_rss,
+        "rss_start_bytes": rss_start,
+        "rss_growth_bytes": max(0, peak_rss - rss_start),
+        "credit_messages": stats["credit_messages_sent"] + stats["credit_messages_received"],
+        "internode_bytes_sent": internode_bytes,
+        **{k: stats[k] for k in DETAIL_COUNTERS},
+        "undelivered": undelivered,
+    }
 
 
 def summarize_run(trials: list[dict], details: list[dict]) -> dict[str, Any]:
@@ -532,22 +536,8 @@ def _run_interleaved(args: argparse.Namespace, comm: Any, options: dict[str, Any
         if rank == 0:
             print(f"  trial {trial + 1}/{args.trials}: " + ", ".join(line), flush=True)
     details: dict[str, list[dict[str, Any]]] = {}
-    for mode in reversed(modes):  # made in order, finalized in reverse
-        stats = rails[mode].stats()
-        undelivered = rails[mode].finalize()
-        peak_rss = peak_rss_bytes()
-        detail = {
-            "rank": rank,
-            "victim": rank in victims,
-            "peak_rss_bytes": peak_rss,
-            "rss_start_bytes": rss_start,
-            "rss_growth_bytes": max(0, peak_rss - rss_start),
-            "credit_messages": stats["credit_messages_sent"] + stats["credit_messages_received"],
-            "internode_bytes_sent": 0,  # (not counted here: the modes share the job's nodes)
-            **{k: stats[k] for k in DETAIL_COUNTERS},
-            "undelivered": undelivered,
-        }
-        details[mode] = comm.gather(detail, root=0)
+    for mode in reversed(modes):  # made in order, finalized in reverse; internode bytes not counted here
+        details[mode] = comm.gather(_finish_rail(rails[mode], rank in victims, rss_start, 0), root=0)
     if rank != 0:
         return 0
     document = interleaved_document(modes, trials, details)
