@@ -115,7 +115,7 @@ def _node_placement(parts: FlowParts, *names: str) -> dict[str, Any]:
         "node_map": layout.map_address,
         "owner": parts.owner,
     }
-    placement.update((name, parts.counters[name].address) for name in names)  # type: ignore[attr-defined]
+    placement.update((name, parts.counters[name].address) for name in names)
     return placement
 
 
@@ -162,7 +162,7 @@ class FlowMode:
             return lease_budget(recv_slots, credit_threshold, credits_per_pair)
         return split_budget(
             self.name,
-            senders=ranks if self.split_among == "rank" else nodes,
+            senders=self.senders(ranks, nodes) or 0,
             unit="sender rank" if self.split_among == "rank" else "sending node",
             recv_slots=recv_slots,
             credit_threshold=credit_threshold,
@@ -175,11 +175,16 @@ class FlowMode:
         """Whether :meth:`budget` depends on the number of nodes (the rail counts real nodes with MPI first)."""
         return self.split_among == "node"
 
+    def senders(self, ranks: int, nodes: int) -> int | None:
+        """Among how many a receiver's slots are split in a job of *ranks* on *nodes*: its sender ranks or
+        sending nodes; None where they are not split (unconstrained, or lent on request)."""
+        return {"rank": ranks, "node": nodes}.get(self.split_among or "")
+
     def least_recv_slots(self, ranks: int, nodes: int) -> int:
         """The fewest receive slots per rank this mode runs with in a job of *ranks* on *nodes*: a credit per
-        sender rank or sending node where the slots are split among them, else one (lent in turn, or
-        unconstrained: its messages wait in MPI's unexpected queue, unbounded)."""
-        return {"rank": ranks, "node": nodes}.get(self.split_among or "", 1)
+        sender where the slots are split among them, else one (lent in turn, or unconstrained: its messages wait
+        in MPI's unexpected queue, unbounded)."""
+        return self.senders(ranks, nodes) or 1
 
     def initial(self, counter: str, budget: CreditBudget | None) -> int:
         """The initial value of node counter *counter* for a job with *budget*."""

@@ -29,6 +29,10 @@ class SharedCounters(Protocol):
     def nbytes(self) -> int:
         """Bytes of shared memory the counters occupy (for the whole node)."""
 
+    @property
+    def address(self) -> int:
+        """The address of the int64 counters (where a compiled ledger reads and updates them)."""
+
 
 class LocalCounters:
     """:class:`SharedCounters` for a single process (unit tests, the model, the tests' in-memory MPI), in plain

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import default
-from ..flow.modes import MODE_NAMES, flow_mode
+from ..flow.modes import MODE_NAMES as MODES
+from ..flow.modes import flow_mode
 from ..tools.figures import missing as figure_missing
 from ..tools.figures import pyplot
 from ..tools.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
 from ..tools.output import format_table, write_json
 from .report import signed_percent
 
-MODES = MODE_NAMES
 MIB = 1 << 20
 #: Messages one projection point models at most unless told otherwise: about a minute here per million.
 DEFAULT_MAX_MESSAGES = 1_000_000
@@ -82,7 +82,7 @@ def add_adversarial_arguments(parser: argparse.ArgumentParser) -> None:
         help="payload bytes each rank sends (default: 12.8 MiB, the paper's Table I); scaled down to "
         "--max-messages when needed, and the output says so",
     )
-    parser.add_argument("--modes", type=choice_list(MODES), default=list(MODES), help="(default: all four)")
+    parser.add_argument("--modes", type=choice_list(MODES), default=list(MODES), help="(default: every mode)")
     _params_argument(parser, "calibrated")
     parser.add_argument("--json", required=True, metavar="PATH", help="where to write the points")
     parser.add_argument("--png", metavar="PATH", help="a figure of goodput and victim memory per mode")
@@ -148,11 +148,8 @@ def _slots(args: argparse.Namespace, mode: str, ranks: int) -> int:
     slots = int(default("recv_pool_slots"))
     if args.credits_per_pair is None:
         return slots
-    described = flow_mode(mode)
-    if described.split_among is None:  # not split among senders: the slots stay as they are
-        return slots
-    nodes = -(-ranks // args.ranks_per_node)
-    return args.credits_per_pair * described.least_recv_slots(ranks, nodes)  # a credit per pair for every sender
+    senders = flow_mode(mode).senders(ranks, -(-ranks // args.ranks_per_node))
+    return slots if senders is None else args.credits_per_pair * senders  # a credit per pair for every sender
 
 
 def project(
@@ -568,7 +565,7 @@ def add_paper_arguments(parser: argparse.ArgumentParser) -> None:
 
     names = [e.name for e in paper.experiments()]
     parser.add_argument("--experiments", type=choice_list(names), default=names, help="(default: all: %(default)s)")
-    parser.add_argument("--modes", type=choice_list(MODES), default=list(MODES), help="(default: all four)")
+    parser.add_argument("--modes", type=choice_list(MODES), default=list(MODES), help="(default: every mode)")
     _params_argument(parser, "omnipath")
     parser.add_argument("--json", required=True, metavar="PATH")
     parser.add_argument("--png", metavar="PATH")

@@ -100,7 +100,5 @@ def experiments() -> list[Experiment]:
 
 def recv_slots(mode: str, ranks: int, ranks_per_node: int) -> int:
     """The receive slots that back the paper's credits in *mode* (rank and node mode need them per sender)."""
-    described = flow_mode(mode)
-    if described.split_among is None:
-        return ADAPTIVE_RECV_SLOTS
-    return CREDITS_PER_PAIR * described.least_recv_slots(ranks, -(-ranks // ranks_per_node))
+    senders = flow_mode(mode).senders(ranks, -(-ranks // ranks_per_node))
+    return ADAPTIVE_RECV_SLOTS if senders is None else CREDITS_PER_PAIR * senders
