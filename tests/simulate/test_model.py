@@ -145,6 +145,10 @@ def test_a_node_past_its_memory_cap_ends_the_trial_out_of_memory():
     assert result.status == "out_of_memory"
     assert "passed its 1048576 bytes" in result.detail
     assert simulate(dataclasses.replace(load, mode="node"), FAST.replace(host_cores=2)).status == "ok"
+    # the machine's memory (the parameters') caps every node alike; a run's own cap wins over it
+    machine = FAST.replace(host_cores=2, node_memory_bytes=1 << 20)
+    assert simulate(dataclasses.replace(load, victim_node_memory=None), machine).status == "out_of_memory"
+    assert simulate(dataclasses.replace(load, victim_node_memory=1 << 40), machine).status == "ok"
 
 
 @pytest.mark.parametrize(

@@ -174,3 +174,50 @@ def test_the_model_and_its_flags_default_to_mailrail_s_knobs():
     assert cli._slots(flags, "rank", 8) == knobs.recv_pool_slots
     with pytest.raises(KeyError, match="no knob named 'recv_slots'"):
         default("recv_slots")
+
+
+def test_set_changes_one_parameter_and_the_json_says_which(tmp_path, capsys):
+    """A loss-bounding change to the calibrated set: a one-entry receive context loses packets, which the
+    points count and the table shows."""
+    out = tmp_path / "sim.json"
+    status = run(
+        "simulate", "adversarial", "--ranks", "8", "--ranks-per-node", "4", "--victims", "1", "--modes", "none",
+        "--bytes-per-rank", "204800", "--json", str(out),
+        "--set", "recv_context_entries=1", "--set", "flow_window_packets=8",
+        "--set", "retransmit_timeout_min_s=0.01", "--set", "retransmit_timeout_max_s=0.04",
+    )  # fmt: skip
+    assert status == 0
+    document = json.loads(out.read_text())
+    assert document["params"]["recv_context_entries"] == 1 and document["params_set"][0] == "recv_context_entries=1"
+    (point,) = document["points"]
+    assert point["status"] == "ok" and point["dropped_packets"] > 0
+    assert point["retransmitted_fraction"] == point["retransmitted_packets"] / point["messages"] > 0
+    assert "resent" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("recv_context_entries", "NAME=VALUE"),
+        ("no_such=1", "unknown parameter(s) no_such"),
+        ("recv_context_entries=8", "flow_window_packets and retransmit_timeout_min_s"),
+        ("link_Bps=fast", "NAME=VALUE with a JSON value"),
+    ],
+)
+def test_a_bad_set_is_refused_naming_it(tmp_path, capsys, change, message):
+    status = run("simulate", "adversarial", "--ranks", "8", "--json", str(tmp_path / "x.json"), "--set", change)
+    assert status == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_scaled_point_whose_victim_node_would_outgrow_its_memory_says_so(tmp_path):
+    """Scaled to a tenth, an unconstrained victim's node holds a tenth of its unexpected messages: the point
+    finishes, but says that at the bytes asked the node's memory would have run out."""
+    out = tmp_path / "sim.json"
+    common = ["--ranks", "16", "--ranks-per-node", "4", "--victims", "1", "--bytes-per-rank", "4096000",
+              "--max-messages", "1600", "--set", "rank_baseline_bytes=0", "--json", str(out)]  # fmt: skip
+    assert run("simulate", "adversarial", "--modes", "none,node", *common, "--set", "node_memory_bytes=8000000") == 0
+    none, node = json.loads(out.read_text())["points"]
+    assert none["scaled"] and none["status"] == "ok" and none["status_at_bytes_asked"] == "out_of_memory"
+    assert 0 < none["victim_node_peak_bytes"] < 8_000_000 < none["victim_node_peak_bytes"] * 10
+    assert node["status_at_bytes_asked"] == "ok"

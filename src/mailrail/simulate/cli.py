@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import math
 import os
 import statistics
@@ -58,14 +59,34 @@ def _params_argument(parser: argparse.ArgumentParser, default: str) -> None:
         help="parameter file, or a shipped set by name: calibrated (this project's virtual cluster) or "
         "omnipath (an Omni-Path-like cluster) (default: %(default)s)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change one parameter of the set (repeatable; a JSON value: 2e-6, 2048, null): what an assumed "
+        "value would have to be for a result to change",
+    )
 
 
-def _load(name: str) -> tuple[Any, dict[str, Any], str]:
-    from .params import load_params, resolve
+def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
+    """The parameter set *args* name, with its --set changes (ParamsError naming a bad one)."""
+    from .params import ParamsError, load_params, params_from_dict, resolve
 
-    path = resolve(name)
+    path = resolve(args.params)
     params, document = load_params(path)
-    return params, document, path
+    if not args.set:
+        return params, document, path
+    values = params.as_dict()
+    for change in args.set:
+        name, sep, text = change.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            values[name] = json.loads(text)
+        except ValueError:
+            raise ParamsError(f"--set {change!r}: NAME=VALUE with a JSON value (2e-6, 2048, null)") from None
+    return params_from_dict(values, f"{path} with --set {' '.join(args.set)}"), document, path
 
 
 # -- simulate adversarial -------------------------------------------------------------------------------
@@ -228,11 +249,19 @@ def project(
                 result.victim_peak_bytes + result.victim_unexpected_peak_bytes * (scale - 1)
             ),
             "victim_unexpected_peak_bytes": result.victim_unexpected_peak_bytes,
+            "victim_node_peak_bytes": result.victim_node_peak_bytes,
+            # its unexpected messages grow with the bytes: past the node's memory, the whole run would have died
+            "status_at_bytes_asked": _status_at_bytes_asked(result, params, workload, scale),
             "victim_messages": result.victim_messages,  # modelled messages received per victim: min, median, max
             "messages": result.messages,
             "wire_bytes": result.wire_bytes,
             "events": result.events,
             "detail": result.detail,
+            # loss and recovery (parameter sets that bound a receive context): packets lost, sent again, timers
+            "dropped_packets": result.dropped_packets,
+            "retransmitted_packets": result.retransmitted_packets,
+            "retransmitted_fraction": result.retransmitted_packets / max(result.messages, 1),
+            "timeouts": result.timeouts,
         }
         points.append(point)
         _progress(
@@ -240,6 +269,16 @@ def project(
             f"victim {result.victim_peak_bytes / MIB:.1f} MiB, {result.credit_messages} credit messages ({wall:.1f} s)"
         )
     return points
+
+
+def _status_at_bytes_asked(result: Any, params: Any, workload: Any, scale: float) -> str:
+    """A scaled point's outcome at the bytes asked: out of memory if its victim node's unexpected messages,
+    grown linearly with the bytes, pass the node's memory."""
+    cap = workload.victim_node_memory or params.node_memory_bytes
+    baselines = min(workload.ranks_per_node, workload.ranks) * params.rank_baseline_bytes
+    if result.status == "ok" and cap and baselines + (result.victim_node_peak_bytes - baselines) * scale > cap:
+        return "out_of_memory"
+    return str(result.status)
 
 
 def points_table(points: list[dict[str, Any]]) -> str:
@@ -270,6 +309,10 @@ def points_table(points: list[dict[str, Any]]) -> str:
         ]
         for p in points
     ]
+    if any(p.get("retransmitted_packets") for p in points):  # a parameter set with loss: what it cost
+        headers.insert(-2, "resent")
+        for row, p in zip(rows, points, strict=True):
+            row.insert(-2, f"{p['retransmitted_fraction']:.1%}")
     return format_table(headers, rows)
 
 
@@ -282,7 +325,7 @@ def run_adversarial(args: argparse.Namespace) -> int:
     if args.victims >= min(args.ranks):
         return usage_error("simulate adversarial", f"--victims {args.victims} needs more ranks than {min(args.ranks)}")
     try:
-        params, _, path = _load(args.params)
+        params, _, path = _load(args)
     except ParamsError as error:
         return usage_error("simulate adversarial", str(error))
     started = time.monotonic()
@@ -290,6 +333,7 @@ def run_adversarial(args: argparse.Namespace) -> int:
     document = {
         "benchmark": "simulate-adversarial",
         "params_file": path,
+        "params_set": args.set,
         "params": params.as_dict(),
         "workload": {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, list, type(None)))},
         "points": points,
@@ -514,7 +558,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from .runs import read_runs
 
     try:
-        params, _, path = _load(args.params)
+        params, _, path = _load(args)
         cases = read_runs(args.runs or [HELD_OUT])
     except ParamsError as error:
         return usage_error("simulate validate", str(error))
@@ -587,7 +631,7 @@ def run_paper(args: argparse.Namespace) -> int:
     from .params import ParamsError
 
     try:
-        params, _, path = _load(args.params)
+        params, _, path = _load(args)
     except ParamsError as error:
         return usage_error("simulate paper", str(error))
     settings = argparse.Namespace(
@@ -630,6 +674,7 @@ def run_paper(args: argparse.Namespace) -> int:
     document = {
         "benchmark": "simulate-paper",
         "params_file": path,
+        "params_set": args.set,
         "params": params.as_dict(),
         "max_messages": args.max_messages,
         "experiments": results,

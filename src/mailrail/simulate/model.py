@@ -18,6 +18,11 @@ adds is what the library leaves to MPI and the machine, each an explicit mechani
 * **Eager or rendezvous**: payloads above ``eager_limit_bytes`` send a request; the receiver's match
   sends clear-to-send, then the data moves and the sender's buffer is free.
 * **Links and a switch** (:mod:`.network`), and **credit messages** as zero-byte messages on them.
+* **Loss and retransmission** (:mod:`.reliability`), when the parameters bound a rank's receive context:
+  messages between nodes travel numbered flows with a window; a packet that finds its receiver's context
+  full is dropped, and recovered by a NAK (go-back-N) or its sender's timer.  The context is drained only by
+  its rank's progress (PSM2's), at ``ingest_cpu_s`` a packet plus its eager data's copy (``copy_Bps``),
+  copied again when an unexpected message is matched.  Rendezvous messages go losslessly.
 
 The rank loop is the benchmark's: receive everything that arrived, drain deferred sends, send the
 credit messages due, then send one message; a rank with nothing to do waits (it yields its core).
@@ -44,11 +49,14 @@ from ..protocol import NO_SLOT, Endpoint
 from ..tools.incast import choose_victims, spread
 from ..tools.incast import destinations as incast_destinations
 from .network import Network
-from .params import ModelParams
+from .params import ModelParams, ParamsError
+from .reliability import ACCEPT, NO_REPLY, Packet, Reliability, SendFlow
 
 PAYLOAD, RENDEZVOUS_REQUEST, RENDEZVOUS_DATA, CREDIT = range(4)
 #: The largest tag the model's MPI carries (Open MPI's TAG_UB).
 TAG_UB = (1 << 31) - 1
+#: A packet sent more often than this means its flow's recovery livelocked (a bug): the model stops.
+MAX_ATTEMPTS = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +79,7 @@ class Workload:
     seed: int = 1
     receive_work_s: float = 0.0
     link_Bps: float | None = None  # the run's link rate, when it set one (else the parameters')
-    victim_node_memory: int | None = None  # bytes: a victim's node ends the job past it (the kernel's OOM kill)
+    victim_node_memory: int | None = None  # bytes: a victim's node ends the job past it (else the parameters')
 
     def __post_init__(self) -> None:
         flow_mode(self.mode)  # ConfigError for a mode not in the table, naming those that are
@@ -96,6 +104,7 @@ class Result:
     goodput_bps: float
     victim_peak_bytes: int  # a victim's receive and send pools, credit state and its peak of unexpected messages
     victim_unexpected_peak_bytes: int  # the peak of MPI's unexpected messages at one victim (its growth)
+    victim_node_peak_bytes: int  # the most a victim's node held: its ranks' baselines and unexpected messages
     victim_messages: dict[str, float]  # messages received per victim: min, median, max (tools.incast.spread)
     credit_messages: int
     messages: int
@@ -104,6 +113,9 @@ class Result:
     port_peak_bytes: int
     events: int
     detail: str = ""
+    dropped_packets: int = 0  # packets a full receive context lost (unseen, or their payload)
+    retransmitted_packets: int = 0
+    timeouts: int = 0  # retransmission timers that expired
 
 
 class _Pool:
@@ -135,6 +147,8 @@ class _Rank:
         "wake",
         "done_slots",
         "finished",
+        "context",
+        "context_bytes",
     )
 
     def __init__(self, index: int, node: int, endpoint: Endpoint, plan: list[int], expected: int) -> None:
@@ -148,6 +162,8 @@ class _Rank:
         self.wake: simpy.Event | None = None
         self.done_slots: set[int] = set()  # sends completed, not yet taken off the Endpoint's ring
         self.finished = False
+        self.context: deque[tuple[Packet, bool]] = deque()  # arrived, not yet taken by progress (payload kept?)
+        self.context_bytes = 0
 
 
 class Simulation:
@@ -160,14 +176,37 @@ class Simulation:
         *,
         progress: Callable[[str], None] | None = None,
         check_invariants: bool = False,
+        drop: Callable[[int, int, int, int], bool] | None = None,
     ) -> None:
         self.workload, self.params = workload, params
+        self.drop = drop  # a fixed drop pattern (tests): drop(source, dest, seq, attempt) loses that packet unseen
+        if params.flows is False and drop is not None:
+            raise ParamsError("a drop pattern needs flows to recover its packets: flow_window_packets > 0")
+        if params.recv_context_bytes and params.recv_context_bytes < min(
+            workload.datagram_size, params.eager_limit_bytes
+        ):
+            raise ParamsError(
+                f"recv_context_bytes={params.recv_context_bytes}: less than one eager datagram "
+                f"({min(workload.datagram_size, params.eager_limit_bytes)} bytes), so none could ever be received"
+            )
         self.progress = progress
         self.check_invariants = check_invariants
         load = workload
         self.env = simpy.Environment()
         self.waiting = 0  # ranks with nothing to do (they poll and yield: idle_share of a busy rank's CPU each)
         self.network = Network(params, load.nodes, load.link_Bps)
+        self.reliability = (
+            Reliability(
+                params.flow_window_packets,
+                params.ack_interval_packets,
+                params.retransmit_timeout_min_s,
+                params.retransmit_timeout_max_s,
+                params.retransmit_backoff,
+            )
+            if params.flows
+            else None
+        )
+        self.dropped = 0
         # The benchmark's victims and plans (tools.incast), renumbered so that the victims are 0..V-1: senders'
         # credit tables need only cover the ranks they send to (O(victims) per sender, not O(ranks)).
         victims = choose_victims(load.ranks, load.victims, load.seed)
@@ -219,6 +258,7 @@ class Simulation:
         self.total_messages = sum(expected)
         self.events = 0
         self.oom: tuple[float, str] | None = None
+        self.node_peak = 0  # the most memory a victim's node held: its ranks' baselines and unexpected messages
         self._last_report = time.monotonic()
 
     def _flow(
@@ -247,6 +287,8 @@ class Simulation:
             self.env.process(self._rank_loop(rank))
         try:
             self.env.run(until=self.all_done)
+        except ModelStall:
+            raise
         except RuntimeError as error:  # SimPy: no event left, and not every rank finished
             stuck = [rank.index for rank in self.ranks if not rank.finished][:8]
             raise ModelStall(
@@ -269,6 +311,7 @@ class Simulation:
             goodput_bps=payload * 8 / runtime if runtime > 0 and status == "ok" else 0.0,
             victim_peak_bytes=pools + flow_bytes + unexpected_peak,
             victim_unexpected_peak_bytes=unexpected_peak,
+            victim_node_peak_bytes=self.node_peak,
             victim_messages=spread([rank.received for rank in self.ranks[: load.victims]]),
             credit_messages=sum(rank.endpoint.credit_messages_sent for rank in self.ranks),
             messages=self.delivered,
@@ -277,6 +320,9 @@ class Simulation:
             port_peak_bytes=int(self.network.port_peak_bytes),
             events=self.events,
             detail=detail,
+            dropped_packets=self.dropped,
+            retransmitted_packets=self.reliability.retransmitted if self.reliability else 0,
+            timeouts=self.reliability.timeouts if self.reliability else 0,
         )
 
     def _work(self, seconds: float) -> Generator[Any, Any, None]:
@@ -297,9 +343,13 @@ class Simulation:
         endpoint = rank.endpoint
         while True:
             busy = False
+            if rank.context:
+                yield from self._ingest(rank)
             while rank.inbox:
                 busy = True
                 yield from self._receive_one(rank)
+                if rank.context:  # each receive is a progress call: it takes what arrived meanwhile
+                    yield from self._ingest(rank)
             if endpoint.deferred.total:
                 for dest, nbytes, slot, tag, _ in list(endpoint.drain_ready(now=0.0)):
                     busy = True
@@ -325,7 +375,7 @@ class Simulation:
                 self.unfinished -= 1
                 if self.unfinished == 0:
                     self.all_done.succeed()
-            if not busy and not rank.inbox and not endpoint.credit_outbox:
+            if not busy and not rank.inbox and not endpoint.credit_outbox and not rank.context:
                 rank.wake = env.event()
                 self.waiting += 1
                 yield rank.wake
@@ -349,9 +399,13 @@ class Simulation:
             _, arrival = self.network.transfer(self.env.now, source_node, dest_node, 0)
             self._at(arrival, self._arrive, self.ranks[dest], (RENDEZVOUS_REQUEST, rank.index, tag, nbytes, slot))
             return
+        item = (PAYLOAD, rank.index, tag, nbytes, slot)
+        if self.reliability is not None and source_node != dest_node:
+            self._flow_send(rank, self.ranks[dest], Packet(item, nbytes))
+            return
         left, arrival = self.network.transfer(self.env.now, source_node, dest_node, nbytes)
         self._at(left, self._send_completed, rank, slot)
-        self._at(arrival, self._arrive, self.ranks[dest], (PAYLOAD, rank.index, tag, nbytes, slot))
+        self._at(arrival, self._arrive, self.ranks[dest], item)
 
     def _send_completed(self, rank: _Rank, slot: int) -> None:
         """A send's buffer is free: the Endpoint takes completed sends off its ring oldest first, as the
@@ -366,8 +420,106 @@ class Simulation:
             self._wake(rank)
 
     def _send_credit(self, rank: _Rank, target: int, tag: int) -> None:
+        item = (CREDIT, rank.index, tag, 0, NO_SLOT)
+        if self.reliability is not None and rank.node != self.node_of[target]:
+            self._flow_send(rank, self.ranks[target], Packet(item, 0))
+            return
         _, arrival = self.network.transfer(self.env.now, rank.node, self.node_of[target], 0)
-        self._at(arrival, self._arrive, self.ranks[target], (CREDIT, rank.index, tag, 0, NO_SLOT))
+        self._at(arrival, self._arrive, self.ranks[target], item)
+
+    # -- flows between nodes: loss and its recovery (only with params.flows) ---------------------------
+
+    def _flow_send(self, rank: _Rank, dest: _Rank, packet: Packet) -> None:
+        assert self.reliability is not None
+        flow = self.reliability.send_flow(rank.index, dest.index)
+        self._put_on_wire(rank, dest, flow, self.reliability.submit(flow, packet, self.env.now))
+
+    def _put_on_wire(self, rank: _Rank, dest: _Rank, flow: SendFlow, packets: list[Packet]) -> None:
+        now = self.env.now
+        for packet in packets:
+            left, arrival = self.network.transfer(now, rank.node, dest.node, packet.nbytes)
+            packet.attempts += 1
+            if packet.attempts > MAX_ATTEMPTS:
+                raise ModelStall(
+                    f"a packet from rank {rank.index} to rank {dest.index} (sequence {packet.seq}) was sent "
+                    f"{MAX_ATTEMPTS} times at {now:.3f} s: its flow recovers nothing"
+                )
+            if packet.attempts == 1 and packet.item[0] == PAYLOAD:  # its first departure completes the send
+                self._at(left, self._send_completed, rank, packet.item[4])
+            self._at(arrival, self._land, dest, packet)
+        self._arm(rank, dest, flow)
+
+    def _arm(self, rank: _Rank, dest: _Rank, flow: SendFlow) -> None:
+        """A timer event at the flow's deadline, unless one is due before it (a later one is then stale)."""
+        if flow.unacked and (flow.timer_at is None or flow.deadline < flow.timer_at):
+            flow.timer_at = flow.deadline
+            self._at(flow.deadline, self._timer, rank, dest, flow, flow.deadline)
+
+    def _timer(self, rank: _Rank, dest: _Rank, flow: SendFlow, at: float) -> None:
+        """The flow's oldest packet's timer: if it expired, an ERR_CHK asks the receiver what it has."""
+        assert self.reliability is not None
+        if flow.timer_at != at:
+            return
+        flow.timer_at = None
+        if self.reliability.expired(flow, self.env.now):
+            _, arrival = self.network.transfer(self.env.now, rank.node, dest.node, 0)
+            self._at(arrival, self._error_check, rank, dest, flow.unacked[-1].seq)
+        self._arm(rank, dest, flow)
+
+    def _error_check(self, rank: _Rank, dest: _Rank, newest: int) -> None:
+        assert self.reliability is not None
+        reply, seq = self.reliability.error_check(self.reliability.receive_flow(rank.index, dest.index), newest)
+        self._reply(dest, rank, reply, seq)
+
+    def _reply(self, rank: _Rank, sender: _Rank, reply: int, seq: int) -> None:
+        """*rank* sends *sender* an ACK or NAK of *seq*."""
+        _, arrival = self.network.transfer(self.env.now, rank.node, sender.node, 0)
+        self._at(arrival, self._flow_answer, sender, rank, reply, seq)
+
+    def _land(self, rank: _Rank, packet: Packet) -> None:
+        """*packet* reaches *rank*'s receive context: kept, kept without its payload, or dropped unseen."""
+        params = self.params
+        full = params.recv_context_entries and len(rank.context) >= params.recv_context_entries
+        if full or (self.drop is not None and self.drop(packet.item[1], rank.index, packet.seq, packet.attempts)):
+            self.dropped += 1
+            return
+        kept = not params.recv_context_bytes or rank.context_bytes + packet.nbytes <= params.recv_context_bytes
+        if kept:
+            rank.context_bytes += packet.nbytes
+        else:
+            self.dropped += 1
+        rank.context.append((packet, kept))
+        self._wake(rank)
+
+    def _ingest(self, rank: _Rank) -> Generator[Any, Any, None]:
+        """*rank*'s progress takes every packet out of its receive context: accepted ones go to MPI's queue
+        (copied; unexpected ones into MPI's own buffers), the rest are discarded; ACKs and NAKs go back."""
+        reliability, params = self.reliability, self.params
+        assert reliability is not None
+        cost = 0.0
+        replies: dict[int, tuple[int, int]] = {}  # one per flow a pass, the last decided
+        while rank.context:
+            packet, kept = rank.context.popleft()
+            if kept:
+                rank.context_bytes -= packet.nbytes
+            cost += params.ingest_cpu_s
+            source = packet.item[1]
+            verdict, reply, seq = reliability.receive(reliability.receive_flow(source, rank.index), packet, kept)
+            if verdict == ACCEPT:
+                if params.copy_Bps:
+                    cost += packet.nbytes / params.copy_Bps
+                self._arrive(rank, packet.item)
+            if reply != NO_REPLY:
+                replies[source] = (reply, seq)
+        for source, (reply, seq) in replies.items():
+            self._reply(rank, self.ranks[source], reply, seq)
+        yield from self._work(cost)
+
+    def _flow_answer(self, rank: _Rank, dest: _Rank, reply: int, seq: int) -> None:
+        assert self.reliability is not None
+        flow = self.reliability.send_flow(rank.index, dest.index)
+        again = self.reliability.answered(flow, reply, seq, self.env.now)
+        self._put_on_wire(rank, dest, flow, again)
 
     def _at(self, when: float, action: Callable[..., None], *args: Any) -> None:
         self.events += 1
@@ -396,11 +548,13 @@ class Simulation:
         return rank.waiting_payloads - posted
 
     def _check_memory(self, rank: _Rank) -> None:
-        cap = self.workload.victim_node_memory
-        if cap is None or rank.node not in self.victim_nodes:
+        if rank.node not in self.victim_nodes:
             return
         used = len(self.node_ranks[rank.node]) * self.params.rank_baseline_bytes + self.node_unexpected[rank.node]
-        if used > cap and self.oom is None:
+        if used > self.node_peak:
+            self.node_peak = used
+        cap = self.workload.victim_node_memory or self.params.node_memory_bytes
+        if cap and used > cap and self.oom is None:
             self.oom = (self.env.now, f"node {rank.node} passed its {cap} bytes at {self.env.now:.3f} s")
             if not self.all_done.triggered:
                 self.all_done.succeed()
@@ -424,6 +578,8 @@ class Simulation:
             if unexpected > 0:
                 self.node_unexpected[rank.node] -= (nbytes if kind == PAYLOAD else 0) + params.unexpected_overhead_bytes
                 matching = params.match_per_entry_s * unexpected
+                if params.copy_Bps and kind == PAYLOAD:  # out of MPI's buffer into the receive slot: a second copy
+                    matching += nbytes / params.copy_Bps
         if kind == RENDEZVOUS_REQUEST:  # matched: clear-to-send goes back, the data follows
             yield from self._work(matching + params.credit_cpu_s)
             sender = self.ranks[source]
@@ -457,8 +613,10 @@ class Simulation:
         if not sent == received == planned:
             raise AssertionError(f"planned {planned}, sent {sent}, received {received}")
         for rank in self.ranks:
-            if rank.inbox or rank.endpoint.deferred.total or rank.endpoint.in_flight:
+            if rank.inbox or rank.context or rank.endpoint.deferred.total or rank.endpoint.in_flight:
                 raise AssertionError(f"rank {rank.index} ended with messages left: {list(rank.inbox)[:4]}")
+        if self.reliability is not None:
+            self.reliability.check_at_rest()
         mode = self.mode
         for receiver in (rank for rank in self.ranks if rank.expected):
             # who holds credits for the receiver: each node's pool (one rank's view of it), or each other rank
@@ -476,6 +634,7 @@ def simulate(
     *,
     progress: Callable[[str], None] | None = None,
     check_invariants: bool = False,
+    drop: Callable[[int, int, int, int], bool] | None = None,
 ) -> Result:
     """One trial of *workload* under *params*; a mode MailRail would refuse for it is reported "refused"."""
     # A run holds millions of live objects (ranks, events): the cyclic collector would walk them over and
@@ -484,9 +643,9 @@ def simulate(
     gc.disable()
     try:
         try:
-            simulation = Simulation(workload, params, progress=progress, check_invariants=check_invariants)
+            simulation = Simulation(workload, params, progress=progress, check_invariants=check_invariants, drop=drop)
         except ConfigError as error:
-            return Result("refused", 0.0, 0.0, 0, 0, spread([]), 0, 0, 0, 0, 0, 0, detail=str(error))
+            return Result("refused", 0.0, 0.0, 0, 0, 0, spread([]), 0, 0, 0, 0, 0, 0, detail=str(error))
         return simulation.run()
     finally:
         if collecting:

@@ -36,6 +36,7 @@ class ModelParams:
     # MPI's memory per buffered unexpected message beyond its payload (measured: data/matching)
     unexpected_overhead_bytes: int = 0
     rank_baseline_bytes: int = 0  # a rank's resident memory before its first message, pools included
+    node_memory_bytes: int = 0  # a node's memory: a victim's node past it ends the job (0: unbounded)
     # protocol
     eager_limit_bytes: int = 65536  # larger payloads go by rendezvous (request, clear-to-send, data)
     header_bytes: int = 64  # bytes on the wire per message beyond its payload
@@ -45,6 +46,17 @@ class ModelParams:
     switch_queue_bytes: int = 1 << 20  # buffer of one output port: when full, the sending links wait
     shm_Bps: float = 5e9  # copies between ranks of one node
     shm_latency_s: float = 5e-7
+    # loss and its recovery (PSM2 on Omni-Path, :mod:`.reliability`): the fabric is lossless, a rank's receive
+    # context is not.  0 switches a bound off: the calibrated set, TCP on one host, lost nothing measurable.
+    recv_context_entries: int = 0  # packets a receive context holds until its rank's progress takes them
+    recv_context_bytes: int = 0  # eager payload bytes it holds
+    ingest_cpu_s: float = 0.0  # the receiving rank's CPU to take one packet out of its receive context
+    copy_Bps: float = 0.0  # its copy rate for the eager data it takes out, twice if unexpected; 0: in recv_cpu_s
+    flow_window_packets: int = 0  # unacknowledged packets per flow (ordered pair of ranks); 0: no flows
+    ack_interval_packets: int = 1  # a receiver acknowledges every this many packets it accepts
+    retransmit_timeout_min_s: float = 0.0
+    retransmit_timeout_max_s: float = 0.0
+    retransmit_backoff: float = 1.0  # the timeout's factor after each expiry
     # the machine: None, every rank has a core of its own; else all ranks share this many cores, and a rank
     # with nothing to do still takes this share of what a busy rank takes (it polls, then yields)
     host_cores: int | None = None
@@ -64,6 +76,31 @@ class ModelParams:
             positive = field.name in ("link_Bps", "shm_Bps", "eager_limit_bytes")
             if value < 0 or (positive and value == 0):
                 raise ParamsError(f"{field.name}={value!r}: must be {'> 0' if positive else '>= 0'}")
+
+        self._check_loss()
+
+    def _check_loss(self) -> None:
+        if self.ack_interval_packets < 1:
+            raise ParamsError(f"ack_interval_packets={self.ack_interval_packets!r}: must be >= 1")
+        if self.retransmit_backoff < 1:
+            raise ParamsError(f"retransmit_backoff={self.retransmit_backoff!r}: must be >= 1")
+        if self.retransmit_timeout_max_s < self.retransmit_timeout_min_s:
+            raise ParamsError(
+                f"retransmit_timeout_max_s={self.retransmit_timeout_max_s!r}: must be >= retransmit_timeout_min_s "
+                f"({self.retransmit_timeout_min_s!r})"
+            )
+        lossy = self.recv_context_entries > 0 or self.recv_context_bytes > 0
+        if lossy and (self.flow_window_packets == 0 or self.retransmit_timeout_min_s == 0):
+            raise ParamsError(
+                f"recv_context_entries={self.recv_context_entries!r}, recv_context_bytes={self.recv_context_bytes!r}: "
+                "a bounded receive context loses packets, so flow_window_packets and retransmit_timeout_min_s "
+                "must be > 0 to recover them"
+            )
+
+    @property
+    def flows(self) -> bool:
+        """Whether messages between nodes travel numbered flows (:mod:`.reliability`)."""
+        return self.flow_window_packets > 0
 
     def replace(self, **changes: Any) -> ModelParams:
         return dataclasses.replace(self, **changes)

@@ -1,0 +1,197 @@
+"""Loss and its recovery between two ranks of different nodes, as PSM2 does it over Omni-Path.
+
+Omni-Path's fabric is lossless (credit-based link-level flow control); what loses packets is the receiving
+rank's *receive context*, which holds arrived packets until the rank's own progress takes them out (PSM2 is
+a user-space driver: nothing else drains it).  The rules, with where PSM2 (``cornelisnetworks/opa-psm2``)
+and the hfi1 driver have them; the Omni-Path parameter file gives the values' sources:
+
+* A receive context holds at most ``recv_context_entries`` packets (hfi1's ``rcvhdrcnt``).  A packet that
+  finds them all taken is dropped unseen (user contexts do not set hfi1's ``DONT_DROP_RHQ_FULL``): no NAK.
+* Its eager payloads share ``recv_context_bytes`` (``eager_buffer_size``); a packet whose payload does not
+  fit keeps its header only, and the receiver NAKs it when it sees it (``ips_proto_process_packet_error``).
+* Each ordered pair of ranks is a *flow* with sequence numbers.  The receiver accepts only the next one
+  expected; a later one is discarded and NAKed once until the expected one comes (go-back-N,
+  ``ips_proto_is_expected_or_nak``); an earlier one is a duplicate, discarded.
+* A sender keeps at most ``flow_window_packets`` unacknowledged packets per flow (``PSM2_FLOW_CREDITS``); the
+  rest wait.  It asks an ACK of every ``ack_interval_packets``-th packet (``ips_flow_gen_ackflags``); ACKs are
+  cumulative.  A NAK puts every unacknowledged packet from the one it names back on the wire.
+* Its oldest unacknowledged packet has a timer, ``retransmit_timeout_min_s`` from its (re)transmission.
+  When it expires the sender asks the receiver what it has (``OPCODE_ERR_CHK``): the receiver NAKs the first
+  packet it misses, or ACKs everything; each expiry multiplies the timeout by ``retransmit_backoff`` up to
+  ``retransmit_timeout_max_s`` (``ips_proto_timer_ack_callback``).
+* A receiver sends at most one reply per flow per progress pass, the last it decided (``process_pending_acks``).
+
+Not modelled: PSM2's congestion control (``IPS_PROTO_FLAG_CCA``: on a NAK it shrinks the flow's window to 1
+and delays the retransmission by half to all of the timeout; it is active only where the driver gives it
+settings).  ACKs, NAKs and ERR_CHKs are not lost and cost no CPU.
+
+This module is the protocol's state only, as plain objects (no SimPy, no network): :mod:`.model` moves its
+packets and calls the timers.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+ACCEPT, DUPLICATE, OUT_OF_ORDER = range(3)  # what a receiver does with a packet
+NO_REPLY, ACK, NAK = range(3)  # what it answers
+
+
+class Packet:
+    """One MPI message between ranks of different nodes: what the model delivers, and its flow's number."""
+
+    __slots__ = ("item", "nbytes", "seq", "ack_request", "attempts", "sent_at")
+
+    def __init__(self, item: tuple[int, int, int, int, int], nbytes: int) -> None:
+        self.item = item  # (kind, source, tag, nbytes, sender's slot): what the receiver's inbox takes
+        self.nbytes = nbytes  # eager bytes it occupies in a receive context
+        self.seq = -1
+        self.ack_request = False
+        self.attempts = 0  # times it was put on the wire: after the first, its send is complete
+        self.sent_at = 0.0  # its latest transmission
+
+
+class SendFlow:
+    """A sender's side of one flow: the window, what waits for it, the retransmission timer."""
+
+    __slots__ = ("next_seq", "unacked", "waiting", "timeout", "deadline", "timer_at")
+
+    def __init__(self, timeout: float) -> None:
+        self.next_seq = 0
+        self.unacked: deque[Packet] = deque()  # sent, not acknowledged, oldest first
+        self.waiting: deque[Packet] = deque()  # numbered, waiting for the window
+        self.timeout = timeout  # the oldest unacknowledged packet's
+        self.deadline = 0.0  # when its timer expires
+        self.timer_at: float | None = None  # when the model's pending timer event for this flow fires
+
+
+class ReceiveFlow:
+    __slots__ = ("expected", "nak_sent")
+
+    def __init__(self) -> None:
+        self.expected = 0  # the next sequence number it accepts
+        self.nak_sent = False  # a NAK for `expected` is out: later packets are discarded without another
+
+
+class Reliability:
+    """The flow rules above over every flow of a job, with the counts a run reports."""
+
+    def __init__(self, window: int, ack_interval: int, timeout_min: float, timeout_max: float, backoff: float) -> None:
+        self.window, self.ack_interval = window, ack_interval
+        self.timeout_min, self.timeout_max, self.backoff = timeout_min, timeout_max, backoff
+        self.send_flows: dict[tuple[int, int], SendFlow] = {}
+        self.receive_flows: dict[tuple[int, int], ReceiveFlow] = {}
+        self.retransmitted = 0  # packets sent again
+        self.timeouts = 0  # timer expiries (each sends an ERR_CHK)
+        self.naks = 0
+        self.discarded = 0  # packets that reached a receiver's progress and were thrown away (out of order, dup)
+
+    def send_flow(self, source: int, dest: int) -> SendFlow:
+        flow = self.send_flows.get((source, dest))
+        if flow is None:
+            flow = self.send_flows[(source, dest)] = SendFlow(self.timeout_min)
+        return flow
+
+    def receive_flow(self, source: int, dest: int) -> ReceiveFlow:
+        flow = self.receive_flows.get((source, dest))
+        if flow is None:
+            flow = self.receive_flows[(source, dest)] = ReceiveFlow()
+        return flow
+
+    # -- the sender --------------------------------------------------------------------------------
+
+    def submit(self, flow: SendFlow, packet: Packet, now: float) -> list[Packet]:
+        """*packet* numbered on *flow*: what goes out now (it, if the window has room)."""
+        packet.seq = flow.next_seq
+        packet.ack_request = packet.seq % self.ack_interval == self.ack_interval - 1
+        flow.next_seq += 1
+        flow.waiting.append(packet)
+        return self._open_window(flow, now)
+
+    def _open_window(self, flow: SendFlow, now: float) -> list[Packet]:
+        out: list[Packet] = []
+        while flow.waiting and len(flow.unacked) < self.window:
+            packet = flow.waiting.popleft()
+            if not flow.unacked:
+                flow.timeout, flow.deadline = self.timeout_min, now + self.timeout_min
+            packet.sent_at = now
+            flow.unacked.append(packet)
+            out.append(packet)
+        return out
+
+    def acknowledged(self, flow: SendFlow, seq: int, now: float) -> list[Packet]:
+        """An ACK of every packet up to *seq*: what the freed window lets out."""
+        self._drop_acknowledged(flow, seq)
+        return self._open_window(flow, now)
+
+    def _drop_acknowledged(self, flow: SendFlow, seq: int) -> None:
+        if flow.unacked and flow.unacked[0].seq <= seq:
+            while flow.unacked and flow.unacked[0].seq <= seq:
+                flow.unacked.popleft()
+            if flow.unacked:  # the new oldest packet's timer runs from its own transmission
+                flow.timeout = self.timeout_min
+                flow.deadline = flow.unacked[0].sent_at + self.timeout_min
+
+    def nak(self, flow: SendFlow, seq: int, now: float) -> list[Packet]:
+        """A NAK of *seq* (everything before it arrived): every unacknowledged packet goes out again, then what
+        the window lets out."""
+        self._drop_acknowledged(flow, seq - 1)
+        again = list(flow.unacked)
+        self.retransmitted += len(again)
+        for packet in again:
+            packet.sent_at = now
+        if again:
+            flow.timeout, flow.deadline = self.timeout_min, now + self.timeout_min
+        return again + self._open_window(flow, now)
+
+    def expired(self, flow: SendFlow, now: float) -> bool:
+        """The flow's timer at *now*: True if it expired (the model sends an ERR_CHK naming the newest
+        unacknowledged packet); the next deadline is set either way."""
+        if not flow.unacked or now < flow.deadline:
+            return False
+        self.timeouts += 1
+        flow.timeout = min(flow.timeout * self.backoff, self.timeout_max)
+        flow.deadline = now + flow.timeout
+        return True
+
+    def answered(self, flow: SendFlow, reply: int, seq: int, now: float) -> list[Packet]:
+        """The sender gets an ACK or NAK of *seq*: what goes out (again, or newly through the window)."""
+        return self.nak(flow, seq, now) if reply == NAK else self.acknowledged(flow, seq, now)
+
+    # -- the receiver ------------------------------------------------------------------------------
+
+    def receive(self, flow: ReceiveFlow, packet: Packet, payload_kept: bool) -> tuple[int, int, int]:
+        """The receiver's progress takes *packet* out of its context: (verdict, reply, the sequence number the
+        reply names).  A packet whose payload was dropped for want of eager bytes is NAKed like a gap."""
+        if packet.seq < flow.expected:
+            self.discarded += 1
+            return (DUPLICATE, ACK, flow.expected - 1) if packet.ack_request else (DUPLICATE, NO_REPLY, 0)
+        if packet.seq > flow.expected or not payload_kept:
+            self.discarded += 1
+            if flow.nak_sent:
+                return OUT_OF_ORDER, NO_REPLY, 0
+            flow.nak_sent = True
+            self.naks += 1
+            return OUT_OF_ORDER, NAK, flow.expected
+        flow.expected += 1
+        flow.nak_sent = False
+        return (ACCEPT, ACK, packet.seq) if packet.ack_request else (ACCEPT, NO_REPLY, 0)
+
+    def error_check(self, flow: ReceiveFlow, newest: int) -> tuple[int, int]:
+        """An ERR_CHK naming the sender's newest unacknowledged packet: NAK the first one missing (whatever
+        NAK is already out), or ACK everything."""
+        if flow.expected <= newest:
+            flow.nak_sent = True
+            self.naks += 1
+            return NAK, flow.expected
+        return ACK, flow.expected - 1
+
+    def check_at_rest(self) -> None:
+        """Every packet every flow numbered was accepted once and acknowledged (AssertionError otherwise)."""
+        for (source, dest), flow in self.send_flows.items():
+            accepted = self.receive_flows[(source, dest)].expected if (source, dest) in self.receive_flows else 0
+            if flow.unacked or flow.waiting or accepted != flow.next_seq:
+                raise AssertionError(
+                    f"flow {source}->{dest}: numbered {flow.next_seq}, accepted {accepted}, "
+                    f"{len(flow.unacked)} unacknowledged, {len(flow.waiting)} waiting"
+                )

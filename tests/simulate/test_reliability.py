@@ -1,0 +1,243 @@
+"""Loss and recovery between nodes (PSM2's rules): the flow state on its own, then inside the model, against
+closed forms for one flow under a fixed drop pattern, and conservation under random loss."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mailrail.flow import MODE_NAMES
+from mailrail.simulate.model import Workload, simulate
+from mailrail.simulate.params import ModelParams, ParamsError
+from mailrail.simulate.reliability import ACCEPT, ACK, DUPLICATE, NAK, NO_REPLY, OUT_OF_ORDER, Packet, Reliability
+
+
+def _packets(count: int) -> list[Packet]:
+    return [Packet((0, 0, i, 100, i), 100) for i in range(count)]
+
+
+def _flows(window: int = 4, ack_interval: int = 2) -> Reliability:
+    return Reliability(window, ack_interval, timeout_min=0.16, timeout_max=0.64, backoff=2.0)
+
+
+def test_a_full_window_holds_packets_until_an_ack_frees_it():
+    flows = _flows(window=3)
+    flow = flows.send_flow(0, 1)
+    out = [flows.submit(flow, packet, 0.0) for packet in _packets(5)]
+    assert [len(batch) for batch in out] == [1, 1, 1, 0, 0]
+    freed = flows.acknowledged(flow, 1, 0.5)  # cumulative: seq 0 and 1
+    assert [packet.seq for packet in freed] == [3, 4]
+    assert [packet.seq for packet in flow.unacked] == [2, 3, 4]
+
+
+def test_every_ack_interval_th_packet_asks_for_an_ack():
+    flows = _flows(window=100, ack_interval=4)
+    flow = flows.send_flow(0, 1)
+    sent = [packet for p in _packets(9) for packet in flows.submit(flow, p, 0.0)]
+    assert [packet.seq for packet in sent if packet.ack_request] == [3, 7]
+
+
+def test_the_receiver_accepts_in_order_naks_a_gap_once_and_drops_duplicates():
+    flows = _flows(ack_interval=2)
+    sender, receiver = flows.send_flow(0, 1), flows.receive_flow(0, 1)
+    p0, p1, p2, p3 = (packet for p in _packets(4) for packet in flows.submit(sender, p, 0.0))
+    assert flows.receive(receiver, p0, True) == (ACCEPT, NO_REPLY, 0)
+    # p1 lost: p2 and p3 are out of order, NAKed once
+    assert flows.receive(receiver, p2, True) == (OUT_OF_ORDER, NAK, 1)
+    assert flows.receive(receiver, p3, True) == (OUT_OF_ORDER, NO_REPLY, 0)
+    assert flows.receive(receiver, p1, True) == (ACCEPT, ACK, 1)  # it asked for an ACK (every 2nd)
+    assert flows.receive(receiver, p0, True) == (DUPLICATE, NO_REPLY, 0)
+    assert flows.receive(receiver, p3, True) == (OUT_OF_ORDER, NAK, 2)  # a new gap, a new NAK
+    assert flows.naks == 2 and flows.discarded == 4
+
+
+def test_a_payload_dropped_for_want_of_eager_bytes_is_naked_like_a_gap():
+    flows = _flows()
+    sender, receiver = flows.send_flow(0, 1), flows.receive_flow(0, 1)
+    (p0,) = flows.submit(sender, _packets(1)[0], 0.0)
+    assert flows.receive(receiver, p0, False) == (OUT_OF_ORDER, NAK, 0)
+    assert receiver.expected == 0
+
+
+def test_a_nak_goes_back_to_the_packet_it_names():
+    flows = _flows(window=8)
+    flow = flows.send_flow(0, 1)
+    for packet in _packets(5):
+        flows.submit(flow, packet, 0.0)
+    again = flows.nak(flow, 2, 1.0)  # 0 and 1 arrived
+    assert [packet.seq for packet in again] == [2, 3, 4]
+    assert flows.retransmitted == 3
+    assert flow.deadline == pytest.approx(1.0 + 0.16)
+
+
+def test_the_timer_backs_off_to_its_maximum_and_resets_on_progress():
+    flows = _flows(window=8)
+    flow = flows.send_flow(0, 1)
+    for packet in _packets(3):
+        flows.submit(flow, packet, 0.0)
+    assert not flows.expired(flow, 0.1)
+    expiries, now = [], 0.16
+    for _ in range(4):
+        assert flows.expired(flow, now)
+        expiries.append(now)
+        now = flow.deadline
+    assert [round(b - a, 6) for a, b in zip(expiries, [*expiries[1:], now], strict=True)] == [0.32, 0.64, 0.64, 0.64]
+    flows.acknowledged(flow, 0, now)
+    assert flow.timeout == 0.16 and flow.deadline == pytest.approx(0.0 + 0.16)  # from packet 1's transmission
+
+
+def test_an_error_check_naks_what_is_missing_or_acks_everything():
+    flows = _flows()
+    receiver = flows.receive_flow(0, 1)
+    assert flows.error_check(receiver, 0) == (NAK, 0)
+    receiver.expected = 3
+    assert flows.error_check(receiver, 2) == (ACK, 2)
+
+
+# -- inside the model ------------------------------------------------------------------------------
+
+RATE, LATENCY, SIZE = 1e9, 1e-4, 4096
+TIMEOUT = 0.16
+LOSSY = ModelParams(
+    send_cpu_s=0.0,
+    recv_cpu_s=0.0,
+    credit_cpu_s=0.0,
+    header_bytes=0,
+    link_Bps=RATE,
+    link_latency_s=LATENCY,
+    flow_window_packets=64,
+    ack_interval_packets=16,
+    retransmit_timeout_min_s=TIMEOUT,
+    retransmit_timeout_max_s=4 * TIMEOUT,
+    retransmit_backoff=2.0,
+)
+
+
+def _one_flow(messages: int) -> Workload:
+    """Rank 1 (node 1) sends to rank 0 (node 0), the victim."""
+    return Workload(ranks=2, ranks_per_node=1, victims=1, messages_per_rank=messages, mode="none", seed=3)
+
+
+@pytest.mark.parametrize("drops", [0, 1, 3])
+def test_a_message_lost_unseen_d_times_costs_d_timeouts_and_round_trips(drops):
+    """Its timer expires after the minimum, the ERR_CHK gets a NAK, the retransmission resets the timer: each
+    loss costs timeout + 2 latencies (zero-byte control messages), then it arrives as a lossless one would.
+    One more expiry ends every run: the packet asked no ACK (only every 16th does), so an ERR_CHK gets one."""
+
+    def drop(source, dest, seq, attempt):
+        return source == 1 and attempt <= drops
+
+    result = simulate(_one_flow(1), LOSSY, check_invariants=True, drop=drop)
+    lossless = 2 * SIZE / RATE + LATENCY
+    assert result.runtime_s == pytest.approx(drops * (TIMEOUT + 2 * LATENCY) + lossless, rel=1e-9)
+    assert (result.dropped_packets, result.retransmitted_packets, result.timeouts) == (drops, drops, drops + 1)
+    assert result.messages == 1
+
+
+def test_a_gap_is_naked_by_the_next_packet_and_the_sender_goes_back_n():
+    """n packets back to back, the first lost: the second's arrival NAKs it, every packet goes again."""
+    n = 10
+
+    def drop(source, dest, seq, attempt):
+        return seq == 0 and attempt == 1
+
+    result = simulate(_one_flow(n), LOSSY, check_invariants=True, drop=drop)
+    serialize = SIZE / RATE
+    nak_at = 3 * serialize + 2 * LATENCY  # the second packet's arrival, then the NAK's way back
+    assert n * serialize < nak_at  # (every packet left before the NAK came back)
+    assert result.runtime_s == pytest.approx(nak_at + (n + 1) * serialize + LATENCY, rel=1e-9)
+    assert (result.dropped_packets, result.retransmitted_packets, result.timeouts) == (1, n, 1)
+    assert result.messages == n
+
+
+def test_a_receive_context_smaller_than_one_datagram_is_refused():
+    with pytest.raises(ParamsError, match="recv_context_bytes=1000"):
+        simulate(_one_flow(1), LOSSY.replace(recv_context_bytes=1000))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"recv_context_entries": 8}, "flow_window_packets and retransmit_timeout_min_s"),
+        ({"flow_window_packets": 4, "retransmit_timeout_min_s": 1.0}, "retransmit_timeout_max_s=0.0"),
+        ({"ack_interval_packets": 0}, "ack_interval_packets=0"),
+        ({"retransmit_backoff": 0.5}, "retransmit_backoff=0.5"),
+    ],
+)
+def test_loss_parameters_that_cannot_recover_are_refused_naming_the_value(change, message):
+    with pytest.raises(ParamsError, match=message):
+        ModelParams(**change)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mode=st.sampled_from(MODE_NAMES),
+    ranks=st.integers(2, 10),
+    per_node=st.integers(1, 4),
+    victims=st.integers(1, 2),
+    messages=st.integers(0, 40),
+    recv_slots=st.integers(4, 40),
+    entries=st.integers(1, 8),
+    eager=st.sampled_from([0, 4096, 3 * 4096]),
+    window=st.integers(1, 8),
+    ack_interval=st.integers(1, 4),
+    drop_percent=st.integers(0, 40),
+    ingest=st.sampled_from([0.0, 1e-6]),
+    seed=st.integers(0, 1000),
+)
+def test_loss_conserves_every_message_and_every_credit(
+    mode,
+    ranks,
+    per_node,
+    victims,
+    messages,
+    recv_slots,
+    entries,
+    eager,
+    window,
+    ack_interval,
+    drop_percent,
+    ingest,
+    seed,
+):
+    """Random jobs on tiny receive contexts, with random packets lost on top (the first three attempts of
+    each): every message arrives exactly once, every flow ends acknowledged, every credit comes home (the
+    model's own end check), and what was lost was sent again."""
+    load = Workload(
+        ranks=ranks,
+        ranks_per_node=min(per_node, ranks),
+        victims=min(victims, ranks),
+        messages_per_rank=messages,
+        mode=mode,
+        recv_slots=recv_slots,
+        seed=seed,
+    )
+    params = LOSSY.replace(
+        send_cpu_s=1e-6,
+        recv_cpu_s=3e-6,
+        credit_cpu_s=1e-6,
+        recv_context_entries=entries,
+        recv_context_bytes=eager,
+        ingest_cpu_s=ingest,
+        copy_Bps=5e9,
+        flow_window_packets=window,
+        ack_interval_packets=ack_interval,
+        retransmit_timeout_min_s=1e-3,
+        retransmit_timeout_max_s=4e-3,
+    )
+    stream = random.Random(seed)
+    lost = {key: stream.randrange(100) < drop_percent for key in range(4096)}
+
+    def drop(source, dest, seq, attempt):
+        return attempt <= 3 and lost[hash((source, dest, seq, attempt)) % 4096]
+
+    result = simulate(load, params, check_invariants=True, drop=drop)
+    if result.status == "refused":
+        return
+    assert result.status == "ok"
+    assert result.messages == result.payload_bytes // 4096
+    if result.dropped_packets:
+        assert result.retransmitted_packets > 0
