@@ -404,3 +404,18 @@ def test_the_applications_on_a_cluster(tmp_path, app, args, leaves_nothing):
     document = json.loads(out.read_text())
     assert document["verified"] and document["ranks"] == 4 and len(document["runs"]) == 4
     assert "on virtual cluster" in completed.stderr
+
+
+def test_a_shallow_link_queue_drops_packets_and_tcp_sends_them_again(tmp_path, leaves_nothing):
+    """Two nodes send to a third over links of 50 Mb/s whose queues hold 4 packets: the victim's switch port
+    drops, and each node's TCP counters (read in its own namespace) show the segments sent again."""
+    out = tmp_path / "cmp"
+    completed = mailrail(
+        "compare", "--cluster", "3", "-n", "3", "--nodes", "3", "--victims", "1", "--messages", "3000", "--trials", "1",
+        "--modes", "none", "--link-rate", "50mbit", "--link-queue", "4p", "--out", str(out),
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    nodes = json.loads((out / "compare.json").read_text())["modes"]["none"]["cluster_nodes"]
+    assert sum(node["link_drops"] for node in nodes) > 0
+    sent, again = sum(node["tcp_out_segs"] for node in nodes), sum(node["tcp_retrans_segs"] for node in nodes)
+    assert 0 < again < sent

@@ -67,10 +67,26 @@ def test_a_nak_goes_back_to_the_packet_it_names():
     flow = flows.send_flow(0, 1)
     for packet in _packets(5):
         flows.submit(flow, packet, 0.0)
-    again = flows.nak(flow, 2, 1.0)  # 0 and 1 arrived
-    assert [packet.seq for packet in again] == [2, 3, 4]
-    assert flows.retransmitted == 3
+    delay, again = flows.nak(flow, 2, 1.0)  # 0 and 1 arrived
+    assert delay == 0 and [packet.seq for packet in again] == [2, 3, 4]
+    assert flows.retransmitted == 3 and [packet.attempts for packet in again] == [2, 2, 2]
     assert flow.deadline == pytest.approx(1.0 + 0.16)
+
+
+def test_with_congestion_control_a_nak_holds_the_flow_then_lets_one_packet_go_and_acks_widen_it():
+    """PSM2's CCA: window 1, the flow held for half to all of the timeout, the window doubling per ACK."""
+    flows = Reliability(8, 4, 0.16, 0.64, 2.0, congestion_control=True, rng=random.Random(5))
+    flow = flows.send_flow(0, 1)
+    for packet in _packets(6):
+        flows.submit(flow, packet, 0.0)
+    delay, again = flows.nak(flow, 1, 1.0)
+    assert 0.08 <= delay < 0.16 and again == []
+    assert flows.submit(flow, _packets(1)[0], 1.0 + delay / 2) == []  # held: new packets wait too
+    (first,) = flows.resume(flow, 1.0 + delay)
+    assert first.seq == 1 and flow.cwin == 1
+    assert [p.seq for p in flows.acknowledged(flow, 1, 1.5)] == [2, 3]  # window 2
+    assert [p.seq for p in flows.acknowledged(flow, 3, 1.6)] == [4, 5, 6]  # window 4, 3 left to send
+    assert flow.cwin == 4 and flows.retransmitted == 5  # 1..5 went twice
 
 
 def test_the_timer_backs_off_to_its_maximum_and_resets_on_progress():
@@ -186,6 +202,7 @@ def test_loss_parameters_that_cannot_recover_are_refused_naming_the_value(change
     ack_interval=st.integers(1, 4),
     drop_percent=st.integers(0, 40),
     ingest=st.sampled_from([0.0, 1e-6]),
+    congestion_control=st.sampled_from([0, 1]),
     seed=st.integers(0, 1000),
 )
 def test_loss_conserves_every_message_and_every_credit(
@@ -201,11 +218,12 @@ def test_loss_conserves_every_message_and_every_credit(
     ack_interval,
     drop_percent,
     ingest,
+    congestion_control,
     seed,
 ):
     """Random jobs on tiny receive contexts, with random packets lost on top (the first three attempts of
-    each): every message arrives exactly once, every flow ends acknowledged, every credit comes home (the
-    model's own end check), and what was lost was sent again."""
+    each), with and without congestion control: every message arrives exactly once, every flow ends
+    acknowledged, every credit comes home (the model's own end check), and what was lost was sent again."""
     load = Workload(
         ranks=ranks,
         ranks_per_node=min(per_node, ranks),
@@ -225,6 +243,7 @@ def test_loss_conserves_every_message_and_every_credit(
         copy_Bps=5e9,
         flow_window_packets=window,
         ack_interval_packets=ack_interval,
+        congestion_control=congestion_control,
         retransmit_timeout_min_s=1e-3,
         retransmit_timeout_max_s=4e-3,
     )

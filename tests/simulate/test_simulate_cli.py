@@ -93,6 +93,18 @@ def test_paper_projects_an_experiment_beside_the_papers_numbers(tmp_path, capsys
     assert "rank runtime over none" in capsys.readouterr().out
 
 
+def test_paper_runs_only_the_job_sizes_asked(tmp_path):
+    out = tmp_path / "paper.json"
+    status = run(
+        "simulate", "paper", "--experiments", "table1,stranding", "--ranks", "512", "--modes", "node",
+        "--max-messages", "2048", "--json", str(out),
+    )  # fmt: skip
+    assert status == 0
+    experiments = json.loads(out.read_text())["experiments"]
+    assert list(experiments) == ["table1"]  # stranding has no 512-rank point
+    assert [(p["ranks"], p["mode"]) for p in experiments["table1"]["points"]] == [(512, "node")]
+
+
 def test_the_shipped_parameter_sets_load_and_omnipath_inherits_the_calibration():
     calibrated, document = load_params(CALIBRATED)
     assert document["date"] and document["runs"] and calibrated.host_cores
@@ -100,6 +112,10 @@ def test_the_shipped_parameter_sets_load_and_omnipath_inherits_the_calibration()
     assert omnipath.host_cores is None and omnipath.link_Bps == 12.5e9
     assert omnipath.recv_cpu_s == calibrated.recv_cpu_s  # endpoint costs are ours, never the paper's
     assert set(provenance["sources"]) <= set(omnipath.as_dict())
+    # every constant of loss and its recovery names its source, or says it is assumed
+    loss = {name for name in omnipath.as_dict() if name.startswith(("recv_context", "retransmit", "flow_", "ack_"))}
+    assert loss | {"ingest_cpu_s", "copy_Bps", "congestion_control", "node_memory_bytes"} <= set(provenance["sources"])
+    assert omnipath.recv_context_entries == 2048 and omnipath.retransmit_timeout_min_s == 0.16
 
 
 @pytest.mark.parametrize(

@@ -130,5 +130,10 @@ def outcome(job: ClusterJob, timeout: float | None) -> list[str]:
             )
     if job.timed_out:
         lines.append(f"killed after {timeout:g} s")
-    lines.append(f"{job.network_bytes / 1e6:,.1f} MB crossed the network in {job.wall_s:.1f} s")
+    crossed = f"{job.network_bytes / 1e6:,.1f} MB crossed the network in {job.wall_s:.1f} s"
+    sent = sum(node["tcp_out_segs"] for node in job.nodes)
+    again, dropped = sum(node["tcp_retrans_segs"] for node in job.nodes), sum(node["link_drops"] for node in job.nodes)
+    if again or dropped:  # a shallow link queue lost packets: what TCP sent again
+        crossed += f"; the links dropped {dropped} packets, TCP sent {again} of {sent} segments again"
+    lines.append(crossed)
     return lines

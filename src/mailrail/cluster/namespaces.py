@@ -20,7 +20,14 @@ from ..errors import ClusterError
 
 #: Where ``ip netns`` keeps its named network namespaces.
 NETNS_DIR = "/var/run/netns"
-TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "umount": "util-linux"}
+TOOLS = {
+    "ip": "iproute2",
+    "tc": "iproute2",
+    "unshare": "util-linux",
+    "nsenter": "util-linux",
+    "umount": "util-linux",
+    "cat": "coreutils",
+}
 _CAP_NET_ADMIN, _CAP_SYS_ADMIN = 12, 21
 
 
@@ -142,6 +149,34 @@ def link_statistics(netns: str, device: str) -> dict[str, int]:
         "tx_dropped": stats["tx"]["dropped"],
         "rx_dropped": stats["rx"]["dropped"],
     }
+
+
+def tcp_segments(netns: str) -> dict[str, int]:
+    """TCP segments *netns* sent and sent again since it was made (its own ``/proc/net/snmp``)."""
+    return parse_tcp_segments(
+        run(["nsenter", f"--net={netns_path(netns)}", "cat", "/proc/net/snmp"], f"reading the TCP counters of {netns}")
+    )
+
+
+def parse_tcp_segments(snmp: str) -> dict[str, int]:
+    """``out_segs`` and ``retrans_segs`` from the text of ``/proc/net/snmp`` (its two ``Tcp:`` lines)."""
+    rows = [line.split()[1:] for line in snmp.splitlines() if line.startswith("Tcp:")]
+    if len(rows) != 2 or len(rows[0]) != len(rows[1]):
+        raise ClusterError(f"/proc/net/snmp has no Tcp: header and values: {snmp[:200]!r}")
+    values = dict(zip(rows[0], rows[1], strict=True))
+    try:
+        return {"out_segs": int(values["OutSegs"]), "retrans_segs": int(values["RetransSegs"])}
+    except (KeyError, ValueError):
+        raise ClusterError(f"/proc/net/snmp's Tcp: line has no OutSegs and RetransSegs counts: {values}") from None
+
+
+def qdisc_drops(netns: str, device: str) -> int:
+    """Packets the queueing discipline at *device*'s egress in *netns* dropped (its root's count, which
+    includes its children's)."""
+    output = run(
+        ["tc", "-n", netns, "-s", "-json", "qdisc", "show", "dev", device], f"reading {device}'s queue in {netns}"
+    )
+    return sum(int(qdisc.get("drops", 0)) for qdisc in json.loads(output) if qdisc.get("root"))
 
 
 # -- UTS namespaces (a node's own host name) ------------------------------------------------

@@ -67,7 +67,9 @@ class ClusterJob:
     #: Bytes the nodes put on their links during the job (each byte that crossed the switch, once).
     network_bytes: int
     #: Per node: {"oom_kills": kills during the job, "oom_after_s": seconds from the start to the first
-    #: kill seen there (None without one), "peak_bytes": memory high-water mark, "limit_bytes"}.
+    #: kill seen there (None without one), "peak_bytes": memory high-water mark, "limit_bytes",
+    #: "tcp_out_segs", "tcp_retrans_segs": TCP segments it sent and sent again during the job,
+    #: "link_drops": packets its link's queues dropped, both ways}.
     nodes: list[dict[str, Any]]
 
     @property
@@ -374,7 +376,7 @@ class VirtualCluster:
         where and when; a rank killed for lack of memory would otherwise leave its peers waiting.
         """
         argv, job_env = self.command(ranks, program, nodes=nodes, env=env, launcher=launcher)
-        before_bytes, before_kills = self.network_bytes(), self.oom_kills()
+        before_bytes, before_kills, before_loss = self.network_bytes(), self.oom_kills(), self.loss_counters()
         self.reset_memory_peaks()
         killed_on: list[int] = []
 
@@ -410,7 +412,7 @@ class VirtualCluster:
         wall = time.monotonic() - start
         if timed_out or completed.returncode != 0:
             self.end_processes()
-        after_kills = self.oom_kills()
+        after_kills, after_loss = self.oom_kills(), self.loss_counters()
         peaks, limits = self.memory_peaks(), self.memory_limits()
         per_node = []
         for node in range(self.spec.nodes):
@@ -424,6 +426,7 @@ class VirtualCluster:
                     "oom_after_s": seen,
                     "peak_bytes": peaks[node],
                     "limit_bytes": limits[node],
+                    **{name: after_loss[node][name] - before_loss[node][name] for name in after_loss[node]},
                 }
             )
         return ClusterJob(
@@ -460,6 +463,21 @@ class VirtualCluster:
     def link_statistics(self) -> list[dict[str, int]]:
         """Each node's uplink counters (its side of the link)."""
         return [namespaces.link_statistics(self.layout.netns(node), NODE_INTERFACE) for node in range(self.spec.nodes)]
+
+    def loss_counters(self) -> list[dict[str, int]]:
+        """Per node: TCP segments it sent and sent again, and packets its link's queues dropped (its uplink's
+        and its switch port's, towards it)."""
+        counters = []
+        for node in range(self.spec.nodes):
+            netns = self.layout.netns(node)
+            tcp = namespaces.tcp_segments(netns)
+            drops = namespaces.qdisc_drops(netns, NODE_INTERFACE) + namespaces.qdisc_drops(
+                self.layout.netns(None), self.layout.switch_port(node)
+            )
+            counters.append(
+                {"tcp_out_segs": tcp["out_segs"], "tcp_retrans_segs": tcp["retrans_segs"], "link_drops": drops}
+            )
+        return counters
 
     def network_bytes(self) -> int:
         """Bytes all nodes have sent over their links (every byte crosses the switch once)."""

@@ -610,6 +610,12 @@ def add_paper_arguments(parser: argparse.ArgumentParser) -> None:
     names = [e.name for e in paper.experiments()]
     parser.add_argument("--experiments", type=choice_list(names), default=names, help="(default: all: %(default)s)")
     parser.add_argument("--modes", type=choice_list(MODES), default=list(MODES), help="(default: every mode)")
+    parser.add_argument(
+        "--ranks",
+        type=int_list_in(2, 1 << 20),
+        default=None,
+        help="only the points of these job sizes (default: every point of each experiment)",
+    )
     _params_argument(parser, "omnipath")
     parser.add_argument("--json", required=True, metavar="PATH")
     parser.add_argument("--png", metavar="PATH")
@@ -653,10 +659,13 @@ def run_paper(args: argparse.Namespace) -> int:
     for experiment in chosen:
         print(f"\n{experiment.title}", flush=True)
         settings.partners = experiment.partners
+        sizes = [(r, v) for r, v in zip(experiment.ranks, experiment.victims, strict=True) if r in (args.ranks or [r])]
+        if not sizes:
+            continue
         points = project(
             settings,
             params,
-            list(zip(experiment.ranks, experiment.victims, strict=True)),
+            sizes,
             args.modes,
             experiment.bytes_per_rank,
             label=f" {experiment.name}",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Generator
@@ -202,6 +203,8 @@ class Simulation:
                 params.retransmit_timeout_min_s,
                 params.retransmit_timeout_max_s,
                 params.retransmit_backoff,
+                congestion_control=bool(params.congestion_control),
+                rng=random.Random(workload.seed),
             )
             if params.flows
             else None
@@ -438,7 +441,6 @@ class Simulation:
         now = self.env.now
         for packet in packets:
             left, arrival = self.network.transfer(now, rank.node, dest.node, packet.nbytes)
-            packet.attempts += 1
             if packet.attempts > MAX_ATTEMPTS:
                 raise ModelStall(
                     f"a packet from rank {rank.index} to rank {dest.index} (sequence {packet.seq}) was sent "
@@ -518,8 +520,14 @@ class Simulation:
     def _flow_answer(self, rank: _Rank, dest: _Rank, reply: int, seq: int) -> None:
         assert self.reliability is not None
         flow = self.reliability.send_flow(rank.index, dest.index)
-        again = self.reliability.answered(flow, reply, seq, self.env.now)
+        delay, again = self.reliability.answered(flow, reply, seq, self.env.now)
         self._put_on_wire(rank, dest, flow, again)
+        if delay:
+            self._at(self.env.now + delay, self._resume, rank, dest, flow)
+
+    def _resume(self, rank: _Rank, dest: _Rank, flow: SendFlow) -> None:
+        assert self.reliability is not None
+        self._put_on_wire(rank, dest, flow, self.reliability.resume(flow, self.env.now))
 
     def _at(self, when: float, action: Callable[..., None], *args: Any) -> None:
         self.events += 1

@@ -57,6 +57,7 @@ class ModelParams:
     retransmit_timeout_min_s: float = 0.0
     retransmit_timeout_max_s: float = 0.0
     retransmit_backoff: float = 1.0  # the timeout's factor after each expiry
+    congestion_control: int = 0  # 1: a NAK shrinks the flow's window to one packet and holds it (PSM2's CCA)
     # the machine: None, every rank has a core of its own; else all ranks share this many cores, and a rank
     # with nothing to do still takes this share of what a busy rank takes (it polls, then yields)
     host_cores: int | None = None
@@ -80,6 +81,8 @@ class ModelParams:
         self._check_loss()
 
     def _check_loss(self) -> None:
+        if self.congestion_control not in (0, 1):
+            raise ParamsError(f"congestion_control={self.congestion_control!r}: 0 (off) or 1 (on)")
         if self.ack_interval_packets < 1:
             raise ParamsError(f"ack_interval_packets={self.ack_interval_packets!r}: must be >= 1")
         if self.retransmit_backoff < 1:

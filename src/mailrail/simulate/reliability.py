@@ -21,9 +21,10 @@ and the hfi1 driver have them; the Omni-Path parameter file gives the values' so
   ``retransmit_timeout_max_s`` (``ips_proto_timer_ack_callback``).
 * A receiver sends at most one reply per flow per progress pass, the last it decided (``process_pending_acks``).
 
-Not modelled: PSM2's congestion control (``IPS_PROTO_FLAG_CCA``: on a NAK it shrinks the flow's window to 1
-and delays the retransmission by half to all of the timeout; it is active only where the driver gives it
-settings).  ACKs, NAKs and ERR_CHKs are not lost and cost no CPU.
+PSM2's congestion control (``IPS_PROTO_FLAG_CCA``) is active only where the driver gives it settings, so it
+is a parameter (``congestion_control``): on a NAK it shrinks the flow's window to one packet, holds the
+flow for a random half to all of the timeout, and doubles the window on each ACK after; its cut of the
+path's injection rate is not modelled.  ACKs, NAKs and ERR_CHKs are not lost and cost no CPU.
 
 This module is the protocol's state only, as plain objects (no SimPy, no network): :mod:`.model` moves its
 packets and calls the timers.
@@ -31,6 +32,7 @@ packets and calls the timers.
 
 from __future__ import annotations
 
+import random
 from collections import deque
 
 ACCEPT, DUPLICATE, OUT_OF_ORDER = range(3)  # what a receiver does with a packet
@@ -47,19 +49,21 @@ class Packet:
         self.nbytes = nbytes  # eager bytes it occupies in a receive context
         self.seq = -1
         self.ack_request = False
-        self.attempts = 0  # times it was put on the wire: after the first, its send is complete
+        self.attempts = 0  # times it left its window: after the first, its send is complete
         self.sent_at = 0.0  # its latest transmission
 
 
 class SendFlow:
     """A sender's side of one flow: the window, what waits for it, the retransmission timer."""
 
-    __slots__ = ("next_seq", "unacked", "waiting", "timeout", "deadline", "timer_at")
+    __slots__ = ("next_seq", "unacked", "waiting", "cwin", "paused_until", "timeout", "deadline", "timer_at")
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, window: int, timeout: float) -> None:
         self.next_seq = 0
         self.unacked: deque[Packet] = deque()  # sent, not acknowledged, oldest first
-        self.waiting: deque[Packet] = deque()  # numbered, waiting for the window
+        self.waiting: deque[Packet] = deque()  # numbered, waiting for the window (or sent, and going again)
+        self.cwin = window  # how many may be unacknowledged now (congestion control shrinks it)
+        self.paused_until = 0.0  # congestion control holds the flow's packets until then
         self.timeout = timeout  # the oldest unacknowledged packet's
         self.deadline = 0.0  # when its timer expires
         self.timer_at: float | None = None  # when the model's pending timer event for this flow fires
@@ -74,11 +78,23 @@ class ReceiveFlow:
 
 
 class Reliability:
-    """The flow rules above over every flow of a job, with the counts a run reports."""
+    """The flow rules above over every flow of a job, with the counts a run reports.  *congestion_control*
+    (with *rng* for its random delays) turns on PSM2's reaction to a NAK, see :meth:`nak`."""
 
-    def __init__(self, window: int, ack_interval: int, timeout_min: float, timeout_max: float, backoff: float) -> None:
+    def __init__(
+        self,
+        window: int,
+        ack_interval: int,
+        timeout_min: float,
+        timeout_max: float,
+        backoff: float,
+        *,
+        congestion_control: bool = False,
+        rng: random.Random | None = None,
+    ) -> None:
         self.window, self.ack_interval = window, ack_interval
         self.timeout_min, self.timeout_max, self.backoff = timeout_min, timeout_max, backoff
+        self.congestion_control, self.rng = congestion_control, rng or random.Random(0)
         self.send_flows: dict[tuple[int, int], SendFlow] = {}
         self.receive_flows: dict[tuple[int, int], ReceiveFlow] = {}
         self.retransmitted = 0  # packets sent again
@@ -89,7 +105,7 @@ class Reliability:
     def send_flow(self, source: int, dest: int) -> SendFlow:
         flow = self.send_flows.get((source, dest))
         if flow is None:
-            flow = self.send_flows[(source, dest)] = SendFlow(self.timeout_min)
+            flow = self.send_flows[(source, dest)] = SendFlow(self.window, self.timeout_min)
         return flow
 
     def receive_flow(self, source: int, dest: int) -> ReceiveFlow:
@@ -100,49 +116,74 @@ class Reliability:
 
     # -- the sender --------------------------------------------------------------------------------
 
+    def _ack_every(self, flow: SendFlow) -> int:
+        """Every how many packets an ACK is asked: PSM2 derives it from the window (a quarter of it, at
+        least every 2nd packet once congestion control shrank it)."""
+        if flow.cwin >= self.window:
+            return self.ack_interval
+        return max(self.ack_interval * flow.cwin // self.window, 2)
+
     def submit(self, flow: SendFlow, packet: Packet, now: float) -> list[Packet]:
         """*packet* numbered on *flow*: what goes out now (it, if the window has room)."""
         packet.seq = flow.next_seq
-        packet.ack_request = packet.seq % self.ack_interval == self.ack_interval - 1
+        every = self._ack_every(flow)
+        packet.ack_request = packet.seq % every == every - 1
         flow.next_seq += 1
         flow.waiting.append(packet)
         return self._open_window(flow, now)
 
     def _open_window(self, flow: SendFlow, now: float) -> list[Packet]:
+        """What leaves now: waiting packets, oldest first, while the window has room and the flow is not held."""
         out: list[Packet] = []
-        while flow.waiting and len(flow.unacked) < self.window:
+        if now < flow.paused_until:
+            return out
+        while flow.waiting and len(flow.unacked) < flow.cwin:
             packet = flow.waiting.popleft()
             if not flow.unacked:
                 flow.timeout, flow.deadline = self.timeout_min, now + self.timeout_min
             packet.sent_at = now
+            packet.attempts += 1
+            if packet.attempts > 1:
+                self.retransmitted += 1
             flow.unacked.append(packet)
             out.append(packet)
         return out
 
     def acknowledged(self, flow: SendFlow, seq: int, now: float) -> list[Packet]:
-        """An ACK of every packet up to *seq*: what the freed window lets out."""
-        self._drop_acknowledged(flow, seq)
+        """An ACK of every packet up to *seq*: what the freed window lets out (congestion control doubles a
+        shrunk window on each ACK)."""
+        if self._drop_acknowledged(flow, seq) and flow.cwin < self.window:
+            flow.cwin = min(2 * flow.cwin, self.window)
         return self._open_window(flow, now)
 
-    def _drop_acknowledged(self, flow: SendFlow, seq: int) -> None:
-        if flow.unacked and flow.unacked[0].seq <= seq:
-            while flow.unacked and flow.unacked[0].seq <= seq:
-                flow.unacked.popleft()
-            if flow.unacked:  # the new oldest packet's timer runs from its own transmission
-                flow.timeout = self.timeout_min
-                flow.deadline = flow.unacked[0].sent_at + self.timeout_min
+    def _drop_acknowledged(self, flow: SendFlow, seq: int) -> bool:
+        if not flow.unacked or flow.unacked[0].seq > seq:
+            return False
+        while flow.unacked and flow.unacked[0].seq <= seq:
+            flow.unacked.popleft()
+        if flow.unacked:  # the new oldest packet's timer runs from its own transmission
+            flow.timeout = self.timeout_min
+            flow.deadline = flow.unacked[0].sent_at + self.timeout_min
+        return True
 
-    def nak(self, flow: SendFlow, seq: int, now: float) -> list[Packet]:
-        """A NAK of *seq* (everything before it arrived): every unacknowledged packet goes out again, then what
-        the window lets out."""
+    def nak(self, flow: SendFlow, seq: int, now: float) -> tuple[float, list[Packet]]:
+        """A NAK of *seq* (everything before it arrived): every unacknowledged packet goes back to the head of
+        the queue, and the window lets out what it can: (delay, packets).  With congestion control, PSM2
+        shrinks the window to one packet and holds the flow for a random half to all of the timeout
+        (``ips_proto_process_nak``): the delay after which the model calls :meth:`resume`; else at once."""
         self._drop_acknowledged(flow, seq - 1)
-        again = list(flow.unacked)
-        self.retransmitted += len(again)
-        for packet in again:
-            packet.sent_at = now
-        if again:
-            flow.timeout, flow.deadline = self.timeout_min, now + self.timeout_min
-        return again + self._open_window(flow, now)
+        flow.waiting.extendleft(reversed(flow.unacked))
+        flow.unacked.clear()
+        if not self.congestion_control:
+            return 0.0, self._open_window(flow, now)
+        flow.cwin = 1
+        delay = self.rng.uniform(flow.timeout / 2, flow.timeout)
+        flow.paused_until = now + delay
+        return delay, []
+
+    def resume(self, flow: SendFlow, now: float) -> list[Packet]:
+        """The end of a congestion-control hold: what goes out."""
+        return self._open_window(flow, now)
 
     def expired(self, flow: SendFlow, now: float) -> bool:
         """The flow's timer at *now*: True if it expired (the model sends an ERR_CHK naming the newest
@@ -154,9 +195,10 @@ class Reliability:
         flow.deadline = now + flow.timeout
         return True
 
-    def answered(self, flow: SendFlow, reply: int, seq: int, now: float) -> list[Packet]:
-        """The sender gets an ACK or NAK of *seq*: what goes out (again, or newly through the window)."""
-        return self.nak(flow, seq, now) if reply == NAK else self.acknowledged(flow, seq, now)
+    def answered(self, flow: SendFlow, reply: int, seq: int, now: float) -> tuple[float, list[Packet]]:
+        """The sender gets an ACK or NAK of *seq*: (delay, what goes out after it: again, or newly through
+        the window)."""
+        return self.nak(flow, seq, now) if reply == NAK else (0.0, self.acknowledged(flow, seq, now))
 
     # -- the receiver ------------------------------------------------------------------------------
 
