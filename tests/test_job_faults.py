@@ -582,3 +582,19 @@ def test_bench_faults_measures_each_fault_to_the_end_of_its_job(tmp_path):
 def test_bench_faults_refuses_an_unknown_fault():
     completed = mailrail("bench", "faults", "--faults", "exception,nonesuch")
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1, completed.stderr
+
+
+def test_terminated_survives_the_copy_simpy_makes_of_a_failed_process_exception():
+    """SimPy re-raises a process's exception as type(e)(*e.args): a signal inside ``mailrail simulate``'s
+    model must stay a Terminated (it became a ValueError, and the simulation ignored SIGTERM and SIGINT)."""
+    simpy = pytest.importorskip("simpy")
+    env = simpy.Environment()
+
+    def interrupted():
+        yield env.timeout(1)
+        raise jobcontrol.Terminated(signal.SIGTERM)
+
+    env.process(interrupted())
+    with pytest.raises(jobcontrol.Terminated) as stop:
+        env.run()
+    assert stop.value.signum == signal.SIGTERM and str(stop.value) == "interrupted by SIGTERM"

@@ -324,8 +324,13 @@ class Terminated(BaseException):
     """SIGINT, SIGTERM or SIGHUP arrived (a BaseException, like KeyboardInterrupt: cleanup runs, then exit)."""
 
     def __init__(self, signum: int) -> None:
+        # args is (signum,): a copy made as type(e)(*e.args) is the same exception (SimPy re-raises a failed
+        # process's exception so; with the message as args the copy failed, a ValueError, and the model ran on)
+        super().__init__(signum)
         self.signum = signum
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    def __str__(self) -> str:
+        return f"interrupted by {signal.Signals(self.signum).name}"
 
     @property
     def exit_code(self) -> int:
