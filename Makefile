@@ -18,7 +18,7 @@ COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mail
 	src/mailrail/transport/_compiled.pyx
 
 .PHONY: demo test test-fast lint docs docs-check chromium checks environments test-main test-python-transport test-other-mpi site-mpi-packages \
-	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-calibration clean
+	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-calibration simulate-paper clean
 
 $(VENV)/.installed: $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV)
@@ -203,6 +203,22 @@ simulate-runs: $(VENV)/.installed
 simulate-calibration: $(VENV)/.installed
 	$(VENV)/bin/mailrail simulate calibrate --runs $(SIMULATE_DATA)/runs/fit --out $(SIMULATE_DATA)/calibrated.json
 	$(VENV)/bin/mailrail simulate validate --json $(SIMULATE_DATA)/validation.json
+
+# The paper's experiments projected (the docs' tables and figure): Table I at whole message counts to 2,048
+# ranks beside everything else, two processes at once (about 80 minutes on 2 cores), then joined.
+SIMULATE_PAPER = $(VENV)/bin/mailrail simulate paper
+simulate-paper: $(VENV)/.installed
+	mkdir -p $(SIMULATE_SCRATCH)
+	$(SIMULATE_PAPER) --experiments table1 --ranks 512,1024,2048 --max-messages 14000000 --point-time-limit 0 \
+		--json $(SIMULATE_SCRATCH)/table1-small.json & whole=$$!; \
+	$(SIMULATE_PAPER) --experiments table1 --ranks 4096 --max-messages 3400000 --point-time-limit 0 \
+		--json $(SIMULATE_SCRATCH)/table1-4096.json \
+	&& $(SIMULATE_PAPER) --experiments goodput --json $(SIMULATE_SCRATCH)/goodput.json \
+	&& $(SIMULATE_PAPER) --experiments victims,stranding --max-messages 150000 --point-time-limit 150 \
+		--json $(SIMULATE_SCRATCH)/victims.json; rest=$$?; wait $$whole && test $$rest = 0
+	$(SIMULATE_PAPER) --combine $(SIMULATE_SCRATCH)/table1-small.json $(SIMULATE_SCRATCH)/table1-4096.json \
+		$(SIMULATE_SCRATCH)/goodput.json $(SIMULATE_SCRATCH)/victims.json \
+		--json $(SIMULATE_DATA)/paper.json --png docs/_static/simulate-paper.png
 
 clean:
 	rm -rf $(VENV) $(VENV_MPICH) $(SITE_MPIS:%=.venv-site-%) build src/*.egg-info src/mailrail/*.so src/mailrail/*/*.so src/mailrail/_protocol.c \

@@ -627,6 +627,75 @@ def add_paper_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int_in(0, 2**32 - 1), default=1, help="(default: %(default)s)")
     _time_limit_argument(parser)
+    parser.add_argument(
+        "--combine",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: join the JSON of earlier runs (other experiments or job sizes, run apart or at once) "
+        "into one, compared with the paper again",
+    )
+
+
+def _paper_command(args: argparse.Namespace) -> str:
+    """The command that runs what *args* ran (recorded in its JSON, so that a figure can be made again)."""
+    words = ["mailrail", "simulate", "paper", "--experiments", ",".join(args.experiments)]
+    if args.ranks:
+        words += ["--ranks", ",".join(map(str, args.ranks))]
+    if args.modes != list(MODES):
+        words += ["--modes", ",".join(args.modes)]
+    words += ["--params", args.params, *(w for change in args.set for w in ("--set", change))]
+    words += ["--max-messages", str(args.max_messages), "--point-time-limit", f"{args.point_time_limit:g}"]
+    if args.seed != 1:
+        words += ["--seed", str(args.seed)]
+    return " ".join(words + ["--json", os.path.basename(args.json)])
+
+
+def combine_paper(paths: list[str]) -> dict[str, Any]:
+    """One document from the ``simulate paper`` JSON of several runs: the same parameters, no point twice; each
+    experiment's points in its own order, compared with the paper again."""
+    from . import paper
+    from .params import ParamsError
+
+    documents = []
+    for path in paths:
+        try:
+            with open(path) as source:
+                documents.append(json.load(source))
+        except (OSError, ValueError) as error:
+            raise ParamsError(f"--combine {path}: {error}") from None
+        if documents[-1].get("benchmark") != "simulate-paper":
+            raise ParamsError(f"--combine {path}: not the JSON of mailrail simulate paper")
+        if documents[-1]["params"] != documents[0]["params"]:
+            raise ParamsError(f"--combine {path}: other parameters than {paths[0]}'s; runs of one set only")
+    experiments: dict[str, Any] = {}
+    for experiment in paper.experiments():
+        parts = [d["experiments"][experiment.name] for d in documents if experiment.name in d["experiments"]]
+        if not parts:
+            continue
+        points = [p for part in parts for p in part["points"]]
+        keys = [(p["ranks"], p["victims"], p["mode"]) for p in points]
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        if twice:
+            raise ParamsError(f"--combine: {experiment.name} has these points twice (ranks, victims, mode): {twice}")
+        order = list(zip(experiment.ranks, experiment.victims, strict=True))
+        points.sort(key=lambda p: (order.index((p["ranks"], p["victims"])), list(MODES).index(p["mode"])))
+        experiments[experiment.name] = {
+            "title": experiment.title,
+            "max_messages": max(part["max_messages"] for part in parts),  # (each point says if it was scaled)
+            "points": points,
+            "paper": compare_with_paper(experiment.name, points),
+        }
+    return {
+        "benchmark": "simulate-paper",
+        "params_file": documents[0]["params_file"],
+        "params_set": documents[0].get("params_set", []),
+        "params": documents[0]["params"],
+        "max_messages": max(d["max_messages"] for d in documents),
+        "commands": [c for d in documents for c in d.get("commands", [])],
+        "experiments": experiments,
+        "points": [p for e in experiments.values() for p in e["points"]],
+        "wall_s": max(d["wall_s"] for d in documents),  # the runs' longest: they may run at once
+    }
 
 
 def run_paper(args: argparse.Namespace) -> int:
@@ -636,6 +705,17 @@ def run_paper(args: argparse.Namespace) -> int:
     from . import paper
     from .params import ParamsError
 
+    if args.combine:
+        try:
+            document = combine_paper(args.combine)
+        except ParamsError as error:
+            return usage_error("simulate paper", str(error))
+        for experiment in document["experiments"].values():
+            print(f"\n{experiment['title']}\n{points_table(experiment['points'])}")
+            for line in experiment["paper"]["lines"]:
+                print("  " + line)
+        _write_paper(document, args)
+        return 0
     try:
         params, _, path = _load(args)
     except ParamsError as error:
@@ -686,14 +766,19 @@ def run_paper(args: argparse.Namespace) -> int:
         "params_set": args.set,
         "params": params.as_dict(),
         "max_messages": args.max_messages,
+        "commands": [_paper_command(args)],
         "experiments": results,
         "points": [p for r in results.values() for p in r["points"]],
         "wall_s": time.monotonic() - started,
     }
-    write_json(args.json, document)
-    figure = _plot_paper(results, args.png) if args.png else None
-    print(f"\nwrote {args.json}" + (f" and {figure}" if figure else "") + f" ({time.monotonic() - started:.0f} s)")
+    _write_paper(document, args)
     return 0
+
+
+def _write_paper(document: dict[str, Any], args: argparse.Namespace) -> None:
+    write_json(args.json, document)
+    figure = _plot_paper(document["experiments"], args.png) if args.png else None
+    print(f"\nwrote {args.json}" + (f" and {figure}" if figure else "") + f" ({document['wall_s']:.0f} s)")
 
 
 def _runtime(points: list[dict[str, Any]], ranks: int, mode: str, victims: int | None = None) -> float | None:

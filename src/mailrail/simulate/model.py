@@ -181,7 +181,7 @@ class Simulation:
     ) -> None:
         self.workload, self.params = workload, params
         self.drop = drop  # a fixed drop pattern (tests): drop(source, dest, seq, attempt) loses that packet unseen
-        if params.flows is False and drop is not None:
+        if not params.flows and drop is not None:
             raise ParamsError("a drop pattern needs flows to recover its packets: flow_window_packets > 0")
         if params.recv_context_bytes and params.recv_context_bytes < min(
             workload.datagram_size, params.eager_limit_bytes

@@ -175,9 +175,11 @@ def paper_markdown() -> str:
         + " with the Omni-Path-like parameters: "
         + (document["note"] + ", " if document.get("note") else "")
         + f"{document['wall_s'] / 60:.0f} minutes. Each point's wall time (its pilot included) is in its table; "
-        "`*` marks bytes per rank scaled down (to the message budget, or to fit the point's time limit). Runtimes, "
-        "victim memory and credit messages are scaled back to the bytes asked: linearly, which is what the "
-        "credit modes do once started, and a lower bound for none.",
+        "`*` marks bytes per rank scaled down (to the message budget, or to fit the point's time limit); a point "
+        "without it models every message. A scaled point's runtime, victim memory and credit messages are scaled "
+        "back to the bytes asked: linearly, which is what the credit modes do once started, and a lower bound for "
+        "none; its victim node's memory too, against the node's (\"out of memory at the bytes asked\"). "
+        "`resent`: packets sent again after a loss, per message delivered.",
     ]
     for name, experiment in document["experiments"].items():
         budget = experiment.get("max_messages", document["max_messages"])
@@ -185,20 +187,26 @@ def paper_markdown() -> str:
         if name == "table1":
             lines += _table_one(experiment)
         lines += [
-            "| ranks | victims | mode | runtime s | goodput Gb/s | victim MiB | credit messages | "
+            "| ranks | victims | mode | runtime s | goodput Gb/s | victim MiB | credit messages | resent | "
             "MiB/rank modelled | messages per victim modelled | wall s |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in experiment["points"]:
             ok = p["status"] == "ok"
+            if ok and p.get("status_at_bytes_asked") == "out_of_memory":  # its victim's node, grown to the bytes
+                runtime = "out of memory at the bytes asked"
+            else:
+                runtime = _value(p["runtime_s_at_bytes_asked"]) if ok else p["status"].replace("_", " ")
+            resent = p.get("retransmitted_fraction")
             cells = [
                 f"{p['ranks']:,}",
                 str(p["victims"]),
                 p["mode"],
-                _value(p["runtime_s_at_bytes_asked"]) if ok else p["status"],
+                runtime,
                 f"{p['goodput_bps'] / 1e9:.3g}",
                 f"{p['victim_peak_bytes_at_bytes_asked'] / MIB:,.1f}",
                 f"{p['credit_messages_at_bytes_asked']:,}",
+                "-" if resent is None else f"{resent:.1%}",
                 f"{p['bytes_per_rank'] / MIB:.3g}" + ("*" if p["scaled"] else ""),
                 _victim_messages(p.get("victim_messages")),
                 f"{p['wall_s']:.0f}",
