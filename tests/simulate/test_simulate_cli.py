@@ -302,3 +302,18 @@ def test_a_scaled_point_agrees_with_the_whole_one_on_what_scaling_keeps(tmp_path
         else:
             assert memory == whole["victim_peak_bytes"]
             assert scaled["credit_messages_at_bytes_asked"] == pytest.approx(whole["credit_messages"], rel=0.03)
+
+
+def test_a_point_out_of_memory_at_the_bytes_asked_has_no_goodput_to_compare():
+    from mailrail.simulate.cli import compare_with_paper
+
+    def point(ranks, mode, goodput, status="ok"):
+        return {"ranks": ranks, "mode": mode, "goodput_bps": goodput, "status": "ok", "status_at_bytes_asked": status}
+
+    points = [point(512, "none", 30e9), point(16384, "none", 30e9, "out_of_memory")]
+    points += [point(512, "node", 22e9), point(16384, "node", 11e9)]
+    comparison = compare_with_paper("goodput", points)
+    rows = {row["mode"]: row for row in comparison["rows"]}
+    assert rows["none"]["model_fall"] is None and rows["node"]["model_fall"] == pytest.approx(0.5)
+    (none,) = [line for line in comparison["lines"] if line.startswith("none")]
+    assert "n/a" in none and "out of memory or unfinished at 16384 ranks" in none

@@ -781,16 +781,22 @@ def _write_paper(document: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"\nwrote {args.json}" + (f" and {figure}" if figure else "") + f" ({document['wall_s']:.0f} s)")
 
 
+def _finished(point: dict[str, Any]) -> bool:
+    """It finished, and would have at the bytes asked (a scaled point's victim node within its memory)."""
+    return bool(point.get("status_at_bytes_asked", point["status"]) == "ok")
+
+
 def _runtime(points: list[dict[str, Any]], ranks: int, mode: str, victims: int | None = None) -> float | None:
     for p in points:
-        if p["ranks"] == ranks and p["mode"] == mode and p["status"] == "ok" and victims in (None, p["victims"]):
+        if p["ranks"] == ranks and p["mode"] == mode and _finished(p) and victims in (None, p["victims"]):
             return float(p["runtime_s_at_bytes_asked"])
     return None
 
 
 def _goodput(points: list[dict[str, Any]], ranks: int, mode: str) -> float | None:
+    """The point's goodput; None if it did not finish, or would not have at the bytes asked."""
     for p in points:
-        if p["ranks"] == ranks and p["mode"] == mode and p["status"] == "ok":
+        if p["ranks"] == ranks and p["mode"] == mode and _finished(p):
             return float(p["goodput_bps"])
     return None
 
@@ -834,9 +840,13 @@ def compare_with_paper(name: str, points: list[dict[str, Any]]) -> dict[str, Any
             fall = 1 - b / a if a and b else None
             row = {"mode": mode, "model_fall": fall, "paper_fall": paper.GOODPUT_FALL.get(mode)}
             rows.append(row)
+            unfinished = [
+                p["ranks"] for p in points if p["mode"] == mode and _goodput(points, p["ranks"], mode) is None
+            ]
             lines.append(
                 f"{mode}: goodput fell {_fall(fall)} from 128:1 to 4096:1 in the model"
                 + (f", {paper.GOODPUT_FALL[mode]:.1%} in the paper" if mode in paper.GOODPUT_FALL else "")
+                + (f" (out of memory or unfinished at {', '.join(map(str, unfinished))} ranks)" if unfinished else "")
             )
     elif name == "victims":
         ratios = paper.SWEEP_RATIOS
@@ -900,15 +910,18 @@ def _plot_paper(results: dict[str, Any], path: str) -> str | None:
     for axis, name in zip(axes.flat, panels):
         points = results[name]["points"]
         for mode in MODES:
-            mine = [p for p in points if p["mode"] == mode and p["status"] == "ok"]
+            # a point whose victim node would have run out of memory at the bytes asked has no runtime to show
+            mine = [p for p in points if p["mode"] == mode and _finished(p)]
             if not mine:
                 continue
+            lost = sorted({p["ranks"] for p in points if p["mode"] == mode} - {p["ranks"] for p in mine})
+            label = f"model {mode}" + (f" (out of memory at {', '.join(f'{r:,}' for r in lost)})" if lost else "")
             if name == "victims":
                 xs = [(p["ranks"] - p["victims"]) / p["victims"] for p in mine]
             else:
                 xs = [p["ranks"] for p in mine]
             ys = [p["goodput_bps"] / 1e9 if name == "goodput" else p["runtime_s_at_bytes_asked"] for p in mine]
-            axis.plot(xs, ys, "o-", label=f"model {mode}")
+            axis.plot(xs, ys, "o-", label=label)
         if name == "table1":
             for mode, marker in (("none", "s"), ("rank", "^"), ("node", "v")):
                 axis.plot(

@@ -174,7 +174,12 @@ def paper_markdown() -> str:
         ", ".join(f"`{command}`" for command in commands)
         + " with the Omni-Path-like parameters: "
         + (document["note"] + ", " if document.get("note") else "")
-        + f"{document['wall_s'] / 60:.0f} minutes. Each point's wall time (its pilot included) is in its table; "
+        + (
+            f"the longest of these runs took {document['wall_s'] / 60:.0f} minutes. "
+            if len(commands) > 1
+            else f"{document['wall_s'] / 60:.0f} minutes. "
+        )
+        + "Each point's wall time (its pilot included) is in its table; "
         "`*` marks bytes per rank scaled down (to the message budget, or to fit the point's time limit); a point "
         "without it models every message. A scaled point's runtime, victim memory and credit messages are scaled "
         "back to the bytes asked: linearly, which is what the credit modes do once started, and a lower bound for "
