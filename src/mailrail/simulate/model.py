@@ -402,13 +402,19 @@ class Simulation:
             _, arrival = self.network.transfer(self.env.now, source_node, dest_node, 0)
             self._at(arrival, self._arrive, self.ranks[dest], (RENDEZVOUS_REQUEST, rank.index, tag, nbytes, slot))
             return
-        item = (PAYLOAD, rank.index, tag, nbytes, slot)
-        if self.reliability is not None and source_node != dest_node:
-            self._flow_send(rank, self.ranks[dest], Packet(item, nbytes))
+        self._send_eager(rank, self.ranks[dest], (PAYLOAD, rank.index, tag, nbytes, slot))
+
+    def _send_eager(self, rank: _Rank, dest: _Rank, item: tuple[int, int, int, int, int]) -> None:
+        """A payload or credit message of ``item[3]`` bytes, whole: over a flow between nodes when the parameters
+        have flows, else straight to *dest*; a payload's send completes when it has left."""
+        if self.reliability is not None and rank.node != dest.node:
+            flow = self.reliability.send_flow(rank.index, dest.index)
+            self._put_on_wire(rank, dest, flow, self.reliability.submit(flow, Packet(item, item[3]), self.env.now))
             return
-        left, arrival = self.network.transfer(self.env.now, source_node, dest_node, nbytes)
-        self._at(left, self._send_completed, rank, slot)
-        self._at(arrival, self._arrive, self.ranks[dest], item)
+        left, arrival = self.network.transfer(self.env.now, rank.node, dest.node, item[3])
+        if item[0] == PAYLOAD:
+            self._at(left, self._send_completed, rank, item[4])
+        self._at(arrival, self._arrive, dest, item)
 
     def _send_completed(self, rank: _Rank, slot: int) -> None:
         """A send's buffer is free: the Endpoint takes completed sends off its ring oldest first, as the
@@ -423,19 +429,9 @@ class Simulation:
             self._wake(rank)
 
     def _send_credit(self, rank: _Rank, target: int, tag: int) -> None:
-        item = (CREDIT, rank.index, tag, 0, NO_SLOT)
-        if self.reliability is not None and rank.node != self.node_of[target]:
-            self._flow_send(rank, self.ranks[target], Packet(item, 0))
-            return
-        _, arrival = self.network.transfer(self.env.now, rank.node, self.node_of[target], 0)
-        self._at(arrival, self._arrive, self.ranks[target], item)
+        self._send_eager(rank, self.ranks[target], (CREDIT, rank.index, tag, 0, NO_SLOT))
 
     # -- flows between nodes: loss and its recovery (only with params.flows) ---------------------------
-
-    def _flow_send(self, rank: _Rank, dest: _Rank, packet: Packet) -> None:
-        assert self.reliability is not None
-        flow = self.reliability.send_flow(rank.index, dest.index)
-        self._put_on_wire(rank, dest, flow, self.reliability.submit(flow, packet, self.env.now))
 
     def _put_on_wire(self, rank: _Rank, dest: _Rank, flow: SendFlow, packets: list[Packet]) -> None:
         now = self.env.now

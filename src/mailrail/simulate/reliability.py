@@ -231,7 +231,8 @@ class Reliability:
     def check_at_rest(self) -> None:
         """Every packet every flow numbered was accepted once and acknowledged (AssertionError otherwise)."""
         for (source, dest), flow in self.send_flows.items():
-            accepted = self.receive_flows[(source, dest)].expected if (source, dest) in self.receive_flows else 0
+            received = self.receive_flows.get((source, dest))
+            accepted = received.expected if received is not None else 0
             if flow.unacked or flow.waiting or accepted != flow.next_seq:
                 raise AssertionError(
                     f"flow {source}->{dest}: numbered {flow.next_seq}, accepted {accepted}, "
