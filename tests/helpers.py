@@ -261,7 +261,16 @@ def adaptive_state(flow: Any) -> dict[str, Any] | None:
     return {
         "free": flow.free,
         "leases": {
-            node: (lease.contact, lease.held, lease.unreturned, lease.owed, lease.demand, lease.revoking, lease.recheck)
+            node: (
+                lease.target,
+                lease.held,
+                lease.unreturned,
+                lease.owed,
+                lease.demand,
+                lease.revoking,
+                lease.recheck,
+                list(lease.granted),
+            )
             for node, lease in flow.leases.items()
         },
         "waiting": list(flow.waiting),

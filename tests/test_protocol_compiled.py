@@ -187,10 +187,10 @@ def apply(world: World, event: tuple[Any, ...], last: dict[str, Any]) -> Any:
         )
         if not leases:
             return "no such node"
-        contact, held, unreturned, *_ = leases[args[0] % len(leases)]
+        target, held, unreturned, *_ = leases[args[0] % len(leases)]
         if kind == "give_back":  # what it holds unused (as its pool would)
-            return endpoint.credits_arrived(contact, (held - unreturned) << KIND_BITS | GIVE_BACK)
-        return apply(world, ("arrived", contact, 0, args[1]), last)
+            return endpoint.credits_arrived(target, (held - unreturned) << KIND_BITS | GIVE_BACK)
+        return apply(world, ("arrived", target, 0, args[1]), last)
     if kind == "drain_ready":  # a generator: every send it hands out, then its stall check
         world.clock += args[0]
         return list(endpoint.drain_ready(now=world.clock))

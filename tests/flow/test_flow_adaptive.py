@@ -176,23 +176,90 @@ def test_released_credits_go_back_once_a_share_of_the_lease_gathered():
     flow.on_credit_message(2, REQUEST, 4)
     sent(flow)
     arrive(flow, 2, 4)
-    assert release(flow, 3) == []  # held 4 // threshold 2: back in twos, to the contact rank 2
-    assert release(flow, 2) == [(2, GRANT, 2)]
+    assert release(flow, 3) == []  # held 4 // threshold 2: back in twos,
+    assert release(flow, 2) == [(2, GRANT, 2)]  # to the rank whose message was released last
     assert release(flow, 2) == []
-    assert release(flow, 3) == [(2, GRANT, 2)]
+    assert release(flow, 3) == [(3, GRANT, 2)]
     assert flow.unreturned_total == 0 and flow.free == 4
+    assert list(flow.leases[1].granted) == [2, 3]  # both were granted since the node's last revoke
     check_conserved(flow)
 
 
-def test_a_node_waiting_alone_is_answered_by_its_own_released_credits():
+def test_a_revoke_goes_to_every_rank_granted_since_the_last_one():
+    """A rank gets its grants before its revoke (one pair of ranks, one communicator), not before another
+    rank's: so every rank that was granted credits gets the revoke, and the last give-back finds them all."""
+    flow = make(recv_slots=4, lease=4, threshold=2)
+    flow.on_credit_message(0, REQUEST, 4)  # node 0 takes all four
+    assert sent(flow) == [(0, ANSWER, 4)]
+    arrive(flow, 0, 2)
+    arrive(flow, 1, 2)
+    assert release(flow, 0) == [] and release(flow, 1, times=3) == [(1, GRANT, 2), (1, GRANT, 2)]
+    assert list(flow.leases[0].granted) == [0, 1]
+    flow.on_credit_message(4, REQUEST, 2)  # node 2 asks: nothing free, node 0 idle above its share
+    assert sent(flow) == [(0, REVOKE, 0), (1, REVOKE, 0)] and flow.revokes_sent == 2
+    assert flow.leases[0].revoking == 2 and not flow.leases[0].granted
+    flow.on_credit_message(1, GIVE_BACK, 4)  # rank 1 finds the pool's four (its ranks wait for nothing)
+    assert sent(flow) == [(4, ANSWER, 2)] and flow.leases[0].revoking == 1
+    assert flow.leases[0].held == 0  # still a record: a give-back is on its way
+    flow.on_credit_message(0, GIVE_BACK, 0)  # rank 0 finds nothing left: the round is over, node 0 forgotten
+    assert 0 not in flow.leases and flow.free == 2
+    with pytest.raises(ProtocolError, match="not revoked"):
+        flow.on_credit_message(0, GIVE_BACK, 0)
+    check_conserved(flow)
+
+
+def test_a_revoke_with_nothing_granted_since_the_last_goes_to_the_rank_granted_last():
+    flow = make(recv_slots=4, lease=4, threshold=2)
+    flow.on_credit_message(0, REQUEST, 4)
+    flow.on_credit_message(4, REQUEST, 1)
+    assert sent(flow) == [(0, ANSWER, 4), (0, REVOKE, 0)]  # node 0 holds all four, idle: revoked at once
+    flow.on_credit_message(0, GIVE_BACK, 1)  # it kept three for sends that wait
+    assert sent(flow) == [(4, ANSWER, 1)] and flow.leases[0].recheck and not flow.leases[0].granted
+    arrive(flow, 1)  # it used one: what it kept may be idle now
+    flow.on_credit_message(6, REQUEST, 1)  # a third node: shares 1, node 0 holds 3
+    # Nothing was granted to node 0 since its revoke, so every grant before it is in its pool: any rank will do,
+    # and the one granted last gets it.
+    assert sent(flow) == [(0, REVOKE, 0)] and flow.leases[0].revoking == 1
+    check_conserved(flow)
+
+
+def test_a_node_waiting_alone_below_its_share_is_answered_by_its_own_released_credits():
+    flow = make(recv_slots=4, lease=3, threshold=1)  # back once all it holds gathered
+    flow.on_credit_message(0, REQUEST, 3)
+    flow.on_credit_message(2, REQUEST, 1)
+    assert sent(flow) == [(0, ANSWER, 3), (2, ANSWER, 1)]  # nothing free now; shares are 2
+    arrive(flow, 2)
+    flow.on_credit_message(3, REQUEST, 3)  # node 1 asks again holding 1, below its share: node 0 is revoked
+    assert sent(flow) == [(0, REVOKE, 0)] and list(flow.waiting) == [1]
+    assert release(flow, 2) == [(2, ANSWER, 1)]  # its own released credit answers it at once
+    assert flow.leases[1].demand == 0 and not flow.waiting
+    check_conserved(flow)
+
+
+def test_a_node_waiting_alone_at_its_share_keeps_its_standing_window_and_its_request_stands():
+    """A node holding every slot asks whenever its pool runs dry between two returns of its window.  It
+    gets nothing more by asking, so its own released credits do not answer it (that was a request and an
+    answer every few messages): they come back as its window does, and its request stands, the token out,
+    so its ranks ask no more.  Free slots answer it, in its turn."""
     flow = make(recv_slots=2, lease=2, threshold=1)  # back once all it holds gathered
     flow.on_credit_message(2, REQUEST, 2)
-    sent(flow)
+    assert sent(flow) == [(2, ANSWER, 2)]
     arrive(flow, 2, 2)
     assert release(flow, 2) == []  # 1 owed of 2 held: kept back
-    flow.on_credit_message(3, REQUEST, 3)  # the node asks again (its pool is empty): the owed one answers
-    assert sent(flow) == [(2, ANSWER, 1)]
-    assert flow.leases[1].demand == 0 and not flow.waiting
+    flow.on_credit_message(3, REQUEST, 3)  # the node asks again (its pool is empty), holding its share
+    assert sent(flow) == [] and list(flow.waiting) == [1]
+    assert release(flow, 3) == [(3, GRANT, 2)]  # its window, not an answer: the request stands
+    assert flow.leases[1].demand == 3 and list(flow.waiting) == [1]
+    arrive(flow, 2, 2)
+    assert release(flow, 2, times=2) == [(2, GRANT, 2)]
+    flow.on_credit_message(4, REQUEST, 1)  # node 2 asks: shares are 1, node 1 holds 2 in its pool
+    assert sent(flow) == [(2, REVOKE, 0), (3, REVOKE, 0)] and list(flow.waiting) == [1, 2]
+    flow.on_credit_message(2, GIVE_BACK, 2)  # its ranks wait for nothing now
+    # In line order: node 1's standing request is answered (its token goes home) with one credit, not both:
+    # node 2 waits behind it, and node 1 holds its share.  Then node 2's.
+    assert sent(flow) == [(2, ANSWER, 1), (4, ANSWER, 1)]
+    flow.on_credit_message(3, GIVE_BACK, 0)  # rank 3 found the pool empty
+    assert not flow.waiting and flow.given_back == 2 and flow.free == 0 and not flow.leases[1].revoking
     check_conserved(flow)
 
 
@@ -223,7 +290,7 @@ def test_a_node_within_its_share_keeps_its_standing_window_while_others_wait():
     flow.on_credit_message(2, REQUEST, 5)
     assert sent(flow) == [] and list(flow.waiting) == [0, 1]  # each within its share: no revoke
     assert release(flow, 0) == [] and release(flow, 3) == []  # one of two back: kept owed
-    assert release(flow, 1) == [(0, GRANT, 2)]
+    assert release(flow, 1) == [(1, GRANT, 2)]
     assert release(flow, 2) == [(2, GRANT, 2)]
     assert flow.reclaimed == 0 and flow.revokes_sent == 0 and list(flow.parked) == [0, 1]
     check_conserved(flow)
@@ -254,7 +321,7 @@ def test_idle_credits_are_revoked_when_a_node_waits_and_none_is_free():
     flow.on_credit_message(1, REQUEST, 1)  # a rank of node 0 asks meanwhile: no second revoke
     assert sent(flow) == []
     flow.on_credit_message(0, GIVE_BACK, 4)
-    assert sent(flow) == [(4, ANSWER, 2), (0, ANSWER, 1)]  # in the order they asked
+    assert sent(flow) == [(4, ANSWER, 2), (1, ANSWER, 1)]  # in the order they asked, each to the rank that asked
     assert flow.given_back == 4 and flow.free == 1
     check_conserved(flow)
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from helpers import adaptive_state
 from mailrail.errors import ProtocolError
 from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits
-from mailrail.flow.adaptive import LEASE_BYTES, QUEUE_ENTRY_BYTES
+from mailrail.flow.adaptive import GRANTED_BYTES, LEASE_BYTES, QUEUE_ENTRY_BYTES
 from mailrail.flow.base import ANSWER, GIVE_BACK, GRANT, REQUEST, REVOKE
 from mailrail.flow.node import LocalCounters
 from mailrail.transport import compiled
@@ -476,5 +476,6 @@ def test_a_detached_adaptive_ledger_no_longer_touches_shared_memory():
     for call in calls:
         with pytest.raises(RuntimeError, match="detached"):
             call()
-    assert ledger.lease_count() == 1 and ledger.credit_state_bytes() == LEASE_BYTES + QUEUE_ENTRY_BYTES
+    # a lease record, a place in revocable, and rank 2 granted since the node's last revoke
+    assert ledger.lease_count() == 1 and ledger.credit_state_bytes() == LEASE_BYTES + QUEUE_ENTRY_BYTES + GRANTED_BYTES
     assert list(ledger.outbox) == [(2, ANSWER, 2)]

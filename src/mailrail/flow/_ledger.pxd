@@ -67,12 +67,14 @@ cdef enum:
 
 cdef struct Lease:
     long long held, unreturned, owed, demand
-    int node, contact
+    int node, target            # target: the rank the next grant goes to
+    int granted_head, granted_tail  # the ranks granted since the last revoke: a list of granted entries (-1: none)
+    int revoking                # revokes sent whose give-backs have not arrived
     int prev[2]
     int next[2]                 # links: [0] in revocable or parked, [1] in owing (-1: none)
     signed char member[2]       # which set each pair of links is in: -1 none, REVOCABLE/PARKED, OWING
     int next_free
-    bint live, revoking, recheck
+    bint live, recheck
 
 cdef struct OrderedSet:
     int head, tail, count
@@ -106,9 +108,16 @@ cdef class CreditLedger:
     cdef int record_capacity, free_records   # free_records: head of the free list of records (-1: none)
     cdef int *table                          # node -> record index (-1: empty), linear probing
     cdef int table_mask, table_used          # capacity - 1; records in the table
+    cdef int last_node, last_index           # what find() found last (-1: nothing): a node's traffic, one lookup
     cdef int live_count                      # live records: len(leases)
+    cdef long long share                     # a node's fair share, recv_slots // live_count (0: no lease)
     cdef int *waiting                        # FIFO ring of node ids (capacity a power of 2)
     cdef int waiting_head, waiting_count, waiting_mask
+    cdef int *granted_table                  # rank -> granted entry (-1: empty), linear probing
+    cdef int granted_mask, granted_used
+    cdef int *granted_rank                   # per granted entry: the rank, and the next entry of its lease's
+    cdef int *granted_next                   # list (or of the free list)
+    cdef int granted_capacity, granted_free
     cdef OrderedSet sets[ORDERED_SETS]       # revocable, parked, owing
 
     cdef int group_of(self, int rank) noexcept
@@ -140,12 +149,14 @@ cdef class CreditLedger:
     cdef int revoke_idle(self) except -1
     cdef int forget_if_idle(self, int index) except -1
     # adaptive mode's containers
-    cdef int home(self, int node) noexcept
     cdef int find(self, int node) noexcept
     cdef int live_lease(self, int node) noexcept
-    cdef int new_lease(self, int node, int contact) except -1
+    cdef void count_leases(self, int change) noexcept
+    cdef int new_lease(self, int node, int target) except -1
     cdef int free_record(self, int index) noexcept
     cdef int grow_table(self) except -1
+    cdef int note_granted(self, int index, int rank) except -1
+    cdef int drop_granted(self, int index, bint revoke) except -1
     cdef int grow_records(self) except -1
     cdef int waiting_push(self, int node) except -1
     cdef int waiting_pop(self) noexcept

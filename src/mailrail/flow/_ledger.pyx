@@ -27,6 +27,7 @@ import numpy as np
 
 from mailrail.errors import ProtocolError
 from mailrail.flow import base as _base
+from mailrail.flow.adaptive import GRANTED_BYTES as _GRANTED_BYTES
 from mailrail.flow.adaptive import LEASE_BYTES as _LEASE_BYTES, QUEUE_ENTRY_BYTES as _QUEUE_ENTRY_BYTES
 from mailrail.flow.base import max_credit_count, unknown_kind
 
@@ -37,6 +38,7 @@ if ((GRANT, ANSWER, REQUEST, REVOKE, GIVE_BACK, KIND_BITS, KIND_MASK) != (
 
 cdef long long LEASE_BYTES = _LEASE_BYTES
 cdef long long QUEUE_ENTRY_BYTES = _QUEUE_ENTRY_BYTES
+cdef long long GRANTED_BYTES = _GRANTED_BYTES
 cdef tuple MODE_NAMES = ("rank", "node", "adaptive")
 _DETACHED = "the credit ledger was detached from its shared memory (finalize())"
 
@@ -76,12 +78,79 @@ cdef int64_t *_data(object array):
     return <int64_t *><size_t>array.ctypes.data
 
 
-cdef inline long long floor_div(long long a, long long b) noexcept:
-    """Python's a // b (b > 0): C division truncates toward zero."""
-    cdef long long q = a / b
-    if a % b != 0 and a < 0:
-        q -= 1
-    return q
+# Open-addressing tables (linear probing; capacity a power of 2, at most half full): int slots holding entry
+# indices (-1: empty), an entry's key the int at keys + index * stride (a struct array's field, or an int array).
+
+cdef inline int key_of(const char *keys, Py_ssize_t stride, int index) noexcept:
+    return (<const int *>(keys + index * stride))[0]
+
+
+cdef inline int home_slot(int key, int mask) noexcept:
+    cdef uint32_t x = <uint32_t>key
+    x = ((x >> 16) ^ x) * 0x45d9f3bU
+    x = ((x >> 16) ^ x) * 0x45d9f3bU
+    return <int>(((x >> 16) ^ x) & <uint32_t>mask)
+
+
+cdef int table_find(const int *table, int mask, const char *keys, Py_ssize_t stride, int key) noexcept:
+    """The entry of *key*, or -1."""
+    cdef int slot = home_slot(key, mask), index
+    while True:
+        index = table[slot]
+        if index < 0 or key_of(keys, stride, index) == key:
+            return index
+        slot = (slot + 1) & mask
+
+
+cdef void table_insert(int *table, int mask, int key, int index) noexcept:
+    """Enter *index* (whose key, *key*, is not in the table)."""
+    cdef int slot = home_slot(key, mask)
+    while table[slot] >= 0:
+        slot = (slot + 1) & mask
+    table[slot] = index
+
+
+cdef void table_remove(int *table, int mask, const char *keys, Py_ssize_t stride, int index) noexcept:
+    """Remove *index* (backward-shift deletion: no tombstones)."""
+    cdef int hole = home_slot(key_of(keys, stride, index), mask), slot, home
+    while table[hole] != index:
+        hole = (hole + 1) & mask
+    slot = hole
+    while True:
+        slot = (slot + 1) & mask
+        if table[slot] < 0:
+            break
+        home = home_slot(key_of(keys, stride, table[slot]), mask)
+        # the entry at slot may move into the hole unless its home lies cyclically in (hole, slot]
+        if (hole < slot and hole < home <= slot) or (hole > slot and (home > hole or home <= slot)):
+            continue
+        table[hole] = table[slot]
+        hole = slot
+    table[hole] = -1
+
+
+cdef int *table_grown(int *old, int old_capacity, const char *keys, Py_ssize_t stride) except NULL:
+    """A table of twice the capacity with *old*'s entries (*old* is freed)."""
+    cdef int capacity = 2 * old_capacity, i
+    cdef int *table = <int *>PyMem_Malloc(capacity * sizeof(int))
+    if table == NULL:
+        raise MemoryError()
+    for i in range(capacity):
+        table[i] = -1
+    for i in range(old_capacity):
+        if old[i] >= 0:
+            table_insert(table, capacity - 1, key_of(keys, stride, old[i]), old[i])
+    PyMem_Free(old)
+    return table
+
+
+cdef int *new_table(int capacity) except NULL:
+    cdef int *table = <int *>PyMem_Malloc(capacity * sizeof(int)), i
+    if table == NULL:
+        raise MemoryError()
+    for i in range(capacity):
+        table[i] = -1
+    return table
 
 
 cdef class Outbox:
@@ -218,13 +287,14 @@ cdef class CreditLedger:
         if self.mode == ADAPTIVE_MODE:
             self.recv_slots = self.free = recv_slots
             self.lease = credits_per_pair
-            self.table = <int *>PyMem_Malloc(16 * sizeof(int))
+            self.table = new_table(16)
+            self.granted_table = new_table(16)
             self.waiting = <int *>PyMem_Malloc(8 * sizeof(int))
-            if self.table == NULL or self.waiting == NULL:
+            if self.waiting == NULL:
                 raise MemoryError()
-            for i in range(16):
-                self.table[i] = -1
-            self.table_mask, self.waiting_mask = 15, 7
+            self.table_mask, self.granted_mask, self.waiting_mask = 15, 15, 7
+            self.granted_free = -1
+            self.last_node = self.last_index = -1
             self.grow_records()
             self._private = (None, None, None)
             return
@@ -237,6 +307,9 @@ cdef class CreditLedger:
         PyMem_Free(self.records)
         PyMem_Free(self.table)
         PyMem_Free(self.waiting)
+        PyMem_Free(self.granted_table)
+        PyMem_Free(self.granted_rank)
+        PyMem_Free(self.granted_next)
 
     # -- the per-message decisions -------------------------------------------
 
@@ -412,8 +485,9 @@ cdef class CreditLedger:
         if index < 0 or self.records[index].owed >= self.records[index].unreturned:
             raise ProtocolError(f"node {node} (via rank {source}) has no message here to release")
         self.records[index].owed += 1
+        self.records[index].target = source
         self.settle(index)
-        if self.waiting_count:
+        if self.waiting_count and (self.free or self.sets[REVOCABLE].count):  # else serve() finds nothing to do
             self.serve()
         return 0
 
@@ -422,12 +496,12 @@ cdef class CreditLedger:
         fair share are reclaimed; the rest go back at once if it waits alone, or once held // credit_threshold
         gathered, else they are kept owed (adaptive.py's _settle)."""
         cdef Lease *lease = &self.records[index]
-        cdef long long owed = lease.owed, take, due
+        cdef long long owed = lease.owed, take
         if not owed:
             return 0
         cdef bint others = self.waiting_count > (1 if lease.demand else 0)
         if others:
-            take = lease.held - floor_div(self.recv_slots, self.live_count)
+            take = lease.held - self.share
             if take > owed:
                 take = owed
             if take > 0:  # above its share: those slots go to the queue
@@ -440,15 +514,18 @@ cdef class CreditLedger:
                 if not owed:
                     self.set_remove(OWING, index)
                     return self.forget_if_idle(index)
-        due = floor_div(lease.held, self.return_threshold)
-        if lease.demand and not others:  # it waits alone: these answer it, at once
+        if lease.demand and not others and lease.held < self.share:
+            # It waits alone below its share: these answer it, at once (at its share, its request stands).
             self.give_back_owed(index)
             self.waiting_head = self.waiting_count = 0
             return self.grant(index, ANSWER, owed)
-        if owed >= (due if due > 1 else 1):
+        # owed >= max(1, held // credit_threshold) without a division (per release): owed >= 1 here, and
+        # owed >= held // T exactly when (owed + 1) * T > held.
+        if (owed + 1) * self.return_threshold > lease.held:
             self.give_back_owed(index)
             return self.grant(index, GRANT, owed)
-        self.set_add(OWING, index)
+        if lease.member[1] != OWING:
+            self.set_add(OWING, index)
         return 0
 
     cdef void give_back_owed(self, int index) noexcept:
@@ -470,6 +547,8 @@ cdef class CreditLedger:
                 self.set_add(REVOCABLE, self.sets[PARKED].head)
         elif self.records[index].demand:
             raise ProtocolError(f"node {node} (via rank {source}) asked for credits again before its answer")
+        else:
+            self.records[index].target = source
         self.requests_received += 1
         self.records[index].demand = demand if demand > 1 else 1
         self.waiting_push(node)
@@ -487,11 +566,11 @@ cdef class CreditLedger:
             raise ProtocolError(
                 f"node {node} (via rank {source}) gave back {count} credit(s) but held only "
                 f"{lease.held - lease.unreturned} unused")
-        lease.revoking = False
+        lease.revoking -= 1
         if count == self.max_count:  # a full message: its pool may hold more
             self.set_add(REVOCABLE, index)
-        elif count < lease.held - lease.unreturned:  # it kept some: look again once it used them (an arrival)
-            lease.recheck = True
+        elif not lease.revoking and count < lease.held - lease.unreturned:
+            lease.recheck = True  # it kept some: look again once it used them (an arrival)
         lease.held -= count
         self.free += count
         self.given_back += count
@@ -502,7 +581,7 @@ cdef class CreditLedger:
         """Serve waiting nodes in order from the free slots; while some wait and none is free, the owed
         credits come back now and idle ones by a revoke (adaptive.py's _serve)."""
         cdef int node, index, following
-        cdef long long count, free
+        cdef long long count, free, below
         cdef Lease *lease
         while True:
             while self.waiting_count and self.free:
@@ -516,6 +595,10 @@ cdef class CreditLedger:
                     count = lease.demand
                 if self.lease < count:
                     count = self.lease
+                if self.waiting_count:  # others wait behind it: up to its fair share, and one credit at least
+                    below = self.share - lease.held
+                    if below < count:
+                        count = below if below > 1 else 1
                 self.free -= count
                 lease.held += count
                 self.grant(index, ANSWER, count)
@@ -540,7 +623,8 @@ cdef class CreditLedger:
     cdef int grant(self, int index, int kind, long long count) except -1:
         if kind == ANSWER:
             self.records[index].demand = 0
-        self.send_credits(self.records[index].contact, kind, count)
+        self.send_credits(self.records[index].target, kind, count)
+        self.note_granted(index, self.records[index].target)
         self.set_add(REVOCABLE, index)
         return 0
 
@@ -549,7 +633,7 @@ cdef class CreditLedger:
         unless all its credits are here or a revoke is already on its way; those within their share are
         parked (adaptive.py's _revoke_idle)."""
         cdef int index = self.sets[REVOCABLE].head, following
-        cdef long long share = floor_div(self.recv_slots, self.live_count)
+        cdef long long share = self.share
         cdef Lease *lease
         while index != -1:
             lease = &self.records[index]
@@ -560,10 +644,13 @@ cdef class CreditLedger:
                 self.set_remove(REVOCABLE, index)
                 if lease.held <= share:
                     self.set_add(PARKED, index)
-                elif lease.held > lease.unreturned:
-                    lease.revoking = True
-                    self.revokes_sent += 1
-                    self.outbox.push(lease.contact, REVOKE, 0)
+                elif lease.held > lease.unreturned:  # to every rank granted since the last revoke (adaptive.py)
+                    if lease.granted_head >= 0:
+                        self.drop_granted(index, True)
+                    else:
+                        lease.revoking = 1
+                        self.revokes_sent += 1
+                        self.outbox.push(lease.target, REVOKE, 0)
             index = following
         return 0
 
@@ -571,38 +658,41 @@ cdef class CreditLedger:
         cdef Lease *lease = &self.records[index]
         if not lease.held and not lease.demand and not lease.revoking:
             lease.live = False  # del leases[node]
-            self.live_count -= 1
+            self.count_leases(-1)
             self.set_remove(REVOCABLE, index)
             self.set_remove(PARKED, index)
             self.set_remove(OWING, index)
+            self.drop_granted(index, False)
             self.free_record(index)
         return 0
 
     # -- adaptive mode's containers ---------------------------------------------
 
-    cdef int home(self, int node) noexcept:
-        cdef uint32_t x = <uint32_t>node
-        x = ((x >> 16) ^ x) * 0x45d9f3bU
-        x = ((x >> 16) ^ x) * 0x45d9f3bU
-        return <int>(((x >> 16) ^ x) & <uint32_t>self.table_mask)
-
     cdef int find(self, int node) noexcept:
         """The record of *node*, or -1."""
-        cdef int slot = self.home(node), index
-        while True:
-            index = self.table[slot]
-            if index < 0 or self.records[index].node == node:
-                return index
-            slot = (slot + 1) & self.table_mask
+        if node == self.last_node:  # a node's messages come in runs: skip the hash and the probe
+            return self.last_index
+        cdef int index = table_find(self.table, self.table_mask, <const char *>&self.records[0].node, sizeof(Lease),
+                                    node)
+        if index >= 0:
+            self.last_node, self.last_index = node, index
+        return index
 
     cdef int live_lease(self, int node) noexcept:
         """adaptive.py's leases.get(node): the live record of *node*, or -1."""
+        if node == self.last_node:  # (live: freeing a record forgets it)
+            return self.last_index
         cdef int index = self.find(node)
         return index if index >= 0 and self.records[index].live else -1
 
-    cdef int new_lease(self, int node, int contact) except -1:
+    cdef void count_leases(self, int change) noexcept:
+        """len(leases) changes by *change*, and with it every node's fair share."""
+        self.live_count += change
+        self.share = self.recv_slots // self.live_count if self.live_count else 0
+
+    cdef int new_lease(self, int node, int target) except -1:
         """A new live lease of *node* (which has none): a record from the free list, entered in the table."""
-        cdef int index, slot
+        cdef int index
         cdef Lease *lease
         if (self.table_used + 1) * 2 > self.table_mask + 1:
             self.grow_table()
@@ -610,62 +700,93 @@ cdef class CreditLedger:
             self.grow_records()
         index = self.free_records
         self.free_records = self.records[index].next_free
-        slot = self.home(node)
-        while self.table[slot] >= 0:
-            slot = (slot + 1) & self.table_mask
-        self.table[slot] = index
+        table_insert(self.table, self.table_mask, node, index)
         self.table_used += 1
         lease = &self.records[index]
-        lease.node, lease.contact = node, contact
+        lease.node, lease.target = node, target
         lease.held = lease.unreturned = lease.owed = lease.demand = 0
-        lease.revoking = lease.recheck = False
+        lease.granted_head = lease.granted_tail = -1
+        lease.revoking = 0
+        lease.recheck = False
         lease.member[0] = lease.member[1] = -1
         lease.prev[0] = lease.next[0] = lease.prev[1] = lease.next[1] = -1
         lease.live = True
-        self.live_count += 1
+        self.count_leases(1)
         return index
 
     cdef int free_record(self, int index) noexcept:
-        """Remove record *index* from the table (backward-shift deletion: no tombstones) and free it."""
-        cdef int mask = self.table_mask, hole, slot, home
-        hole = self.home(self.records[index].node)
-        while self.table[hole] != index:
-            hole = (hole + 1) & mask
-        slot = hole
-        while True:
-            slot = (slot + 1) & mask
-            if self.table[slot] < 0:
-                break
-            home = self.home(self.records[self.table[slot]].node)
-            # the entry at slot may move into the hole unless its home lies cyclically in (hole, slot]
-            if (hole < slot and hole < home <= slot) or (hole > slot and (home > hole or home <= slot)):
-                continue
-            self.table[hole] = self.table[slot]
-            hole = slot
-        self.table[hole] = -1
+        """Remove record *index* from the table and free it."""
+        table_remove(self.table, self.table_mask, <const char *>&self.records[0].node, sizeof(Lease), index)
         self.table_used -= 1
+        if index == self.last_index:
+            self.last_node = self.last_index = -1
         self.records[index].live = False
         self.records[index].next_free = self.free_records
         self.free_records = index
         return 0
 
     cdef int grow_table(self) except -1:
-        cdef int old_capacity = self.table_mask + 1, capacity = 2 * old_capacity, i, slot, index
-        cdef int *old = self.table
-        cdef int *table = <int *>PyMem_Malloc(capacity * sizeof(int))
-        if table == NULL:
-            raise MemoryError()
-        for i in range(capacity):
-            table[i] = -1
-        self.table, self.table_mask = table, capacity - 1
-        for i in range(old_capacity):
-            index = old[i]
-            if index >= 0:
-                slot = self.home(self.records[index].node)
-                while table[slot] >= 0:
-                    slot = (slot + 1) & self.table_mask
-                table[slot] = index
-        PyMem_Free(old)
+        self.table = table_grown(self.table, self.table_mask + 1, <const char *>&self.records[0].node, sizeof(Lease))
+        self.table_mask = 2 * self.table_mask + 1
+        return 0
+
+    cdef int note_granted(self, int index, int rank) except -1:
+        """Lease *index*'s node was granted credits at *rank*: the rank joins the lease's list (at its end) unless
+        it is there (a rank is of one node, so in one list at most)."""
+        cdef int entry, capacity, i
+        cdef int *ranks
+        cdef int *nexts
+        cdef Lease *lease
+        if table_find(self.granted_table, self.granted_mask, <const char *>self.granted_rank, sizeof(int), rank) >= 0:
+            return 0
+        if (self.granted_used + 1) * 2 > self.granted_mask + 1:
+            self.granted_table = table_grown(self.granted_table, self.granted_mask + 1,
+                                             <const char *>self.granted_rank, sizeof(int))
+            self.granted_mask = 2 * self.granted_mask + 1
+        if self.granted_free < 0:
+            capacity = 2 * self.granted_capacity if self.granted_capacity else 8
+            ranks = <int *>PyMem_Realloc(self.granted_rank, capacity * sizeof(int))
+            if ranks == NULL:
+                raise MemoryError()
+            self.granted_rank = ranks
+            nexts = <int *>PyMem_Realloc(self.granted_next, capacity * sizeof(int))
+            if nexts == NULL:
+                raise MemoryError()
+            self.granted_next = nexts
+            for i in range(capacity - 1, self.granted_capacity - 1, -1):
+                nexts[i] = self.granted_free
+                self.granted_free = i
+            self.granted_capacity = capacity
+        entry = self.granted_free
+        self.granted_free = self.granted_next[entry]
+        self.granted_rank[entry] = rank
+        self.granted_next[entry] = -1
+        table_insert(self.granted_table, self.granted_mask, rank, entry)
+        self.granted_used += 1
+        lease = &self.records[index]
+        if lease.granted_tail < 0:
+            lease.granted_head = entry
+        else:
+            self.granted_next[lease.granted_tail] = entry
+        lease.granted_tail = entry
+        return 0
+
+    cdef int drop_granted(self, int index, bint revoke) except -1:
+        """Empty lease *index*'s list of granted ranks, sending each a REVOKE if *revoke*."""
+        cdef Lease *lease = &self.records[index]
+        cdef int entry = lease.granted_head, following
+        while entry >= 0:
+            following = self.granted_next[entry]
+            if revoke:
+                lease.revoking += 1
+                self.revokes_sent += 1
+                self.outbox.push(self.granted_rank[entry], REVOKE, 0)
+            table_remove(self.granted_table, self.granted_mask, <const char *>self.granted_rank, sizeof(int), entry)
+            self.granted_used -= 1
+            self.granted_next[entry] = self.granted_free
+            self.granted_free = entry
+            entry = following
+        lease.granted_head = lease.granted_tail = -1
         return 0
 
     cdef int grow_records(self) except -1:
@@ -816,7 +937,8 @@ cdef class CreditLedger:
         if self.mode == ADAPTIVE_MODE:
             return (LEASE_BYTES * self.live_count
                     + QUEUE_ENTRY_BYTES * (self.waiting_count + self.sets[REVOCABLE].count + self.sets[PARKED].count
-                                           + self.sets[OWING].count))
+                                           + self.sets[OWING].count)
+                    + GRANTED_BYTES * self.granted_used)
         return (2 * self.groups if self.node_mode else 3 * self.ranks) * sizeof(int64_t)
 
     def shared_state_bytes(self) -> int:
@@ -836,8 +958,8 @@ cdef class CreditLedger:
         ]
         cdef int index, revoking = 0
         for index in range(self.record_capacity):
-            if self.records[index].live and self.records[index].revoking:
-                revoking += 1
+            if self.records[index].live:
+                revoking += self.records[index].revoking
         lines.append(
             f"  as a receiver: {self.recv_slots - self.free} of {self.recv_slots} slots lent to "
             f"{self.lease_count()} node(s), {self.waiting_count} node(s) waiting, {revoking} revoke(s) unanswered"
@@ -856,18 +978,23 @@ cdef class CreditLedger:
 
     def adaptive_state(self) -> dict:
         """Adaptive mode's receiver state as adaptive.py keeps it (for tests): ``free``, ``leases`` (node ->
-        ``(contact, held, unreturned, owed, demand, revoking, recheck)``), and the nodes in ``waiting``,
+        ``(target, held, unreturned, owed, demand, revoking, recheck, granted ranks)``), and the nodes in ``waiting``,
         ``revocable``, ``parked`` and ``owing``, in order."""
         if self.mode != ADAPTIVE_MODE:
             raise AttributeError(f"{self.name} mode has no leases")
-        cdef int index, i
+        cdef int index, i, entry
         cdef Lease *lease
         leases = {}
         for index in range(self.record_capacity):
             lease = &self.records[index]
             if lease.live:
-                leases[lease.node] = (lease.contact, lease.held, lease.unreturned, lease.owed, lease.demand,
-                                      bool(lease.revoking), bool(lease.recheck))
+                granted = []
+                entry = lease.granted_head
+                while entry >= 0:
+                    granted.append(self.granted_rank[entry])
+                    entry = self.granted_next[entry]
+                leases[lease.node] = (lease.target, lease.held, lease.unreturned, lease.owed, lease.demand,
+                                      lease.revoking, bool(lease.recheck), granted)
         waiting = [self.waiting[(self.waiting_head + i) & self.waiting_mask] for i in range(self.waiting_count)]
         cdef list nodes
         ordered = []

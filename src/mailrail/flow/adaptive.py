@@ -15,9 +15,12 @@ and nodes the job has.  Credits are *leased* to sending nodes, not owned by pair
 * **Receiver side**: slots not leased are *free*.  Per node holding credits or
   asking for them, a lease record: credits held (``held``), those in use (arrived,
   not yet returned: ``unreturned``), released ones not yet sent back (``owed``),
-  what it asked for (``demand``), and its *contact* rank, to which every grant and
-  revoke for the node goes (one communicator, one pair of ranks: they arrive in the
-  order they were sent).
+  what it asked for (``demand``), and the ranks it granted credits to since its
+  last revoke.  A grant goes to the node's rank whose message (or request) came
+  last: a rank that is running, so the credits reach the node's pool soon.  A
+  revoke goes to every rank granted since the last one: on one communicator, one
+  pair of ranks, a rank gets its grants before its revoke, so the last give-back
+  of a revoke finds every credit granted before it in the pool.
   - A request joins a FIFO of waiting nodes; waiting nodes are served in order
     from the free slots, each at most ``lease`` credits (and at most its demand).
   - A released credit goes back to its node (``GRANT`` once ``held //
@@ -46,7 +49,8 @@ cluster simulation check them after every event):
   released messages at once and from idle pools within one revoke round trip.
 
 State per rank: one record per node holding credits (at most ``R``, each holds one)
-or waiting, plus the queue: ``O(R + active senders)``, not ``O(ranks)`` or ``O(nodes)``.
+or waiting, the queue, and the ranks granted since their node's last revoke:
+``O(R + active senders)``, not a table over ranks or nodes.
 The node-shared pool, tokens and waiting-send counts are 24 bytes per destination rank per
 node, as node mode's pool is 8.
 """
@@ -60,24 +64,27 @@ from ..errors import ProtocolError
 from .base import ANSWER, GIVE_BACK, GRANT, REQUEST, REVOKE, FlowControl, max_credit_count, unknown_kind
 from .node import SharedCounters
 
-#: What credit_state_bytes() counts: 8 bytes per field of a lease record, and per queued node.
+#: What credit_state_bytes() counts: 8 bytes per field of a lease record, and per queued node; a rank granted
+#: credits since its node's last revoke, 16 (the compiled ledger's entry and its share of a hash table).
 LEASE_BYTES = 8 * 7
 QUEUE_ENTRY_BYTES = 8
+GRANTED_BYTES = 16
 
 
 class Lease:
     """What a receiver knows of one sending node (see the module doc)."""
 
-    __slots__ = ("node", "contact", "held", "unreturned", "owed", "demand", "revoking", "recheck")
+    __slots__ = ("node", "target", "granted", "held", "unreturned", "owed", "demand", "revoking", "recheck")
 
-    def __init__(self, node: int, contact: int) -> None:
+    def __init__(self, node: int, target: int) -> None:
         self.node = node
-        self.contact = contact  # the rank every grant and revoke for this node goes to
+        self.target = target  # the rank the next grant goes to: the last one whose message or request came here
+        self.granted: dict[int, None] = {}  # the ranks granted credits since the last revoke: it goes to each
         self.held = 0  # credits leased to the node and not come back
         self.unreturned = 0  # of those: payloads arrived, credit not yet sent back or reclaimed
         self.owed = 0  # of those: released, to be sent back (or reclaimed)
         self.demand = 0  # > 0: the node asked and waits (how many sends wait)
-        self.revoking = False  # a REVOKE is on its way; its GIVE_BACK has not arrived
+        self.revoking = 0  # REVOKEs sent whose GIVE_BACKs have not arrived
         self.recheck = False  # it kept credits at the last revoke (for sends waiting or on their way)
 
 
@@ -198,16 +205,21 @@ class AdaptiveCredits(FlowControl):
         if lease is None or lease.owed >= lease.unreturned:  # an Endpoint releases only what arrived
             raise ProtocolError(f"node {node} (via rank {source}) has no message here to release")
         lease.owed += 1
+        lease.target = source
         self._settle(lease)
-        if self.waiting:
+        # Without a free slot or a node to look at, _serve() would change nothing: the other owed credits were
+        # settled as they came, and what decides them again (the line, the shares) calls _serve() itself.
+        if self.waiting and (self.free or self.revocable):
             self._serve()
 
     def _settle(self, lease: Lease) -> None:
         """What becomes of *lease*'s released credits: while another node waits, those above the node's fair
         share (``R // nodes holding or asking``) are reclaimed for the queue; the rest go back to the node at
-        once if it waits alone (the answer), or once ``held // credit_threshold`` gathered (its standing
-        window: every credit it holds comes back to it this way, since the threshold is at most what it
-        holds), else they are kept owed."""
+        once if it waits alone below its share (the answer), or once ``held // credit_threshold`` gathered
+        (its standing window: every credit it holds comes back to it this way, since the threshold is at most
+        what it holds), else they are kept owed.  A node that asks while holding its share gets no answer
+        from its own credits: it would ask again as soon as its pool ran dry, a request and an answer per
+        few messages, where node mode's senders just wait for the window."""
         owed = lease.owed
         if not owed:
             return
@@ -226,7 +238,10 @@ class AdaptiveCredits(FlowControl):
                     self.owing.pop(lease.node, None)
                     self._forget_if_idle(lease)
                     return
-        if lease.demand and not others:  # it waits alone: these answer it, at once
+        if lease.demand and not others and lease.held < self.recv_slots // len(self.leases):
+            # It waits alone below its share: these answer it, at once.  At its share or above it keeps its
+            # standing window instead and stays in line: its request stands (the token stays out, so its
+            # ranks ask no more), and only free slots answer it.
             self._give_back_owed(lease)
             waiting.clear()
             self._grant(lease, ANSWER, owed)
@@ -255,6 +270,8 @@ class AdaptiveCredits(FlowControl):
             self.parked.clear()
         elif lease.demand:
             raise ProtocolError(f"node {node} (via rank {source}) asked for credits again before its answer")
+        else:
+            lease.target = source
         self.requests_received += 1
         lease.demand = max(1, demand)
         self.waiting.append(node)
@@ -272,11 +289,11 @@ class AdaptiveCredits(FlowControl):
                 f"node {node} (via rank {source}) gave back {count} credit(s) but held only "
                 f"{lease.held - lease.unreturned} unused"
             )
-        lease.revoking = False
+        lease.revoking -= 1
         if count == self.max_count:  # a full message: its pool may hold more
             self._mark_revocable(lease)
-        elif count < lease.held - lease.unreturned:  # it kept some: look again once it used them (an arrival)
-            lease.recheck = True
+        elif not lease.revoking and count < lease.held - lease.unreturned:
+            lease.recheck = True  # it kept some: look again once it used them (an arrival)
         lease.held -= count
         self.free += count
         self.given_back += count
@@ -291,6 +308,8 @@ class AdaptiveCredits(FlowControl):
             while waiting and self.free:
                 lease = leases[waiting.popleft()]
                 count = min(self.free, lease.demand, self.lease)
+                if waiting:  # others wait behind it: up to its fair share, and one credit at least
+                    count = min(count, max(1, self.recv_slots // len(leases) - lease.held))
                 self.free -= count
                 lease.held += count
                 self._grant(lease, ANSWER, count)
@@ -307,7 +326,8 @@ class AdaptiveCredits(FlowControl):
     def _grant(self, lease: Lease, kind: int, count: int) -> None:
         if kind == ANSWER:
             lease.demand = 0
-        self._send_credits(lease.contact, kind, count, self.max_count)
+        self._send_credits(lease.target, kind, count, self.max_count)
+        lease.granted[lease.target] = None
         self._mark_revocable(lease)
 
     def _mark_revocable(self, lease: Lease) -> None:
@@ -328,9 +348,13 @@ class AdaptiveCredits(FlowControl):
             if lease.held <= share:
                 self.parked[node] = None
             elif lease.held > lease.unreturned:
-                lease.revoking = True
-                self.revokes_sent += 1
-                self.outbox.append((lease.contact, REVOKE, 0))
+                # To every rank granted credits since the last revoke: each gives back after the grants sent to
+                # it (one pair of ranks, one communicator: in order), so the last give-back finds them all.
+                for rank in lease.granted or (lease.target,):
+                    lease.revoking += 1
+                    self.revokes_sent += 1
+                    self.outbox.append((rank, REVOKE, 0))
+                lease.granted.clear()
 
     def _forget_if_idle(self, lease: Lease) -> None:
         if not lease.held and not lease.demand and not lease.revoking:  # (held 0: nothing owed)
@@ -346,7 +370,8 @@ class AdaptiveCredits(FlowControl):
 
     def credit_state_bytes(self) -> int:
         queued = len(self.waiting) + len(self.revocable) + len(self.parked) + len(self.owing)
-        return LEASE_BYTES * len(self.leases) + QUEUE_ENTRY_BYTES * queued
+        granted = sum(len(lease.granted) for lease in self.leases.values())
+        return LEASE_BYTES * len(self.leases) + QUEUE_ENTRY_BYTES * queued + GRANTED_BYTES * granted
 
     def shared_state_bytes(self) -> int:
         return self.pool.nbytes + self.tokens.nbytes + self.demand.nbytes

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..config import FLOW_CONTROL_MODES, default
 from ..errors import ConfigError
-from .adaptive import LEASE_BYTES, QUEUE_ENTRY_BYTES, AdaptiveCredits
+from .adaptive import GRANTED_BYTES, LEASE_BYTES, QUEUE_ENTRY_BYTES, AdaptiveCredits
 from .base import FlowControl, Unconstrained
 from .node import NodeCredits, SharedCounters
 from .rank import RankCredits
@@ -351,8 +351,12 @@ MODES: dict[str, FlowMode] = {
                 recv_slots=parts.recv_slots,
                 **_node_placement(parts, "pool", "tokens", "demand"),
             ),
-            # a lease record and a place in each of its three queues per node, at worst; pool, tokens, demand
-            _state_bytes=lambda ranks, nodes: ((LEASE_BYTES + 3 * QUEUE_ENTRY_BYTES) * nodes, 3 * _INT64 * ranks),
+            # at worst a lease record and a place in each of its three queues per node, and every rank granted
+            # since its node's last revoke; shared: pool, tokens, demand
+            _state_bytes=lambda ranks, nodes: (
+                (LEASE_BYTES + 3 * QUEUE_ENTRY_BYTES) * nodes + GRANTED_BYTES * ranks,
+                3 * _INT64 * ranks,
+            ),
             _at_rest=_leases_at_rest,
         ),
     )
