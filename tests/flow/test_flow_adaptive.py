@@ -223,20 +223,20 @@ def test_a_revoke_with_nothing_granted_since_the_last_goes_to_the_rank_granted_l
     check_conserved(flow)
 
 
-def test_a_node_waiting_alone_below_its_share_is_answered_by_its_own_released_credits():
+def test_a_node_waiting_alone_is_answered_by_its_own_released_credits():
     flow = make(recv_slots=4, lease=3, threshold=1)  # back once all it holds gathered
     flow.on_credit_message(0, REQUEST, 3)
     flow.on_credit_message(2, REQUEST, 1)
     assert sent(flow) == [(0, ANSWER, 3), (2, ANSWER, 1)]  # nothing free now; shares are 2
     arrive(flow, 2)
-    flow.on_credit_message(3, REQUEST, 3)  # node 1 asks again holding 1, below its share: node 0 is revoked
+    flow.on_credit_message(3, REQUEST, 3)  # node 1 asks again holding 1 of the 4: node 0 is revoked
     assert sent(flow) == [(0, REVOKE, 0)] and list(flow.waiting) == [1]
     assert release(flow, 2) == [(2, ANSWER, 1)]  # its own released credit answers it at once
     assert flow.leases[1].demand == 0 and not flow.waiting
     check_conserved(flow)
 
 
-def test_a_node_waiting_alone_at_its_share_keeps_its_standing_window_and_its_request_stands():
+def test_a_node_holding_every_slot_keeps_its_standing_window_and_its_request_stands():
     """A node holding every slot asks whenever its pool runs dry between two returns of its window.  It
     gets nothing more by asking, so its own released credits do not answer it (that was a request and an
     answer every few messages): they come back as its window does, and its request stands, the token out,
@@ -246,7 +246,7 @@ def test_a_node_waiting_alone_at_its_share_keeps_its_standing_window_and_its_req
     assert sent(flow) == [(2, ANSWER, 2)]
     arrive(flow, 2, 2)
     assert release(flow, 2) == []  # 1 owed of 2 held: kept back
-    flow.on_credit_message(3, REQUEST, 3)  # the node asks again (its pool is empty), holding its share
+    flow.on_credit_message(3, REQUEST, 3)  # the node asks again (its pool is empty), holding every slot
     assert sent(flow) == [] and list(flow.waiting) == [1]
     assert release(flow, 3) == [(3, GRANT, 2)]  # its window, not an answer: the request stands
     assert flow.leases[1].demand == 3 and list(flow.waiting) == [1]

@@ -514,8 +514,8 @@ cdef class CreditLedger:
                 if not owed:
                     self.set_remove(OWING, index)
                     return self.forget_if_idle(index)
-        if lease.demand and not others and lease.held < self.share:
-            # It waits alone below its share: these answer it, at once (at its share, its request stands).
+        if lease.demand and not others and lease.held < self.recv_slots:
+            # It waits alone: these answer it, at once (unless it holds every slot: then its request stands).
             self.give_back_owed(index)
             self.waiting_head = self.waiting_count = 0
             return self.grant(index, ANSWER, owed)

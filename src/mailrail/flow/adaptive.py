@@ -25,7 +25,8 @@ and nodes the job has.  Credits are *leased* to sending nodes, not owned by pair
     from the free slots, each at most ``lease`` credits (and at most its demand).
   - A released credit goes back to its node (``GRANT`` once ``held //
     credit_threshold`` gathered, or at once as the ``ANSWER`` if that node waits
-    alone): a busy node keeps a standing window.  While *another* node waits, a node
+    alone, unless it holds every slot: then its request stands, in line, and its
+    window keeps coming back): a busy node keeps a standing window.  While *another* node waits, a node
     keeps at most its fair share ``R // (nodes holding or asking)``: released credits
     above it are reclaimed into the free slots and the head of the queue is served.
   - When nodes wait and no slot is free, released credits kept back below the
@@ -215,11 +216,11 @@ class AdaptiveCredits(FlowControl):
     def _settle(self, lease: Lease) -> None:
         """What becomes of *lease*'s released credits: while another node waits, those above the node's fair
         share (``R // nodes holding or asking``) are reclaimed for the queue; the rest go back to the node at
-        once if it waits alone below its share (the answer), or once ``held // credit_threshold`` gathered
-        (its standing window: every credit it holds comes back to it this way, since the threshold is at most
-        what it holds), else they are kept owed.  A node that asks while holding its share gets no answer
-        from its own credits: it would ask again as soon as its pool ran dry, a request and an answer per
-        few messages, where node mode's senders just wait for the window."""
+        once if it waits alone (the answer), or once ``held // credit_threshold`` gathered (its standing
+        window: every credit it holds comes back to it this way, since the threshold is at most what it
+        holds), else they are kept owed.  A node that asks while holding every slot gets no answer from its
+        own credits: it would ask again as soon as its pool ran dry, a request and an answer every few
+        messages, where node mode's senders just wait for the window."""
         owed = lease.owed
         if not owed:
             return
@@ -238,10 +239,10 @@ class AdaptiveCredits(FlowControl):
                     self.owing.pop(lease.node, None)
                     self._forget_if_idle(lease)
                     return
-        if lease.demand and not others and lease.held < self.recv_slots // len(self.leases):
-            # It waits alone below its share: these answer it, at once.  At its share or above it keeps its
-            # standing window instead and stays in line: its request stands (the token stays out, so its
-            # ranks ask no more), and only free slots answer it.
+        if lease.demand and not others and lease.held < self.recv_slots:
+            # It waits alone: these answer it, at once.  Unless it holds every slot: it would ask again as soon as
+            # its pool ran dry, for nothing, so it keeps its standing window instead and stays in line (its
+            # request stands, the token stays out: its ranks ask no more) until free slots answer it.
             self._give_back_owed(lease)
             waiting.clear()
             self._grant(lease, ANSWER, owed)
