@@ -15,8 +15,8 @@ application releases (in any order), credit deliveries and drains, on adversaria
 receive slot, more sending nodes than slots, ranks that stop sending mid-stream because the
 schedule sends no more from them).  After every step the credit and slot invariants are checked
 (credits conserved per sender unit and receiver, every message arriving with a slot; in adaptive
-mode also each node's one request token, and every answer going to the node first in line: FIFO
-service, hence a bounded wait); at the end everything is drained, no send may be left waiting
+mode also each node's one request token, and every answer going, in line order, to a node below its
+share: FIFO service among them, hence a bounded wait); at the end everything is drained, no send may be left waiting
 (no deadlock, no starvation) and every message must have been delivered exactly once.
 """
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
+from helpers import adaptive_state
 from hypothesis import strategies as st
 
 from mailrail.counters import COUNTERS
@@ -271,9 +272,15 @@ class Cluster:
             self.credit_msgs[rank, target].append(tag)
             sent = True
         line = self.line[rank]
-        for node in answered:  # FIFO service: each answer goes to the node first in line
-            assert line and line[0] == node, f"rank {rank} answered node {node}, but the line is {list(line)}"
-            line.popleft()
+        if answered:
+            # FIFO service among the nodes below their share: an answer passes over only nodes that hold
+            # credits (a node holding nothing is below any share), whose requests stand.
+            leases = adaptive_state(self.eps[rank].flow)["leases"]
+        for node in answered:
+            assert node in line, f"rank {rank} answered node {node}, which is not in line: {list(line)}"
+            for ahead in list(line)[: line.index(node)]:
+                assert leases[ahead][1] > 0, f"rank {rank} answered node {node} before node {ahead}, which holds 0"
+            line.remove(node)
         return sent
 
     def reclaim(self, rank: int) -> bool:

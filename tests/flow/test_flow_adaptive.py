@@ -308,7 +308,9 @@ def test_a_new_node_shrinks_the_shares_and_an_idle_node_above_its_share_is_revok
     assert sent(flow) == [(0, REVOKE, 0)]  # node 1 is above its share too, but all its credits are here
     assert not flow.parked and not flow.revocable
     flow.on_credit_message(0, GIVE_BACK, 2)
-    assert sent(flow) == [(2, ANSWER, 1), (4, ANSWER, 1)]
+    # Node 1, first in line, holds 2 of its share of 1: it keeps its place, its request standing; node 2 gets
+    # its share.  The other slot stays free for a node below its share.
+    assert sent(flow) == [(4, ANSWER, 1)] and list(flow.waiting) == [1] and flow.free == 1
     check_conserved(flow)
 
 

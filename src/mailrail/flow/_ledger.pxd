@@ -145,6 +145,7 @@ cdef class CreditLedger:
     cdef int settle(self, int index) except -1
     cdef void give_back_owed(self, int index) noexcept
     cdef int serve(self) except -1
+    cdef int hand_out(self) except -1
     cdef int grant(self, int index, int kind, long long count) except -1
     cdef int revoke_idle(self) except -1
     cdef int forget_if_idle(self, int index) except -1
@@ -159,6 +160,5 @@ cdef class CreditLedger:
     cdef int drop_granted(self, int index, bint revoke) except -1
     cdef int grow_records(self) except -1
     cdef int waiting_push(self, int node) except -1
-    cdef int waiting_pop(self) noexcept
     cdef void set_add(self, int which, int index) noexcept
     cdef void set_remove(self, int which, int index) noexcept

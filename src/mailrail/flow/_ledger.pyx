@@ -514,8 +514,8 @@ cdef class CreditLedger:
                 if not owed:
                     self.set_remove(OWING, index)
                     return self.forget_if_idle(index)
-        if lease.demand and not others and lease.held < self.recv_slots:
-            # It waits alone: these answer it, at once (unless it holds every slot: then its request stands).
+        if lease.demand and not others and lease.held < self.share:
+            # It waits alone below its share: these answer it, at once (at its share, its request stands).
             self.give_back_owed(index)
             self.waiting_head = self.waiting_count = 0
             return self.grant(index, ANSWER, owed)
@@ -580,28 +580,11 @@ cdef class CreditLedger:
     cdef int serve(self) except -1:
         """Serve waiting nodes in order from the free slots; while some wait and none is free, the owed
         credits come back now and idle ones by a revoke (adaptive.py's _serve)."""
-        cdef int node, index, following
-        cdef long long count, free, below
-        cdef Lease *lease
+        cdef int index, following
+        cdef long long free
         while True:
-            while self.waiting_count and self.free:
-                node = self.waiting_pop()
-                index = self.live_lease(node)
-                if index < 0:
-                    raise KeyError(node)
-                lease = &self.records[index]
-                count = self.free
-                if lease.demand < count:
-                    count = lease.demand
-                if self.lease < count:
-                    count = self.lease
-                if self.waiting_count:  # others wait behind it: up to its fair share, and one credit at least
-                    below = self.share - lease.held
-                    if below < count:
-                        count = below if below > 1 else 1
-                self.free -= count
-                lease.held += count
-                self.grant(index, ANSWER, count)
+            if self.waiting_count and self.free:
+                self.hand_out()
             if not self.waiting_count or not self.sets[OWING].count:
                 break
             # Others wait: shares above fair are reclaimed (or answer a lone waiter).  Settling a node removes
@@ -618,6 +601,40 @@ cdef class CreditLedger:
                 break
         if self.waiting_count:
             self.revoke_idle()
+        return 0
+
+    cdef int hand_out(self) except -1:
+        """Free slots to the nodes in line below their fair share, in line order, each up to its share (one at
+        least for a node holding nothing); the others keep their places (adaptive.py's _hand_out): the ring
+        is compacted in place, the kept nodes written behind the head in their order."""
+        cdef int count = self.waiting_count, kept = 0, i, node, index
+        cdef long long room, grant
+        cdef Lease *lease
+        for i in range(count):
+            node = self.waiting[(self.waiting_head + i) & self.waiting_mask]
+            index = self.live_lease(node)
+            if index < 0:
+                raise KeyError(node)
+            lease = &self.records[index]
+            if lease.held:
+                room = self.share - lease.held
+            else:
+                room = self.share if self.share > 1 else 1
+            if not self.free or room <= 0:
+                self.waiting[(self.waiting_head + kept) & self.waiting_mask] = node
+                kept += 1
+                continue
+            grant = self.free
+            if lease.demand < grant:
+                grant = lease.demand
+            if self.lease < grant:
+                grant = self.lease
+            if room < grant:
+                grant = room
+            self.free -= grant
+            lease.held += grant
+            self.grant(index, ANSWER, grant)
+        self.waiting_count = kept
         return 0
 
     cdef int grant(self, int index, int kind, long long count) except -1:
@@ -817,12 +834,6 @@ cdef class CreditLedger:
         self.waiting[(self.waiting_head + self.waiting_count) & self.waiting_mask] = node
         self.waiting_count += 1
         return 0
-
-    cdef int waiting_pop(self) noexcept:
-        cdef int node = self.waiting[self.waiting_head]
-        self.waiting_head = (self.waiting_head + 1) & self.waiting_mask
-        self.waiting_count -= 1
-        return node
 
     # Insertion-ordered sets as adaptive.py's dicts of None: adding a member keeps its place, removing and
     # adding again moves it to the end; adding to revocable takes a node out of parked, and back.

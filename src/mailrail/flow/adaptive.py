@@ -21,14 +21,16 @@ and nodes the job has.  Credits are *leased* to sending nodes, not owned by pair
   revoke goes to every rank granted since the last one: on one communicator, one
   pair of ranks, a rank gets its grants before its revoke, so the last give-back
   of a revoke finds every credit granted before it in the pool.
-  - A request joins a FIFO of waiting nodes; waiting nodes are served in order
-    from the free slots, each at most ``lease`` credits (and at most its demand).
+  - A request joins a FIFO of waiting nodes.  Free slots go, in line order, to the
+    waiting nodes below their fair share ``R // (nodes holding or asking)``, each at
+    most ``lease`` credits, its demand and up to its share (a node holding nothing:
+    one at least); a node at or above its share keeps its place, its request
+    standing, until it is below its share.
   - A released credit goes back to its node (``GRANT`` once ``held //
     credit_threshold`` gathered, or at once as the ``ANSWER`` if that node waits
-    alone, unless it holds every slot: then its request stands, in line, and its
-    window keeps coming back): a busy node keeps a standing window.  While *another* node waits, a node
-    keeps at most its fair share ``R // (nodes holding or asking)``: released credits
-    above it are reclaimed into the free slots and the head of the queue is served.
+    alone below its share): a busy node keeps a standing window.  While *another*
+    node waits, a node keeps at most its fair share: released credits above it are
+    reclaimed into the free slots, for the nodes in line below theirs.
   - When nodes wait and no slot is free, released credits kept back below the
     threshold are reclaimed down to the shares, and every node granted credits since
     it was last revoked gets one ``REVOKE``; what comes back is served in order.  A
@@ -42,8 +44,9 @@ cluster simulation check them after every event):
   checked on every arrival: never more messages arrive than there are slots.
 * A node has at most one request outstanding per receiver (its token), and every
   request is answered exactly once.
-* A waiting node is answered after at most the nodes queued ahead of it were
-  served (FIFO, each node once in the queue), provided the application releases
+* A waiting node below its share is answered after at most the nodes below theirs
+  queued ahead of it were served (FIFO among them, each node once in the queue; a
+  node at its share is not starved: its window comes back), provided the application releases
   what it receives and every rank keeps calling ``receive()``: while a node that
   holds less than its share waits, some node holds more (the shares sum to at most
   ``R``), and its credits above the share come back to the free slots, from
@@ -218,7 +221,7 @@ class AdaptiveCredits(FlowControl):
         share (``R // nodes holding or asking``) are reclaimed for the queue; the rest go back to the node at
         once if it waits alone (the answer), or once ``held // credit_threshold`` gathered (its standing
         window: every credit it holds comes back to it this way, since the threshold is at most what it
-        holds), else they are kept owed.  A node that asks while holding every slot gets no answer from its
+        holds), else they are kept owed.  A node that asks while holding its share gets no answer from its
         own credits: it would ask again as soon as its pool ran dry, a request and an answer every few
         messages, where node mode's senders just wait for the window."""
         owed = lease.owed
@@ -239,10 +242,10 @@ class AdaptiveCredits(FlowControl):
                     self.owing.pop(lease.node, None)
                     self._forget_if_idle(lease)
                     return
-        if lease.demand and not others and lease.held < self.recv_slots:
-            # It waits alone: these answer it, at once.  Unless it holds every slot: it would ask again as soon as
-            # its pool ran dry, for nothing, so it keeps its standing window instead and stays in line (its
-            # request stands, the token stays out: its ranks ask no more) until free slots answer it.
+        if lease.demand and not others and lease.held < self.recv_slots // len(self.leases):
+            # It waits alone below its share: these answer it, at once.  At its share it would ask again as soon
+            # as its pool ran dry, for nothing, so it keeps its standing window instead and stays in line (its
+            # request stands, the token stays out: its ranks ask no more) until it is below its share.
             self._give_back_owed(lease)
             waiting.clear()
             self._grant(lease, ANSWER, owed)
@@ -306,14 +309,8 @@ class AdaptiveCredits(FlowControl):
         must come back: the owed ones now, the idle ones in nodes' pools by a revoke."""
         waiting, leases = self.waiting, self.leases
         while True:
-            while waiting and self.free:
-                lease = leases[waiting.popleft()]
-                count = min(self.free, lease.demand, self.lease)
-                if waiting:  # others wait behind it: up to its fair share, and one credit at least
-                    count = min(count, max(1, self.recv_slots // len(leases) - lease.held))
-                self.free -= count
-                lease.held += count
-                self._grant(lease, ANSWER, count)
+            if waiting and self.free:
+                self._hand_out()
             if not waiting or not self.owing:
                 break
             free = self.free
@@ -323,6 +320,26 @@ class AdaptiveCredits(FlowControl):
                 break
         if waiting:
             self._revoke_idle()
+
+    def _hand_out(self) -> None:
+        """Free slots to the nodes in line below their fair share, in line order, each up to its share (a node
+        holding nothing: one at least, so that slots fewer than nodes go round).  A node at or above its
+        share keeps its place in line, its request standing: a slot it took would be above its share, taken
+        back at its next release for the next node, and so on round the line."""
+        waiting, leases, share = self.waiting, self.leases, self.recv_slots // len(self.leases)
+        kept: list[int] = []
+        for node in list(waiting):
+            lease = leases[node]
+            room = share - lease.held if lease.held else max(share, 1)
+            if not self.free or room <= 0:
+                kept.append(node)
+                continue
+            count = min(self.free, lease.demand, self.lease, room)
+            self.free -= count
+            lease.held += count
+            self._grant(lease, ANSWER, count)
+        waiting.clear()
+        waiting.extend(kept)
 
     def _grant(self, lease: Lease, kind: int, count: int) -> None:
         if kind == ANSWER:
