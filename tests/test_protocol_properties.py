@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
-from helpers import adaptive_state
 from hypothesis import strategies as st
 
+from helpers import adaptive_state
 from mailrail.counters import COUNTERS
 from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits, credit_budget
 from mailrail.flow.base import ANSWER, GIVE_BACK, GRANT, KIND_BITS, KIND_MASK, REQUEST, REVOKE

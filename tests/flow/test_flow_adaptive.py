@@ -263,6 +263,39 @@ def test_a_node_holding_every_slot_keeps_its_standing_window_and_its_request_sta
     check_conserved(flow)
 
 
+def test_a_node_waiting_alone_at_its_share_keeps_its_standing_window():
+    """Node 0 holds its share (2 of 4, node 1 the other 2) and asks alone: nothing more can come to it without
+    another node's credits, so its released credits come back as its window, not one by one as answers to
+    request after request, and its request stands."""
+    flow = make(recv_slots=4, lease=2, threshold=1)  # back once all it holds gathered
+    flow.on_credit_message(0, REQUEST, 2)
+    flow.on_credit_message(2, REQUEST, 2)
+    assert sent(flow) == [(0, ANSWER, 2), (2, ANSWER, 2)]
+    arrive(flow, 0, 2)
+    flow.on_credit_message(1, REQUEST, 4)  # alone in line, at its share
+    assert sent(flow) == [] and list(flow.waiting) == [0]
+    assert release(flow, 0) == []  # not answered with one credit
+    assert release(flow, 1) == [(1, GRANT, 2)]  # its window
+    assert list(flow.waiting) == [0] and flow.leases[0].demand == 4 and flow.requests_received == 3
+    check_conserved(flow)
+
+
+def test_freed_slots_go_to_the_nodes_below_their_share_in_line_order():
+    flow = make(recv_slots=6, lease=6, threshold=1)
+    flow.on_credit_message(0, REQUEST, 6)  # node 0 takes all six
+    assert sent(flow) == [(0, ANSWER, 6)]
+    arrive(flow, 0, 6)
+    flow.on_credit_message(2, REQUEST, 6)  # node 1 asks: shares 3
+    flow.on_credit_message(4, REQUEST, 6)  # node 2 asks: shares 2
+    flow.on_credit_message(1, REQUEST, 6)  # node 0 asks too, last in line, above its share
+    assert sent(flow) == [] and list(flow.waiting) == [1, 2, 0]
+    # Node 0's released credits above its share are reclaimed while others wait, each freed slot to the first
+    # node in line below its share; node 0 keeps its place in line, its request standing.
+    assert release(flow, 0, times=2) == [(2, ANSWER, 1), (4, ANSWER, 1)]
+    assert list(flow.waiting) == [0] and flow.reclaimed == 2 and flow.free == 0
+    check_conserved(flow)
+
+
 def test_while_another_node_waits_released_credits_are_reclaimed_for_it():
     flow = make(recv_slots=2, lease=2, threshold=1)
     flow.on_credit_message(0, REQUEST, 5)  # node 0 takes both slots
@@ -387,13 +420,13 @@ def test_fifo_service_bounds_every_wait_by_the_nodes_queued_ahead():
     """One slot, four nodes that always have sends waiting: a node that asks is answered after at most the
     three others were served once each (round-robin), and every revoke is answered by what the pool holds."""
     flow = make(recv_slots=1, lease=1)
-    contact = {0: 0, 1: 2, 2: 4, 3: 6}
-    pool = dict.fromkeys(contact, 0)
+    rank_of = {0: 0, 1: 2, 2: 4, 3: 6}  # each node sends from one rank
+    pool = dict.fromkeys(rank_of, 0)
     asked_at: dict[int, int] = {}  # node -> answers served when it asked
     served = 0
     waits = []
-    for node in contact:
-        flow.on_credit_message(contact[node], REQUEST, 3)
+    for node in rank_of:
+        flow.on_credit_message(rank_of[node], REQUEST, 3)
         asked_at[node] = served
     for _ in range(40):
         for target, kind, count in sent(flow):
@@ -410,12 +443,12 @@ def test_fifo_service_bounds_every_wait_by_the_nodes_queued_ahead():
                 pool[node] = 0
         for node, credits in pool.items():  # each node sends what it holds; the receiver releases at once
             for _ in range(credits):
-                arrive(flow, contact[node])
-                flow.on_release(contact[node])
+                arrive(flow, rank_of[node])
+                flow.on_release(rank_of[node])
             pool[node] = 0
-        for node in contact:  # an empty pool and sends waiting: ask (once)
+        for node in rank_of:  # an empty pool and sends waiting: ask (once)
             if node not in asked_at and not pool[node]:
-                flow.on_credit_message(contact[node], REQUEST, 3)
+                flow.on_credit_message(rank_of[node], REQUEST, 3)
                 asked_at[node] = served
         check_conserved(flow)
     assert served >= 20 and max(waits) <= 3, waits
