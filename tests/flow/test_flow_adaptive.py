@@ -296,6 +296,27 @@ def test_freed_slots_go_to_the_nodes_below_their_share_in_line_order():
     check_conserved(flow)
 
 
+def test_a_slot_nobody_in_line_may_take_is_not_offered_again_on_every_release():
+    """7 slots, 3 nodes: shares of 2, one slot left over.  Nodes 0 and 1 wait at their shares, so nobody in
+    line may take it; a release that frees nothing and grants nothing does not walk the line again (per
+    message, that would cost the line's length): only the window's return looks."""
+    flow = make(recv_slots=7, lease=7, threshold=1)
+    for rank in (0, 2, 4):
+        flow.on_credit_message(rank, REQUEST, 2)
+    assert sent(flow) == [(0, ANSWER, 2), (2, ANSWER, 2), (4, ANSWER, 2)] and flow.free == 1
+    arrive(flow, 0, 2)
+    flow.on_credit_message(1, REQUEST, 4)
+    flow.on_credit_message(3, REQUEST, 4)
+    assert sent(flow) == [] and list(flow.waiting) == [0, 1] and flow.free == 1
+    serves = []
+    serve = flow._serve
+    flow._serve = lambda: (serves.append(1), serve())  # type: ignore[method-assign]
+    assert release(flow, 0) == [] and not serves
+    assert release(flow, 1) == [(1, GRANT, 2)] and len(serves) == 1  # the window's return: parked, looked at
+    assert list(flow.waiting) == [0, 1] and flow.free == 1
+    check_conserved(flow)
+
+
 def test_while_another_node_waits_released_credits_are_reclaimed_for_it():
     flow = make(recv_slots=2, lease=2, threshold=1)
     flow.on_credit_message(0, REQUEST, 5)  # node 0 takes both slots

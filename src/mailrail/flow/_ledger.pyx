@@ -484,10 +484,11 @@ cdef class CreditLedger:
         cdef int index = self.live_lease(node)
         if index < 0 or self.records[index].owed >= self.records[index].unreturned:
             raise ProtocolError(f"node {node} (via rank {source}) has no message here to release")
+        cdef long long free = self.free
         self.records[index].owed += 1
         self.records[index].target = source
         self.settle(index)
-        if self.waiting_count and (self.free or self.sets[REVOCABLE].count):  # else serve() finds nothing to do
+        if self.waiting_count and (self.free > free or self.sets[REVOCABLE].count):  # else serve() has nothing to do
             self.serve()
         return 0
 

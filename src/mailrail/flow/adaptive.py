@@ -210,10 +210,13 @@ class AdaptiveCredits(FlowControl):
             raise ProtocolError(f"node {node} (via rank {source}) has no message here to release")
         lease.owed += 1
         lease.target = source
+        free = self.free
         self._settle(lease)
-        # Without a free slot or a node to look at, _serve() would change nothing: the other owed credits were
-        # settled as they came, and what decides them again (the line, the shares) calls _serve() itself.
-        if self.waiting and (self.free or self.revocable):
+        # Without a slot freed now or a node to look at, _serve() would change nothing (per message, it would
+        # walk the line): free slots left over were offered to the line when they came, the other owed credits
+        # were settled as they came, and what decides either again (the line, the holdings, the shares) calls
+        # _serve() itself.
+        if self.waiting and (self.free > free or self.revocable):
             self._serve()
 
     def _settle(self, lease: Lease) -> None:
