@@ -494,8 +494,8 @@ cdef class CreditLedger:
 
     cdef int settle(self, int index) except -1:
         """What becomes of the lease's released credits: while another node waits, those above the node's
-        fair share are reclaimed; the rest go back at once if it waits alone, or once held // credit_threshold
-        gathered, else they are kept owed (adaptive.py's _settle)."""
+        fair share are reclaimed; the rest go back at once if it waits alone below its share, or once
+        held // credit_threshold gathered, else they are kept owed (adaptive.py's _settle)."""
         cdef Lease *lease = &self.records[index]
         cdef long long owed = lease.owed, take
         if not owed:
@@ -525,8 +525,7 @@ cdef class CreditLedger:
         if (owed + 1) * self.return_threshold > lease.held:
             self.give_back_owed(index)
             return self.grant(index, GRANT, owed)
-        if lease.member[1] != OWING:
-            self.set_add(OWING, index)
+        self.set_add(OWING, index)
         return 0
 
     cdef void give_back_owed(self, int index) noexcept:
@@ -698,8 +697,6 @@ cdef class CreditLedger:
 
     cdef int live_lease(self, int node) noexcept:
         """adaptive.py's leases.get(node): the live record of *node*, or -1."""
-        if node == self.last_node:  # (live: freeing a record forgets it)
-            return self.last_index
         cdef int index = self.find(node)
         return index if index >= 0 and self.records[index].live else -1
 

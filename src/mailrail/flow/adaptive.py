@@ -219,10 +219,15 @@ class AdaptiveCredits(FlowControl):
         if self.waiting and (self.free > free or self.revocable):
             self._serve()
 
+    @property
+    def _share(self) -> int:
+        """Every node's fair share now: ``R // (nodes holding or asking)`` (the compiled ledger keeps it)."""
+        return self.recv_slots // len(self.leases)
+
     def _settle(self, lease: Lease) -> None:
         """What becomes of *lease*'s released credits: while another node waits, those above the node's fair
         share (``R // nodes holding or asking``) are reclaimed for the queue; the rest go back to the node at
-        once if it waits alone (the answer), or once ``held // credit_threshold`` gathered (its standing
+        once if it waits alone below its share (the answer), or once ``held // credit_threshold`` gathered (its standing
         window: every credit it holds comes back to it this way, since the threshold is at most what it
         holds), else they are kept owed.  A node that asks while holding its share gets no answer from its
         own credits: it would ask again as soon as its pool ran dry, a request and an answer every few
@@ -233,7 +238,7 @@ class AdaptiveCredits(FlowControl):
         waiting = self.waiting
         others = len(waiting) > (1 if lease.demand else 0)
         if others:
-            take = min(owed, lease.held - self.recv_slots // len(self.leases))
+            take = min(owed, lease.held - self._share)
             if take > 0:  # above its share: those slots go to the queue
                 lease.owed = owed = owed - take
                 lease.held -= take
@@ -245,7 +250,7 @@ class AdaptiveCredits(FlowControl):
                     self.owing.pop(lease.node, None)
                     self._forget_if_idle(lease)
                     return
-        if lease.demand and not others and lease.held < self.recv_slots // len(self.leases):
+        if lease.demand and not others and lease.held < self._share:
             # It waits alone below its share: these answer it, at once.  At its share it would ask again as soon
             # as its pool ran dry, for nothing, so it keeps its standing window instead and stays in line (its
             # request stands, the token stays out: its ranks ask no more) until it is below its share.
@@ -329,7 +334,7 @@ class AdaptiveCredits(FlowControl):
         holding nothing: one at least, so that slots fewer than nodes go round).  A node at or above its
         share keeps its place in line, its request standing: a slot it took would be above its share, taken
         back at its next release for the next node, and so on round the line."""
-        waiting, leases, share = self.waiting, self.leases, self.recv_slots // len(self.leases)
+        waiting, leases, share = self.waiting, self.leases, self._share
         kept: list[int] = []
         for node in list(waiting):
             lease = leases[node]
@@ -360,7 +365,7 @@ class AdaptiveCredits(FlowControl):
         unless all its credits are here (in messages: released, they come back) or a revoke is already on its
         way (it is looked at again later); those within their share are parked until the shares shrink."""
         leases, revocable = self.leases, self.revocable
-        share = self.recv_slots // len(leases)
+        share = self._share
         for node in list(revocable):
             lease = leases[node]
             if lease.revoking:
