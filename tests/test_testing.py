@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import threading
@@ -338,6 +339,98 @@ def test_replies_filled_in_send_buffers_arrive_exactly_once(seed, send_slots):
         positions = np.arange(asks)
         expected = positions[:, None] + np.arange(3) + 10.0 * (positions % size)[:, None]
         assert np.array_equal(answers, expected) and not any(report.values())
+
+
+def requests_answered_in_pairs(rail, asks_per_rank: int, deferred: bool):
+    """Each rank asks every rank (itself too) for values; the owners answer with fill_pair_to: positions in
+    one channel's segment, values in the next one's, of the same datagram (from inside the request handler,
+    or deferred until it returns).  The positions handler must run right before the values handler."""
+    value_dtype = np.dtype([("value", np.float64, (3,))])
+    answers = np.full((asks_per_rank, 3), -1.0)
+    pending = []
+    order = []
+
+    def on_positions(source, positions):
+        assert not pending, "two position segments in a row"
+        pending.append(positions.copy())
+        order.append("positions")
+
+    def on_values(source, values):
+        positions = pending.pop()
+        assert len(positions) == len(values)
+        assert (answers[positions] == -1.0).all(), "a value arrived twice"
+        answers[positions] = values["value"]
+        order.append("values")
+
+    heads = rail.channels.open(np.int64, on_positions)
+    bodies = rail.channels.open(value_dtype, on_values)
+
+    def answer(source, positions):
+        def fill(head, body, start, stop):
+            head[:] = positions[start:stop]
+            body["value"] = (positions[start:stop, None] + np.arange(3) + 10.0 * rail.rank).astype(np.float64)
+
+        rail.channels.fill_pair_to(source, len(positions), heads, bodies, fill)
+
+    def on_request(source, asked):
+        if deferred:  # copies: the request's receive buffer is released once this handler returns
+            rail.channels.defer(functools.partial(answer, source, asked.copy()), 2 * len(asked))
+        else:
+            answer(source, asked)
+
+    requests = rail.channels.open(np.int64, on_request)
+    positions = np.arange(asks_per_rank, dtype=np.int64)
+    requests.send(positions % rail.size, positions)
+    rail.channels.fill_pair_to((rail.rank + 1) % rail.size, 0, heads, bodies, lambda *views: None)  # nothing to send
+    rail.barrier()
+    return answers, order, rail.finalize()
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+@pytest.mark.parametrize("seed, send_slots", [(0, 2), (1, 8), (2, 64)])
+def test_paired_replies_arrive_exactly_once_positions_before_values(seed, send_slots, deferred):
+    size, asks = 3, 500  # 500 requests: several whole reply datagrams of 31 pairs per owner, and partial ones
+    world = World(size, seed, datagram_size=1024, send_pool_slots=send_slots, recv_pool_slots=4)
+    for answers, order, report in world.run(requests_answered_in_pairs, asks, deferred):
+        positions = np.arange(asks)
+        expected = positions[:, None] + np.arange(3) + 10.0 * (positions % size)[:, None]
+        assert np.array_equal(answers, expected) and not any(report.values())
+        assert order == ["positions", "values"] * (len(order) // 2)
+
+
+def test_a_pair_too_large_for_a_datagram_is_refused_naming_both_sizes():
+    def program(rail):
+        small = rail.channels.open(np.int64, lambda source, records: None)
+        large = rail.channels.open(np.dtype((np.void, 100)), lambda source, records: None)
+        with pytest.raises(MessageSizeError, match=r"\(8 bytes\) and one of .*\(100 bytes\).*128-byte datagram"):
+            rail.channels.fill_pair_to((rail.rank + 1) % rail.size, 1, small, large, lambda *views: None)
+        with pytest.raises(InvalidDestinationError, match="destination 2 is out of range"):
+            rail.channels.fill_pair_to(2, 1, small, small, lambda *views: None)
+        rail.barrier()
+        return rail.finalize()
+
+    for report in World(2, 0, datagram_size=128).run(program):
+        assert not any(report.values())
+
+
+def test_deferred_work_runs_after_the_handler_and_at_once_outside_handlers():
+    def program(rail):
+        events = []
+
+        def handler(source, records):
+            value = int(records[0])
+            rail.channels.defer(lambda: events.append(("deferred", value)))
+            events.append(("handler", value))
+
+        channel = rail.channels.open(np.int64, handler)
+        rail.channels.defer(lambda: events.append(("outside", rail.rank)))
+        assert events == [("outside", rail.rank)]
+        channel.send_to(rail.rank, np.array([7], dtype=np.int64))  # to itself: handled at once
+        rail.barrier()
+        return events, rail.finalize()
+
+    for rank, (events, report) in enumerate(World(2, 0).run(program)):
+        assert events == [("outside", rank), ("handler", 7), ("deferred", 7)] and not any(report.values())
 
 
 def test_the_report_counts_what_was_left_staged_unreleased_reserved_and_unreceived():

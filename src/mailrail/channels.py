@@ -296,14 +296,113 @@ class Channels:
                 channel.records_sent += per
                 if self._busy:  # from a handler: it leaves once the running dispatch ends, as a send would
                     self._held_buffers += 1
-                    self._nested.append((functools.partial(self._send_held, dest, buf, nbytes), per))
-                    self._nested_items += per
+                    self.defer(functools.partial(self._send_held, dest, buf, nbytes), per)
                 else:
                     self._pump(functools.partial(self._send, dest, buf, nbytes))
         if start < count:  # the rest (a partial datagram, or no spare buffer): through an array of its own
             records = np.empty(count - start, dtype=channel.dtype)
             fill(records, start, count)
             self._submit(channel, np.full(len(records), dest, dtype=np.int64), records, copy=False)
+
+    def fill_pair_to(
+        self,
+        dest: int,
+        count: int,
+        first: Channel,
+        second: Channel,
+        fill: Callable[[np.ndarray, np.ndarray, int, int], object],
+    ) -> None:
+        """Queue *count* records on each of two channels for the one rank *dest*, paired: every datagram holds
+        a segment of *first* then a segment of *second* over the same records ``start..stop-1``, written by
+        ``fill(first_view, second_view, start, stop)`` (called before this returns, in order, over
+        ``0..count-1``) inside the send buffer they leave from.  On arrival *first*'s handler runs right
+        before *second*'s, for the same records of the same datagram: a per-record header (a lookup's
+        positions) that leaves the payload (its values) a contiguous array of its own dtype, written and
+        read at full speed.  To this rank, both handlers run over arrays of their own.  From inside a
+        handler, datagrams beyond the spare send buffers are written into arrays of their own and copied
+        into send buffers once the handler is done (:meth:`defer` the call to skip that copy)."""
+        self._check_open()
+        dest, count = operator.index(dest), operator.index(count)
+        if not 0 <= dest < self.size:
+            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        if count <= 0:
+            return
+        first.records_sent += count
+        second.records_sent += count
+        if dest == self.rank:
+            heads, bodies = np.empty(count, dtype=first.dtype), np.empty(count, dtype=second.dtype)
+            fill(heads, bodies, 0, count)
+
+            def deliver() -> None:
+                self._deliver_locally(first, heads)
+                self._deliver_locally(second, bodies)
+
+            self.defer(deliver, 2 * count)
+            return
+        first_size, second_size = first.record_size, second.record_size
+        per = (self.datagram_size - 2 * HEADER_SIZE - (ALIGNMENT - 1)) // (first_size + second_size)
+        if per <= 0:
+            raise MessageSizeError(
+                f"a record of {first.name} ({first_size} bytes) and one of {second.name} ({second_size} bytes) "
+                f"with their segment headers do not fit in a {self.datagram_size}-byte datagram"
+            )
+
+        def write(image: np.ndarray, start: int, stop: int) -> int:
+            taken = stop - start
+            second_at = _aligned(HEADER_SIZE + taken * first_size)
+            nbytes = second_at + HEADER_SIZE + taken * second_size
+            HEADER.pack_into(image.data, 0, first.number, MAGIC, KIND_RECORDS, taken * first_size)
+            HEADER.pack_into(image.data, second_at, second.number, MAGIC, KIND_RECORDS, taken * second_size)
+            fill(
+                image[HEADER_SIZE : HEADER_SIZE + taken * first_size].view(first.dtype),
+                image[second_at + HEADER_SIZE : nbytes].view(second.dtype),
+                start,
+                stop,
+            )
+            return nbytes
+
+        if not self._handler_depth:  # free to wait for send buffers: each datagram written where it leaves from
+
+            def send_all() -> None:
+                for start in range(0, count, per):
+                    buf = self._reserve()
+                    self._send(dest, buf, write(buf, start, min(start + per, count)))
+
+            if self._busy:  # deferred work, after the handlers: the send pump runs it
+                send_all()
+            else:
+                self._pump(send_all)
+            return
+        # Inside a handler no send may wait for a buffer (a buffer frees only as sends complete, and this
+        # rank's sends wait for the handler): spare buffers up to the hold limit, then arrays of their own.
+        for start in range(0, count, per):
+            stop = min(start + per, count)
+            buf = self.rail.reserve_send_buffer() if self._held_buffers < self._hold_limit else None
+            if buf is None:
+                image = np.empty(self.datagram_size, np.uint8)
+                nbytes = write(image, start, stop)
+                self.defer(functools.partial(self._send_image, dest, image, nbytes), 2 * (stop - start))
+            else:
+                self._held_buffers += 1
+                nbytes = write(buf, start, stop)
+                self.defer(functools.partial(self._send_held, dest, buf, nbytes), 2 * (stop - start))
+
+    def defer(self, work: Callable[[], None], records: int = 0) -> None:
+        """Run *work* once the running handler (and the send or dispatch around it) is done; at once outside
+        handlers.  What *work* sends may then wait for send buffers, as a send outside handlers does: a handler
+        that answers a large request defers its answer (with copies of what it reads from the arrivals, whose
+        buffers are released after the handler returns).  *records*: how many records *work* will send, counted
+        as staged until it runs (``finalize()`` reports them)."""
+        if self._busy:
+            self._nested.append((work, records))
+            self._nested_items += records
+        else:
+            self._pump(work)
+
+    def _send_image(self, dest: int, image: np.ndarray, nbytes: int) -> None:
+        buf = self._reserve()
+        buf[:nbytes] = image[:nbytes]
+        self._send(dest, buf, nbytes)
 
     def _send_held(self, dest: int, buf: np.ndarray, nbytes: int) -> None:
         self._held_buffers -= 1

@@ -107,9 +107,13 @@ class Lookup:
     """A collective request and reply: each rank asks the owners of its keys; they answer in their handlers.
 
     *answer* runs on the owner over an array of keys and returns one value of *value_dtype* per key (the
-    Map's get, the CountingSet's count ...); or *answer_into* writes them into the replies it is given (the
-    Array's gather, whose values are large).  Requests carry the asker's position of
-    each key, replies carry it back, so the answers land in the asker's order with no sort.
+    Map's get, the CountingSet's count ...); or *answer_into* writes them into the array it is given (the
+    Array's gather, whose values are large).  Requests carry the asker's position of each key; replies
+    carry the positions back in a segment of their own before the values
+    (:meth:`~mailrail.channels.Channels.fill_pair_to`), so the values stay one contiguous array, written
+    by the owner where they leave from and copied by the asker into place, a slice where the positions
+    run consecutively (a gather of ascending indices), with no sort.  A rank answers its own requests
+    straight into its results.
     """
 
     def __init__(
@@ -127,14 +131,16 @@ class Lookup:
         self.container = container
         self.value_dtype = np.dtype(value_dtype)
         self.answer = answer
-        # Writes the answers straight into the replies' value field: no array of answers to copy again,
-        # which for large values (a gather's feature vectors) is a pass over every byte of the replies.
+        # Writes the answers straight into the replies' values: no array of answers to copy again, which
+        # for large values (a gather's feature vectors) is a pass over every byte of the replies.
         self.answer_into = answer_into
         self._request_dtype = np.dtype([("position", "<i8"), ("key", key_dtype)])
-        self._reply_dtype = np.dtype([("position", "<i8"), ("value", self.value_dtype)])
         self._requests = container._open(self._request_dtype, self._on_request, f"{what} requests")
-        self._replies = container._open(self._reply_dtype, self._on_reply, f"{what} replies")
+        self._reply_positions = container._open(np.dtype("<i8"), self._on_positions, f"{what} reply positions")
+        # One field, no padding: the values a contiguous array (a subarray dtype cannot view bytes itself).
+        self._replies = container._open(np.dtype([("value", self.value_dtype)]), self._on_reply, f"{what} replies")
         self._results: np.ndarray | None = None
+        self._positions: np.ndarray | None = None  # of the reply segment whose values come next
 
     def ask(self, keys: np.ndarray, owners: np.ndarray) -> np.ndarray:
         """Collective, after the caller's :meth:`Container._collective`: the owners' answers for *keys*."""
@@ -151,22 +157,67 @@ class Lookup:
         return results
 
     def _on_request(self, source: int, requests: np.ndarray) -> None:
-        answer_into = self.answer_into
-        if answer_into is not None:  # written where they leave from: the send buffers
-            positions, keys = requests["position"], requests["key"]
+        positions, keys = requests["position"], requests["key"]
+        if source == self.container.rank:  # this rank's own requests, inside its ask: no replies
+            self._answer_here(positions, keys)
+            return
+        # Answered once this handler returns, from copies of the requests (their receive buffer is released
+        # then; they are small beside the replies): its replies may then wait for send buffers, and each is
+        # written once, in the buffer it leaves from.
+        positions, keys = positions.copy(), keys.copy()
+        self.container.channels.defer(lambda: self._answer(source, positions, keys), 2 * len(keys))
 
-            def fill(replies: np.ndarray, start: int, stop: int) -> None:
-                replies["position"] = positions[start:stop]
+    def _answer(self, source: int, positions: np.ndarray, keys: np.ndarray) -> None:
+        answer_into = self.answer_into
+        if answer_into is None:
+            assert self.answer is not None
+            answers = self.answer(keys)
+
+            def fill(heads: np.ndarray, replies: np.ndarray, start: int, stop: int) -> None:
+                heads[:] = positions[start:stop]
+                replies["value"] = answers[start:stop]
+
+        else:  # written where they leave from: the send buffers
+
+            def fill(heads: np.ndarray, replies: np.ndarray, start: int, stop: int) -> None:
+                heads[:] = positions[start:stop]
                 answer_into(keys[start:stop], replies["value"])
 
-            self._replies.fill_to(source, len(requests), fill)
-            return
-        assert self.answer is not None
-        replies = np.empty(len(requests), dtype=self._reply_dtype)
-        replies["position"] = requests["position"]
-        replies["value"] = self.answer(requests["key"])
-        self._replies.send_to(source, replies, copy=False)  # fresh, and not touched again
+        self.container.channels.fill_pair_to(source, len(keys), self._reply_positions, self._replies, fill)
+
+    def _answer_here(self, positions: np.ndarray, keys: np.ndarray) -> None:
+        results = self._results
+        assert results is not None, "a request from this rank arrived outside its lookup"
+        span = _span(positions)
+        if self.answer_into is None:
+            assert self.answer is not None
+            results[positions if span is None else span] = self.answer(keys)
+        elif span is not None:
+            self.answer_into(keys, results[span])  # a view: answered in place
+        else:
+            answers = np.empty(len(keys), dtype=self.value_dtype)
+            self.answer_into(keys, answers)
+            results[positions] = answers
+
+    def _on_positions(self, source: int, positions: np.ndarray) -> None:
+        self._positions = positions
 
     def _on_reply(self, source: int, replies: np.ndarray) -> None:
-        assert self._results is not None, "a reply arrived outside a lookup"
-        self._results[replies["position"]] = replies["value"]
+        values = replies["value"]
+        positions, results = self._positions, self._results
+        assert results is not None, "a reply arrived outside a lookup"
+        assert positions is not None and len(positions) == len(values), "reply values without their positions"
+        self._positions = None
+        span = _span(positions)
+        results[positions if span is None else span] = values
+
+
+def _span(positions: np.ndarray) -> slice | None:
+    """``positions`` as a slice where they run consecutively upward (a copy into place is then a block copy)."""
+    count = len(positions)
+    if not count:
+        return slice(0, 0)
+    first = int(positions[0])
+    if int(positions[-1]) - first != count - 1 or (count > 2 and not (np.diff(positions) == 1).all()):
+        return None
+    return slice(first, first + count)
