@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from containers_support import MPI_RUNS, SCALE, assert_staged, assert_staged_in_memory, job_env, load_program
 from helpers import mpirun
+from mailrail.containers import counting_set
 from mailrail.containers.counting_set import CountingSet, byte_order, canonical, distinct_keys
+from mailrail.containers.hot import split_hot_numpy
 from mailrail.testing import World
 
 # -- under mpiexec ------------------------------------------------------------------------------------------------
@@ -323,7 +325,15 @@ def test_arrivals_larger_than_the_buffer_are_counted_at_once(monkeypatch):
 # -- the senders' combining -------------------------------------------------------------------------------------
 
 
-def test_keys_that_do_not_repeat_go_plain_and_repeated_keys_combined():
+@pytest.fixture(params=["compiled", "numpy"])
+def hot_lookup(request, monkeypatch):
+    """The sender's hot-key lookup: each test of combining runs over the compiled pass and its numpy reference."""
+    if request.param == "numpy":
+        monkeypatch.setattr(counting_set, "split_hot", split_hot_numpy)
+    return request.param
+
+
+def test_keys_that_do_not_repeat_go_plain_and_repeated_keys_combined(hot_lookup):
     """The sample decides: distinct keys travel as plain keys, repeated ones as (count, key) records on hot keys."""
 
     def program(rail, repeated):
@@ -353,7 +363,7 @@ def test_keys_that_do_not_repeat_go_plain_and_repeated_keys_combined():
     assert held(skewed) == reference([batch for _, _, extra in skewed for batch in extra[0]])
 
 
-def test_combining_follows_the_keys_when_they_change():
+def test_combining_follows_the_keys_when_they_change(hot_lookup):
     """Hot keys that go cold make the next batch a sample; keys that stop repeating turn combining off, and the
     periodic sample turns it on again.  Every count stays exact."""
 
@@ -438,7 +448,7 @@ def test_keys_are_counted_on_their_owners():
 
 
 @pytest.mark.filterwarnings("ignore::mailrail.errors.UndeliveredWarning")
-def test_hot_counts_held_on_the_sender_are_sent_by_a_barrier_or_reported_at_finalize():
+def test_hot_counts_held_on_the_sender_are_sent_by_a_barrier_or_reported_at_finalize(hot_lookup):
     """Hot keys' counts wait on the sender across adds: a barrier (or a flush) sends them, exactly once; left
     held at finalize() they are reported as staged."""
 
@@ -466,6 +476,80 @@ def test_hot_counts_held_on_the_sender_are_sent_by_a_barrier_or_reported_at_fina
             assert held_records > 0 and after_flush in (None, 0)
         got = held([(*local, None) for _, _, local, _ in results])
         assert got == reference([batch for _, _, _, batches in results for batch in batches])
+
+
+@pytest.mark.filterwarnings("ignore::mailrail.errors.UndeliveredWarning")
+@pytest.mark.parametrize("finish", ["barrier", "flush", "handler", "finalize"])
+def test_plain_keys_wait_on_the_sender_until_a_batch_a_flush_or_a_barrier(finish):
+    """Keys that are not combined wait on the sender until send_batch_bytes of them can go, or a flush or a
+    barrier sends them (exactly once); an add from a handler during a barrier sends at once; keys still waiting
+    at finalize() are reported as staged."""
+
+    def program(rail):
+        counting = CountingSet(rail, np.uint64)
+        counting.send_batch_bytes = 8 * 1000  # 1000 keys
+        counting._waiting = counting_set._Batch(np.dtype(np.uint64), 1000)
+        batches = [np.arange(300, dtype=np.uint64) + np.uint64(1000 * (4 * rail.rank + i)) for i in range(4)]
+        sent = []
+        for batch in batches:
+            counting.add(batch)  # the first add is a sample: sent at once; the others wait, 900 keys of 1000
+            sent.append(counting._plain.records_sent)
+        waiting = counting._held_records()
+        if finish == "finalize":
+            return sent, waiting, rail.finalize()["staged"]
+        if finish == "flush":
+            rail.channels.flush()
+        elif finish == "handler":
+            extra = np.arange(5, dtype=np.uint64) + np.uint64(10**9 + 10 * rail.rank)
+            batches.append(extra)
+            channel = rail.channels.open(np.int64, lambda source, records: counting.add(extra))  # a barrier first
+            channel.send_to((rail.rank + 1) % rail.size, np.zeros(1, dtype=np.int64))
+        after = counting._held_records()
+        rail.barrier()
+        return sent, (waiting, after, counting._held_records()), (*counting.local(), batches)
+
+    results = World(2, seed=6).run(program)
+    for sent, held_counts, rest in results:
+        assert sent == [300, 300, 300, 300]  # no second sample: four adds, every 32nd is one
+        if finish == "finalize":
+            assert held_counts == 900 and rest >= 900  # staged: the waiting keys, and the channels' partial rows
+        else:
+            waiting, after, end = held_counts
+            assert waiting == 900 and end == 0 and after == (0 if finish in ("flush", "handler") else 900)
+    if finish != "finalize":
+        got = held([local for _, _, local in results])
+        assert got == reference([batch for _, _, (_, _, batches) in results for batch in batches])
+
+
+def test_samples_finding_nothing_to_combine_come_ever_more_rarely_and_combining_brings_them_back():
+    def program(rail):
+        counting = CountingSet(rail, np.uint64)
+        counting.sample_every, counting.sample_every_max = 2, 8
+        samples = []
+        real = counting._add_sample
+
+        def sample(keys):
+            samples.append(step)
+            real(keys)
+
+        counting._add_sample = sample
+        rng = np.random.default_rng([2, rail.rank])
+        batches = []
+        for step in range(40):
+            if step < 26:
+                batch = rng.integers(0, 2**63, 100, dtype=np.uint64)  # distinct: nothing to combine
+            else:
+                batch = rng.integers(0, 5, 100).astype(np.uint64)  # five hot keys
+            batches.append(batch)
+            counting.add(batch)
+        rail.barrier()
+        return (*counting.local(), (samples, batches))
+
+    results = World(2, seed=0).run(program)
+    for _, _, (samples, _) in results:
+        # intervals 2, 4, 8, 8, 8 while nothing combines; the sample at 30 combines: every 2nd again
+        assert samples == [0, 2, 6, 14, 22, 30, 32, 34, 36, 38]
+    assert held(results) == reference([b for _, _, (_, batches) in results for b in batches])
 
 
 def clear_then_count(rail, dtype):

@@ -20,16 +20,22 @@ and every rank for keys of other dtypes, keeps its keys in a :class:`~mailrail.c
 **Combining** duplicates on the sender costs a sort of the batch and saves nothing on keys that rarely repeat,
 so the sender samples.  Its first ``add``, and every ``sample_every``-th after it, is combined exactly (one sort).
 If that saves less than ``combine_threshold`` of the bytes, the batches up to the next sample go as plain keys
-(the Coalescer histogram's bytes: 8 for a ``uint64`` key).  Else the sample's most frequent keys, and the old
-table's keys held at least twice, become a small direct-mapped table of *hot* keys.  The next batches look their
-keys up there (a hash lookup per key, no sort): the hot keys' counts are *held on the sender*, added up across
-batches (one ``bincount`` per batch), and the rest go as plain keys; a batch whose hot keys are less than the
-threshold's share makes the next batch a sample.
+(the Coalescer histogram's bytes: 8 for a ``uint64`` key), and the next sample waits twice as long as the last
+(up to ``sample_every_max`` adds; a sample that combines brings it back to ``sample_every``).  Else the sample's
+most frequent keys, and the old table's keys held at least twice, become a small direct-mapped table of *hot*
+keys.  The next batches look their keys up there (a hash lookup per key, no sort; one compiled pass for keys of
+up to 8 bytes, :mod:`~mailrail.containers.hot`): the hot keys' counts are *held on the sender*, added up across
+batches, and the rest go as plain keys; a batch whose hot keys are less than the threshold's share makes the
+next batch a sample.
 
-**Held counts** leave as one ``(count, key)`` record per hot key at every ``rail.channels.flush()`` and
-``rail.barrier()`` (the set is a cache of the channels: ``Channels.add_cache``), and before a sample replaces
-the table.  An ``add`` made while a barrier runs (from a handler) sends its hot keys at once.  Counts still held
-at ``rail.finalize()`` are reported as staged.
+**Plain keys wait** on the sender until ``send_batch_bytes`` of them can leave together: a send's fixed cost (its
+sort by owner, a copy per destination) is paid once per 64 Ki 8-byte keys, not once per ``add``: sending the
+few thousand keys an ``add`` of Zipf keys leaves uncombined cost two thirds of sending the whole batch.
+
+**Held counts** leave as one ``(count, key)`` record per hot key, and waiting keys as they are, at every
+``rail.channels.flush()`` and ``rail.barrier()`` (the set is a cache of the channels: ``Channels.add_cache``);
+held counts also before a sample replaces the table.  An ``add`` made while a barrier runs (from a handler)
+sends its keys at once.  Keys and counts still held at ``rail.finalize()`` are reported as staged.
 
 The collectives (:meth:`~CountingSet.count`, :meth:`~CountingSet.top`, :meth:`~CountingSet.size`,
 :meth:`~CountingSet.total`) are called by every rank outside handlers and see every ``add`` issued before them.
@@ -39,12 +45,14 @@ from __future__ import annotations
 
 import operator
 import weakref
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from .base import Container, Lookup, as_keys
+from .hot import split_hot
 from .partition import HASH_SEED, has_padding, hash_words, key_words, words_per_key
 from .table import KeyTable
 
@@ -191,6 +199,41 @@ class _Pending:
         self.buffer, self.fill = None, 0
 
 
+class _Batch:
+    """Keys a sender holds back until *limit* of them can leave together, in a buffer of its own (made on first
+    use and kept: not a spare of the owners', whose buffers are larger)."""
+
+    def __init__(self, dtype: np.dtype[Any], limit: int) -> None:
+        self.dtype = dtype
+        self.limit = limit
+        self.buffer: npt.NDArray[Any] | None = None
+        self.fill = 0
+
+    def append(self, keys: npt.NDArray[Any]) -> bool:
+        """Keep a copy of *keys*; False (nothing kept) when they would take the batch past its limit."""
+        end = self.fill + len(keys)
+        if end > self.limit:
+            return False
+        if self.buffer is None:
+            self.buffer = np.empty(self.limit, dtype=self.dtype)
+        self.buffer[self.fill : end] = keys
+        self.fill = end
+        return True
+
+    def send(self, send: Callable[[npt.NDArray[Any]], None]) -> None:
+        """``send(keys)`` the keys held, emptied first: keys a handler adds meanwhile start a batch of their own."""
+        if not self.fill:
+            return
+        assert self.buffer is not None
+        keys, self.buffer, self.fill = self.buffer[: self.fill], None, 0
+        send(keys)
+        if self.buffer is None:  # nothing added meanwhile: the buffer serves again
+            self.buffer = keys.base
+
+    def clear(self) -> None:
+        self.fill = 0
+
+
 def _hold_on(channels: Any, counting: weakref.ReferenceType[CountingSet]) -> None:
     """Register a set's held hot counts as a cache of its rail's channels, through a weak reference: the
     channels keep their caches for good, and must not keep a set that is gone alive (it holds nothing then)."""
@@ -225,8 +268,12 @@ class CountingSet(Container):
     dense_spread = 4
     #: The sender combines exactly (a sort) its first add and every sample_every-th add after it.
     sample_every = 32
+    #: While samples find nothing to combine, each comes after twice as many adds as the last, up to this many.
+    sample_every_max = 512
     #: Combining goes on when a sample (or a batch combined on hot keys) saves this fraction of the bytes.
     combine_threshold = 0.1
+    #: Plain keys wait on the sender until this many bytes of them can leave together (see the module).
+    send_batch_bytes = 1 << 19
     #: The most hot keys a sender combines between samples.
     hot_keys_max = 1 << 12
 
@@ -253,8 +300,11 @@ class CountingSet(Container):
         self._counts: npt.NDArray[np.int64] = np.zeros(0 if self._table is None else self._table.capacity, np.int64)
         self._plain_pending = _Pending(self.dtype, max(1, self.pending_bytes // self.dtype.itemsize))
         self._pair_pending = _Pending(self._record_dtype, max(1, self.pending_bytes // self._record_dtype.itemsize))
+        # The sender's plain keys (those not combined), waiting to leave together (see the module).
+        self._waiting = _Batch(self.dtype, max(1, self.send_batch_bytes // self.dtype.itemsize))
         # The sender's combining (see the module): plain batches until the next sample, and the hot keys.
         self._until_sample = 0
+        self._sample_interval = 0  # adds from a sample to the next: sample_every, doubled while nothing combines
         self._hot: _HotKeys | None = None
         # The hot keys' counts held across adds, by slot of the hot table (float64: a bincount's weights, exact
         # below 2**53), sent at the next flush or barrier; None while nothing is held.
@@ -295,7 +345,9 @@ class CountingSet(Container):
         # The words of 8-byte keys are the keys themselves: no key_words call (its checks cost per batch).
         words = keys.view(np.uint64).reshape(-1, 1) if self._own_words else key_words(keys)
         if self._hot is None:
-            self._plain.send(self.partitioner.owner_of_words(words), keys)
+            if self.channels.in_barrier or not self._waiting.append(keys):
+                self._send_waiting()
+                self._plain.send(self.partitioner.owner_of_words(words), keys)
         else:
             self._add_hot(keys, words, self._hot)
 
@@ -321,31 +373,45 @@ class CountingSet(Container):
         single = ~repeated
         self._plain.send(owners[single], unique[single])
         self._send_pairs(owners[repeated], unique[repeated], counts[repeated])
-        self._until_sample = self.sample_every - 1
         combining = self._saves(len(unique) - pairs, pairs, len(keys))
+        # Samples that find nothing to combine come half as often each time: a sort of the batch is a tenth of
+        # the cost of sending uniform keys, which have nothing to combine.
+        doubled = min(max(2 * self._sample_interval, self.sample_every), self.sample_every_max)
+        self._sample_interval = self.sample_every if combining else doubled
+        self._until_sample = self._sample_interval - 1
         self._hot = self._hot_keys(unique, counts, words, owners, carried) if combining else None
 
     def _add_hot(self, keys: npt.NDArray[Any], words: npt.NDArray[np.uint64], hot: _HotKeys) -> None:
         """Add the batch's hot keys to the counts held on the sender (or, inside a barrier, send one record per
-        hot key at once), send the others as plain keys.  Few numpy calls: on batches of thousands of keys their
-        fixed cost is what combining must win back."""
-        hashes = self._hot_hashes(words)
-        slot = (hashes >> hot.shift).view(np.int64)
-        is_hot = hot.hashes[slot] == hashes
-        if self._width > 1:  # equal hashes of longer keys: confirm on the words
-            candidates = np.flatnonzero(is_hot)
+        hot key at once), send the others as plain keys.  One-word keys go through :func:`~.hot.split_hot`
+        (compiled, one pass); longer ones through a few numpy calls, whose fixed cost on batches of thousands
+        of keys is what combining must win back."""
+        in_barrier = self.channels.in_barrier  # nothing may stay behind: this batch's hot keys go now
+        held = self._hot_held
+        # Counted into the held counts before anything is sent: a handler run by a send may swap the table.
+        tally = np.zeros(len(hot.hashes)) if in_barrier or held is None else held
+        if self._width == 1:
+            cold = np.empty(len(keys), dtype=np.int64)
+            cold = cold[: split_hot(words[:, 0], hot.hashes, int(hot.shift), tally, cold)]
+        else:
+            hashes = self._hot_hashes(words)
+            slot = (hashes >> hot.shift).view(np.int64)
+            is_hot = hot.hashes[slot] == hashes
+            candidates = np.flatnonzero(is_hot)  # equal hashes of longer keys: confirm on the words
             same = (hot.words[slot[candidates]] == words[candidates]).all(axis=1)
             is_hot[candidates[~same]] = False
-        tally = np.bincount(slot, weights=is_hot, minlength=len(hot.hashes))  # float64: exact below 2**53
-        if self.channels.in_barrier:  # nothing may stay behind: this batch's hot keys go now
+            tally += np.bincount(slot, weights=is_hot, minlength=len(hot.hashes))  # float64: exact below 2**53
+            cold = (~is_hot).nonzero()[0]  # positions, then gathers: masks (random branches) cost several times more
+        if in_barrier:
             self._send_tally(hot, tally)
-        elif self._hot_held is None:
+        elif held is None:
             self._hot_held, self._held_batches = tally, 1
         else:
-            self._hot_held += tally  # held before anything is sent: a handler run by a send may swap the table
             self._held_batches += 1
-        cold = (~is_hot).nonzero()[0]  # positions, then gathers: masks (random branches) cost several times more
-        self._plain.send(self.partitioner.owner_of_words(words[cold]), keys[cold])
+        # The cold keys wait for more (see the module's "Plain keys wait").
+        if in_barrier or not self._waiting.append(keys[cold]):
+            self._send_waiting()
+            self._plain.send(self.partitioner.owner_of_words(words[cold]), keys[cold])
         if not self._saves(len(cold), 0, len(keys)):
             self._until_sample = 0  # the hot keys went cold: sample the next batch
 
@@ -356,8 +422,14 @@ class CountingSet(Container):
         records["count"] = tally[present]
         self._adds.send(hot.owners[present], records)
 
+    def _send_waiting(self) -> None:
+        """Send the plain keys waiting on the sender."""
+        self._waiting.send(lambda keys: self._plain.send(self.partitioner.owner(keys), keys))
+
     def _send_held(self) -> None:
-        """Send the hot keys' counts held on the sender (the rail's channels call it at every flush and barrier)."""
+        """Send what the sender holds: the plain keys waiting, the hot keys' counts (the rail's channels call it at
+        every flush and barrier)."""
+        self._send_waiting()
         held, hot = self._hot_held, self._hot
         if held is None:
             return
@@ -366,8 +438,9 @@ class CountingSet(Container):
         self._send_tally(hot, held)
 
     def _held_records(self) -> int:
-        """How many ``(count, key)`` records the sender holds (``finalize()`` reports them as staged)."""
-        return 0 if self._hot_held is None else int(np.count_nonzero(self._hot_held))
+        """How many keys and ``(count, key)`` records the sender holds (``finalize()`` reports them as staged)."""
+        held = 0 if self._hot_held is None else int(np.count_nonzero(self._hot_held))
+        return held + self._waiting.fill
 
     def _still_hot(self) -> _Candidates | None:
         """The hot keys held at least twice since the table was made, with their count per batch: a sample sees
@@ -667,6 +740,7 @@ class CountingSet(Container):
         self._collective("clear")
         self._plain_pending.release()
         self._pair_pending.release()
+        self._waiting.clear()
         self._hot_held = None
         self._held_batches = 0
         if self._dense is not None:
