@@ -177,14 +177,17 @@ class _Pending:
             return False
         buffer = self.buffer
         if buffer is None:
-            spares = _SPARE_BUFFERS.get(self.dtype)
-            buffer = spares.pop() if spares else None
-            if buffer is None or len(buffer) < self.limit:
-                buffer = np.empty(self.limit, dtype=self.dtype)  # pages are mapped as they fill, not here
-            self.buffer = buffer
+            buffer = self.buffer = self._new_buffer()
         buffer[self.fill : end] = records
         self.fill = end
         return True
+
+    def _new_buffer(self) -> npt.NDArray[Any]:
+        spares = _SPARE_BUFFERS.get(self.dtype)
+        buffer = spares.pop() if spares else None
+        if buffer is None or len(buffer) < self.limit:
+            buffer = np.empty(self.limit, dtype=self.dtype)  # pages are mapped as they fill, not here
+        return buffer
 
     def records(self) -> npt.NDArray[Any]:
         """The records kept (a view of the buffer, which the caller may overwrite: valid until :meth:`release`)."""
@@ -199,26 +202,12 @@ class _Pending:
         self.buffer, self.fill = None, 0
 
 
-class _Batch:
+class _Batch(_Pending):
     """Keys a sender holds back until *limit* of them can leave together, in a buffer of its own (made on first
     use and kept: not a spare of the owners', whose buffers are larger)."""
 
-    def __init__(self, dtype: np.dtype[Any], limit: int) -> None:
-        self.dtype = dtype
-        self.limit = limit
-        self.buffer: npt.NDArray[Any] | None = None
-        self.fill = 0
-
-    def append(self, keys: npt.NDArray[Any]) -> bool:
-        """Keep a copy of *keys*; False (nothing kept) when they would take the batch past its limit."""
-        end = self.fill + len(keys)
-        if end > self.limit:
-            return False
-        if self.buffer is None:
-            self.buffer = np.empty(self.limit, dtype=self.dtype)
-        self.buffer[self.fill : end] = keys
-        self.fill = end
-        return True
+    def _new_buffer(self) -> npt.NDArray[Any]:
+        return np.empty(self.limit, dtype=self.dtype)
 
     def send(self, send: Callable[[npt.NDArray[Any]], None]) -> None:
         """``send(keys)`` the keys held, emptied first: keys a handler adds meanwhile start a batch of their own."""
@@ -230,7 +219,8 @@ class _Batch:
         if self.buffer is None:  # nothing added meanwhile: the buffer serves again
             self.buffer = keys.base
 
-    def clear(self) -> None:
+    def release(self) -> None:
+        """Forget the keys held, keeping the buffer."""
         self.fill = 0
 
 
@@ -740,7 +730,7 @@ class CountingSet(Container):
         self._collective("clear")
         self._plain_pending.release()
         self._pair_pending.release()
-        self._waiting.clear()
+        self._waiting.release()
         self._hot_held = None
         self._held_batches = 0
         if self._dense is not None:
