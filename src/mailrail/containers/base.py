@@ -142,6 +142,11 @@ class Lookup:
         self._results: np.ndarray | None = None
         self._positions: np.ndarray | None = None  # of the reply segment whose values come next
 
+    @property
+    def records_sent(self) -> int:
+        """Requests and replies this rank sent (a reply counted once: its position and value travel together)."""
+        return self._requests.records_sent + self._replies.records_sent
+
     def ask(self, keys: np.ndarray, owners: np.ndarray) -> np.ndarray:
         """Collective, after the caller's :meth:`Container._collective`: the owners' answers for *keys*."""
         results = np.zeros(len(keys), dtype=self.value_dtype)

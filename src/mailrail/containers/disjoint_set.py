@@ -232,8 +232,7 @@ class DisjointSet(Container):
     def records_sent(self) -> int:
         """Records this rank's DisjointSet sent (union starts and walks, find and compress requests and replies)."""
         channels = (self._starts, self._walks, self._find_requests, self._find_replies)
-        lookup = self._grandparents
-        return sum(c.records_sent for c in channels) + lookup._requests.records_sent + lookup._replies.records_sent
+        return sum(c.records_sent for c in channels) + self._grandparents.records_sent
 
     # -- asynchronous --------------------------------------------------------
 
