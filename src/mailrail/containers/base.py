@@ -141,6 +141,7 @@ class Lookup:
         self._replies = container._open(np.dtype([("value", self.value_dtype)]), self._on_reply, f"{what} replies")
         self._results: np.ndarray | None = None
         self._positions: np.ndarray | None = None  # of the reply segment whose values come next
+        self._runs = False  # the running ask's positions come in consecutive runs (see ask)
 
     @property
     def records_sent(self) -> int:
@@ -149,8 +150,12 @@ class Lookup:
 
     def ask(self, keys: np.ndarray, owners: np.ndarray) -> np.ndarray:
         """Collective, after the caller's :meth:`Container._collective`: the owners' answers for *keys*."""
-        results = np.zeros(len(keys), dtype=self.value_dtype)
+        results = np.empty(len(keys), dtype=self.value_dtype)  # every position is answered once: no zeroing pass
         self._results = results
+        # Keys grouped by owner (a sorted halo, keys of one owner): each owner is asked for one run of
+        # consecutive positions, in order, so every segment of requests or replies is such a run too (channels
+        # keep a destination's records in order and cut them into consecutive pieces): placed by slice.
+        self._runs = len(owners) < 2 or bool((owners[1:] >= owners[:-1]).all())
         requests = np.empty(len(keys), dtype=self._request_dtype)
         requests["position"] = np.arange(len(keys))
         requests["key"] = keys
@@ -193,7 +198,7 @@ class Lookup:
     def _answer_here(self, positions: np.ndarray, keys: np.ndarray) -> None:
         results = self._results
         assert results is not None, "a request from this rank arrived outside its lookup"
-        span = _span(positions)
+        span = self._span(positions)
         if self.answer_into is None:
             assert self.answer is not None
             results[positions if span is None else span] = self.answer(keys)
@@ -213,16 +218,15 @@ class Lookup:
         assert results is not None, "a reply arrived outside a lookup"
         assert positions is not None and len(positions) == len(values), "reply values without their positions"
         self._positions = None
-        span = _span(positions)
+        span = self._span(positions)
         results[positions if span is None else span] = values
 
-
-def _span(positions: np.ndarray) -> slice | None:
-    """``positions`` as a slice where they run consecutively upward (a copy into place is then a block copy)."""
-    count = len(positions)
-    if not count:
-        return slice(0, 0)
-    first = int(positions[0])
-    if int(positions[-1]) - first != count - 1 or (count > 2 and not (np.diff(positions) == 1).all()):
-        return None
-    return slice(first, first + count)
+    def _span(self, positions: np.ndarray) -> slice | None:
+        """A segment's *positions* as a slice, when the running ask's positions come in runs (see :meth:`ask`)."""
+        count = len(positions)
+        if not self._runs or not count:
+            return None
+        first = int(positions[0])
+        if int(positions[-1]) != first + count - 1:  # a run is whole: first and last tell (see ask)
+            raise AssertionError(f"a segment of {count} positions from {first} to {int(positions[-1])} is not a run")
+        return slice(first, first + count)
