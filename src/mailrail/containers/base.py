@@ -111,8 +111,8 @@ class Lookup:
     Array's gather, whose values are large).  Requests carry the asker's position of each key; replies
     carry the positions back in a segment of their own before the values
     (:meth:`~mailrail.channels.Channels.fill_pair_to`), so the values stay one contiguous array, written
-    by the owner where they leave from and copied by the asker into place, a slice where the positions
-    run consecutively (a gather of ascending indices), with no sort.  A rank answers its own requests
+    by the owner where they leave from and copied by the asker into place, by slice when the keys come
+    grouped by owner (a gather of ascending indices), with no sort.  A rank answers its own requests
     straight into its results.
     """
 
