@@ -270,13 +270,9 @@ class Channels:
 
     def _submit(self, channel: Channel, dests: np.ndarray, records: np.ndarray, copy: bool = True) -> None:
         self._check_open()
-        if self._busy:  # from a handler, while a send or a dispatch runs: after it
-            if copy:
-                dests, records = dests.copy(), records.copy()
-            self._nested.append((lambda: self._partition_and_send(channel, dests, records), len(records)))
-            self._nested_items += len(records)
-            return
-        self._pump(lambda: self._partition_and_send(channel, dests, records))
+        if self._busy and copy:  # from a handler: it waits for the running send or dispatch (defer), so a copy
+            dests, records = dests.copy(), records.copy()
+        self.defer(lambda: self._partition_and_send(channel, dests, records), len(records))
 
     def _fill_to(self, channel: Channel, dest: int, count: int, fill: Callable[[np.ndarray, int, int], object]) -> None:
         self._check_open()
@@ -576,11 +572,10 @@ class Channels:
         payload = self._pack_call(fn, reference, body, buffers)
         self.calls_sent += 1
         if self._busy:  # from a handler, while a send or a dispatch runs: after it
-            if dest == self.rank:
-                self._nested.append((lambda: self._run_call(payload), 1))
-            else:
-                self._nested.append((lambda: self._append_call(dest, payload), 1))
-            self._nested_items += 1
+            self.defer(
+                (lambda: self._run_call(payload)) if dest == self.rank else (lambda: self._append_call(dest, payload)),
+                1,
+            )
             return
         self._busy = True
         try:

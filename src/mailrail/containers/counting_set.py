@@ -332,13 +332,11 @@ class CountingSet(Container):
             self._add_sample(keys)
             return
         self._until_sample -= 1
-        # The words of 8-byte keys are the keys themselves: no key_words call (its checks cost per batch).
-        words = keys.view(np.uint64).reshape(-1, 1) if self._own_words else key_words(keys)
         if self._hot is None:
-            if self.channels.in_barrier or not self._waiting.append(keys):
-                self._send_waiting()
-                self._plain.send(self.partitioner.owner_of_words(words), keys)
+            self._send_plain(keys)
         else:
+            # The words of 8-byte keys are the keys themselves: no key_words call (its checks cost per batch).
+            words = keys.view(np.uint64).reshape(-1, 1) if self._own_words else key_words(keys)
             self._add_hot(keys, words, self._hot)
 
     def _hot_hashes(self, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -398,10 +396,7 @@ class CountingSet(Container):
             self._hot_held, self._held_batches = tally, 1
         else:
             self._held_batches += 1
-        # The cold keys wait for more (see the module's "Plain keys wait").
-        if in_barrier or not self._waiting.append(keys[cold]):
-            self._send_waiting()
-            self._plain.send(self.partitioner.owner_of_words(words[cold]), keys[cold])
+        self._send_plain(keys[cold])
         if not self._saves(len(cold), 0, len(keys)):
             self._until_sample = 0  # the hot keys went cold: sample the next batch
 
@@ -412,9 +407,19 @@ class CountingSet(Container):
         records["count"] = tally[present]
         self._adds.send(hot.owners[present], records)
 
+    def _send_plain(self, keys: npt.NDArray[Any]) -> None:
+        """Plain keys wait on the sender for more (see the module's *Plain keys wait*); inside a barrier, or too
+        many to wait, they leave now, after those waiting."""
+        if self.channels.in_barrier or not self._waiting.append(keys):
+            self._send_waiting()
+            self._send_now(keys)
+
+    def _send_now(self, keys: npt.NDArray[Any]) -> None:
+        self._plain.send(self.partitioner.owner(keys), keys)
+
     def _send_waiting(self) -> None:
         """Send the plain keys waiting on the sender."""
-        self._waiting.send(lambda keys: self._plain.send(self.partitioner.owner(keys), keys))
+        self._waiting.send(self._send_now)
 
     def _send_held(self) -> None:
         """Send what the sender holds: the plain keys waiting, the hot keys' counts (the rail's channels call it at
