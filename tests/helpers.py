@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from mailrail import jobcontrol, segments
@@ -278,3 +279,11 @@ def adaptive_state(flow: Any) -> dict[str, Any] | None:
         "parked": list(flow.parked),
         "owing": list(flow.owing),
     }
+
+
+def payload(source: int, dest: int, number: int, nbytes: int) -> bytes:
+    """Deterministic bytes of message *number* from *source* to *dest*: its identity in its first 8 bytes
+    (when it has room), then a pattern, so that a checksum tells any two messages apart."""
+    head = np.array([source, dest, number & 0xFFFF, number >> 16], dtype="<u2").tobytes()
+    body = bytes((source * 31 + dest * 17 + number * 7 + i) & 0xFF for i in range(max(0, nbytes - len(head))))
+    return (head + body)[:nbytes]

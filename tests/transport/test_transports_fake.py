@@ -1,7 +1,7 @@
-"""Both transports over the in-memory fake MPI (fake_mpi.py): scripted and Hypothesis-generated schedules.
+"""Both transports over the in-memory MPI (:mod:`mailrail.testing.mpi`): scripted and Hypothesis-generated schedules.
 
 Every test runs on the Python and the compiled transport (the ``kind`` fixture skips one that cannot
-run over the fake, saying why).  Each rank is built by ``fake_mpi.make_rank`` as MailRail builds it;
+run over the fake, saying why).  Each rank is built by ``mailrail.testing.stack.make_rank`` as MailRail builds it;
 nothing moves in the network until a test delivers it, so arrival orders, credit returns racing
 payloads and finalize with messages in flight are all the test's choice.
 """
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fake_mpi import CREDIT, DATA, TRANSPORTS, FakeWorld, RankRail, finalize_all, make_ranks, payload, unavailable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import payload
 from mailrail.errors import (
     BufferOwnershipError,
     FinalizedError,
@@ -27,12 +27,14 @@ from mailrail.errors import (
     ReleaseError,
 )
 from mailrail.flow import MODE_NAMES
+from mailrail.testing.mpi import InMemoryMPI
+from mailrail.testing.stack import CREDIT, DATA, TRANSPORTS, RankRail, finalize_all, make_ranks, unavailable
 
 
 class Traffic:
     """Sends numbered payloads and checks what arrives: exactly once, in order per pair, the same bytes."""
 
-    def __init__(self, world: FakeWorld, ranks: list[RankRail]) -> None:
+    def __init__(self, world: InMemoryMPI, ranks: list[RankRail]) -> None:
         self.world, self.ranks = world, ranks
         self.sent: dict[tuple[int, int], list[int]] = collections.defaultdict(list)  # (src, dst) -> checksums
         self.received: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
@@ -125,7 +127,7 @@ def pattern_pairs(pattern: str, size: int) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("flow_control", list(MODE_NAMES))
 @pytest.mark.parametrize(("pattern", "size"), [("uniform", 2), ("uniform", 4), ("incast", 3), ("incast", 4)])
 def test_every_message_arrives_once_in_order_with_its_bytes(kind, flow_control, pattern, size):
-    with FakeWorld(size, seed=size) as world:
+    with InMemoryMPI(size, seed=size) as world:
         ranks = make_ranks(world, kind, flow_control=flow_control, recv_pool_slots=8, ranks_per_node=2)
         traffic = Traffic(world, ranks)
         for round_number in range(6):
@@ -143,7 +145,7 @@ def test_every_message_arrives_once_in_order_with_its_bytes(kind, flow_control, 
 def adaptive_incast(kind: str) -> list[dict[str, int]]:
     """Three single-rank nodes send to rank 0, whose 2 receive slots are lent a credit at a time: nodes ask,
     wait, are revoked and give back; the application holds a message now and then."""
-    with FakeWorld(4, seed=5) as world:
+    with InMemoryMPI(4, seed=5) as world:
         ranks = make_ranks(world, kind, flow_control="adaptive", recv_pool_slots=2, send_pool_slots=4, ranks_per_node=1)
         traffic = Traffic(world, ranks)
         for round_number in range(8):
@@ -175,7 +177,7 @@ def test_both_transports_lend_adaptive_credits_alike():
 
 def test_without_credits_an_incast_overfills_the_receiver(kind):
     """The credit-bound check can fail: unconstrained senders outrun a receiver that does not receive."""
-    with FakeWorld(4) as world:
+    with InMemoryMPI(4) as world:
         ranks = make_ranks(world, kind, flow_control="none", recv_pool_slots=4)
         traffic = Traffic(world, ranks)
         for source in range(1, 4):
@@ -189,7 +191,7 @@ def test_without_credits_an_incast_overfills_the_receiver(kind):
 
 
 def test_deferred_sends_leave_when_credits_return(kind):
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         # 4 receive slots over 2 ranks: 2 credits per pair, returned one at a time (threshold 2).
         ranks = make_ranks(world, kind, flow_control="rank", recv_pool_slots=4, credit_threshold=2, piggyback=False)
         traffic = Traffic(world, ranks)
@@ -213,7 +215,7 @@ def test_deferred_sends_leave_when_credits_return(kind):
 
 @pytest.mark.parametrize("piggyback", [True, False])
 def test_credits_ride_on_payloads_only_with_piggyback(kind, piggyback):
-    with FakeWorld(2, seed=3) as world:
+    with InMemoryMPI(2, seed=3) as world:
         ranks = make_ranks(world, kind, flow_control="rank", recv_pool_slots=8, piggyback=piggyback)
         traffic = Traffic(world, ranks)
         for _ in range(20):  # ping-pong-ish: each side sends while it owes the other credits
@@ -231,7 +233,7 @@ def test_credits_ride_on_payloads_only_with_piggyback(kind, piggyback):
 
 
 def test_a_receiver_holding_every_slot_leaves_the_next_message_unmatched(kind):
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         ranks = make_ranks(world, kind, flow_control="none", recv_pool_slots=2)
         traffic = Traffic(world, ranks)
         for _ in range(3):
@@ -247,7 +249,7 @@ def test_a_receiver_holding_every_slot_leaves_the_next_message_unmatched(kind):
 
 
 def test_a_rendezvous_send_stays_in_flight_until_matched(kind):
-    with FakeWorld(2, eager_limit=0) as world:  # every payload is a rendezvous send
+    with InMemoryMPI(2, eager_limit=0) as world:  # every payload is a rendezvous send
         ranks = make_ranks(world, kind, flow_control="none", recv_pool_slots=1, send_pool_slots=2)
         traffic = Traffic(world, ranks)
         assert traffic.send(0, 1, 32) and traffic.send(0, 1, 32)
@@ -265,7 +267,7 @@ def test_a_rendezvous_send_stays_in_flight_until_matched(kind):
 
 @pytest.mark.parametrize("flow_control", ["none", "rank"])
 def test_finalize_with_messages_in_flight_counts_what_was_dropped(kind, flow_control):
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         ranks = make_ranks(world, kind, flow_control=flow_control, recv_pool_slots=4, send_pool_slots=8)
         traffic = Traffic(world, ranks)
         for _ in range(6):  # rank mode: 2 leave, 4 wait for credit
@@ -284,7 +286,7 @@ def test_finalize_with_messages_in_flight_counts_what_was_dropped(kind, flow_con
 
 
 def test_abandon_with_sends_in_flight_cancels_receives_and_keeps_the_sends(kind):
-    with FakeWorld(2, eager_limit=0) as world:
+    with InMemoryMPI(2, eager_limit=0) as world:
         ranks = make_ranks(world, kind, flow_control="none", recv_pool_slots=2)
         traffic = Traffic(world, ranks)
         for _ in range(2):
@@ -299,7 +301,7 @@ def test_abandon_with_sends_in_flight_cancels_receives_and_keeps_the_sends(kind)
 
 
 def test_a_longer_message_raises_a_mailrail_error_naming_the_datagram_size(kind):
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         ranks = make_ranks(world, kind, flow_control="none", datagram_size=64)
         world.comm(0, DATA).Isend(np.zeros(200, np.uint8), 1, 0)  # as a rank with larger datagrams would
         world.deliver_all()
@@ -324,7 +326,7 @@ def error_outcomes(kind: str) -> list[tuple[str, str]]:
         else:
             outcomes.append(("nothing", ""))
 
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         ranks = make_ranks(world, kind, flow_control="rank", recv_pool_slots=4)
         transport = ranks[0].transport
         for dest, nbytes in ((2, 4), (-1, 4), ("1", 4), (1, 65), (1, -1), (1, 2.0)):
@@ -413,7 +415,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
 
 def run_schedule(kind: str, scenario: dict[str, Any]) -> dict[str, Any]:
     """Play *scenario*'s steps on *kind*, then drain; check the properties; return what was observed."""
-    with FakeWorld(scenario["size"], eager_limit=scenario["eager_limit"], seed=scenario["seed"]) as world:
+    with InMemoryMPI(scenario["size"], eager_limit=scenario["eager_limit"], seed=scenario["seed"]) as world:
         ranks = make_ranks(world, kind, **scenario["knobs"])
         traffic = Traffic(world, ranks)
         arrivals = []

@@ -1,4 +1,4 @@
-"""The fake MPI against MPI's semantics, on both faces: what the transport tests rely on."""
+"""The in-memory MPI against MPI's semantics, on both faces: what the transports running over it rely on."""
 
 from __future__ import annotations
 
@@ -6,21 +6,21 @@ import ctypes
 
 import numpy as np
 import pytest
-from fake_mpi import (
+
+from mailrail._mpi import MPI
+from mailrail.testing.mpi import (
     ANY_SOURCE,
     ANY_TAG,
     BYTE,
-    DATA,
     ERR_TRUNCATE,
     REQUEST_NULL,
     STATUS_LAYOUT,
     STATUS_SIZE,
     FakeStatus,
-    FakeWorld,
+    InMemoryMPI,
     WouldBlock,
 )
-
-from mailrail._mpi import MPI
+from mailrail.testing.stack import DATA
 
 
 def array(*values: int) -> np.ndarray:
@@ -28,7 +28,7 @@ def array(*values: int) -> np.ndarray:
 
 
 def test_wildcard_receives_match_in_posting_order_and_unexpected_messages_in_arrival_order():
-    with FakeWorld(3) as world:
+    with InMemoryMPI(3) as world:
         receiver, first, second = (world.comm(rank, DATA) for rank in range(3))
         buffers = [np.zeros(4, np.uint8) for _ in range(3)]
         requests = [receiver.Recv_init(b, ANY_SOURCE, ANY_TAG) for b in buffers[:2]]
@@ -50,7 +50,7 @@ def test_wildcard_receives_match_in_posting_order_and_unexpected_messages_in_arr
 
 
 def test_one_channel_never_overtakes_but_channels_do():
-    with FakeWorld(3) as world:
+    with InMemoryMPI(3) as world:
         a, b = world.comm(1, DATA), world.comm(2, DATA)
         for number in range(3):
             a.Isend(array(number), 0, number)
@@ -66,7 +66,7 @@ def test_one_channel_never_overtakes_but_channels_do():
 
 
 def test_communicators_are_separate_contexts():
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         request = world.comm(1, "other").Recv_init(np.zeros(1, np.uint8))
         request.Start()
         world.comm(0, DATA).Isend(array(1), 1, 0)
@@ -79,7 +79,7 @@ def test_communicators_are_separate_contexts():
 
 
 def test_persistent_requests_are_inactive_after_completion_and_report_the_empty_status():
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         buffer = np.zeros(2, np.uint8)
         receive = world.comm(1, DATA).Recv_init(buffer)
         send = world.comm(0, DATA).Send_init([array(4, 5), 2, BYTE], 1, 3)
@@ -108,7 +108,7 @@ def test_persistent_requests_are_inactive_after_completion_and_report_the_empty_
 
 
 def test_a_longer_message_truncates_with_an_error_and_fills_the_buffer():
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         buffer = np.zeros(3, np.uint8)
         receive = world.comm(1, DATA).Recv_init(buffer)
         receive.Start()
@@ -124,7 +124,7 @@ def test_a_longer_message_truncates_with_an_error_and_fills_the_buffer():
 
 
 def test_cancel_completes_an_unmatched_receive_only():
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         comm = world.comm(1, DATA)
         unmatched, matched = comm.Recv_init(np.zeros(1, np.uint8)), comm.Recv_init(np.zeros(1, np.uint8))
         matched.Start()
@@ -141,7 +141,7 @@ def test_cancel_completes_an_unmatched_receive_only():
 
 
 def test_rendezvous_sends_complete_when_matched_and_read_the_buffer_then():
-    with FakeWorld(2, eager_limit=1) as world:
+    with InMemoryMPI(2, eager_limit=1) as world:
         source = array(1, 1)
         send = world.comm(0, DATA).Isend(source, 1, 0)
         small = world.comm(0, DATA).Isend(array(9), 1, 1)  # within the eager limit
@@ -166,7 +166,7 @@ def test_rendezvous_sends_complete_when_matched_and_read_the_buffer_then():
 
 
 def test_credit_bound_bookkeeping_counts_messages_until_their_buffer_is_reposted():
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         receive = world.comm(1, DATA).Recv_init(np.zeros(1, np.uint8))
         for _ in range(2):
             world.comm(0, DATA).Isend(array(1), 1, 0)
@@ -184,7 +184,7 @@ def test_credit_bound_bookkeeping_counts_messages_until_their_buffer_is_reposted
 
 def test_leaving_the_world_with_misuse_recorded_fails():
     with pytest.raises(AssertionError, match="erroneous MPI use"):
-        with FakeWorld(1) as world:
+        with InMemoryMPI(1) as world:
             with pytest.raises(MPI.Exception):
                 world.comm(0, DATA).Isend(array(1), 3, 0)  # no rank 3
 
@@ -195,7 +195,7 @@ def test_leaving_the_world_with_misuse_recorded_fails():
 class CFace:
     """The fake's C functions called through ctypes, as the compiled transport calls them."""
 
-    def __init__(self, world: FakeWorld) -> None:
+    def __init__(self, world: InMemoryMPI) -> None:
         library = world.library()
         pointer, integer, handle = ctypes.c_void_p, ctypes.c_int, ctypes.c_ssize_t
         sends = (pointer, integer, handle, integer, integer, handle, pointer)
@@ -223,7 +223,7 @@ class CFace:
 
 
 def test_the_c_face_moves_bytes_and_fills_its_status_layout():
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         c = CFace(world)
         assert (c.library.any_source, c.library.byte, c.library.source_offset) == (
             ANY_SOURCE,
@@ -254,7 +254,7 @@ def test_the_c_face_moves_bytes_and_fills_its_status_layout():
 
 
 def test_the_c_face_refuses_erroneous_calls_with_mpi_error_codes():
-    with FakeWorld(2) as world:
+    with InMemoryMPI(2) as world:
         c = CFace(world)
         request, stale = ctypes.c_int64(), ctypes.c_int64(12345)
         data = world.comm(0, DATA).handle

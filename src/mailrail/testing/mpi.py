@@ -1,7 +1,7 @@
-"""An in-memory MPI with two faces, so that the same tests drive both transports without mpiexec.
+"""An in-memory MPI with two faces, so that MailRail's real stack runs in one process, without ``mpiexec``.
 
-One :class:`FakeWorld` is a network of ``size`` ranks inside this process (in the spirit of trio's
-fake network and memory streams).  It models what the transports use of MPI, with MPI's semantics:
+One :class:`InMemoryMPI` is a network of ``size`` ranks inside this process (in the spirit of trio's
+fake network and memory streams).  It models what MailRail's transports use of MPI, with MPI's semantics:
 
 - point-to-point messages with an envelope (source, dest, tag, communicator context), matched by
   persistent or one-off requests; wildcard receives (``ANY_SOURCE``/``ANY_TAG``) match in posting
@@ -19,36 +19,34 @@ fake network and memory streams).  It models what the transports use of MPI, wit
   None) is buffered when it starts and completes at once; a longer one completes only when a
   receive matches it, and its bytes are read from the sender's buffer then.
 
-Nothing moves by itself: no threads, no progress behind the test's back.  A message leaves the
-network only when the test says (:meth:`FakeWorld.deliver`, ``deliver(choice)`` picking one of the
-busy channels, :meth:`FakeWorld.deliver_all`), which is how scripted and Hypothesis-generated
-schedules control arrival orders and credit returns racing payloads.
+Nothing moves by itself: no threads, no progress behind the caller's back.  A message leaves the
+network only when the caller says (:meth:`InMemoryMPI.deliver`, ``deliver(choice)`` picking one of the
+busy channels, :meth:`InMemoryMPI.deliver_random`, :meth:`InMemoryMPI.deliver_all`), which is how
+scripted, seeded and Hypothesis-generated schedules control arrival orders and credit returns racing
+payloads.  :class:`mailrail.testing.World` with ``transport=`` delivers at its switch points.
 
 The two faces share that one network:
 
-- the Python face (:attr:`FakeWorld.mpi`, :meth:`FakeWorld.comm`) has the mpi4py names
+- the Python face (:attr:`InMemoryMPI.mpi`, :meth:`InMemoryMPI.comm`) has the mpi4py names
   :class:`~mailrail.transport.python.PythonTransport` calls; errors raise ``mpi4py.MPI.Exception``
   with MPI's error codes, as mpi4py does;
-- the C face (:meth:`FakeWorld.library`) is a :class:`~mailrail.transport.compiled.MPILibrary`
+- the C face (:meth:`InMemoryMPI.library`) is a :class:`~mailrail.transport.compiled.MPILibrary`
   whose ten functions are ``ctypes`` callbacks, with a status layout of this module's own
   (:data:`STATUS_LAYOUT`, unlike Open MPI's), so the compiled transport runs over the same network.
 
 What MPI would call erroneous use (starting an active request, an unknown handle, freeing a
 posted receive, a ``Wait`` that could never return) is refused with an error code and recorded
-in :attr:`FakeWorld.misuse`; leaving a ``with FakeWorld(...)`` block with misuse recorded fails.
+in :attr:`InMemoryMPI.misuse`; leaving a ``with InMemoryMPI(...)`` block with misuse recorded fails.
 
-:func:`make_rank` builds one rank's transport over the fake the way :class:`~mailrail.rail.MailRail`
-does (flow control, pools, Endpoint): all construction is there, so an interface change is one edit.
+:mod:`mailrail.testing.stack` builds a rank's rail over it the way :class:`~mailrail.rail.MailRail` does.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import inspect
 import itertools
 import random
-import sys
 import types
 from collections import deque
 from collections.abc import Callable
@@ -56,14 +54,9 @@ from typing import Any
 
 import numpy as np
 
-from mailrail._mpi import MPI  # as the package starts it: this singleton then leaves no segment in /dev/shm
-from mailrail.flow import FlowParts, NodeLayout, flow_mode
-from mailrail.flow.base import FlowControl
-from mailrail.flow.node import LocalCounters
-from mailrail.pool import SlotPool
-from mailrail.transport import compiled
-from mailrail.transport.base import Tuning
-from mailrail.transport.compiled import MPILibrary
+from .._mpi import MPI  # as the package starts it: this singleton then leaves no segment in /dev/shm
+from ..transport import compiled
+from ..transport.compiled import MPILibrary
 
 # -- constants (MPICH's wildcard values and BYTE handle: not Open MPI's, so a transport that used the
 #    real library's constants instead of the ones it is given would fail here) ------------------------
@@ -288,7 +281,7 @@ class FakeComm:
     """One rank's view of one communicator: the mpi4py calls the Python transport makes, and a handle
     that the C face's calls name."""
 
-    def __init__(self, world: FakeWorld, rank: int, name: str, context: int, handle: int) -> None:
+    def __init__(self, world: InMemoryMPI, rank: int, name: str, context: int, handle: int) -> None:
         self.world, self.rank, self.name, self.context, self.handle = world, rank, name, context, handle
 
     def __repr__(self) -> str:
@@ -335,7 +328,7 @@ def _buffer(buf: Any) -> tuple[int, int, object]:
     return array.__array_interface__["data"][0], count, array
 
 
-class FakeWorld:
+class InMemoryMPI:
     """``size`` ranks and the network between them (see the module doc).
 
     *eager_limit*: sends of at most that many bytes complete when they start (None: every send);
@@ -410,7 +403,9 @@ class FakeWorld:
 
     # -- requests (both faces call these) -------------------------------------------------------
 
-    def recv_init(self, comm: FakeComm, address: int, count: int, source: int, tag: int, keep: object = None):
+    def recv_init(
+        self, comm: FakeComm, address: int, count: int, source: int, tag: int, keep: object = None
+    ) -> Request | int:
         if count < 0:
             return self.refuse(ERR_COUNT, f"Recv_init of {count} bytes")
         if source != ANY_SOURCE and not 0 <= source < self.size:
@@ -421,7 +416,7 @@ class FakeWorld:
 
     def send_init(
         self, comm: FakeComm, address: int, count: int, dest: int, tag: int, *, persistent: bool, keep: object = None
-    ):
+    ) -> Request | int:
         if count < 0:
             return self.refuse(ERR_COUNT, f"a send of {count} bytes")
         if not 0 <= dest < self.size:
@@ -540,6 +535,8 @@ class FakeWorld:
         """Take every unexpected message of *rank* on *name* (what finalize's probe-and-receive does);
         their rendezvous sends complete.  Returns how many."""
         context = self._contexts.get(name)
+        if context is None:  # no communicator of that name: nothing sent on it
+            return 0
         taken = [e for e in self._unexpected[rank] if e.context == context]
         self._unexpected[rank] = [e for e in self._unexpected[rank] if e.context != context]
         for envelope in taken:
@@ -575,12 +572,14 @@ class FakeWorld:
         """The ten MPI functions of :data:`~mailrail.transport.compiled.MPI_FUNCTIONS` as ctypes callbacks
         over this world, with this module's layout facts (what the compiled transport is given)."""
         if self._library is None:
-            functions = {}
+            functions: dict[str, int] = {}
             for name, (argtypes, body) in self._c_functions().items():
                 prototype = ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)
                 callback = prototype(self._guarded(name, body))
                 self._callbacks.append(callback)
-                functions[name] = ctypes.cast(callback, ctypes.c_void_p).value
+                address = ctypes.cast(callback, ctypes.c_void_p).value
+                assert address is not None
+                functions[name] = address
             assert set(functions) == set(compiled.MPI_FUNCTIONS)
             self._library = MPILibrary(
                 functions=functions,
@@ -707,7 +706,7 @@ class FakeWorld:
             return SUCCESS
 
         def make_send(persistent: bool) -> Callable[..., int]:
-            def send(buf: int | None, count: int, datatype: int, dest: int, tag: int, comm: int, address: int):
+            def send(buf: int | None, count: int, datatype: int, dest: int, tag: int, comm: int, address: int) -> int:
                 found = comm_of(comm, datatype)
                 if isinstance(found, int):
                     return found
@@ -716,7 +715,9 @@ class FakeWorld:
 
             return send
 
-        def recv_init(buf: int | None, count: int, datatype: int, source: int, tag: int, comm: int, address: int):
+        def recv_init(
+            buf: int | None, count: int, datatype: int, source: int, tag: int, comm: int, address: int
+        ) -> int:
             found = comm_of(comm, datatype)
             if isinstance(found, int):
                 return found
@@ -747,7 +748,7 @@ class FakeWorld:
         while self._closers:
             self._closers.pop()()
 
-    def __enter__(self) -> FakeWorld:
+    def __enter__(self) -> InMemoryMPI:
         return self
 
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
@@ -764,200 +765,3 @@ def _matches(request: Request, envelope: Envelope) -> bool:
         and request.peer in (ANY_SOURCE, envelope.source)
         and request.tag in (ANY_TAG, envelope.tag)
     )
-
-
-# -- one rank of a rail over the fake ------------------------------------------------------------------
-
-TRANSPORTS = ("python", "compiled")
-#: The communicators a rail uses for payloads and credit returns.
-DATA, CREDIT = "mailrail-data", "mailrail-credit"
-#: Tuning for tests: never yield the core when idle (the fake needs no other process to run).
-TEST_TUNING = Tuning(idle_spins=2**31 - 1)
-
-
-def unavailable(kind: str) -> str | None:
-    """None when the *kind* transport can run over the fake, else why not (the test skips, saying so)."""
-    from mailrail.transport import implementation
-
-    try:
-        implementation(kind)
-    except (RuntimeError, ImportError) as error:
-        return f"the {kind} implementation cannot run here: {error}"
-    if kind == "compiled" and "library" not in inspect.signature(compiled.make).parameters:
-        return (
-            "mailrail.transport.compiled.make() takes no library= (the MPILibrary to run over) and resolves "
-            "mpi4py's MPI itself, so the compiled transport cannot run over the fake"
-        )
-    return None
-
-
-@dataclasses.dataclass
-class RankRail:
-    """One rank over the fake: its transport, its Endpoint, and what MailRail builds around them.
-
-    The tests call the transport's methods, and these for what lives elsewhere (the Endpoint).
-    """
-
-    rank: int
-    kind: str
-    transport: Any
-    endpoint: Any
-    flow: FlowControl
-    send_pool: SlotPool
-    recv_pool: SlotPool
-    world: FakeWorld
-
-    def counters(self) -> dict[str, int]:
-        return dict(self.endpoint.counters())
-
-    def pending_sends(self) -> int:
-        return int(self.endpoint.pending_sends())
-
-    @property
-    def held(self) -> int:
-        return int(self.endpoint.held)
-
-    def stop(self) -> int:
-        """finalize()'s first step: the application's calls raise from now on; returns the deferred
-        sends dropped."""
-        return int(self.endpoint.stop())
-
-
-def make_rank(
-    world: FakeWorld,
-    rank: int,
-    kind: str,
-    *,
-    flow_control: str = "none",
-    datagram_size: int = 64,
-    send_pool_slots: int = 8,
-    recv_pool_slots: int = 8,
-    max_recvs: int | None = None,
-    credits_per_pair: int | None = None,
-    credit_threshold: int = 2,
-    piggyback: bool = True,
-    ranks_per_node: int | None = None,
-    stall_timeout: float = 0.0,
-    tuning: Tuning = TEST_TUNING,
-) -> RankRail:
-    """Rank *rank*'s *kind* (``"python"`` or ``"compiled"``) implementation over *world*, built as ``MailRail``
-    builds it (the mode's table entry, then ``Implementation.build``), with the same knobs.  Modes that share
-    node memory group ranks into nodes of *ranks_per_node* consecutive ranks, which share counters in plain
-    memory (:class:`~mailrail.flow.node.LocalCounters`, one per name the mode's table entry lists).  The
-    transport is abandoned when *world* closes, if still open.
-    """
-    from mailrail.transport import implementation
-
-    if kind not in TRANSPORTS:
-        raise ValueError(f"kind must be one of {TRANSPORTS}, not {kind!r}")
-    reason = unavailable(kind)
-    if reason is not None:
-        raise RuntimeError(reason)
-    chosen = implementation(kind)
-    size = world.size
-    # -- flow control, as MailRail._make_flow_control: the mode's table entry builds it --
-    mode = flow_mode(flow_control)
-    per_node = ranks_per_node or size
-    nodes = -(-size // per_node)
-    budget = mode.budget(
-        recv_slots=recv_pool_slots,
-        ranks=size,
-        nodes=nodes,
-        credit_threshold=credit_threshold,
-        credits_per_pair=credits_per_pair,
-    )
-    parts = FlowParts(ranks=size, budget=budget, recv_slots=recv_pool_slots, piggyback=piggyback, max_tag=world.tag_ub)
-    if mode.uses_node_memory:
-        node_map = np.arange(size, dtype=np.int32) // per_node
-
-        def node_counters(name: str, initial: int) -> LocalCounters:
-            # one per node and name, shared by the node's ranks (they live in one process here)
-            made: dict[int, LocalCounters] = world.__dict__.setdefault(f"_node_{name}", {})
-            return made.setdefault(rank // per_node, LocalCounters(size, initial))
-
-        counters = mode.make_node_counters(budget, node_counters)
-        layout = NodeLayout(nodes, lambda other: other // per_node, int(node_map.ctypes.data))
-        parts = dataclasses.replace(parts, layout=layout, counters=counters, owner=(*counters.values(), node_map))
-    flow = mode.strategy(kind, parts)
-    world.on_close(flow.detach)
-    # -- pools, Endpoint and transport, as MailRail builds them: Implementation.build --
-    data = world.comm(rank, DATA)
-    credit = world.comm(rank, CREDIT) if mode.has_credits else None
-    if kind == "compiled":  # the C face: raw handles and the fake's library
-        communicators: dict[str, Any] = dict(
-            comm=data.handle, credit_comm=None if credit is None else credit.handle, library=world.library()
-        )
-    else:  # the Python face: the fake's communicators and MPI names
-        communicators = dict(comm=data, credit_comm=credit, mpi=world.mpi)
-    stack = chosen.build(
-        rank,
-        size,
-        flow,
-        datagram_size=datagram_size,
-        send_pool_slots=send_pool_slots,
-        recv_pool_slots=recv_pool_slots,
-        posted_receives=recv_pool_slots if max_recvs is None else max_recvs,
-        tag_ub=world.tag_ub,
-        tuning=tuning,
-        stall_timeout=stall_timeout,
-        **communicators,
-    )
-    transport, endpoint = stack.transport, stack.endpoint
-    world.on_close(lambda: _abandon_quietly(transport))
-    return RankRail(rank, kind, transport, endpoint, flow, stack.send_pool, stack.recv_pool, world)
-
-
-def make_ranks(world: FakeWorld, kind: str, **knobs: Any) -> list[RankRail]:
-    """Every rank of *world* with the same knobs (MailRail's ranks must agree on them)."""
-    return [make_rank(world, rank, kind, **knobs) for rank in range(world.size)]
-
-
-def _abandon_quietly(transport: Any) -> None:
-    try:
-        transport.abandon()
-    except Exception as error:  # the test's own failure, if any, is the one to see
-        print(f"abandon() at world close raised {type(error).__name__}: {error}", file=sys.stderr)
-
-
-def finalize_all(ranks: list[RankRail], *, limit: int = 1000) -> list[dict[str, int]]:
-    """``MailRail.finalize()``'s local steps on every rank, its collectives replaced by delivering the network.
-
-    Deferred sends are dropped and counted, the application's calls refused, sends completed while
-    arrivals are discarded, then receives cancelled, unmatched messages received, requests freed.
-    Returns per rank the counts finalize reports (deferred, unreleased, unreceived, reserved).
-    """
-    world = ranks[0].world
-    reports = []
-    for rail in ranks:
-        reports.append(
-            {
-                "reserved": rail.counters()["send_buffers_reserved"],
-                "unreleased": rail.held,
-                "deferred": rail.stop(),
-                "unreceived": 0,
-            }
-        )
-    for _ in range(limit):  # finalize's phases 1 and 2: every rank's sends complete
-        for rail, report in zip(ranks, reports):
-            rail.transport.reclaim_sends()
-            report["unreceived"] += rail.transport.discard_arrivals()
-        if not world.in_flight() and not any(rail.transport.reclaim_sends() for rail in ranks):
-            break
-        world.deliver_all()
-    else:
-        raise WouldBlock(f"finalize: sends still in flight after {limit} rounds")
-    for rail, report in zip(ranks, reports):
-        report["unreceived"] += rail.transport.discard_arrivals()
-        report["unreceived"] += rail.transport.cancel_receives()
-        report["unreceived"] += world.receive_unexpected(rail.rank, DATA)
-        world.receive_unexpected(rail.rank, CREDIT)
-        rail.transport.close()
-    return reports
-
-
-def payload(source: int, dest: int, number: int, nbytes: int) -> bytes:
-    """Deterministic bytes of message *number* from *source* to *dest*: its identity in its first 8 bytes
-    (when it has room), then a pattern, so that a checksum tells any two messages apart."""
-    head = np.array([source, dest, number & 0xFFFF, number >> 16], dtype="<u2").tobytes()
-    body = bytes((source * 31 + dest * 17 + number * 7 + i) & 0xFF for i in range(max(0, nbytes - len(head))))
-    return (head + body)[:nbytes]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import functools
+import re
 import subprocess
 import sys
 import threading
+import warnings
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from hypothesis import strategies as st
 
 from mailrail.errors import (
     BufferOwnershipError,
+    ConfigError,
     FinalizedError,
     InvalidDestinationError,
     MailRailError,
@@ -24,7 +28,35 @@ from mailrail.errors import (
     UndeliveredError,
     UndeliveredWarning,
 )
-from mailrail.testing import POISON, DeadlockError, LivelockError, World
+from mailrail.flow import MODE_NAMES, flow_mode
+from mailrail.testing import DeadlockError, LivelockError, World
+from mailrail.testing.stack import TRANSPORTS, unavailable
+from mailrail.testing.world import POISON
+
+#: What moves a World's messages: its model, or MailRail's real stack on a transport in a flow-control mode.
+BACKENDS = ("model", *(f"{transport}/{mode}" for transport in TRANSPORTS for mode in MODE_NAMES))
+
+
+def make_world(backend: str, size: int = 2, seed: int = 0, **knobs) -> World:
+    """A World on *backend*; over a transport, with at least the receive slots the mode needs for *size* ranks
+    (a test's tiny pools are the model's; the real credit modes refuse fewer, as MailRail does)."""
+    if backend == "model":
+        return World(size, seed, **knobs)
+    transport, mode = backend.split("/")
+    reason = unavailable(transport)
+    if reason is not None:
+        pytest.skip(reason)
+    # Two credits per sender at least: with one, a handler that holds its message while it forwards others
+    # (as hops() does) waits for the credit its own message holds, a deadlock on MPI as here.
+    least = flow_mode(mode).least_recv_slots(ranks=size, nodes=1)
+    knobs["recv_pool_slots"] = max(knobs.get("recv_pool_slots", 64), 2 * least)
+    return World(size, seed, transport=transport, flow_control=mode, **knobs)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
 
 # -- helpers: a program that sends checksummed messages --------------------------------------------
 
@@ -95,10 +127,13 @@ def check_exactly_once(results, counts, lengths, seed) -> None:
     lengths=st.lists(st.integers(12, 64), min_size=1, max_size=4),
     send_slots=st.integers(1, 4),
     recv_slots=st.integers(1, 4),
+    backend=st.sampled_from(BACKENDS),
 )
-def test_every_message_arrives_exactly_once_with_its_bytes(seed, size, counts, lengths, send_slots, recv_slots):
+def test_every_message_arrives_exactly_once_with_its_bytes(
+    seed, size, counts, lengths, send_slots, recv_slots, backend
+):
     counts = counts[:size]
-    world = World(size, seed, datagram_size=64, send_pool_slots=send_slots, recv_pool_slots=recv_slots)
+    world = make_world(backend, size, seed, datagram_size=64, send_pool_slots=send_slots, recv_pool_slots=recv_slots)
     results = world.run(traffic, counts, lengths, seed)
     check_exactly_once(results, counts, lengths, seed)
 
@@ -142,19 +177,21 @@ def incast(rail):
     else:
         while len(arrivals) < 30 * (rail.size - 1):
             take(rail, arrivals)
+    rail.barrier(lambda message: None)  # with credits, a sender's deferred sends leave only while it makes progress
     return arrivals, rail.stats()["reserve_failures"]
 
 
-def test_tiny_pools_under_incast_deliver_everything():
-    results = World(5, seed=3, send_pool_slots=1, recv_pool_slots=2).run(incast)
+def test_tiny_pools_under_incast_deliver_everything(backend):
+    results = make_world(backend, 5, seed=3, send_pool_slots=1, recv_pool_slots=2).run(incast)
     arrivals = results[0][0]
     assert sorted(arrivals) == sorted((source, payload(source, i, 16)) for source in range(1, 5) for i in range(30))
-    assert sum(failures for _, failures in results) > 0
+    if backend == "model" or flow_mode(backend.split("/")[1]).has_credits:
+        assert sum(failures for _, failures in results) > 0  # unconstrained, an eager send frees its buffer at once
 
 
-def test_a_seed_gives_one_run_and_seeds_give_different_runs():
+def test_a_seed_gives_one_run_and_seeds_give_different_runs(backend):
     def trace(seed):
-        world = World(4, seed)
+        world = make_world(backend, 4, seed)
         arrivals = world.run(incast)[0][0]
         return [source for source, _ in arrivals], world.steps
 
@@ -207,8 +244,8 @@ def hops(rail):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_barrier_waits_for_messages_its_handlers_send(seed):
-    results = World(3, seed, send_pool_slots=2, recv_pool_slots=2).run(hops)
+def test_the_barrier_waits_for_messages_its_handlers_send(seed, backend):
+    results = make_world(backend, 3, seed, send_pool_slots=2, recv_pool_slots=2).run(hops)
     handled = sorted(ttl for ranks_handled, _, _ in results for ttl in ranks_handled)
     assert handled == sorted(list(range(6)) * 9)  # every hop of every message, before any barrier returned
     assert sum(sent for _, sent, _ in results) == sum(released for _, _, released in results) == 54
@@ -291,9 +328,9 @@ def channels_and_calls(rail, keys_per_rank: int):
 
 
 @pytest.mark.parametrize("seed", [0, 5])
-def test_channel_records_and_calls_made_from_calls_all_arrive(seed):
+def test_channel_records_and_calls_made_from_calls_all_arrive(seed, backend):
     size, per_rank = 3, 700  # 700 records of 8 bytes: several 512-byte datagrams per destination
-    results = World(size, seed, datagram_size=512, send_pool_slots=2, recv_pool_slots=2).run(
+    results = make_world(backend, size, seed, datagram_size=512, send_pool_slots=2, recv_pool_slots=2).run(
         channels_and_calls, per_rank
     )
     everything = sorted(key for keys, _, _ in results for key in keys)
@@ -388,9 +425,9 @@ def requests_answered_in_pairs(rail, asks_per_rank: int, deferred: bool):
 
 @pytest.mark.parametrize("deferred", [False, True])
 @pytest.mark.parametrize("seed, send_slots", [(0, 2), (1, 8), (2, 64)])
-def test_paired_replies_arrive_exactly_once_positions_before_values(seed, send_slots, deferred):
+def test_paired_replies_arrive_exactly_once_positions_before_values(seed, send_slots, deferred, backend):
     size, asks = 3, 500  # 500 requests: several whole reply datagrams of 31 pairs per owner, and partial ones
-    world = World(size, seed, datagram_size=1024, send_pool_slots=send_slots, recv_pool_slots=4)
+    world = make_world(backend, size, seed, datagram_size=1024, send_pool_slots=send_slots, recv_pool_slots=4)
     for answers, order, report in world.run(requests_answered_in_pairs, asks, deferred):
         positions = np.arange(asks)
         expected = positions[:, None] + np.arange(3) + 10.0 * (positions % size)[:, None]
@@ -459,7 +496,7 @@ def test_the_report_counts_what_was_left_staged_unreleased_reserved_and_unreceiv
     assert reports[1] == dict.fromkeys(reports[1], 0)
 
 
-def test_strict_finalize_raises_and_a_finalized_rail_refuses_everything():
+def test_strict_finalize_raises_and_a_finalized_rail_refuses_everything(backend):
     def program(rail):
         if rail.rank == 0:
             rail.reserve_send_buffer()
@@ -479,10 +516,10 @@ def test_strict_finalize_raises_and_a_finalized_rail_refuses_everything():
                 call()
         return True
 
-    assert World(2).run(program) == [True, True]
+    assert make_world(backend, 2).run(program) == [True, True]
 
 
-def test_the_with_statement_finalizes():
+def test_the_with_statement_finalizes(backend):
     def program(rail):
         with rail:
             buf = rail.reserve_send_buffer()
@@ -492,7 +529,7 @@ def test_the_with_statement_finalizes():
             rail.receive()
         return rail.stats()["messages_released"]
 
-    assert World(2).run(program) == [1, 1]
+    assert make_world(backend, 2).run(program) == [1, 1]
 
 
 # -- errors: the real rail's ---------------------------------------------------------------------
@@ -528,7 +565,7 @@ def test_bad_sends_and_releases_raise_the_real_rail_s_errors():
     assert World(1, datagram_size=64).run(program) == [True]
 
 
-def test_an_exception_on_one_rank_stops_the_others_and_names_its_rank():
+def test_an_exception_on_one_rank_stops_the_others_and_names_its_rank(backend):
     unwound = []
 
     def program(rail):
@@ -541,9 +578,10 @@ def test_an_exception_on_one_rank_stops_the_others_and_names_its_rank():
             unwound.append(rail.rank)
 
     before = threading.active_count()
+    world = make_world(backend, 4, seed=9)
     with pytest.raises(KeyError, match="boom") as caught:
-        World(4, seed=9).run(program)
-    assert caught.value.__notes__ == ["mailrail.testing: raised on rank 2 of World(size=4, seed=9)"]
+        world.run(program)
+    assert caught.value.__notes__ == [f"mailrail.testing: raised on rank 2 of {world!r}"]
     assert sorted(unwound) == [0, 1, 2, 3] and threading.active_count() == before
 
 
@@ -638,3 +676,112 @@ def test_world_arguments_are_checked():
 def test_the_module_imports_no_mpi():
     code = "import sys, mailrail.testing; print(sorted(m for m in sys.modules if m in ('mpi4py', 'mailrail.rail')))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+# -- over a transport: MailRail's real stack ----------------------------------------------------------
+
+TRANSPORT_BACKENDS = [backend for backend in BACKENDS if backend != "model"]
+
+
+@pytest.mark.parametrize("backend", TRANSPORT_BACKENDS)
+def test_over_a_transport_bad_calls_raise_the_real_rail_s_errors(backend):
+    def program(rail):
+        buf = rail.reserve_send_buffer()
+        with pytest.raises(InvalidDestinationError, match="destination 7 is out of range"):
+            rail.send(7, buf, 1)
+        buf = rail.reserve_send_buffer()
+        with pytest.raises(MessageSizeError, match="nbytes=65"):
+            rail.send(0, buf, 65)
+        with pytest.raises(BufferOwnershipError):
+            rail.send(0, np.zeros(8, np.uint8), 8)
+        buf = rail.reserve_send_buffer()
+        buf[:3] = [1, 2, 3]
+        rail.send(0, buf, 3)
+        message = None
+        while message is None:
+            message = rail.receive()
+        assert message.data.tolist() == [1, 2, 3] and not message.data.flags.writeable
+        rail.release_receive_buffer(message)
+        with pytest.raises(ReleaseError, match="already released"):
+            rail.release_receive_buffer(message)
+        stats = rail.stats()
+        return stats["transport"], stats["flow_control"], stats["messages_released"]
+
+    transport, mode = backend.split("/")
+    assert make_world(backend, 1, datagram_size=64).run(program) == [(transport, mode, 1)]
+
+
+@pytest.mark.parametrize("backend", TRANSPORT_BACKENDS)
+def test_over_a_transport_credits_travel_and_finalize_reports_what_was_left(backend):
+    def program(rail):
+        arrivals: list[tuple[int, bytes]] = []
+        for index in range(40):  # an incast on rank 0: in the credit modes, more than its credits allow
+            send(rail, 0, payload(rail.rank, index, 16), arrivals)
+        rail.barrier(lambda message: arrivals.append((message.source, bytes(message.data))))
+        rail.comm.Barrier()  # every rank left the rail's barrier: what is sent now is not handled there
+        if rail.rank:
+            send(rail, 0, payload(rail.rank, 40, 16), arrivals)
+            while rail.pending_sends():  # a send waiting for credit leaves only while its rank makes progress
+                assert rail.receive() is None
+        rail.comm.Barrier()
+        if rail.rank == 0:
+            held = None
+            while held is None:  # one of the two is held, never released; the other is never received
+                held = rail.receive()
+        stats = rail.stats()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UndeliveredWarning)
+            return arrivals, stats, rail.finalize()
+
+    world = make_world(backend, 3, seed=2, datagram_size=64, send_pool_slots=4, recv_pool_slots=6)
+    results = world.run(program)
+    arrivals = results[0][0]
+    assert sorted(arrivals) == sorted((source, payload(source, i, 16)) for source in range(3) for i in range(40))
+    reports = [report for _, _, report in results]
+    assert reports[0] == {"deferred": 0, "unreleased": 1, "unreceived": 1, "reserved": 0, "staged": 0}
+    assert not any(reports[1].values()) and not any(reports[2].values())
+    has_credits = flow_mode(backend.split("/")[1]).has_credits
+    credit_messages = sum(stats["credit_messages_sent"] for _, stats, _ in results)
+    assert (credit_messages > 0) == has_credits
+
+
+def test_world_knobs_over_a_transport_are_checked_as_mailrail_checks_them():
+    with pytest.raises(ValueError, match="the in-memory model has no credits"):
+        World(2, flow_control="rank")
+    with pytest.raises(ValueError, match="transport='mpi'"):
+        World(2, transport="mpi")
+    with pytest.raises(ConfigError, match="'credit'"):
+        World(2, transport="python", flow_control="credit")
+    with pytest.raises(ConfigError, match="MAILRAIL_RECV_POOL_SLOTS=4 is fewer than the 8 sender ranks"):
+        World(8, transport="python", flow_control="rank", recv_pool_slots=4)
+    world = World(3, transport="compiled", flow_control="node", ranks_per_node=2, credit_threshold=3)
+    assert world.stack_knobs is not None and world.stack_knobs["ranks_per_node"] == 2
+    assert repr(world) == "World(size=3, seed=0, transport='compiled', flow_control='node')"
+
+
+def test_a_model_world_loads_no_mpi_and_a_world_over_a_transport_does():
+    code = (
+        "import sys; from mailrail.testing import World; World(2).run(lambda rail: None); "
+        "print('mpi4py' in sys.modules, end=' '); World(2, transport='python').run(lambda rail: None); "
+        "print('mpi4py' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == (
+        "False True\n"
+    )
+
+
+def test_the_documented_word_count_and_its_tests_pass(tmp_path):
+    """docs/testing.md's example: the application and its test file, as a user would save and run them."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    blocks = re.findall(r"```python\n(# (\w+\.py)\n.*?)```", page, re.S)
+    assert [name for _, name in blocks] == ["wordcount.py", "test_wordcount.py"]
+    for code, name in blocks:
+        (tmp_path / name).write_text(code)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "64 passed" in done.stdout, done.stdout + done.stderr

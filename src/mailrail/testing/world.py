@@ -47,14 +47,14 @@ import random
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 import numpy as np
 
-from .channels import Channels
-from .errors import FinalizedError, MailRailError, nested_barrier_error, report_undelivered
-from .pool import SlotPool
-from .protocol import (
+from ..channels import Channels
+from ..errors import FinalizedError, MailRailError, nested_barrier_error, report_undelivered
+from ..pool import SlotPool
+from ..protocol import (
     FREE,
     HELD,
     IN_FLIGHT,
@@ -66,7 +66,11 @@ from .protocol import (
     release_refused,
 )
 
-__all__ = ["World", "Rail", "Comm", "Message", "WorldError", "DeadlockError", "LivelockError"]
+__all__ = ["World", "Rail", "TransportRail", "Comm", "Message", "WorldError", "DeadlockError", "LivelockError"]
+
+if TYPE_CHECKING:  # the stack imports the transports (and mpi4py): only a World with transport= loads it
+    from .mpi import InMemoryMPI
+    from .stack import RankRail
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -118,6 +122,13 @@ class World:
         max_delay: int = 8,
         max_steps: int = 10**7,
         max_idle_steps: int = 100_000,
+        transport: str | None = None,
+        flow_control: str = "none",
+        ranks_per_node: int | None = None,
+        credits_per_pair: int | None = None,
+        credit_threshold: int | None = None,
+        max_recvs: int | None = None,
+        piggyback: bool | None = None,
     ) -> None:
         for name, value, low in (
             ("size", size, 1),
@@ -130,6 +141,39 @@ class World:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"World({name}={value!r}): an integer >= {low}")
+        if transport is None:
+            if flow_control != "none" or any(
+                knob is not None for knob in (ranks_per_node, credits_per_pair, credit_threshold, max_recvs, piggyback)
+            ):
+                raise ValueError(
+                    f"World(flow_control={flow_control!r}, ...): the in-memory model has no credits; pass "
+                    f"transport='python' or 'compiled' to run MailRail's real stack"
+                )
+            self.stack_knobs: dict[str, Any] | None = None
+        else:
+            from .stack import TRANSPORTS, unavailable
+
+            if transport not in TRANSPORTS:
+                raise ValueError(f"World(transport={transport!r}): one of {', '.join(map(repr, TRANSPORTS))}, or None")
+            reason = unavailable(transport)
+            if reason is not None:
+                raise RuntimeError(f"World(transport={transport!r}): {reason}")
+            knobs = {
+                "ranks_per_node": ranks_per_node,
+                "credits_per_pair": credits_per_pair,
+                "credit_threshold": credit_threshold,
+                "max_recvs": max_recvs,
+                "piggyback": piggyback,
+            }
+            given = {name: value for name, value in knobs.items() if value is not None}
+            config = _checked_config(size, flow_control, datagram_size, send_pool_slots, recv_pool_slots, given)
+            #: The knobs each rank's stack is built with (:func:`mailrail.testing.stack.make_rank`'s keywords).
+            self.stack_knobs = {
+                name: getattr(config, name)
+                for name in ("flow_control", "datagram_size", "send_pool_slots", "recv_pool_slots", *knobs)
+            }
+        self.transport = transport
+        self.flow_control = flow_control
         self.size = size
         self.seed = seed
         self.datagram_size = datagram_size
@@ -155,7 +199,36 @@ class World:
             self.steps = run.steps
 
     def __repr__(self) -> str:
-        return f"World(size={self.size}, seed={self.seed})"
+        over = "" if self.transport is None else f", transport={self.transport!r}, flow_control={self.flow_control!r}"
+        return f"World(size={self.size}, seed={self.seed}{over})"
+
+
+def _checked_config(
+    size: int, flow_control: str, datagram_size: int, send_pool_slots: int, recv_pool_slots: int, knobs: dict[str, Any]
+) -> Any:
+    """The knobs as :class:`~mailrail.rail.MailRail` takes them: what it refuses (a bad value, a mode's budget that
+    cannot be met) raises the same :class:`~mailrail.errors.ConfigError`, naming the value."""
+    from ..config import Config
+    from ..flow import flow_mode
+
+    config = Config.from_env(
+        {},
+        warn=False,
+        flow_control=flow_control,
+        datagram_size=datagram_size,
+        send_pool_slots=send_pool_slots,
+        recv_pool_slots=recv_pool_slots,
+        **knobs,
+    )
+    per_node = config.ranks_per_node or size
+    flow_mode(config.flow_control).budget(
+        recv_slots=config.recv_pool_slots,
+        ranks=size,
+        nodes=-(-size // per_node),
+        credit_threshold=config.credit_threshold,
+        credits_per_pair=config.credits_per_pair,
+    )
+    return config
 
 
 class Message:
@@ -283,14 +356,8 @@ class Rail:
     """
 
     def __init__(self, run: _Run, rank: int) -> None:
+        self._start(run, rank)
         world = run.world
-        self._run = run
-        #: This rank: the ``dest`` other ranks send to it with.
-        self.rank: int = rank
-        #: The ranks of the world: valid destinations are ``0 .. size - 1``.
-        self.size: int = world.size
-        self.datagram_size: int = world.datagram_size
-        self.send_pool_slots: int = world.send_pool_slots
         self._send_pool = SlotPool(world.send_pool_slots, world.datagram_size)
         self._send_state = [FREE] * world.send_pool_slots
         self._free_sends = list(range(world.send_pool_slots - 1, -1, -1))  # a stack, lowest slot on top
@@ -303,11 +370,6 @@ class Rail:
         self._free_recvs = list(range(world.recv_pool_slots - 1, -1, -1))
         self._arrived: deque[Message] = deque()  # landed in a receive slot, not yet returned by receive()
         self._held = 0
-        self._comm = Comm(run, rank, "rail.comm")
-        self._channels: Channels | None = None
-        self._in_barrier = False
-        self._barriers = 0
-        self._finalized = False
         self._counters = dict.fromkeys(
             (
                 "messages_sent",
@@ -320,6 +382,22 @@ class Rail:
             ),
             0,
         )
+
+    def _start(self, run: _Run, rank: int) -> None:
+        """What every rail of a World has, whatever moves its messages."""
+        world = run.world
+        self._run = run
+        #: This rank: the ``dest`` other ranks send to it with.
+        self.rank: int = rank
+        #: The ranks of the world: valid destinations are ``0 .. size - 1``.
+        self.size: int = world.size
+        self.datagram_size: int = world.datagram_size
+        self.send_pool_slots: int = world.send_pool_slots
+        self._comm = Comm(run, rank, "rail.comm")
+        self._channels: Channels | None = None
+        self._in_barrier = False
+        self._barriers = 0
+        self._finalized = False
 
     # -- the application's API ---------------------------------------------------
 
@@ -474,20 +552,16 @@ class Rail:
         if self._in_barrier:
             raise MailRailError("finalize() called from inside a barrier() handler: it is collective")
         self._finalized = True
-        reserved = self._reserved
         staged = self._channels.close() if self._channels is not None else 0
-        unreleased = self._held
-        self._run.collective(self.rank, "finalize", "finalize()", None, lambda values: values)
-        unreceived = self._run.discard(self.rank)
-        report = {
-            "deferred": 0,
-            "unreleased": unreleased,
-            "unreceived": unreceived,
-            "reserved": reserved,
-            "staged": staged,
-        }
+        report = {"deferred": 0, "unreleased": 0, "unreceived": 0, "reserved": 0, **self._finish(), "staged": staged}
         report_undelivered(f"Rail.finalize() on rank {self.rank}", report, strict)
         return report
+
+    def _finish(self) -> dict[str, int]:
+        """finalize()'s collective steps: the counts of its report."""
+        reserved, unreleased = self._reserved, self._held
+        self._run.collective(self.rank, "finalize", "finalize()", None, lambda values: values)
+        return {"unreleased": unreleased, "unreceived": self._run.discard(self.rank), "reserved": reserved}
 
     def stats(self) -> dict[str, Any]:
         """This rank's counters (those of :mod:`mailrail.counters` that an in-memory rail has)."""
@@ -510,7 +584,21 @@ class Rail:
 
     def __repr__(self) -> str:
         state = " finalized" if self._finalized else ""
-        return f"<mailrail.testing.Rail rank {self.rank} of {self.size}{state}>"
+        return f"<mailrail.testing.{type(self).__name__} rank {self.rank} of {self.size}{state}>"
+
+    def _notes(self) -> list[str]:
+        """What this rank holds, for a deadlock's report."""
+        notes = []
+        if self._held:
+            notes.append(f"holds {self._held} received message(s) not released")
+        if self._arrived:
+            notes.append(f"has {len(self._arrived)} arrived message(s) it has not received")
+        waiting = self._run.waiting[self.rank]
+        if waiting:
+            notes.append(f"{len(waiting)} message(s) to it wait for a free receive slot")
+        if self._reserved:
+            notes.append(f"holds {self._reserved} reserved send buffer(s)")
+        return notes
 
     # -- inside ----------------------------------------------------------------
 
@@ -536,6 +624,111 @@ class Rail:
             self._send_state[slot] = FREE
             self._reserved -= 1
             self._free_sends.append(slot)
+
+
+class TransportRail(Rail):
+    """One rank of MailRail's real stack in a :class:`World` made with ``transport=``: flow control, pools,
+    Endpoint and the Python or compiled transport, built as :class:`~mailrail.rail.MailRail` builds them, over
+    an :class:`~mailrail.testing.mpi.InMemoryMPI` whose messages the World delivers at its switch points.
+
+    The API, switch points, ``barrier()`` rule and ``finalize()`` report are :class:`Rail`'s; the per-message
+    calls, their errors and the credits are the real ones.  A ``barrier()`` or ``finalize()`` that waits
+    polls, as the real rail does, so a rank that never joins shows as :class:`LivelockError` after
+    ``max_idle_steps``, not as :class:`DeadlockError`.
+    """
+
+    def __init__(self, run: _Run, rank: int, stack: RankRail) -> None:
+        self._start(run, rank)
+        self._stack = stack
+        transport = stack.transport
+        self._transport = transport
+        self._reserve = transport.reserve_send_buffer
+        self._send = transport.send
+        self._receive = transport.receive
+        self._release = transport.release_receive_buffer
+
+    def reserve_send_buffer(self) -> np.ndarray | None:
+        buf: np.ndarray | None = self._reserve()
+        if buf is None:
+            self._run.switch(self.rank, "reserve_send_buffer() (it returned None)")
+        else:
+            self._run.progress()
+        return buf
+
+    def send(self, dest: int, buf: np.ndarray, nbytes: int) -> None:
+        self._send(dest, buf, nbytes)
+        self._run.sent_total += 1
+        self._run.progress()
+        self._run.switch(self.rank, f"send(dest={dest})")
+
+    def receive(self) -> Any:
+        message = self._take()
+        if message is None:
+            self._run.switch(self.rank, "receive() (it returned None)")
+        return message
+
+    def release_receive_buffer(self, message: Any) -> None:
+        self._release(message)
+        self._run.released_total += 1
+        self._run.progress()
+
+    def pending_sends(self) -> int:
+        return self._stack.pending_sends()
+
+    def _take(self) -> Any:
+        message = self._receive()
+        if message is not None:
+            self._run.progress()
+        return message
+
+    def _barrier(self, handler: Callable[[Any], object]) -> int:
+        run = self._run
+        self._barriers += 1
+        number = run.enter_barrier(self.rank)
+        what = f"barrier() (barrier #{number})"
+        handled = 0
+        while True:
+            message = self._take()
+            if message is None:
+                if run.barriers_completed >= number:
+                    return handled
+                run.switch(self.rank, what)
+                continue
+            handler(message)
+            if self._stack.endpoint.holds(message):  # not released by the handler
+                self.release_receive_buffer(message)
+            handled += 1
+
+    def _finish(self) -> dict[str, int]:
+        run, stack = self._run, self._stack
+        run.collective(self.rank, "finalize", "finalize()", None, lambda values: values)  # every rank stopped sending
+        report = stack.stop()
+        while True:  # every rank's sends complete (the World delivers meanwhile), arrivals discarded
+            in_flight, discarded = stack.settle()
+            report["unreceived"] += discarded
+            if not in_flight and run.settled():
+                break
+            run.switch(self.rank, "finalize() (its sends and every other rank's completing)")
+        report["unreceived"] += stack.close()
+        return report
+
+    def stats(self) -> dict[str, Any]:
+        """This rank's counters (:mod:`mailrail.counters`), its transport and flow-control mode."""
+        stats: dict[str, Any] = self._stack.counters()
+        stats["transport"] = self._stack.kind
+        stats["flow_control"] = self._stack.flow.name
+        return stats
+
+    def _notes(self) -> list[str]:
+        counters = self._stack.counters()
+        notes = []
+        if self._stack.held:
+            notes.append(f"holds {self._stack.held} received message(s) not released")
+        if counters["send_buffers_reserved"]:
+            notes.append(f"holds {counters['send_buffers_reserved']} reserved send buffer(s)")
+        if counters.get("deferred_now"):
+            notes.append(f"has {counters['deferred_now']} send(s) waiting for credit")
+        return notes
 
 
 def _normal_exit(error: BaseException) -> bool:
@@ -589,7 +782,20 @@ class _Run:
         self.steps = 0
         self.clock = 0  # a message lands when the clock reaches its time
         self.idle = 0  # switch points since the last progress
-        self.ranks = [_Rank(rank, Rail(self, rank)) for rank in range(size)]
+        #: Over a transport: the in-memory MPI the ranks' stacks talk through (None: the model's own network).
+        self.mpi: InMemoryMPI | None = None
+        rails: list[Rail]
+        if world.transport is None:
+            rails = [Rail(self, rank) for rank in range(size)]
+        else:
+            from .mpi import InMemoryMPI
+            from .stack import make_ranks
+
+            assert world.stack_knobs is not None
+            self.mpi = InMemoryMPI(size, seed=world.seed)
+            stacks = make_ranks(self.mpi, world.transport, **world.stack_knobs)
+            rails = [TransportRail(self, rank, stack) for rank, stack in enumerate(stacks)]
+        self.ranks = [_Rank(rank, rail) for rank, rail in enumerate(rails)]
         self.results: list[Any] = [None] * size
         self.failure: tuple[int | None, BaseException] | None = None
         self.aborting = False
@@ -610,6 +816,19 @@ class _Run:
     # -- the run ----------------------------------------------------------------
 
     def run(self, program: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        try:
+            results = self._run_ranks(program, args, kwargs)
+        finally:
+            if self.mpi is not None:
+                self.mpi.close()  # abandons the transports of ranks that did not finalize
+        if self.mpi is not None and (self.mpi.misuse or self.mpi.callback_errors):
+            raise WorldError(
+                f"mailrail.testing: MailRail used MPI wrongly ({self.world!r}): "
+                f"{'; '.join(self.mpi.misuse + self.mpi.callback_errors)}"
+            )
+        return results
+
+    def _run_ranks(self, program: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         for state in self.ranks:
             state.thread = threading.Thread(
                 target=self._rank_main,
@@ -728,7 +947,7 @@ class _Run:
             ]
             if runnable:
                 break
-            if not self.network:
+            if self.mpi is not None or not self.network:  # (over a transport, only collectives block)
                 self.fail(DeadlockError(self._report("deadlock: no rank can proceed")))
             self.clock = max(self.clock, self.network[0][0])  # nothing runs until the next landing
         if world.max_idle_steps and self.idle > world.max_idle_steps:
@@ -756,6 +975,11 @@ class _Run:
         self.progress()
 
     def _deliver(self) -> None:
+        if self.mpi is not None:  # over a transport: the in-memory MPI's messages, some of them each step
+            in_flight = self.mpi.in_flight()
+            if in_flight and self.mpi.deliver_random(self.rng.randint(0, in_flight) if self.world.max_delay else None):
+                self.progress()
+            return
         if self.waiting_total:
             for dest, queue in enumerate(self.waiting):
                 free = self.ranks[dest].rail._free_recvs
@@ -782,6 +1006,13 @@ class _Run:
         sender._in_flight -= 1
         receiver._arrived.append(Message(packet.source, nbytes, receiver._recv_views[slot][:nbytes], slot, receiver))
         self.progress()
+
+    def settled(self) -> bool:
+        """Over a transport, once every rank is in finalize(): no message in the network, no send in flight."""
+        assert self.mpi is not None
+        return not self.mpi.in_flight() and not any(
+            state.rail._stack.endpoint.in_flight for state in self.ranks if isinstance(state.rail, TransportRail)
+        )
 
     def discard(self, rank: int) -> int:
         """finalize(): drop every message to *rank* (arrived, waiting or on its way); return how many."""
@@ -835,7 +1066,7 @@ class _Run:
     def _report(self, what: str) -> str:
         lines = [f"mailrail.testing: {what} ({self.world!r}, step {self.steps}):"]
         lines.extend(f"  {self._describe(state)}" for state in self.ranks)
-        in_network = len(self.network) + self.waiting_total
+        in_network = self.mpi.in_flight() if self.mpi is not None else len(self.network) + self.waiting_total
         lines.append(
             f"  messages: {self.sent_total} sent, {self.released_total} released, {in_network} in the network "
             f"(a barrier completes once every rank is in it and every message sent was released)"
@@ -854,13 +1085,5 @@ class _Run:
             text = "was stopped"
         else:
             text = f"is in {state.doing}"
-        notes = []
-        if rail._held:
-            notes.append(f"holds {rail._held} received message(s) not released")
-        if rail._arrived:
-            notes.append(f"has {len(rail._arrived)} arrived message(s) it has not received")
-        if self.waiting[state.rank]:
-            notes.append(f"{len(self.waiting[state.rank])} message(s) to it wait for a free receive slot")
-        if rail._reserved:
-            notes.append(f"holds {rail._reserved} reserved send buffer(s)")
+        notes = rail._notes()
         return f"rank {state.rank} {text}" + (f"; {', '.join(notes)}" if notes else "")
