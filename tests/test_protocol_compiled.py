@@ -33,7 +33,7 @@ from mailrail.pool import SlotPool
 compiled_protocol = pytest.importorskip(
     "mailrail._protocol", reason="the compiled Endpoint (mailrail._protocol) is not built: pip install -e ."
 )
-from mailrail.transport import compiled  # noqa: E402  # after the skip: its ledger is compiled too
+from mailrail.flow.modes import compiled_ledger  # noqa: E402  # after the skip: its ledger is compiled too
 
 RANKS = 4
 ME = 1  # the rank under test; it may send to itself
@@ -301,7 +301,7 @@ def test_unconstrained_endpoint_decides_like_the_specification(knobs, data):
 )
 def test_rank_endpoint_decides_like_the_specification(credits_per_pair, threshold, piggyback, max_tag, knobs, data):
     reference = RankCredits(RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
-    ledger = compiled.credit_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
+    ledger = compiled_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
     run_both(*worlds(reference, ledger, knobs), data.draw(event_scripts(credits_per_pair)))
 
 
@@ -321,7 +321,7 @@ def test_node_endpoint_decides_like_the_specification(credits_per_pair, threshol
     reference_pool = LocalCounters(RANKS, credits_per_pair)
     tag_ub = knobs["tag_ub"]
     reference = NodeCredits(nodes, node_map.__getitem__, reference_pool, credits_per_pair, threshold, max_tag=tag_ub)
-    ledger = compiled.credit_ledger(
+    ledger = compiled_ledger(
         "node", RANKS, credits_per_pair, threshold, max_tag=tag_ub, nodes=nodes, pool=pool.ctypes.data, **placement
     )
     run_both(*worlds(reference, ledger, knobs), data.draw(event_scripts(credits_per_pair)))
@@ -360,7 +360,7 @@ def test_adaptive_endpoint_decides_like_the_specification(
     tag_ub = knobs["tag_ub"]
     reference = AdaptiveCredits(node_map.__getitem__, *references, recv_slots, lease, threshold, max_tag=tag_ub)
     pool, tokens, demand = np.zeros(RANKS, dtype=np.int64), np.ones(RANKS, dtype=np.int64), np.zeros(RANKS, np.int64)
-    ledger = compiled.credit_ledger(
+    ledger = compiled_ledger(
         "adaptive",
         RANKS,
         lease,
@@ -415,7 +415,7 @@ def test_scripted_rules_decide_like_the_specification(name):
     knobs = {**KNOBS, "stall_timeout": 1.0}
     credits = 4 if name.startswith("failed") else 1
     reference = RankCredits(RANKS, credits, 2, piggyback=True, max_tag=15)
-    ledger = compiled.credit_ledger("rank", RANKS, credits, 2, piggyback=True, max_tag=15)
+    ledger = compiled_ledger("rank", RANKS, credits, 2, piggyback=True, max_tag=15)
     run_both(*worlds(reference, ledger, knobs), SCRIPTS[name])
 
 
@@ -453,7 +453,7 @@ def test_compiled_endpoint_takes_only_the_compiled_ledger_or_no_credits():
 
 def test_a_detached_node_ledger_raises_instead_of_touching_freed_memory():
     pool = np.full(RANKS, 1, dtype=np.int64)
-    ledger = compiled.credit_ledger("node", RANKS, 1, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data)
+    ledger = compiled_ledger("node", RANKS, 1, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data)
     endpoint = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), ledger, **KNOBS)
     ledger.detach()
     slot = endpoint.reserve()
@@ -466,7 +466,7 @@ def test_a_detached_node_ledger_raises_instead_of_touching_freed_memory():
 def test_a_detached_adaptive_ledger_raises_and_stop_leaves_the_freed_memory_alone():
     counters = np.zeros(RANKS, np.int64), np.ones(RANKS, np.int64), np.zeros(RANKS, np.int64)
     addresses = {name: array.ctypes.data for name, array in zip(("pool", "tokens", "demand"), counters)}
-    ledger = compiled.credit_ledger("adaptive", RANKS, 1, 1, recv_slots=4, nodes=1, ranks_per_node=RANKS, **addresses)
+    ledger = compiled_ledger("adaptive", RANKS, 1, 1, recv_slots=4, nodes=1, ranks_per_node=RANKS, **addresses)
     endpoint = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), ledger, **KNOBS)
     slot = endpoint.reserve()
     assert endpoint.submit(0, endpoint.send_pool.views[slot], 1)[2] == protocol.NO_SLOT  # deferred: it asks

@@ -22,8 +22,8 @@ from mailrail.errors import ProtocolError
 from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits
 from mailrail.flow.adaptive import GRANTED_BYTES, LEASE_BYTES, QUEUE_ENTRY_BYTES
 from mailrail.flow.base import ANSWER, GIVE_BACK, GRANT, REQUEST, REVOKE
+from mailrail.flow.modes import compiled_ledger
 from mailrail.flow.node import LocalCounters
-from mailrail.transport import compiled
 
 RANKS = 4  # few ranks: events pile up on each, reaching thresholds and bounds
 #: TAG_UB values: the smallest allowed (one credit per message), small ones that split counts, MPI's minimum.
@@ -137,7 +137,7 @@ def placement_of(node_of_rank: list[int], virtual: bool, ranks: int) -> tuple[li
 def test_rank_ledger_decides_like_rank_credits(credits_per_pair, threshold, piggyback, max_tag, data):
     script = data.draw(event_scripts(RANKS, credits_per_pair))
     reference = RankCredits(RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
-    ledger = compiled.credit_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
+    ledger = compiled_ledger("rank", RANKS, credits_per_pair, threshold, piggyback=piggyback, max_tag=max_tag)
     assert_same_run(reference, ledger, script)
 
 
@@ -157,7 +157,7 @@ def test_node_ledger_decides_like_node_credits(credits_per_pair, threshold, node
     pool = np.full(RANKS, credits_per_pair, dtype=np.int64)
     reference_pool = LocalCounters(RANKS, credits_per_pair)
     reference = NodeCredits(nodes, node_map.__getitem__, reference_pool, credits_per_pair, threshold, max_tag=max_tag)
-    ledger = compiled.credit_ledger(
+    ledger = compiled_ledger(
         "node", RANKS, credits_per_pair, threshold, max_tag=max_tag, nodes=nodes, pool=pool.ctypes.data, **placement
     )
     assert_same_run(reference, ledger, script)
@@ -174,7 +174,7 @@ def adaptive_ledger(ranks: int, lease: int, threshold: int, counters: tuple[np.n
     pool, tokens, demand = counters
     owner = (counters, placement.pop("owner", None))  # the counters, and a node map's array
     arguments = {"recv_slots": 8, "nodes": 1, "ranks_per_node": ranks, **placement}
-    return compiled.credit_ledger(
+    return compiled_ledger(
         "adaptive",
         ranks,
         lease,
@@ -287,7 +287,7 @@ def test_a_release_of_a_message_that_never_arrived_is_refused_by_both():
 
 
 def test_the_outbox_is_a_fifo_that_grows_and_wraps_around():
-    outbox = compiled.credit_ledger("rank", RANKS, 2, 1).outbox
+    outbox = compiled_ledger("rank", RANKS, 2, 1).outbox
     assert not outbox and len(outbox) == 0 and list(outbox) == []
     with pytest.raises(IndexError, match="pop from an empty deque"):
         outbox.popleft()
@@ -309,7 +309,7 @@ def test_the_outbox_is_a_fifo_that_grows_and_wraps_around():
 
 
 def test_a_release_crossing_the_threshold_puts_the_return_in_the_outbox_in_pieces():
-    ledger = compiled.credit_ledger("rank", RANKS, 40, 40, max_tag=135)  # at most 16 credits per message
+    ledger = compiled_ledger("rank", RANKS, 40, 40, max_tag=135)  # at most 16 credits per message
     for _ in range(40):
         ledger.on_arrival(3, 0)
     for _ in range(40):
@@ -323,7 +323,7 @@ def test_a_release_crossing_the_threshold_puts_the_return_in_the_outbox_in_piece
 def test_a_node_pool_is_shared_by_every_ledger_on_it():
     pool = np.full(RANKS, 3, dtype=np.int64)
     first, second = (
-        compiled.credit_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data, owner=pool)
+        compiled_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data, owner=pool)
         for _ in range(2)
     )
     assert [first.try_acquire(2), second.try_acquire(2), second.try_acquire(2), first.try_acquire(2)] == [
@@ -391,16 +391,16 @@ def test_the_adaptive_tokens_and_demand_are_shared_by_the_ledgers_of_a_node():
 
 def test_ledger_rejects_bad_input_by_value():
     with pytest.raises(ValueError, match="'bogus'"):
-        compiled.credit_ledger("bogus", RANKS, 2, 1)
+        compiled_ledger("bogus", RANKS, 2, 1)
     with pytest.raises(ValueError, match="pool address"):
-        compiled.credit_ledger("node", RANKS, 2, 1, nodes=2)
+        compiled_ledger("node", RANKS, 2, 1, nodes=2)
     with pytest.raises(ValueError, match="tokens and demand addresses"):
-        compiled.credit_ledger("adaptive", RANKS, 2, 1, recv_slots=4, nodes=1, ranks_per_node=1, pool=1, tokens=1)
+        compiled_ledger("adaptive", RANKS, 2, 1, recv_slots=4, nodes=1, ranks_per_node=1, pool=1, tokens=1)
     with pytest.raises(ValueError, match=">= 1"):
-        compiled.credit_ledger("rank", RANKS, 0, 1)
+        compiled_ledger("rank", RANKS, 0, 1)
     makers = (
         lambda: RankCredits(RANKS, 2, 1, max_tag=14),
-        lambda: compiled.credit_ledger("rank", RANKS, 2, 1, max_tag=14),
+        lambda: compiled_ledger("rank", RANKS, 2, 1, max_tag=14),
         lambda: adaptive_ledger(RANKS, 2, 1, node_counters(RANKS), max_tag=14),
     )
     errors = set()
@@ -415,7 +415,7 @@ def test_ledger_rejects_bad_input_by_value():
         with pytest.raises(ValueError) as ledger:
             adaptive_ledger(1, lease, threshold, node_counters(1), recv_slots=recv_slots)
         assert str(ledger.value) == str(python.value)
-    ledger = compiled.credit_ledger("rank", RANKS, 2, 1)
+    ledger = compiled_ledger("rank", RANKS, 2, 1)
     for call in (ledger.try_acquire, ledger.available, ledger.on_release):
         with pytest.raises(IndexError, match=f"rank {RANKS} is out of range 0..{RANKS - 1}"):
             call(RANKS)
@@ -424,10 +424,10 @@ def test_ledger_rejects_bad_input_by_value():
 def test_each_mode_refuses_the_credit_messages_it_does_not_know_like_the_reference():
     node_pool = np.full(RANKS, 2, dtype=np.int64)
     pairs = [
-        (RankCredits(RANKS, 2, 1), compiled.credit_ledger("rank", RANKS, 2, 1)),
+        (RankCredits(RANKS, 2, 1), compiled_ledger("rank", RANKS, 2, 1)),
         (
             NodeCredits(1, lambda r: 0, LocalCounters(RANKS, 2), 2, 1),
-            compiled.credit_ledger("node", RANKS, 2, 1, nodes=1, ranks_per_node=RANKS, pool=node_pool.ctypes.data),
+            compiled_ledger("node", RANKS, 2, 1, nodes=1, ranks_per_node=RANKS, pool=node_pool.ctypes.data),
         ),
         (
             adaptive_reference(RANKS, lambda r: 0, 4, 2, 1),
@@ -445,9 +445,7 @@ def test_each_mode_refuses_the_credit_messages_it_does_not_know_like_the_referen
 
 def test_a_detached_node_ledger_no_longer_touches_shared_memory():
     pool = np.full(RANKS, 3, dtype=np.int64)
-    ledger = compiled.credit_ledger(
-        "node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data, owner=pool
-    )
+    ledger = compiled_ledger("node", RANKS, 3, 1, nodes=1, ranks_per_node=RANKS, pool=pool.ctypes.data, owner=pool)
     ledger.detach()
     for call in (ledger.try_acquire, ledger.available, ledger.on_release):
         with pytest.raises(RuntimeError, match="detached"):

@@ -36,7 +36,7 @@ from ..cluster.virtual import USERNS_VARIABLE, first_out_of_memory
 from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
 from ..errors import ClusterError, ConfigError
-from ..flow.modes import flow_mode
+from ..flow.modes import COMPARED_PAIRS, UNCONSTRAINED, flow_mode
 from ..tools.figures import missing
 from ..tools.flags import MPI_INT_MAX, add_rail_arguments, choice_list, float_in, int_in, rail_options, usage_error
 from ..tools.incast import choose_victims
@@ -385,8 +385,9 @@ def median_run(documents: list[dict[str, Any]]) -> int:
     return min(range(len(documents)), key=distance)
 
 
-#: The mode pairs whose goodput ratio runs.json and the summary give per run (the claims the docs make).
-SPREAD_RATIOS = (("adaptive", "node"), ("node", "rank"), ("adaptive", "rank"))
+#: The mode pairs whose goodput ratio runs.json and the summary give per run (the claims the docs make): the
+#: table's pairs of credit modes.
+SPREAD_RATIOS = tuple((a, b) for a, b in COMPARED_PAIRS if flow_mode(a).has_credits and flow_mode(b).has_credits)
 
 
 def runs_summary(documents: list[dict[str, Any]], chosen: int) -> dict[str, Any]:
@@ -469,7 +470,7 @@ def cluster_request(args: argparse.Namespace, choice: ClusterChoice) -> tuple[Cl
 
 def table_rows(results: dict[str, dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per mode: the side-by-side table (also stored in compare.json)."""
-    baseline = results.get("none")
+    baseline = results.get(UNCONSTRAINED)
     base_goodput = median_goodput(baseline) if baseline and baseline["status"] == "ok" else None
     on_cluster = any("network_bytes" in r for r in results.values())
     columns = [column for column in COLUMNS if base_goodput or column != SPEEDUP]
@@ -579,25 +580,20 @@ def observations(
         )
     if len(ok) > 1:
         goodputs = {m: median_goodput(r) for m, r in ok.items()}
-        pairs = [
-            (a, b)
-            for a, b in (("node", "rank"), ("node", "none"), ("rank", "none"), ("adaptive", "node"))
-            if a in ok and b in ok
-        ]
+        pairs = [(a, b) for a, b in COMPARED_PAIRS if a in ok and b in ok]
         lines.append(
             "- goodput (median of trials): "
             + ", ".join(f"{m} {g / 1e6:,.0f} Mb/s" for m, g in goodputs.items())
             + "; "
             + ", ".join(f"{a} {goodputs[a] / goodputs[b]:.2f}x {b}" for a, b in pairs)
         )
-    if "rank" in ok and "node" in ok:
-        rank_credits = ok["rank"]["summary"]["credit_messages"]
-        node_credits = ok["node"]["summary"]["credit_messages"]
-        if node_credits:
-            lines.append(
-                f"- node credits needed {rank_credits / node_credits:.1f}x fewer credit messages than rank "
-                f"credits ({node_credits:,} vs {rank_credits:,}) for the same traffic"
-            )
+    credits = {m: r["summary"]["credit_messages"] for m, r in ok.items() if flow_mode(m).has_credits}
+    fewer = [(a, b) for a, b in SPREAD_RATIOS if credits.get(a) and b in credits and credits[b] > credits[a]]
+    for a, b in fewer:
+        lines.append(
+            f"- {a} credits needed {credits[b] / credits[a]:.1f}x fewer credit messages than {b} "
+            f"credits ({credits[a]:,} vs {credits[b]:,}) for the same traffic"
+        )
     per_megabyte = {
         m: r["summary"]["credit_messages"] / (sum(t["bytes_received"] for t in r["trials"]) / 1e6)
         for m, r in ok.items()
@@ -608,10 +604,10 @@ def observations(
             "- credit messages per MB of payload delivered: "
             + ", ".join(f"{m} {v:,.1f}" for m, v in per_megabyte.items())
         )
-    if "adaptive" in ok:
-        summary = ok["adaptive"]["summary"]
+    for mode in (m for m in ok if flow_mode(m).lends_on_request):
+        summary = ok[mode]["summary"]
         lines.append(
-            f"- adaptive: {summary['credit_messages']:,} credit messages ({summary['credit_requests']:,} requests, "
+            f"- {mode}: {summary['credit_messages']:,} credit messages ({summary['credit_requests']:,} requests, "
             f"{summary['credit_revokes']:,} revokes; {summary['credits_reclaimed']:,} released credits went to "
             f"nodes that waited, {summary['credits_given_back']:,} idle ones came back), within the same "
             f"{load['recv_pool_slots']} receive slots whatever the job size"
@@ -619,8 +615,11 @@ def observations(
     if ok:
         growth = {m: r["summary"]["victim_rss_growth_bytes"] for m, r in ok.items()}
         text = ", ".join(f"{m} +{g / _MIB:.1f} MiB" for m, g in growth.items())
-        if "none" in growth and growth.get("node"):
-            text += f": unconstrained grew {growth['none'] / growth['node']:,.0f}x as much as node"
+        beside = [a for a, b in COMPARED_PAIRS if b == UNCONSTRAINED and growth.get(a) and b in growth]
+        if beside:
+            text += ": unconstrained grew " + ", ".join(
+                f"{growth[UNCONSTRAINED] / growth[a]:,.0f}x as much as {a}" for a in beside
+            )
         lines.append(
             "- victim memory growth during the trials (peak RSS minus RSS before the first trial; what MPI "
             "buffered for it shows here): " + text

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from ..config import FLOW_CONTROL_MODES
+from ..flow.modes import UNCONSTRAINED
 from ..tools.exchange import alltoallv_exchange
 from ..tools.flags import (
     SEED_MAX,
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     if rank == 0:
-        reference = results.get("none", results[modes[0]])["median_inserts_per_s"]
+        reference = results.get(UNCONSTRAINED, results[modes[0]])["median_inserts_per_s"]
         for result in results.values():
             result["overhead_pct"] = (reference / result["median_inserts_per_s"] - 1) * 100
         first = results[modes[0]]

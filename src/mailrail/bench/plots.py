@@ -8,16 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from ..flow.modes import MODES
 from ..tools.figures import pyplot
 from .metrics import trial_samples
 
-MODE_COLORS = {"none": "tab:red", "rank": "tab:blue", "node": "tab:green", "adaptive": "tab:purple"}
-MODE_LABELS = {
-    "none": "none (unconstrained)",
-    "rank": "rank credits",
-    "node": "node credits",
-    "adaptive": "adaptive credits",
-}
+MODE_COLORS = {name: mode.color for name, mode in MODES.items()}
+MODE_LABELS = {name: mode.label for name, mode in MODES.items()}
 _MIB = 2**20
 
 

@@ -90,6 +90,7 @@ cdef class CreditLedger:
     cdef readonly bint node_mode
     cdef readonly Outbox outbox                 # the credit messages due (see flow.base.FlowControl.outbox)
     cdef int mode
+    cdef str mode_name                          # the mode table's name for it (what `name` reports)
     cdef bint shared                            # node and adaptive: credits (and tokens) in node-shared memory
     cdef long long max_tag, max_count
     cdef bint piggyback

@@ -17,6 +17,10 @@ class Outbox:
     def clear(self) -> None: ...
     def __iter__(self) -> Iterator[tuple[int, int, int]]: ...
 
+RANK_LEDGER: int
+NODE_LEDGER: int
+ADAPTIVE_LEDGER: int
+
 @disjoint_base
 class CreditLedger:
     """Rank-, node- or adaptive credits with the decisions of RankCredits / NodeCredits / AdaptiveCredits."""
@@ -71,7 +75,8 @@ class CreditLedger:
     def send_credits(self) -> np.ndarray: ...
     def __init__(
         self,
-        mode: str,
+        kind: int,
+        name: str,
         ranks: int,
         credits_per_pair: int,
         return_threshold: int,

@@ -39,7 +39,8 @@ if ((GRANT, ANSWER, REQUEST, REVOKE, GIVE_BACK, KIND_BITS, KIND_MASK) != (
 cdef long long LEASE_BYTES = _LEASE_BYTES
 cdef long long QUEUE_ENTRY_BYTES = _QUEUE_ENTRY_BYTES
 cdef long long GRANTED_BYTES = _GRANTED_BYTES
-cdef tuple MODE_NAMES = ("rank", "node", "adaptive")
+#: The ledger's kinds (its constructor's *kind*): the mode table (flow/modes.py) says which mode keeps which.
+RANK_LEDGER, NODE_LEDGER, ADAPTIVE_LEDGER = RANK_MODE, NODE_MODE, ADAPTIVE_MODE
 _DETACHED = "the credit ledger was detached from its shared memory (finalize())"
 
 cdef extern from *:
@@ -220,17 +221,18 @@ cdef class CreditLedger:
     :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits` /
     :class:`~mailrail.flow.adaptive.AdaptiveCredits`.
 
-    *mode* ``"rank"``: credits per (sender rank, receiver rank), optionally piggybacked
-    in payload tags up to *max_tag*.  ``"node"``: the node's int64 credit counters at
+    *kind* :data:`RANK_LEDGER`: credits per (sender rank, receiver rank), optionally piggybacked
+    in payload tags up to *max_tag*.  :data:`NODE_LEDGER`: the node's int64 credit counters at
     address *pool* (one per destination rank, shared by the node's ranks and updated
-    atomically).  ``"adaptive"``: *credits_per_pair* is the lease, *return_threshold* the
+    atomically).  :data:`ADAPTIVE_LEDGER`: *credits_per_pair* is the lease, *return_threshold* the
     credit threshold; the node's int64 pool (starting at 0), request tokens (starting at 1)
     and deferred sends (starting at 0) per destination rank at addresses *pool*, *tokens*
     and *demand*; *recv_slots* the receive slots lent.  Node and
     adaptive modes group sending ranks into *nodes* by an int32 rank-to-node map at
     address *node_map*, or as consecutive blocks of *ranks_per_node*; *owner* keeps that
     memory alive.  *max_tag* (MPI's ``TAG_UB``) bounds piggybacked counts and each
-    credit message's count (:func:`~mailrail.flow.base.max_credit_count`).
+    credit message's count (:func:`~mailrail.flow.base.max_credit_count`).  *name*: the mode's, as
+    :attr:`name` reports it (the mode table passes both).
     """
 
     def __cinit__(self):
@@ -241,42 +243,44 @@ cdef class CreditLedger:
             self.sets[which].head = self.sets[which].tail = -1
             self.sets[which].count = 0
 
-    def __init__(self, str mode, int ranks, long long credits_per_pair, long long return_threshold, *,
+    def __init__(self, int kind, str name, int ranks, long long credits_per_pair, long long return_threshold, *,
                  bint piggyback=True, long long max_tag=32767, int nodes=0, int ranks_per_node=0,
                  node_map=None, pool=None, tokens=None, demand=None, long long recv_slots=0, owner=None):
         if self._private is not None:
             raise RuntimeError("CreditLedger is initialized once")
-        if mode == "adaptive" and (recv_slots < 1 or credits_per_pair < 1 or return_threshold < 1):
+        if kind == ADAPTIVE_MODE and (recv_slots < 1 or credits_per_pair < 1 or return_threshold < 1):
             raise ValueError(f"recv_slots={recv_slots}, lease={credits_per_pair} and credit_threshold="
                              f"{return_threshold} must be >= 1")
         if ranks < 1 or credits_per_pair < 1 or return_threshold < 1 or max_tag < 1:
             raise ValueError("ranks, credits_per_pair, return_threshold and max_tag must be >= 1")
         max_count = max_credit_count(max_tag)  # ValueError below MIN_TAG_UB, as the reference's
         credits = None
-        if mode == "rank":
+        self.mode_name = name
+        if kind == RANK_MODE:
             self.mode = RANK_MODE
             self.groups = ranks
             credits = np.full(ranks, credits_per_pair, dtype=np.int64)
             self.credits = _data(credits)
-        elif mode == "node" or mode == "adaptive":
+        elif kind == NODE_MODE or kind == ADAPTIVE_MODE:
             if nodes < 1 or pool is None or (node_map is None) == (ranks_per_node < 1):
-                raise ValueError(f"{mode} mode needs nodes >= 1, a pool address, and either ranks_per_node >= 1 "
+                raise ValueError(f"{name} mode needs nodes >= 1, a pool address, and either ranks_per_node >= 1 "
                                  f"or a node_map address")
-            if mode == "adaptive" and (tokens is None or demand is None):
-                raise ValueError("adaptive mode needs tokens and demand addresses")
-            self.mode = NODE_MODE if mode == "node" else ADAPTIVE_MODE
+            if kind == ADAPTIVE_MODE and (tokens is None or demand is None):
+                raise ValueError(f"{name} mode needs tokens and demand addresses")
+            self.mode = kind
             self.shared = self.credits_change_silently = True
-            self.node_mode = mode == "node"
-            self.asks_for_credit = mode == "adaptive"
+            self.node_mode = kind == NODE_MODE
+            self.asks_for_credit = kind == ADAPTIVE_MODE
             self.groups = nodes
             self.credits = <int64_t *><size_t>pool
-            if mode == "adaptive":
+            if kind == ADAPTIVE_MODE:
                 self.tokens = <int64_t *><size_t>tokens
                 self.demands = <int64_t *><size_t>demand
             self.group_map = NULL if node_map is None else <const int32_t *><size_t>node_map
             self.owner = owner
         else:
-            raise ValueError(f"mode must be 'rank', 'node' or 'adaptive', not {mode!r}")
+            raise ValueError(f"kind must be RANK_LEDGER, NODE_LEDGER or ADAPTIVE_LEDGER ({RANK_MODE}, {NODE_MODE} "
+                             f"or {ADAPTIVE_MODE}), not {kind!r}")
         self.max_count = max_count
         self.ranks = ranks
         self.ranks_per_group = ranks_per_node if ranks_per_node > 0 else 1
@@ -393,7 +397,7 @@ cdef class CreditLedger:
         if self.mode == ADAPTIVE_MODE:
             return self.adaptive_message(source, kind, count)
         if kind != GRANT:
-            raise unknown_kind(source, kind, count, MODE_NAMES[self.mode])
+            raise unknown_kind(source, kind, count, self.mode_name)
         if self.node_mode:
             now = mailrail_add(&self.credits[source], count)
             if now > self.credits_per_pair:
@@ -881,8 +885,8 @@ cdef class CreditLedger:
 
     @property
     def name(self) -> str:
-        """The flow-control mode: ``"rank"``, ``"node"`` or ``"adaptive"``."""
-        return MODE_NAMES[self.mode]
+        """The flow-control mode's name (the mode table's)."""
+        return self.mode_name
 
     @property
     def has_credits(self) -> bool:

@@ -97,11 +97,26 @@ class FlowParts:
 
 
 def _compiled_ledger(mode: str, parts: FlowParts, **placement: Any) -> FlowControl:
-    """The compiled ledger making *mode*'s decisions (``flow._ledger``: one C class for the credit modes)."""
-    module = importlib.import_module("mailrail.flow._ledger")
+    """The compiled ledger making table entry *mode*'s decisions (``flow._ledger``: one C class for the credit
+    modes, of the kind the entry names)."""
     budget = parts.credits
-    ledger: FlowControl = module.CreditLedger(
+    return compiled_ledger(
         mode, parts.ranks, budget.credits_per_pair, budget.return_threshold, max_tag=parts.max_tag, **placement
+    )
+
+
+def compiled_ledger(
+    mode: str, ranks: int, credits_per_pair: int, return_threshold: int, **placement: Any
+) -> FlowControl:
+    """A compiled :class:`~mailrail.flow._ledger.CreditLedger` of the kind table entry *mode* keeps
+    (:class:`~mailrail.errors.ConfigError` for a name the table lacks, ``ValueError`` for a mode without credits);
+    *placement* as :class:`~mailrail.flow._ledger.CreditLedger` takes it."""
+    kind = flow_mode(mode).ledger_kind
+    if kind is None:
+        raise ValueError(f"flow-control mode {mode!r} keeps no credits: it has no ledger")
+    module = importlib.import_module("mailrail.flow._ledger")
+    ledger: FlowControl = module.CreditLedger(
+        getattr(module, kind), mode, ranks, credits_per_pair, return_threshold, **placement
     )
     return ledger
 
@@ -138,6 +153,18 @@ class FlowMode:
     _state_bytes: Callable[[int, int], tuple[int, int]]
     #: The credits of one receiver at rest, checked (see :meth:`check_at_rest`).
     _at_rest: Callable[[FlowControl, int, Mapping[int, FlowControl], CreditBudget | None, int], None]
+    #: How reports and figures name the mode, and its colour in figures (matplotlib's).
+    label: str
+    color: str
+    #: The modes reports set this one beside, as the ratio of its figure to theirs (the claims the docs make).
+    compared_with: tuple[str, ...] = ()
+    #: The compiled ledger's kind that keeps its credits (a constant of ``flow._ledger``; None: no credits).
+    ledger_kind: str | None = None
+
+    @property
+    def lends_on_request(self) -> bool:
+        """Whether receivers lend credits on request (so its reports count requests, revokes and give-backs)."""
+        return self.has_credits and self.split_among is None
 
     @property
     def uses_node_memory(self) -> bool:
@@ -314,6 +341,8 @@ MODES: dict[str, FlowMode] = {
             _compiled=_unconstrained,  # nothing to compile: the compiled Endpoint skips credits altogether
             _state_bytes=lambda ranks, nodes: (0, 0),
             _at_rest=_nothing_at_rest,
+            label="none (unconstrained)",
+            color="tab:red",
         ),
         FlowMode(
             name="rank",
@@ -325,6 +354,10 @@ MODES: dict[str, FlowMode] = {
             # credits, owed and unreturned per rank
             _state_bytes=lambda ranks, nodes: (3 * _INT64 * ranks, 0),
             _at_rest=_pairs_at_rest,
+            label="rank credits",
+            color="tab:blue",
+            compared_with=("none",),
+            ledger_kind="RANK_LEDGER",
         ),
         FlowMode(
             name="node",
@@ -336,6 +369,10 @@ MODES: dict[str, FlowMode] = {
             # owed and unreturned per node; the node's pool per destination rank
             _state_bytes=lambda ranks, nodes: (2 * _INT64 * nodes, _INT64 * ranks),
             _at_rest=_pairs_at_rest,
+            label="node credits",
+            color="tab:green",
+            compared_with=("rank", "none"),
+            ledger_kind="NODE_LEDGER",
         ),
         FlowMode(
             name="adaptive",
@@ -358,12 +395,20 @@ MODES: dict[str, FlowMode] = {
                 3 * _INT64 * ranks,
             ),
             _at_rest=_leases_at_rest,
+            label="adaptive credits",
+            color="tab:purple",
+            compared_with=("node", "rank"),
+            ledger_kind="ADAPTIVE_LEDGER",
         ),
     )
 }
 
 #: The modes' names, in table order.
 MODE_NAMES = tuple(MODES)
+#: The mode without credits: every send leaves at once (what the credit modes are compared with).
+UNCONSTRAINED = next(name for name, mode in MODES.items() if not mode.has_credits)
+#: The pairs of modes reports set side by side, (mode, the mode it is compared with), in table order.
+COMPARED_PAIRS = tuple((name, other) for name, mode in MODES.items() for other in mode.compared_with)
 if MODE_NAMES != FLOW_CONTROL_MODES:  # the knob's values (config.py, beneath this package) name the table's modes
     raise ImportError(f"the flow_control knob offers {FLOW_CONTROL_MODES}, the table of modes has {MODE_NAMES}")
 

@@ -23,12 +23,15 @@ from typing import Any
 
 from ..config import default
 from ..flow.modes import MODE_NAMES as MODES
-from ..flow.modes import flow_mode
+from ..flow.modes import UNCONSTRAINED, flow_mode
 from ..tools.figures import missing as figure_missing
 from ..tools.figures import pyplot
 from ..tools.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
 from ..tools.output import format_table, write_json
 from .report import signed_percent
+
+#: The modes with credits, each compared with the unconstrained one.
+CREDIT_MODES = tuple(mode for mode in MODES if flow_mode(mode).has_credits)
 
 MIB = 1 << 20
 #: Messages one projection point models at most unless told otherwise: about a minute here per million.
@@ -810,23 +813,23 @@ def compare_with_paper(name: str, points: list[dict[str, Any]]) -> dict[str, Any
     if name == "table1":
         for ranks, measured in paper.TABLE_I.items():
             row: dict[str, Any] = {"ranks": ranks}
-            for mode in ("none", "rank", "node", "adaptive"):
+            for mode in MODES:
                 row[f"model_{mode}_s"] = _runtime(points, ranks, mode)
-            for mode in ("none", "rank", "node"):
+            for mode in paper.MEASURED_MODES:
                 row[f"paper_{mode}_s"] = measured[mode]
-            for mode in ("rank", "node", "adaptive"):
-                none, mine = row["model_none_s"], row[f"model_{mode}_s"]
+            for mode in CREDIT_MODES:
+                none, mine = row[f"model_{UNCONSTRAINED}_s"], row[f"model_{mode}_s"]
                 row[f"model_{mode}_speedup"] = none / mine if none and mine else None
-            for mode in ("rank", "node"):
-                row[f"paper_{mode}_speedup"] = measured["none"] / measured[mode]
+            for mode in paper.MEASURED_CREDIT_MODES:
+                row[f"paper_{mode}_speedup"] = measured[UNCONSTRAINED] / measured[mode]
             rows.append(row)
-            lines.append(
-                f"{ranks} ranks: speedup over none, model rank {_x(row['model_rank_speedup'])} node "
-                f"{_x(row['model_node_speedup'])} adaptive {_x(row['model_adaptive_speedup'])}; paper rank "
-                f"{_x(row['paper_rank_speedup'])} node {_x(row['paper_node_speedup'])}"
+            model = " ".join(f"{mode} {_x(row[f'model_{mode}_speedup'])}" for mode in CREDIT_MODES)
+            measured_speedups = " ".join(
+                f"{mode} {_x(row[f'paper_{mode}_speedup'])}" for mode in paper.MEASURED_CREDIT_MODES
             )
+            lines.append(f"{ranks} ranks: speedup over {UNCONSTRAINED}, model {model}; paper {measured_speedups}")
         first, last = rows[0], rows[-1]
-        for mode in ("none", "rank", "node"):
+        for mode in paper.MEASURED_MODES:
             model = _ratio(last[f"model_{mode}_s"], first[f"model_{mode}_s"])
             measured = last[f"paper_{mode}_s"] / first[f"paper_{mode}_s"]
             lines.append(
@@ -835,7 +838,7 @@ def compare_with_paper(name: str, points: list[dict[str, Any]]) -> dict[str, Any
             )
     elif name == "goodput":
         low, high = paper.GOODPUT_RANKS[0], paper.GOODPUT_RANKS[-1]
-        for mode in ("none", "rank", "node", "adaptive"):
+        for mode in MODES:
             a, b = _goodput(points, low, mode), _goodput(points, high, mode)
             fall = 1 - b / a if a and b else None
             row = {"mode": mode, "model_fall": fall, "paper_fall": paper.GOODPUT_FALL.get(mode)}
@@ -850,7 +853,7 @@ def compare_with_paper(name: str, points: list[dict[str, Any]]) -> dict[str, Any
             )
     elif name == "victims":
         ratios = paper.SWEEP_RATIOS
-        for mode in ("none", "rank", "node", "adaptive"):
+        for mode in MODES:
             runtimes = [_runtime(points, paper.SWEEP_RANKS, mode, paper.SWEEP_RANKS // r) for r in ratios]
             growth = [
                 _ratio(b, a) ** (1 / math.log2(rb / ra)) if _ratio(b, a) else None
@@ -862,16 +865,20 @@ def compare_with_paper(name: str, points: list[dict[str, Any]]) -> dict[str, Any
             lines.append(
                 f"{mode}: runtime per doubling of work per victim between "
                 + ", ".join(f"{a}:1-{b}:1 {_x(g)}" for a, b, g in zip(ratios, ratios[1:], growth))
-                + (f" (paper: about {paper.SWEEP_NONE_GROWTH_PER_DOUBLING:g}x from 8:1 on)" if mode == "none" else "")
+                + (
+                    f" (paper: about {paper.SWEEP_NONE_GROWTH_PER_DOUBLING:g}x from 8:1 on)"
+                    if not flow_mode(mode).has_credits
+                    else ""
+                )
             )
-        rank, node = (_runtime(points, paper.SWEEP_RANKS, m, 1) for m in ("rank", "node"))
+        rank, node = (_runtime(points, paper.SWEEP_RANKS, m, 1) for m in paper.SWEEP_COMPARED_MODES)
         lines.append(
             f"node over rank at 4096:1: {_x(_ratio(rank, node))} in the model, "
             f"{paper.SWEEP_NODE_OVER_RANK_AT_HIGH_RATIO:g}x in the paper"
         )
     elif name == "stranding":
         ranks = points[0]["ranks"] if points else 0
-        none, rank = _runtime(points, ranks, "none"), _runtime(points, ranks, "rank")
+        rank, none = (_runtime(points, ranks, mode) for mode in paper.STRANDING_COMPARED_MODES)
         credits = {p["mode"]: p["credit_messages_at_bytes_asked"] for p in points if p["status"] == "ok"}
         rows.append({"model_rank_over_none": _ratio(rank, none), "credit_messages": credits})
         lines.append(
@@ -923,7 +930,7 @@ def _plot_paper(results: dict[str, Any], path: str) -> str | None:
             ys = [p["goodput_bps"] / 1e9 if name == "goodput" else p["runtime_s_at_bytes_asked"] for p in mine]
             axis.plot(xs, ys, "o-", label=label)
         if name == "table1":
-            for mode, marker in (("none", "s"), ("rank", "^"), ("node", "v")):
+            for mode, marker in zip(paper.MEASURED_MODES, "s^v"):
                 axis.plot(
                     list(paper.TABLE_I),
                     [v[mode] for v in paper.TABLE_I.values()],

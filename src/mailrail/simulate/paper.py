@@ -23,6 +23,9 @@ TABLE_I = {
     4096: {"none": 40542.0, "rank": 21.3, "node": 9.15},
 }
 TABLE_I_BYTES_PER_RANK = int(12.8 * MIB)
+#: The modes the paper measured, in Table I's order: its unconstrained baseline, then its credit modes.
+MEASURED_MODES = tuple(TABLE_I[512])
+MEASURED_CREDIT_MODES = tuple(mode for mode in MEASURED_MODES if flow_mode(mode).has_credits)
 
 #: With 128 MiB per sender, goodput from 128:1 (512 ranks) to 4096:1 (16,384 ranks): how much it fell.
 GOODPUT_FALL = {"node": 0.149, "rank": 0.84}
@@ -35,11 +38,15 @@ SWEEP_RANKS = 4096
 SWEEP_RATIOS = (8, 64, 512, 4096)
 SWEEP_NONE_GROWTH_PER_DOUBLING = 8.0
 SWEEP_NODE_OVER_RANK_AT_HIGH_RATIO = 3.7
+#: The pair that ratio compares: (slower, faster).
+SWEEP_COMPARED_MODES = ("rank", "node")
 
 #: Stranding: 14,336 ranks replaying a Reddit sort trace: rank credits ran nearly 4x slower than
 #: unconstrained (credits stranded on the 8.6% of pairs that never talked); 17.8-26.4 million credit
 #: messages per trial against node credits' 117k-435k.
 STRANDING_RANK_OVER_NONE_RUNTIME = 4.0
+#: The mode whose credits stranded, and the mode it is compared with: (stranded, baseline).
+STRANDING_COMPARED_MODES = ("rank", "none")
 STRANDING_CREDIT_MESSAGES = {"rank": (17.8e6, 26.4e6), "node": (117e3, 435e3)}
 
 #: The paper's datagrams: 4 KiB.

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..flow import FlowParts, NodeLayout, flow_mode
 from ..flow.base import FlowControl
+from ..flow.modes import UNCONSTRAINED
 from ..flow.node import LocalCounters
 from ..pool import SlotPool
 from ..transport import implementation
@@ -96,7 +97,7 @@ def make_rank(
     rank: int,
     kind: str,
     *,
-    flow_control: str = "none",
+    flow_control: str = UNCONSTRAINED,
     datagram_size: int = 64,
     send_pool_slots: int = 8,
     recv_pool_slots: int = 8,

@@ -53,6 +53,7 @@ import numpy as np
 
 from ..channels import Channels
 from ..errors import FinalizedError, MailRailError, nested_barrier_error, report_undelivered
+from ..flow.modes import UNCONSTRAINED
 from ..pool import SlotPool
 from ..protocol import (
     FREE,
@@ -123,7 +124,7 @@ class World:
         max_steps: int = 10**7,
         max_idle_steps: int = 100_000,
         transport: str | None = None,
-        flow_control: str = "none",
+        flow_control: str = UNCONSTRAINED,
         ranks_per_node: int | None = None,
         credits_per_pair: int | None = None,
         credit_threshold: int | None = None,
@@ -142,7 +143,7 @@ class World:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"World({name}={value!r}): an integer >= {low}")
         if transport is None:
-            if flow_control != "none" or any(
+            if flow_control != UNCONSTRAINED or any(
                 knob is not None for knob in (ranks_per_node, credits_per_pair, credit_threshold, max_recvs, piggyback)
             ):
                 raise ValueError(
@@ -568,7 +569,7 @@ class Rail:
         stats: dict[str, Any] = dict(self._counters)
         stats["send_buffers_reserved"] = self._reserved
         stats["transport"] = "mailrail.testing"
-        stats["flow_control"] = "none"
+        stats["flow_control"] = UNCONSTRAINED
         return stats
 
     def __enter__(self) -> Rail:

@@ -148,20 +148,5 @@ def make(comm: Any, credit_comm: Any, *, library: MPILibrary | None = None, **ar
 
 def endpoint(*arguments: Any, **keywords: Any) -> Any:
     """A compiled :class:`mailrail._protocol.Endpoint` (the arguments of :class:`mailrail.protocol.Endpoint`;
-    its flow control a :func:`credit_ledger` or unconstrained)."""
+    its flow control a :func:`~mailrail.flow.modes.compiled_ledger` or unconstrained)."""
     return importlib.import_module("mailrail._protocol").Endpoint(*arguments, **keywords)
-
-
-def credit_ledger(mode: str, ranks: int, credits_per_pair: int, return_threshold: int, **placement: Any) -> Any:
-    """A compiled :class:`mailrail.flow._ledger.CreditLedger` for *mode* ``"rank"``, ``"node"`` or ``"adaptive"``.
-
-    It has the interface of :class:`~mailrail.flow.base.FlowControl` and makes the decisions of
-    :class:`~mailrail.flow.rank.RankCredits` / :class:`~mailrail.flow.node.NodeCredits` /
-    :class:`~mailrail.flow.adaptive.AdaptiveCredits` (the reference, tested against it event by event).
-    *placement*: ``max_tag`` (all); ``piggyback`` (rank); ``nodes``, ``ranks_per_node`` or ``node_map``
-    (address of an int32 rank-to-node map), ``pool`` (address of the node's int64 credit counters) and
-    ``owner`` (what keeps that memory alive) (node, adaptive); ``recv_slots``, ``tokens`` and ``demand``
-    (addresses of the node's int64 request tokens and waiting-send counts) (adaptive).
-    """
-    module = importlib.import_module("mailrail.flow._ledger")
-    return module.CreditLedger(mode, ranks, credits_per_pair, return_threshold, **placement)
