@@ -156,9 +156,9 @@ test-main: $(VENV)/.installed
 
 # (tests that pick their transport themselves, and the job runner's, ran on both in test-main: left out)
 test-python-transport: $(VENV)/.installed
-	MAILRAIL_TEST_TRANSPORT=python $(VENV)/bin/python -m pytest -q $(PARALLEL) -m "smoke and mpi and not jobs and not cluster" \
+	MAILRAIL_TEST_IMPLEMENTATION=python $(VENV)/bin/python -m pytest -q $(PARALLEL) -m "smoke and mpi and not jobs and not cluster" \
 		--durations=5
-	MAILRAIL_TEST_TRANSPORT=python $(VENV)/bin/python -m pytest -q -m "smoke and mpi and not jobs and cluster" --durations=5
+	MAILRAIL_TEST_IMPLEMENTATION=python $(VENV)/bin/python -m pytest -q -m "smoke and mpi and not jobs and cluster" --durations=5
 
 test-other-mpi: $(VENV_MPICH)/.installed
 	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q $(PARALLEL) -m "smoke and not cluster" --durations=5

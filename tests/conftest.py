@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BINARY_TRACE, JSON_TRACE, TEST_TRANSPORT, job_environment, present_job_files, unclaimed_job_files
+from helpers import (
+    BINARY_TRACE,
+    JSON_TRACE,
+    TEST_IMPLEMENTATION,
+    job_environment,
+    present_job_files,
+    unclaimed_job_files,
+)
 
 #: What was in node-local shared memory, and MPI launchers' files in /tmp, when the session started (see
 #: pytest_sessionfinish).
@@ -59,9 +66,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``MAILRAIL_TEST_TRANSPORT`` (make test-python-transport: the smoke set's jobs again on that
+    """Under ``MAILRAIL_TEST_IMPLEMENTATION`` (make test-python-transport: the smoke set's jobs again on that
     transport) a test that names its transport itself is the very check the main run made: left out."""
-    if not TEST_TRANSPORT:
+    if not TEST_IMPLEMENTATION:
         return
     kept, pinned = [], []
     for item in items:

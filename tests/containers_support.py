@@ -49,7 +49,7 @@ def job_env(mode: str, pools: bool, transport: str | None, datagram_size: int = 
         **(tiny_pools(datagram_size) if pools else {}),
     }
     if transport:
-        env["MAILRAIL_TRANSPORT"] = transport
+        env["MAILRAIL_IMPLEMENTATION"] = transport
     return env
 
 

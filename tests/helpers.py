@@ -44,21 +44,22 @@ def program(name: str) -> list[str]:
     return [sys.executable, "-m", "mpi4py", program_path(name)]
 
 
-#: The transport of jobs whose test does not choose one: unset, MailRail's own choice (compiled
+#: The implementation of jobs whose test does not choose one: unset, MailRail's own choice (compiled
 #: when built); ``make test`` runs the smoke set a second time with ``python``.
-TEST_TRANSPORT = os.environ.get("MAILRAIL_TEST_TRANSPORT")
-#: The variables that choose the transport: its own and its deprecated old names (MAILRAIL_ENGINE).
-TRANSPORT_VARIABLES = {env_name("transport")} | {
-    env_name(old) for old, new in DEPRECATED_KNOBS.items() if new == "transport"
+TEST_IMPLEMENTATION = os.environ.get("MAILRAIL_TEST_IMPLEMENTATION")
+#: The variables that choose the implementation: its own and its deprecated old names (MAILRAIL_TRANSPORT,
+#: MAILRAIL_ENGINE).
+IMPLEMENTATION_VARIABLES = {env_name("implementation")} | {
+    env_name(old) for old, new in DEPRECATED_KNOBS.items() if new == "implementation"
 }
 
 
 def job_environment(**extra: str) -> dict[str, str]:
-    """The environment of a test's job: no MAILRAIL_* of the caller's, a stall timeout, the test transport."""
+    """The environment of a test's job: no MAILRAIL_* of the caller's, a stall timeout, the test implementation."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILRAIL_")}
     env["MAILRAIL_STALL_TIMEOUT"] = "30"  # starvation fails loudly, not as a hang
-    if TEST_TRANSPORT and not TRANSPORT_VARIABLES & set(extra):  # a test that chooses one keeps its choice
-        env["MAILRAIL_TRANSPORT"] = TEST_TRANSPORT
+    if TEST_IMPLEMENTATION and not IMPLEMENTATION_VARIABLES & set(extra):  # a test that chooses one keeps it
+        env["MAILRAIL_IMPLEMENTATION"] = TEST_IMPLEMENTATION
     env.update(extra)
     return env
 
@@ -117,11 +118,11 @@ def _mpi_job_environment(env: dict[str, str] | None) -> dict[str, str]:
     return mpi_environment(base=job_environment(**(env or {})))
 
 
-def assert_exactly_once(result: dict, transport: str = TEST_TRANSPORT or "compiled") -> None:
-    """A traffic.py run delivered every message once, on the *transport* message path, with nothing left over."""
+def assert_exactly_once(result: dict, implementation: str = TEST_IMPLEMENTATION or "compiled") -> None:
+    """A traffic.py run delivered every message once, in the *implementation*, with nothing left over."""
     assert not any(result["finalize"].values()), result["finalize"]
     stats = result["stats"]
-    assert {s["transport"] for s in stats} == {transport}
+    assert {s["implementation"] for s in stats} == {implementation}
     assert sum(s["messages_sent"] for s in stats) == sum(s["messages_received"] for s in stats)
     assert sum(s["bytes_sent"] for s in stats) == sum(s["bytes_received"] for s in stats)
     assert all(s["deferred_now"] == 0 for s in stats)

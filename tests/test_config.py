@@ -42,7 +42,7 @@ def test_defaults_with_an_empty_environment():
     assert config.stall_timeout == 0.0
     assert config.idle_sleep_us == 0.0
     assert config.atomics == "auto"
-    assert config.transport == "auto"
+    assert config.implementation == "auto"
     assert config.trace is None
 
 
@@ -70,7 +70,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "MAILRAIL_STALL_TIMEOUT": "2.5",
         "MAILRAIL_IDLE_SLEEP_US": "25",
         "MAILRAIL_ATOMICS": "cpu",
-        "MAILRAIL_TRANSPORT": "python",
+        "MAILRAIL_IMPLEMENTATION": "python",
         "MAILRAIL_TRACE": "/tmp/trace-dir",
         "MAILRAIL_ON_ERROR": "raise",
     }
@@ -89,7 +89,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "stall_timeout": 2.5,
         "idle_sleep_us": 25.0,
         "atomics": "cpu",
-        "transport": "python",
+        "implementation": "python",
         "trace": "/tmp/trace-dir",
         "on_error": "raise",
     }
@@ -123,7 +123,9 @@ def test_the_non_knob_variables_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Config.from_env({name: "1" for name in NON_KNOB_VARIABLES})
-    assert {"MAILRAIL_CLUSTER_USERNS", "MAILRAIL_TEST_TRANSPORT", "MAILRAIL_TEST_TIMEOUT"} <= set(NON_KNOB_VARIABLES)
+    assert {"MAILRAIL_CLUSTER_USERNS", "MAILRAIL_TEST_IMPLEMENTATION", "MAILRAIL_TEST_TIMEOUT"} <= set(
+        NON_KNOB_VARIABLES
+    )
     # and those mailrail run sets in every rank's environment
     assert {jobcontrol.JOB_VARIABLE, failure.FAILURES_VARIABLE} <= set(NON_KNOB_VARIABLES)
 
@@ -287,7 +289,7 @@ INVALID_ENV = [
     ("MAILRAIL_STALL_TIMEOUT", "soon"),
     ("MAILRAIL_IDLE_SLEEP_US", "-0.5"),
     ("MAILRAIL_ATOMICS", "gpu"),
-    ("MAILRAIL_TRANSPORT", "turbo"),
+    ("MAILRAIL_IMPLEMENTATION", "turbo"),
 ]
 
 
@@ -318,7 +320,7 @@ INVALID_KEYWORDS = [
     ("stall_timeout", float("inf")),
     ("idle_sleep_us", "slow"),
     ("atomics", "quantum"),
-    ("transport", "jit"),
+    ("implementation", "jit"),
 ]
 
 
@@ -409,20 +411,20 @@ def test_atomics_accepts_each_documented_mode(mode):
 
 
 @pytest.mark.parametrize("mode", ["auto", "compiled", "python"])
-def test_transport_accepts_each_documented_mode(mode):
-    assert Config.from_env({"MAILRAIL_TRANSPORT": mode}).transport == mode
-    assert Config.from_env({}, transport=mode).transport == mode
+def test_implementation_accepts_each_documented_mode(mode):
+    assert Config.from_env({"MAILRAIL_IMPLEMENTATION": mode}).implementation == mode
+    assert Config.from_env({}, implementation=mode).implementation == mode
 
 
 # -- renamed knobs: the old names are deprecated aliases -----------------------
 
 #: A value other than the default for every knob that has an old name (a rename adds its knob here).
-RENAMED_SAMPLES = {"transport": "python"}
+RENAMED_SAMPLES = {"implementation": "python"}
 RENAMES = sorted(DEPRECATED_KNOBS.items())
 
 
 def test_the_renames_are_the_fields_aliases_and_none_is_a_current_knob():
-    assert DEPRECATED_KNOBS == {"engine": "transport"}
+    assert DEPRECATED_KNOBS == {"transport": "implementation", "engine": "implementation"}
     assert {alias: knob.name for knob in knobs() for alias in knob.aliases} == DEPRECATED_KNOBS
     assert not set(DEPRECATED_KNOBS) & set(KNOBS)
     assert set(DEPRECATED_KNOBS.values()) == set(RENAMED_SAMPLES), "every renamed knob needs a sample value"

@@ -11,8 +11,8 @@ TRANSPORTS = ["compiled", "python"]
 @pytest.mark.smoke
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_stats_while_sends_are_deferred_mean_the_same_on_both_transports(transport):
-    result = mpirun(2, "deferred_stats.py", "--messages", "10", env={"MAILRAIL_TRANSPORT": transport})
-    assert result["transport"] == transport
+    result = mpirun(2, "deferred_stats.py", "--messages", "10", env={"MAILRAIL_IMPLEMENTATION": transport})
+    assert result["implementation"] == transport
     # Two messages had credit; eight wait, and count as sent (submitted) already.
     assert result["while_deferred"] == {
         "messages_sent": 10,

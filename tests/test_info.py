@@ -104,14 +104,16 @@ def test_ranks_without_plan_is_a_usage_error(capsys):
 def test_info_reports_the_mpi_mpi4py_loads_and_the_librarys_own_choices(tmp_path):
     """A lone process (MPI started only for the node count and TAG_UB); compared with the library's answers."""
     path = tmp_path / "info.json"
-    completed = mailrail("info", "--json", str(path), env={"MAILRAIL_ATOMICS": "mpi", "MAILRAIL_TRANSPORT": "python"})
+    completed = mailrail(
+        "info", "--json", str(path), env={"MAILRAIL_ATOMICS": "mpi", "MAILRAIL_IMPLEMENTATION": "python"}
+    )
     assert_succeeded(completed)
     report = json.loads(path.read_text())
     found = mpi_origin()
     assert report["mpi"]["library_path"] == found.library_path
     assert report["mpi"]["flavor"] == found.flavor
     assert report["mpi4py"]["wheel"] == found.wheel
-    assert report["transport"] == {"name": "python", "reason": "MAILRAIL_TRANSPORT=python"}
+    assert report["implementation"] == {"name": "python", "reason": "MAILRAIL_IMPLEMENTATION=python"}
     assert report["atomics"] == {"configured": "mpi", "used": "mpi"}
     assert report["nodes"]["count"] == 1 and report["nodes"]["ranks"] == 1
     assert report["tag_ub"] >= 32767  # the standard's least

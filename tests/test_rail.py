@@ -28,7 +28,7 @@ def test_tiny_pools_force_backpressure_without_loss(pattern, transport):
         pattern,
         "--max-messages",
         "150",
-        env=dict(TINY_POOLS, MAILRAIL_TRANSPORT=transport),
+        env=dict(TINY_POOLS, MAILRAIL_IMPLEMENTATION=transport),
     )
     assert_exactly_once(result, transport)
 
@@ -44,7 +44,7 @@ def test_python_path_delivers_exactly_once(ranks):
         "200",
         "--seed",
         str(ranks),
-        env={"MAILRAIL_TRANSPORT": "python"},
+        env={"MAILRAIL_IMPLEMENTATION": "python"},
     )
     assert_exactly_once(result, "python")
 
@@ -63,15 +63,15 @@ def test_fewer_posted_receives_than_slots(transport):
         "traffic.py",
         "--max-messages",
         "150",
-        env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3", "MAILRAIL_TRANSPORT": transport},
+        env={"MAILRAIL_RECV_POOL_SLOTS": "8", "MAILRAIL_MAX_RECVS": "3", "MAILRAIL_IMPLEMENTATION": transport},
     )
     assert_exactly_once(result, transport)
 
 
 @pytest.fixture(scope="module", params=TRANSPORTS)
 def errors(request):
-    result = mpirun(2, "errors.py", env={"MAILRAIL_TRANSPORT": request.param})
-    assert result["transport"] == request.param
+    result = mpirun(2, "errors.py", env={"MAILRAIL_IMPLEMENTATION": request.param})
+    assert result["implementation"] == request.param
     return result
 
 
@@ -83,7 +83,11 @@ def errors(request):
         ("config_mode", "ConfigError", ["MAILRAIL_FLOW_CONTROL", "'bogus'"]),
         ("config_unknown", "TypeError", ["unexpected keyword argument", "datagram_sz"]),  # keyword-only knobs
         ("rank_mode_too_few_slots", "ConfigError", ["0 credits", "MAILRAIL_RECV_POOL_SLOTS=1", "node"]),
-        ("compiled_node_mode_with_mpi_atomics", "ConfigError", ["MAILRAIL_TRANSPORT=compiled", "MAILRAIL_ATOMICS=mpi"]),
+        (
+            "compiled_node_mode_with_mpi_atomics",
+            "ConfigError",
+            ["MAILRAIL_IMPLEMENTATION=compiled", "MAILRAIL_ATOMICS=mpi"],
+        ),
         ("dest_too_large", "InvalidDestinationError", ["destination 2", "0..1"]),
         ("dest_negative", "InvalidDestinationError", ["destination -1"]),
         ("dest_not_int", "InvalidDestinationError", ["'1'", "not an integer"]),
@@ -118,19 +122,22 @@ def test_the_rail_names_its_communicator_rank_and_size(errors):
     assert errors["rail_shape"] == [True, True, True]
 
 
-def test_stats_and_the_rail_name_the_transport_and_why(errors):
-    assert "transport" in errors["stats_keys"] and "engine" not in errors["stats_keys"]
-    expected = None if errors["transport"] == "compiled" else "MAILRAIL_TRANSPORT=python"
-    assert errors["transport_reason"] == expected
+def test_stats_and_the_rail_name_the_implementation_and_why(errors):
+    assert "implementation" in errors["stats_keys"]
+    assert "transport" not in errors["stats_keys"] and "engine" not in errors["stats_keys"]
+    expected = None if errors["implementation"] == "compiled" else "MAILRAIL_IMPLEMENTATION=python"
+    assert errors["implementation_reason"] == expected
 
 
-def test_the_old_transport_names_still_work_with_a_warning(errors):
+def test_the_old_implementation_names_still_work_with_a_warning(errors):
     old = errors["deprecated_engine"]
-    assert old["transport"] == old["engine"] == errors["transport"]
-    assert len(old["warnings"]) == 2, old["warnings"]
-    keyword, attribute = old["warnings"]
-    assert "keyword engine= is deprecated" in keyword and "transport=" in keyword
-    assert attribute == "MailRail.engine is deprecated: use MailRail.transport"
+    assert old["transport"] == old["engine"] == old["stats_transport"] == errors["implementation"]
+    assert len(old["warnings"]) == 4, old["warnings"]
+    keyword, transport, engine, stats = old["warnings"]
+    assert "keyword engine= is deprecated" in keyword and "implementation=" in keyword
+    assert transport == "MailRail.transport is deprecated: use MailRail.implementation"
+    assert engine == "MailRail.engine is deprecated: use MailRail.implementation"
+    assert stats == "stats()['transport'] is deprecated: the entry was renamed 'implementation'"
 
 
 @pytest.mark.smoke

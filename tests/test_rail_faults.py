@@ -44,7 +44,7 @@ def failure_lines(completed: subprocess.CompletedProcess, text: str) -> list[str
 @pytest.mark.smoke
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_an_exception_inside_with_aborts_the_job_with_its_traceback_once(transport):
-    completed = run_plain(3, "fault_raise_inside_with.py", env={"MAILRAIL_TRANSPORT": transport})
+    completed = run_plain(3, "fault_raise_inside_with.py", env={"MAILRAIL_IMPLEMENTATION": transport})
     assert completed.returncode != 0
     lines = failure_lines(completed, "RuntimeError: injected failure on rank 1")
     assert len(lines) == 1, completed.stderr
@@ -55,7 +55,7 @@ def test_an_exception_inside_with_aborts_the_job_with_its_traceback_once(transpo
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_sys_exit_0_inside_with_is_a_normal_exit(transport):
-    completed = run_plain(2, "fault_raise_inside_with.py", "exit0", env={"MAILRAIL_TRANSPORT": transport})
+    completed = run_plain(2, "fault_raise_inside_with.py", "exit0", env={"MAILRAIL_IMPLEMENTATION": transport})
     assert completed.returncode == 0, completed.stderr
     assert len(failure_lines(completed, "finalized>")) == 2
 
@@ -65,9 +65,9 @@ def test_sys_exit_0_inside_with_is_a_normal_exit(transport):
 @pytest.mark.parametrize("mode", list(MODE_NAMES))
 def test_on_error_raise_cleans_up_locally_without_a_collective_and_re_raises(transport, mode):
     if transport == "compiled" and mode in ("node", "adaptive"):
-        env = {"MAILRAIL_TRANSPORT": transport, "MAILRAIL_ATOMICS": "cpu"}
+        env = {"MAILRAIL_IMPLEMENTATION": transport, "MAILRAIL_ATOMICS": "cpu"}
     else:
-        env = {"MAILRAIL_TRANSPORT": transport}
+        env = {"MAILRAIL_IMPLEMENTATION": transport}
     everyone = mpirun(3, "fault_on_error_raise.py", mode, env=env)
     for rank, seen in enumerate(everyone):
         assert seen["error"] == f"injected failure on rank {rank}"
@@ -81,7 +81,10 @@ def test_on_error_raise_cleans_up_locally_without_a_collective_and_re_raises(tra
 @pytest.mark.parametrize("wait", ["finalize", "barrier"])
 def test_a_wait_for_ranks_that_never_come_ends_within_the_stall_timeout_naming_them(transport, wait):
     completed = run_plain(
-        4, "fault_wait_missing_ranks.py", wait, env={"MAILRAIL_TRANSPORT": transport, "MAILRAIL_STALL_TIMEOUT": "2"}
+        4,
+        "fault_wait_missing_ranks.py",
+        wait,
+        env={"MAILRAIL_IMPLEMENTATION": transport, "MAILRAIL_STALL_TIMEOUT": "2"},
     )
     assert completed.returncode != 0
     named = failure_lines(completed, f"ranks 1, 3 have not called {wait}()")
@@ -92,7 +95,7 @@ def test_a_wait_for_ranks_that_never_come_ends_within_the_stall_timeout_naming_t
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_barrier_inside_a_barrier_handler_is_refused_at_once(transport):
-    everyone = mpirun(2, "fault_nested_barrier.py", env={"MAILRAIL_TRANSPORT": transport})
+    everyone = mpirun(2, "fault_nested_barrier.py", env={"MAILRAIL_IMPLEMENTATION": transport})
     for outcome in everyone:
         assert outcome["handled"] == 2 and outcome["again"] == 0
         assert len(outcome["errors"]) == 4
@@ -106,9 +109,15 @@ def test_a_barrier_inside_a_barrier_handler_is_refused_at_once(transport):
         ("datagram_size", ["datagram_size (MAILRAIL_DATAGRAM_SIZE) is 4096 on ranks 0, 2 and 1024 on rank 1"]),
         ("flow_control", ["flow_control (MAILRAIL_FLOW_CONTROL) is 'none' on ranks 0, 2 and 'rank' on rank 1"]),
         ("recv_pool_slots", ["recv_pool_slots (MAILRAIL_RECV_POOL_SLOTS) is 512 on ranks 0, 2 and 4 on rank 1"]),
-        ("transport", ["transport (MAILRAIL_TRANSPORT) is 'compiled' on ranks 0, 2 and 'python' on rank 1"]),
+        (
+            "implementation",
+            ["implementation (MAILRAIL_IMPLEMENTATION) is 'compiled' on ranks 0, 2 and 'python' on rank 1"],
+        ),
         # The deprecated keyword engine= sets the same knob: its value takes part in the agreement.
-        ("engine_alias", ["transport (MAILRAIL_TRANSPORT) is 'compiled' on ranks 0, 2 and 'python' on rank 1"]),
+        (
+            "engine_alias",
+            ["implementation (MAILRAIL_IMPLEMENTATION) is 'compiled' on ranks 0, 2 and 'python' on rank 1"],
+        ),
         ("invalid", ["rank 1: datagram_size= (keyword for MAILRAIL_DATAGRAM_SIZE)", "got 0"]),
     ],
 )
@@ -139,7 +148,7 @@ def test_configuration_warnings_are_said_once_for_the_job():
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_staged_leftovers_are_reported_and_coalescers_share_a_rail(transport):
-    for result in mpirun(2, "coalesce_leftovers.py", env={"MAILRAIL_TRANSPORT": transport}):
+    for result in mpirun(2, "coalesce_leftovers.py", env={"MAILRAIL_IMPLEMENTATION": transport}):
         assert result["report"]["staged"] == 4
         assert len(result["warnings"]) == 1 and "4 record(s) and call(s) left staged" in result["warnings"][0]
         assert (
@@ -154,7 +163,9 @@ def test_staged_leftovers_are_reported_and_coalescers_share_a_rail(transport):
 @pytest.mark.smoke
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_the_stall_report_tells_the_true_counters_on_both_transports(transport):
-    report = mpirun(2, "stall_report_counts.py", env={"MAILRAIL_TRANSPORT": transport}, timeout=MPI_TIMEOUT)["report"]
+    report = mpirun(2, "stall_report_counts.py", env={"MAILRAIL_IMPLEMENTATION": transport}, timeout=MPI_TIMEOUT)[
+        "report"
+    ]
     assert report is not None
     assert "this rank received 3 message(s), released 3" in report, report
 
@@ -164,7 +175,7 @@ def test_the_stall_report_tells_the_true_counters_on_both_transports(transport):
 def test_a_truncating_message_mid_run_raises_and_the_job_recovers_on_the_python_transport():
     """The compiled transport's case (tests/transport/test_compiled_faults.py) on the Python one: Open MPI 4
     frees a receive that completed with an error, and the transport makes it again."""
-    result = mpirun(2, "truncation_mid_run.py", "recover", env={"MAILRAIL_TRANSPORT": "python"})
+    result = mpirun(2, "truncation_mid_run.py", "recover", env={"MAILRAIL_IMPLEMENTATION": "python"})
     assert result["error"].startswith("MailRailError: a message longer than this rank's datagram_size (1024 bytes)")
     assert result["after"] == [0, 4, 7]
     assert not any(result["finalize"].values()), result["finalize"]

@@ -26,7 +26,7 @@ from .errors import ConfigError, ConfigWarning, DeprecatedKnobWarning
 #: that they agree when it is imported).
 FLOW_CONTROL_MODES = ("none", "rank", "node", "adaptive")
 ATOMICS_MODES = ("auto", "cpu", "mpi")
-TRANSPORT_MODES = ("auto", "compiled", "python")
+IMPLEMENTATIONS = ("auto", "compiled", "python")
 ON_ERROR_MODES = ("abort", "raise")
 #: The largest count MPI takes (counts, tags and ranks are C ``int``).
 MPI_INT_MAX = 2**31 - 1
@@ -38,7 +38,7 @@ NON_KNOB_VARIABLES = (
     "MAILRAIL_CLUSTER_USERNS",  # the virtual cluster: user namespaces instead of root
     "MAILRAIL_JOB_DIRS",  # mailrail.jobcontrol: marks the processes of a job (set in every rank's environment)
     "MAILRAIL_FAILURES",  # mailrail.failure: where a rank under mailrail run records why it failed
-    "MAILRAIL_TEST_TRANSPORT",  # the test suite: the transport of jobs whose test does not choose one
+    "MAILRAIL_TEST_IMPLEMENTATION",  # the test suite: the implementation of jobs whose test does not choose one
     "MAILRAIL_TEST_TIMEOUT",  # the test suite: seconds before a hung job is killed
     "MAILRAIL_TEST_MPI",  # the test suite: the MPI its environment must run (wheel, site-openmpi, site-mpich)
     "MAILRAIL_FUZZ_EXAMPLES",  # the test suite: Hypothesis examples of the trace fuzzer
@@ -222,12 +222,13 @@ class Config:
         _choice(ATOMICS_MODES),
         "node credit pool updates: `cpu` (compiled helper), `mpi` (RMA, Python transport), `auto`",
     )
-    transport: str = knob(
+    implementation: str = knob(
         "auto",
-        _choice(TRANSPORT_MODES),
-        "the message path: `compiled` (Cython), `python`, or `auto` (compiled when built)",
+        _choice(IMPLEMENTATIONS),
+        "the implementation of the protocol and its transport: `compiled` (Cython), `python`, or `auto` "
+        "(compiled when built)",
         flag=False,
-        aliases=("engine",),
+        aliases=("transport", "engine"),
     )
     trace: str | None = knob(
         None, _path, "directory: record this rank's sends as a YGM-format binary trace", shown="unset", flag=False
@@ -312,7 +313,7 @@ def _read_knob(name: str, environ: Mapping[str, str], overrides: Mapping[str, An
     """
     spellings = (name, *KNOB_ALIASES[name])
     parse = KNOBS[name]
-    # (the spelling used, "transport=" or "MAILRAIL_TRANSPORT"; as written, with the raw value; parsed)
+    # (the spelling used, "implementation=" or "MAILRAIL_IMPLEMENTATION"; as written, with the raw value; parsed)
     found: list[tuple[str, str, Any]] = []
     for spelling in spellings:
         if overrides.get(spelling) is not None:

@@ -8,6 +8,11 @@ describe the rail.  The documentation's counter table is generated from them.
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
+from .errors import DeprecatedKnobWarning
+
 #: The messages and buffers of this rank.
 MESSAGE_COUNTERS: dict[str, str] = {
     "messages_sent": "messages the application handed to send(), deferred ones included",
@@ -47,7 +52,7 @@ COUNTERS: dict[str, str] = {**MESSAGE_COUNTERS, **CREDIT_COUNTERS}
 
 #: Facts about the rail; ``nodes`` and ``atomics`` only in node mode.
 RAIL_FACTS: dict[str, str] = {
-    "transport": "the transport in use: compiled or python",
+    "implementation": "the implementation in use (its Endpoint, ledger and transport): compiled or python",
     "flow_control": "none, rank, node or adaptive",
     "credits_per_pair": "credits per (sender rank or node, receiver rank); adaptive: the most one grant carries; "
     "0 when unconstrained",
@@ -56,3 +61,19 @@ RAIL_FACTS: dict[str, str] = {
     "nodes": "nodes the ranks form (node and adaptive modes)",
     "atomics": "how node credits are updated: cpu or mpi (node and adaptive modes)",
 }
+
+#: Entries of ``stats()`` that were renamed: old name -> new name (read by the old name, with a warning).
+RENAMED: dict[str, str] = {"transport": "implementation"}
+
+
+class Stats(dict[str, Any]):
+    """``stats()``'s dictionary: an entry read by its old name (:data:`RENAMED`) warns, and gives the new one."""
+
+    def __missing__(self, key: str) -> Any:
+        new = RENAMED.get(key)
+        if new is None:
+            raise KeyError(key)
+        warnings.warn(
+            f"stats()[{key!r}] is deprecated: the entry was renamed {new!r}", DeprecatedKnobWarning, stacklevel=2
+        )
+        return self[new]

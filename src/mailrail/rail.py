@@ -1,10 +1,10 @@
-"""The application's object: :class:`MailRail`, over one of two transports.
+"""The application's object: :class:`MailRail`, over one of two implementations.
 
 MailRail owns what both message paths share: configuration, communicators,
 flow control, pools, the sans-I/O :class:`~mailrail.protocol.Endpoint`,
 ``barrier``, ``stats`` and ``finalize``.  The per-message work goes to one
-transport (:mod:`mailrail.transport`), chosen once at construction: the
-compiled one when it is built, else the Python one (``MAILRAIL_TRANSPORT``).
+implementation's transport (:mod:`mailrail.transport`), chosen once at construction: the
+compiled one when it is built, else the Python one (``MAILRAIL_IMPLEMENTATION``).
 Payloads travel on a duplicate of the user's communicator, credit returns on a
 second duplicate that never carries payload, and ``barrier()``'s collectives on
 a third.
@@ -25,6 +25,7 @@ import numpy as np
 from ._mpi import MPI
 from .channels import Channels
 from .config import DEPRECATED_KNOBS, KNOBS, Config
+from .counters import Stats
 from .errors import (
     ConfigError,
     ConfigWarning,
@@ -41,7 +42,8 @@ from .flow.modes import FlowParts, NodeLayout, flow_mode
 from .flow.node_memory import NodeTopology, SharedWindowCounters
 from .flow.sizing import CreditBudget
 from .quiescence import TerminationDetector
-from .transport import choose, implementation
+from .transport import choose
+from .transport import implementation as implementation_named
 from .transport.base import Message, Transport, Tuning
 
 __all__ = ["MailRail", "Message", "AGREED_KNOBS"]
@@ -98,9 +100,10 @@ class MailRail:
         stall_timeout: float | None = None,
         idle_sleep_us: float | None = None,
         atomics: str | None = None,
-        transport: str | None = None,
+        implementation: str | None = None,
         trace: str | None = None,
         on_error: str | None = None,
+        transport: str | None = None,
         engine: str | None = None,
     ) -> None:
         # The keywords are Config's fields and their deprecated aliases (a test checks they stay so):
@@ -118,9 +121,10 @@ class MailRail:
         self.size: int = comm.Get_size()
         # Everything that can be checked without MPI objects is checked first, and agreed by every
         # rank in one exchange: a bad option or a disagreement leaves nothing behind, on every rank.
-        self.config, self.transport, self.transport_reason = _agreed_configuration(comm, options)
+        # The implementation running ("compiled" or "python"), and why not the compiled one (or None).
+        self.config, self.implementation, self.implementation_reason = _agreed_configuration(comm, options)
         config = self.config
-        self._implementation = implementation(self.transport)
+        self._implementation = implementation_named(self.implementation)
         self._mode = flow_mode(config.flow_control)
         self._tuning = Tuning.for_idle_sleep(config.idle_sleep_us)
         self.datagram_size = config.datagram_size
@@ -391,8 +395,8 @@ class MailRail:
 
     def stats(self) -> dict[str, Any]:
         """Counters of this rank (each defined in :mod:`mailrail.counters`)."""
-        stats: dict[str, Any] = self._endpoint.counters()
-        stats["transport"] = self._transport.name
+        stats: dict[str, Any] = Stats(self._endpoint.counters())
+        stats["implementation"] = self._transport.name
         stats["flow_control"] = self.flow.name
         stats["credits_per_pair"] = self.flow.credits_per_pair
         stats["recv_pool_bytes"] = self._recv_pool.nbytes
@@ -407,14 +411,22 @@ class MailRail:
         state = " finalized" if getattr(self, "_finalized", False) else ""
         return (
             f"<MailRail rank {self.rank} of {self.size}, flow_control={self.config.flow_control!r}, "
-            f"transport={self.transport!r}{state}>"
+            f"implementation={self.implementation!r}{state}>"
         )
 
     @property
+    def transport(self) -> str:
+        """Deprecated name of :attr:`implementation` (``"compiled"`` or ``"python"``)."""
+        warnings.warn(
+            "MailRail.transport is deprecated: use MailRail.implementation", DeprecatedKnobWarning, stacklevel=2
+        )
+        return self.implementation
+
+    @property
     def engine(self) -> str:
-        """Deprecated name of :attr:`transport` (``"compiled"`` or ``"python"``)."""
-        warnings.warn("MailRail.engine is deprecated: use MailRail.transport", DeprecatedKnobWarning, stacklevel=2)
-        return self.transport
+        """Deprecated name of :attr:`implementation` (``"compiled"`` or ``"python"``)."""
+        warnings.warn("MailRail.engine is deprecated: use MailRail.implementation", DeprecatedKnobWarning, stacklevel=2)
+        return self.implementation
 
     # -- shutdown ----------------------------------------------------------
 
@@ -588,7 +600,7 @@ def _agreed_configuration(comm: MPI.Comm, options: dict[str, Any]) -> tuple[Conf
             raise ConfigError(next(iter(failures)))  # every rank alike: the message as it is
         raise ConfigError("; ".join(f"{describe_ranks(ranks)}: {text}" for text, ranks in failures.items()))
     differences = []
-    for index, name in enumerate((*AGREED_KNOBS, "transport")):
+    for index, name in enumerate((*AGREED_KNOBS, "implementation")):
         values: dict[Any, list[int]] = {}
         for rank, theirs in enumerate(everyone):
             values.setdefault(theirs[index], []).append(rank)

@@ -52,7 +52,7 @@ def degrees(scale: int, edge_factor: int, seed: int) -> np.ndarray:
     "ranks, env",
     [
         pytest.param(4, {}, marks=pytest.mark.smoke),
-        (2, {"MAILRAIL_TRANSPORT": "python"}),
+        (2, {"MAILRAIL_IMPLEMENTATION": "python"}),
         (1, {}),
     ],
 )

@@ -160,7 +160,7 @@ def test_memory_capped_victim_node_kills_unconstrained_incast(tmp_path, as_root,
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     document = json.loads((out / "compare.json").read_text())
     cluster = document["cluster"]
-    assert cluster["nodes"] == 2 and cluster["transport"] == "tcp" and cluster["victim_node_memory"] == 160 * 2**20
+    assert cluster["nodes"] == 2 and cluster["network"] == "tcp" and cluster["victim_node_memory"] == 160 * 2**20
     victim_node = document["workload"]["rank_nodes"][document["workload"]["victim_ranks"][0]]
     assert cluster["victim_nodes"] == [victim_node]
     none, node = document["modes"]["none"], document["modes"]["node"]

@@ -43,7 +43,7 @@ def test_rank_mode_uniform_traffic_with_and_without_piggybacking(piggyback, tran
         "uniform",
         "--max-messages",
         "300",
-        env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4, transport=transport),
+        env=env("rank", recv_pool_slots=64, piggyback=piggyback, send_pool_slots=4, implementation=transport),
     )
     assert_exactly_once(result, transport)
     piggybacked = sum(s["credits_piggybacked"] for s in result["stats"])
@@ -63,7 +63,7 @@ def test_node_mode_with_virtual_nodes(ranks_per_node, transport):
         "uniform",
         "--max-messages",
         "150",
-        env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4, transport=transport),
+        env=env("node", ranks_per_node=ranks_per_node, recv_pool_slots=16, send_pool_slots=4, implementation=transport),
     )
     assert_exactly_once(result, transport)
     stats = result["stats"]
@@ -148,7 +148,7 @@ def test_node_mode_with_portable_mpi_atomics():
         "150",
         env=env("node", recv_pool_slots=16, send_pool_slots=4, ranks_per_node=4, atomics="mpi"),
     )
-    assert_exactly_once(result, transport="python")
+    assert_exactly_once(result, implementation="python")
     assert {s["atomics"] for s in result["stats"]} == {"mpi"}
     assert sum(s["deferred_sends"] for s in result["stats"]) > 0
 
@@ -159,7 +159,7 @@ def test_node_mode_with_portable_mpi_atomics():
 def test_adaptive_mode_with_fewer_receive_slots_than_sending_nodes(pattern, transport):
     """Eight nodes of one rank, three receive slots per rank: rank and node modes are refused here (fewer
     slots than senders); adaptive credits lend the three slots around, and nothing is lost."""
-    knobs = dict(recv_pool_slots=3, send_pool_slots=4, ranks_per_node=1, transport=transport)
+    knobs = dict(recv_pool_slots=3, send_pool_slots=4, ranks_per_node=1, implementation=transport)
     result = mpirun(8, "traffic.py", "--pattern", pattern, "--max-messages", "150", env=env("adaptive", **knobs))
     assert_exactly_once(result, transport)
     stats = result["stats"]
@@ -191,7 +191,7 @@ def test_adaptive_mode_with_portable_mpi_atomics():
         "150",
         env=env("adaptive", recv_pool_slots=4, send_pool_slots=4, ranks_per_node=2, atomics="mpi"),
     )
-    assert_exactly_once(result, transport="python")
+    assert_exactly_once(result, implementation="python")
     stats = result["stats"]
     assert {s["atomics"] for s in stats} == {"mpi"}
     assert {s["shared_credit_bytes"] for s in stats} == {3 * 8 * 8}  # pool, tokens, demand: 8 B per rank each

@@ -156,7 +156,7 @@ def test_every_mode_moves_an_incast_exactly_once_under_mpiexec(mode_name, transp
     """The rail builds each table entry under a real mpiexec, on both transports, in virtual nodes of 2."""
     variables = {
         "MAILRAIL_FLOW_CONTROL": mode_name,
-        "MAILRAIL_TRANSPORT": transport,
+        "MAILRAIL_IMPLEMENTATION": transport,
         "MAILRAIL_RANKS_PER_NODE": "2",
         "MAILRAIL_RECV_POOL_SLOTS": "8",
         "MAILRAIL_SEND_POOL_SLOTS": "4",

@@ -108,7 +108,7 @@ if rank == 0:
                 "numbers": int(totals[0]),
                 "words": int(totals[1]),
                 "calls": int(totals[2]),
-                "transport": stats["transport"],
+                "implementation": stats["implementation"],
                 "report": report,
             }
         ),

@@ -22,8 +22,8 @@ ODD = {
         {"flow_control": "rank", "recv_pool_slots": 512},
         {"flow_control": "rank", "recv_pool_slots": 4},
     ),
-    "transport": ({"transport": "compiled"}, {"transport": "python"}),
-    "engine_alias": ({"transport": "compiled"}, {"engine": "python"}),  # the deprecated keyword, same knob
+    "implementation": ({"implementation": "compiled"}, {"implementation": "python"}),
+    "engine_alias": ({"implementation": "compiled"}, {"engine": "python"}),  # the deprecated keyword, same knob
     "invalid": ({}, {"datagram_size": 0}),
 }
 

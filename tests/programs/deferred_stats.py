@@ -2,7 +2,7 @@
 
 Rank 0 sends ``--messages`` messages to rank 1 (2 credits per pair) while rank 1 does not
 receive: all but two wait for credit.  Every counter means the same on both transports,
-so the figures are the same whichever ``MAILRAIL_TRANSPORT`` runs.
+so the figures are the same whichever implementation ``MAILRAIL_IMPLEMENTATION`` runs.
 """
 
 import argparse
@@ -27,7 +27,7 @@ rail = MailRail(
     datagram_size=16,
     send_pool_slots=args.messages + 1,
 )
-result: dict = {"transport": rail.stats()["transport"]}
+result: dict = {"implementation": rail.stats()["implementation"]}
 checksum = 0
 if rank == 0:
     for seq in range(args.messages):

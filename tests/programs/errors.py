@@ -39,20 +39,21 @@ expect("config_unknown", lambda: MailRail(comm, datagram_sz=5))
 expect("rank_mode_too_few_slots", lambda: MailRail(comm, flow_control="rank", recv_pool_slots=1))
 expect(
     "compiled_node_mode_with_mpi_atomics",
-    lambda: MailRail(comm, flow_control="node", atomics="mpi", transport="compiled"),
+    lambda: MailRail(comm, flow_control="node", atomics="mpi", implementation="compiled"),
 )
 
 rail = MailRail(comm, datagram_size=64, send_pool_slots=4, recv_pool_slots=4)
-cases["transport"] = rail.stats()["transport"]
-cases["transport_reason"] = rail.transport_reason
+cases["implementation"] = rail.stats()["implementation"]
+cases["implementation_reason"] = rail.implementation_reason
 cases["stats_keys"] = sorted(rail.stats())
-# The deprecated old names of the transport knob still work, each with a FutureWarning naming the new one.
+# The deprecated old names of the implementation knob still work, each with a FutureWarning naming the new one.
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    old_names = MailRail(comm, engine=cases["transport"], datagram_size=64)
+    old_names = MailRail(comm, engine=cases["implementation"], datagram_size=64)
     cases["deprecated_engine"] = {
         "transport": old_names.transport,
         "engine": old_names.engine,
+        "stats_transport": old_names.stats()["transport"],
         "warnings": [str(w.message) for w in caught if issubclass(w.category, FutureWarning)],
     }
 old_names.finalize(strict=True)

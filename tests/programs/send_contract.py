@@ -1,4 +1,4 @@
-"""send()'s buffer contract, on the transport MAILRAIL_TRANSPORT chooses: each rank sends to the next.
+"""send()'s buffer contract, on the transport MAILRAIL_IMPLEMENTATION chooses: each rank sends to the next.
 
 A non-contiguous view is refused naming its strides and changes nothing; a send() that raises
 after its buffer was identified as a reserved slot (bad destination, bad size) gives the slot
@@ -19,7 +19,7 @@ rank, size = comm.Get_rank(), comm.Get_size()
 slots = 8
 rail = MailRail(comm, send_pool_slots=slots, datagram_size=64)
 peer = (rank + 1) % size
-found: dict[str, object] = {"transport": rail.stats()["transport"]}
+found: dict[str, object] = {"implementation": rail.stats()["implementation"]}
 
 
 def refusal(call, expected):

@@ -30,27 +30,27 @@ from mailrail.errors import (
 )
 from mailrail.flow import MODE_NAMES, flow_mode
 from mailrail.testing import DeadlockError, LivelockError, World
-from mailrail.testing.stack import TRANSPORTS, unavailable
+from mailrail.testing.stack import IMPLEMENTATIONS, unavailable
 from mailrail.testing.world import POISON
 
-#: What moves a World's messages: its model, or MailRail's real stack on a transport in a flow-control mode.
-BACKENDS = ("model", *(f"{transport}/{mode}" for transport in TRANSPORTS for mode in MODE_NAMES))
+#: What moves a World's messages: its model, or MailRail's real stack in an implementation and flow-control mode.
+BACKENDS = ("model", *(f"{implementation}/{mode}" for implementation in IMPLEMENTATIONS for mode in MODE_NAMES))
 
 
 def make_world(backend: str, size: int = 2, seed: int = 0, **knobs) -> World:
-    """A World on *backend*; over a transport, with at least the receive slots the mode needs for *size* ranks
+    """A World on *backend*; in an implementation, with at least the receive slots the mode needs for *size* ranks
     (a test's tiny pools are the model's; the real credit modes refuse fewer, as MailRail does)."""
     if backend == "model":
         return World(size, seed, **knobs)
-    transport, mode = backend.split("/")
-    reason = unavailable(transport)
+    implementation, mode = backend.split("/")
+    reason = unavailable(implementation)
     if reason is not None:
         pytest.skip(reason)
     # Two credits per sender at least: with one, a handler that holds its message while it forwards others
     # (as hops() does) waits for the credit its own message holds, a deadlock on MPI as here.
     least = flow_mode(mode).least_recv_slots(ranks=size, nodes=1)
     knobs["recv_pool_slots"] = max(knobs.get("recv_pool_slots", 64), 2 * least)
-    return World(size, seed, transport=transport, flow_control=mode, **knobs)
+    return World(size, seed, implementation=implementation, flow_control=mode, **knobs)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -678,13 +678,13 @@ def test_the_module_imports_no_mpi():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
-# -- over a transport: MailRail's real stack ----------------------------------------------------------
+# -- in an implementation: MailRail's real stack ----------------------------------------------------------
 
 TRANSPORT_BACKENDS = [backend for backend in BACKENDS if backend != "model"]
 
 
 @pytest.mark.parametrize("backend", TRANSPORT_BACKENDS)
-def test_over_a_transport_bad_calls_raise_the_real_rail_s_errors(backend):
+def test_in_an_implementation_bad_calls_raise_the_real_rail_s_errors(backend):
     def program(rail):
         buf = rail.reserve_send_buffer()
         with pytest.raises(InvalidDestinationError, match="destination 7 is out of range"):
@@ -705,14 +705,14 @@ def test_over_a_transport_bad_calls_raise_the_real_rail_s_errors(backend):
         with pytest.raises(ReleaseError, match="already released"):
             rail.release_receive_buffer(message)
         stats = rail.stats()
-        return stats["transport"], stats["flow_control"], stats["messages_released"]
+        return stats["implementation"], stats["flow_control"], stats["messages_released"]
 
-    transport, mode = backend.split("/")
-    assert make_world(backend, 1, datagram_size=64).run(program) == [(transport, mode, 1)]
+    implementation, mode = backend.split("/")
+    assert make_world(backend, 1, datagram_size=64).run(program) == [(implementation, mode, 1)]
 
 
 @pytest.mark.parametrize("backend", TRANSPORT_BACKENDS)
-def test_over_a_transport_credits_travel_and_finalize_reports_what_was_left(backend):
+def test_in_an_implementation_credits_travel_and_finalize_reports_what_was_left(backend):
     def program(rail):
         arrivals: list[tuple[int, bytes]] = []
         for index in range(40):  # an incast on rank 0: in the credit modes, more than its credits allow
@@ -748,21 +748,21 @@ def test_over_a_transport_credits_travel_and_finalize_reports_what_was_left(back
 def test_world_knobs_over_a_transport_are_checked_as_mailrail_checks_them():
     with pytest.raises(ValueError, match="the in-memory model has no credits"):
         World(2, flow_control="rank")
-    with pytest.raises(ValueError, match="transport='mpi'"):
-        World(2, transport="mpi")
+    with pytest.raises(ValueError, match="implementation=.mpi."):
+        World(2, implementation="mpi")
     with pytest.raises(ConfigError, match="'credit'"):
-        World(2, transport="python", flow_control="credit")
+        World(2, implementation="python", flow_control="credit")
     with pytest.raises(ConfigError, match="MAILRAIL_RECV_POOL_SLOTS=4 is fewer than the 8 sender ranks"):
-        World(8, transport="python", flow_control="rank", recv_pool_slots=4)
-    world = World(3, transport="compiled", flow_control="node", ranks_per_node=2, credit_threshold=3)
+        World(8, implementation="python", flow_control="rank", recv_pool_slots=4)
+    world = World(3, implementation="compiled", flow_control="node", ranks_per_node=2, credit_threshold=3)
     assert world.stack_knobs is not None and world.stack_knobs["ranks_per_node"] == 2
-    assert repr(world) == "World(size=3, seed=0, transport='compiled', flow_control='node')"
+    assert repr(world) == "World(size=3, seed=0, implementation='compiled', flow_control='node')"
 
 
-def test_a_model_world_loads_no_mpi_and_a_world_over_a_transport_does():
+def test_a_model_world_loads_no_mpi_and_a_world_in_an_implementation_does():
     code = (
         "import sys; from mailrail.testing import World; World(2).run(lambda rail: None); "
-        "print('mpi4py' in sys.modules, end=' '); World(2, transport='python').run(lambda rail: None); "
+        "print('mpi4py' in sys.modules, end=' '); World(2, implementation='python').run(lambda rail: None); "
         "print('mpi4py' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == (

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mailrail.testing.stack import TRANSPORTS, unavailable
+from mailrail.testing.stack import IMPLEMENTATIONS, unavailable
 
 
-@pytest.fixture(params=TRANSPORTS)
+@pytest.fixture(params=IMPLEMENTATIONS)
 def kind(request: pytest.FixtureRequest) -> str:
     """``"python"`` or ``"compiled"``; a transport that cannot run over the fake skips, saying why."""
     reason = unavailable(request.param)

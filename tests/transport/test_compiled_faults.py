@@ -107,7 +107,7 @@ def test_failed_construction_in_a_job_ends_in_a_python_error():
 @pytest.mark.mpi
 @pytest.mark.smoke
 def test_a_truncating_message_mid_run_raises_and_the_job_recovers():
-    result = mpirun(2, "truncation_mid_run.py", "recover", env={"MAILRAIL_TRANSPORT": "compiled"})
+    result = mpirun(2, "truncation_mid_run.py", "recover", env={"MAILRAIL_IMPLEMENTATION": "compiled"})
     assert result["error"].startswith("MailRailError: a message longer than this rank's datagram_size (1024 bytes)")
     assert "arrived from rank 0" in result["error"] and "truncate" in result["error"].lower()
     assert result["after"] == [0, 4, 7]
@@ -116,7 +116,7 @@ def test_a_truncating_message_mid_run_raises_and_the_job_recovers():
 @pytest.mark.mpi
 @pytest.mark.smoke
 def test_rails_abandoned_after_a_truncation_leave_mpi_finalize_safe():
-    completed = run_program(2, "truncation_mid_run.py", "abandon", env={"MAILRAIL_TRANSPORT": "compiled"})
+    completed = run_program(2, "truncation_mid_run.py", "abandon", env={"MAILRAIL_IMPLEMENTATION": "compiled"})
     assert_no_crash(completed)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     assert "MailRailError: a message longer" in completed.stdout
@@ -125,7 +125,7 @@ def test_rails_abandoned_after_a_truncation_leave_mpi_finalize_safe():
 @pytest.mark.mpi
 @pytest.mark.smoke
 def test_an_uncaught_truncation_ends_the_job_with_its_message():
-    completed = run_program(2, "truncation_mid_run.py", "uncaught", env={"MAILRAIL_TRANSPORT": "compiled"})
+    completed = run_program(2, "truncation_mid_run.py", "uncaught", env={"MAILRAIL_IMPLEMENTATION": "compiled"})
     assert_no_crash(completed)
     assert completed.returncode != 0
     assert "every rank of a rail must use the same datagram_size" in completed.stdout + completed.stderr
@@ -137,10 +137,10 @@ def test_an_uncaught_truncation_ends_the_job_with_its_message():
 @pytest.mark.parametrize("transport", ["compiled", "python"])
 def test_send_refuses_strided_views_and_returns_refused_slots(transport, flow_control):
     results = mpirun(
-        2, "send_contract.py", env={"MAILRAIL_TRANSPORT": transport, "MAILRAIL_FLOW_CONTROL": flow_control}
+        2, "send_contract.py", env={"MAILRAIL_IMPLEMENTATION": transport, "MAILRAIL_FLOW_CONTROL": flow_control}
     )
     for found in results:
-        assert found["transport"] == transport
+        assert found["implementation"] == transport
         assert "strides (2,)" in found["strided"]
         assert found["reserved_after_strided"] == 1  # refused before anything changed
         assert found["reserved_after_bad_destination"] == 0  # the refused send gave its slot back

@@ -28,7 +28,7 @@ from mailrail.errors import (
 )
 from mailrail.flow import MODE_NAMES
 from mailrail.testing.mpi import InMemoryMPI
-from mailrail.testing.stack import CREDIT, DATA, TRANSPORTS, RankRail, finalize_all, make_ranks, unavailable
+from mailrail.testing.stack import CREDIT, DATA, IMPLEMENTATIONS, RankRail, finalize_all, make_ranks, unavailable
 
 
 class Traffic:
@@ -169,7 +169,7 @@ def test_adaptive_credits_are_asked_for_lent_and_revoked(kind):
 
 
 def test_both_transports_lend_adaptive_credits_alike():
-    for kind in TRANSPORTS:
+    for kind in IMPLEMENTATIONS:
         if reason := unavailable(kind):
             pytest.skip(reason)
     assert adaptive_incast("python") == adaptive_incast("compiled")
@@ -376,7 +376,7 @@ def test_misuse_raises_the_documented_errors_and_gives_refused_buffers_back(kind
 
 
 def test_both_transports_raise_the_same_errors_with_the_same_messages():
-    for kind in TRANSPORTS:
+    for kind in IMPLEMENTATIONS:
         if reason := unavailable(kind):
             pytest.skip(reason)
     assert error_outcomes("python") == error_outcomes("compiled")

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             "calls": n,
             "repeats": args.repeats,
             "flow_control": stats["flow_control"],
-            "transport": stats["transport"],
+            "implementation": stats["implementation"],
             "call_per_s": call_rate,
             "isend_per_s": isend_rate,
             "ratio": call_rate / isend_rate,

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             "zipf_exponent": args.zipf,
             "datagram_size": config.datagram_size,
             "flow_control": stats["flow_control"],
-            "transport": stats["transport"],
+            "implementation": stats["implementation"],
             "trials": args.trials,
             "inserts_per_s": runs,
             "median_inserts_per_s": medians,

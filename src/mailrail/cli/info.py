@@ -2,7 +2,7 @@
 
 Every answer comes from the code that decides it when a rail starts: the MPI and its origin from
 :func:`mailrail.launch.mpi_origin`, the launcher from :func:`~mailrail.launch.find_mpiexec` and
-:func:`~mailrail.launch.launch_settings`, the transport from :func:`mailrail.transport.choose`, the
+:func:`~mailrail.launch.launch_settings`, the implementation from :func:`mailrail.transport.choose`, the
 atomics from :func:`~mailrail.flow.node_memory.resolve_atomics`, the nodes from
 :class:`~mailrail.flow.node_memory.NodeTopology`, ``TAG_UB`` from :func:`mailrail.rail.tag_upper_bound`,
 and the plan from :func:`mailrail.flow.modes.memory_plan` over the knobs :class:`~mailrail.config.Config`
@@ -208,7 +208,7 @@ def describe_here(config: Config) -> dict[str, Any] | None:
         topology.free()
         tag_ub = tag_upper_bound(world)
         rank, size = world.Get_rank(), world.Get_size()
-        transport, why = choose(config)  # probes the library's MPI_Status with MPI calls: before MPI_Finalize
+        chosen, why = choose(config)  # probes the library's MPI_Status with MPI calls: before MPI_Finalize
     finally:
         if started_here:
             MPI.Finalize()
@@ -245,7 +245,7 @@ def describe_here(config: Config) -> dict[str, Any] | None:
             "build_config": origin.build_config,
             "description": source,
         },
-        "transport": {"name": transport, "reason": why or "the compiled transport is built and runs on this MPI"},
+        "implementation": {"name": chosen, "reason": why or "the compiled one is built and runs on this MPI"},
         "nodes": {"count": nodes, "ranks": size, "virtual": virtual, "detection": nodes_how},
         "atomics": {"configured": config.atomics, "used": resolve_atomics(config.atomics)},
         "tag_ub": tag_ub,
@@ -268,7 +268,7 @@ def _report_table(report: dict[str, Any]) -> str:
         ("MPI library", report["mpi"]["library"]),
         ("MPI library file", report["mpi"]["library_path"] or "unknown"),
         ("mpi4py", report["mpi4py"]["description"]),
-        ("transport", f"{report['transport']['name']}: {report['transport']['reason']}"),
+        ("implementation", f"{report['implementation']['name']}: {report['implementation']['reason']}"),
         ("nodes", f"{nodes['count']} for {nodes['ranks']} rank(s), {nodes['detection']}"),
         ("atomics", f"{atomics['used']} (MAILRAIL_ATOMICS={atomics['configured']}; node and adaptive modes)"),
         ("TAG_UB", f"{report['tag_ub']:,}"),

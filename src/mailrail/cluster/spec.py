@@ -215,7 +215,7 @@ class ClusterSpec:
         """The ``"cluster"`` entry of a benchmark's JSON."""
         return {
             "nodes": self.nodes,
-            "transport": "tcp",
+            "network": "tcp",
             "link": self.link.describe(),
             "node_memory": self.node_memory,
             "victim_node_memory": self.victim_node_memory,

@@ -1,7 +1,7 @@
 """Unit tests of MailRail programs without ``mpiexec``: N ranks in one process, in a seeded order.
 
 - :class:`World` (:mod:`.world`) runs ``program(rail, *args)`` on every rank.  By default its rails are an
-  in-memory model of the API (no MPI); with ``transport="python"`` or ``"compiled"`` they are MailRail's real
+  in-memory model of the API (no MPI); with ``implementation="python"`` or ``"compiled"`` they are MailRail's real
   stack (flow control in any mode, pools, Endpoint, transport) over the in-memory MPI.
 - :class:`InMemoryMPI` (:mod:`.mpi`) is that MPI: point-to-point messages with MPI's matching, on an
   mpi4py-like face and a C face, moved only when the caller says.

@@ -23,7 +23,7 @@ Nothing moves by itself: no threads, no progress behind the caller's back.  A me
 network only when the caller says (:meth:`InMemoryMPI.deliver`, ``deliver(choice)`` picking one of the
 busy channels, :meth:`InMemoryMPI.deliver_random`, :meth:`InMemoryMPI.deliver_all`), which is how
 scripted, seeded and Hypothesis-generated schedules control arrival orders and credit returns racing
-payloads.  :class:`mailrail.testing.World` with ``transport=`` delivers at its switch points.
+payloads.  :class:`mailrail.testing.World` with ``implementation=`` delivers at its switch points.
 
 The two faces share that one network:
 

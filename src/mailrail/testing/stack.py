@@ -4,7 +4,7 @@
 ``Implementation.build``), with the same knobs, on either transport: the Python one over the in-memory
 MPI's Python face, the compiled one over its C face.  :class:`RankRail` holds what was built and
 ``finalize()``'s local steps; :func:`finalize_all` runs them on every rank.  :class:`mailrail.testing.World`
-with ``transport=`` runs programs on these ranks; the project's transport tests drive them call by call.
+with ``implementation=`` runs programs on these ranks; the project's transport tests drive them call by call.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from ..transport import implementation
 from ..transport.base import Tuning
 from .mpi import InMemoryMPI, WouldBlock
 
-__all__ = ["TRANSPORTS", "DATA", "CREDIT", "RankRail", "make_rank", "make_ranks", "finalize_all", "unavailable"]
+__all__ = ["IMPLEMENTATIONS", "DATA", "CREDIT", "RankRail", "make_rank", "make_ranks", "finalize_all", "unavailable"]
 
 
-TRANSPORTS = ("python", "compiled")
+#: The implementations a rank can be built in (each with its transport on the in-memory MPI).
+IMPLEMENTATIONS = ("python", "compiled")
 #: The communicators a rail uses for payloads and credit returns.
 DATA, CREDIT = "mailrail-data", "mailrail-credit"
 #: Tuning for tests: never yield the core when idle (the fake needs no other process to run).
@@ -115,8 +116,8 @@ def make_rank(
     memory (:class:`~mailrail.flow.node.LocalCounters`, one per name the mode's table entry lists).  The
     transport is abandoned when *world* closes, if still open.
     """
-    if kind not in TRANSPORTS:
-        raise ValueError(f"kind must be one of {TRANSPORTS}, not {kind!r}")
+    if kind not in IMPLEMENTATIONS:
+        raise ValueError(f"kind must be one of {IMPLEMENTATIONS}, not {kind!r}")
     reason = unavailable(kind)
     if reason is not None:
         raise RuntimeError(reason)

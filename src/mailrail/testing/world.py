@@ -69,7 +69,7 @@ from ..protocol import (
 
 __all__ = ["World", "Rail", "TransportRail", "Comm", "Message", "WorldError", "DeadlockError", "LivelockError"]
 
-if TYPE_CHECKING:  # the stack imports the transports (and mpi4py): only a World with transport= loads it
+if TYPE_CHECKING:  # the stack imports the transports (and mpi4py): only a World with implementation= loads it
     from .mpi import InMemoryMPI
     from .stack import RankRail
 
@@ -123,7 +123,7 @@ class World:
         max_delay: int = 8,
         max_steps: int = 10**7,
         max_idle_steps: int = 100_000,
-        transport: str | None = None,
+        implementation: str | None = None,
         flow_control: str = UNCONSTRAINED,
         ranks_per_node: int | None = None,
         credits_per_pair: int | None = None,
@@ -142,23 +142,25 @@ class World:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"World({name}={value!r}): an integer >= {low}")
-        if transport is None:
+        if implementation is None:
             if flow_control != UNCONSTRAINED or any(
                 knob is not None for knob in (ranks_per_node, credits_per_pair, credit_threshold, max_recvs, piggyback)
             ):
                 raise ValueError(
                     f"World(flow_control={flow_control!r}, ...): the in-memory model has no credits; pass "
-                    f"transport='python' or 'compiled' to run MailRail's real stack"
+                    f"implementation='python' or 'compiled' to run MailRail's real stack"
                 )
             self.stack_knobs: dict[str, Any] | None = None
         else:
-            from .stack import TRANSPORTS, unavailable
+            from .stack import IMPLEMENTATIONS, unavailable
 
-            if transport not in TRANSPORTS:
-                raise ValueError(f"World(transport={transport!r}): one of {', '.join(map(repr, TRANSPORTS))}, or None")
-            reason = unavailable(transport)
+            if implementation not in IMPLEMENTATIONS:
+                raise ValueError(
+                    f"World(implementation={implementation!r}): one of {', '.join(map(repr, IMPLEMENTATIONS))}, or None"
+                )
+            reason = unavailable(implementation)
             if reason is not None:
-                raise RuntimeError(f"World(transport={transport!r}): {reason}")
+                raise RuntimeError(f"World(implementation={implementation!r}): {reason}")
             knobs = {
                 "ranks_per_node": ranks_per_node,
                 "credits_per_pair": credits_per_pair,
@@ -173,7 +175,7 @@ class World:
                 name: getattr(config, name)
                 for name in ("flow_control", "datagram_size", "send_pool_slots", "recv_pool_slots", *knobs)
             }
-        self.transport = transport
+        self.implementation = implementation
         self.flow_control = flow_control
         self.size = size
         self.seed = seed
@@ -200,7 +202,11 @@ class World:
             self.steps = run.steps
 
     def __repr__(self) -> str:
-        over = "" if self.transport is None else f", transport={self.transport!r}, flow_control={self.flow_control!r}"
+        over = (
+            ""
+            if self.implementation is None
+            else f", implementation={self.implementation!r}, flow_control={self.flow_control!r}"
+        )
         return f"World(size={self.size}, seed={self.seed}{over})"
 
 
@@ -568,7 +574,7 @@ class Rail:
         """This rank's counters (those of :mod:`mailrail.counters` that an in-memory rail has)."""
         stats: dict[str, Any] = dict(self._counters)
         stats["send_buffers_reserved"] = self._reserved
-        stats["transport"] = "mailrail.testing"
+        stats["implementation"] = "mailrail.testing"
         stats["flow_control"] = UNCONSTRAINED
         return stats
 
@@ -628,7 +634,7 @@ class Rail:
 
 
 class TransportRail(Rail):
-    """One rank of MailRail's real stack in a :class:`World` made with ``transport=``: flow control, pools,
+    """One rank of MailRail's real stack in a :class:`World` made with ``implementation=``: flow control, pools,
     Endpoint and the Python or compiled transport, built as :class:`~mailrail.rail.MailRail` builds them, over
     an :class:`~mailrail.testing.mpi.InMemoryMPI` whose messages the World delivers at its switch points.
 
@@ -714,9 +720,9 @@ class TransportRail(Rail):
         return report
 
     def stats(self) -> dict[str, Any]:
-        """This rank's counters (:mod:`mailrail.counters`), its transport and flow-control mode."""
+        """This rank's counters (:mod:`mailrail.counters`), its implementation and flow-control mode."""
         stats: dict[str, Any] = self._stack.counters()
-        stats["transport"] = self._stack.kind
+        stats["implementation"] = self._stack.kind
         stats["flow_control"] = self._stack.flow.name
         return stats
 
@@ -783,10 +789,10 @@ class _Run:
         self.steps = 0
         self.clock = 0  # a message lands when the clock reaches its time
         self.idle = 0  # switch points since the last progress
-        #: Over a transport: the in-memory MPI the ranks' stacks talk through (None: the model's own network).
+        #: Over an implementation: the in-memory MPI the ranks' stacks talk through (None: the model's own network).
         self.mpi: InMemoryMPI | None = None
         rails: list[Rail]
-        if world.transport is None:
+        if world.implementation is None:
             rails = [Rail(self, rank) for rank in range(size)]
         else:
             from .mpi import InMemoryMPI
@@ -794,7 +800,7 @@ class _Run:
 
             assert world.stack_knobs is not None
             self.mpi = InMemoryMPI(size, seed=world.seed)
-            stacks = make_ranks(self.mpi, world.transport, **world.stack_knobs)
+            stacks = make_ranks(self.mpi, world.implementation, **world.stack_knobs)
             rails = [TransportRail(self, rank, stack) for rank, stack in enumerate(stacks)]
         self.ranks = [_Rank(rank, rail) for rank, rail in enumerate(rails)]
         self.results: list[Any] = [None] * size
@@ -948,7 +954,7 @@ class _Run:
             ]
             if runnable:
                 break
-            if self.mpi is not None or not self.network:  # (over a transport, only collectives block)
+            if self.mpi is not None or not self.network:  # (over an implementation, only collectives block)
                 self.fail(DeadlockError(self._report("deadlock: no rank can proceed")))
             self.clock = max(self.clock, self.network[0][0])  # nothing runs until the next landing
         if world.max_idle_steps and self.idle > world.max_idle_steps:
@@ -976,7 +982,7 @@ class _Run:
         self.progress()
 
     def _deliver(self) -> None:
-        if self.mpi is not None:  # over a transport: the in-memory MPI's messages, some of them each step
+        if self.mpi is not None:  # over an implementation: the in-memory MPI's messages, some of them each step
             in_flight = self.mpi.in_flight()
             if in_flight and self.mpi.deliver_random(self.rng.randint(0, in_flight) if self.world.max_delay else None):
                 self.progress()
@@ -1009,7 +1015,7 @@ class _Run:
         self.progress()
 
     def settled(self) -> bool:
-        """Over a transport, once every rank is in finalize(): no message in the network, no send in flight."""
+        """Over an implementation, once every rank is in finalize(): no message in the network, no send in flight."""
         assert self.mpi is not None
         return not self.mpi.in_flight() and not any(
             state.rail._stack.endpoint.in_flight for state in self.ranks if isinstance(state.rail, TransportRail)

@@ -127,13 +127,13 @@ def implementation(name: str) -> Implementation:
 
 
 def choose(config: Config) -> tuple[str, str | None]:
-    """``("compiled", None)``, or ``("python", why)``; :class:`ConfigError` if ``transport="compiled"``
+    """``("compiled", None)``, or ``("python", why)``; :class:`ConfigError` if ``implementation="compiled"``
     cannot run here."""
-    if config.transport == "python":
-        return "python", "MAILRAIL_TRANSPORT=python"
+    if config.implementation == "python":
+        return "python", "MAILRAIL_IMPLEMENTATION=python"
     reason = compiled.unavailable_reason()
     if reason is None and flow_mode(config.flow_control).uses_node_memory and resolve_atomics(config.atomics) != "cpu":
         reason = "node credits updated through MPI atomics (MAILRAIL_ATOMICS=mpi) run on the Python transport"
-    if reason is not None and config.transport == "compiled":
-        raise ConfigError(f"MAILRAIL_TRANSPORT=compiled, but {reason}")
+    if reason is not None and config.implementation == "compiled":
+        raise ConfigError(f"MAILRAIL_IMPLEMENTATION=compiled, but {reason}")
     return ("python", reason) if reason else ("compiled", None)

@@ -8,7 +8,7 @@ posting order (wildcard receives on one communicator match in that order),
 sends are reclaimed a few at a time from the oldest, so a call costs O(1)
 whatever the number of posted requests.  Every decision is the Endpoint's; this
 module holds the MPI requests and makes the calls.  It runs when the compiled
-transport is not built, and with ``MAILRAIL_TRANSPORT=python``.
+implementation is not built, and with ``MAILRAIL_IMPLEMENTATION=python``.
 """
 
 from __future__ import annotations
