@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import default
 from ..flow import FlowParts, NodeLayout, flow_mode
 from ..flow.base import FlowControl
 from ..flow.modes import UNCONSTRAINED
@@ -104,8 +105,8 @@ def make_rank(
     recv_pool_slots: int = 8,
     max_recvs: int | None = None,
     credits_per_pair: int | None = None,
-    credit_threshold: int = 2,
-    piggyback: bool = True,
+    credit_threshold: int = default("credit_threshold"),
+    piggyback: bool = default("piggyback"),
     ranks_per_node: int | None = None,
     stall_timeout: float = 0.0,
     tuning: Tuning = TEST_TUNING,

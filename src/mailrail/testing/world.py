@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 import numpy as np
 
 from ..channels import Channels
+from ..config import default
 from ..errors import FinalizedError, MailRailError, nested_barrier_error, report_undelivered
 from ..flow.modes import UNCONSTRAINED
 from ..pool import SlotPool
@@ -117,7 +118,7 @@ class World:
         size: int = 2,
         seed: int = 0,
         *,
-        datagram_size: int = 4096,
+        datagram_size: int = default("datagram_size"),
         send_pool_slots: int = 64,
         recv_pool_slots: int = 64,
         max_delay: int = 8,
