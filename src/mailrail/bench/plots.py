@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tools.figures import pyplot
+from ..support.figures import pyplot
 from .metrics import trial_samples
 
 MODE_COLORS = {"none": "tab:red", "rank": "tab:blue", "node": "tab:green", "adaptive": "tab:purple"}

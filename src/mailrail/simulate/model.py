@@ -47,8 +47,8 @@ from ..flow.base import FlowControl
 from ..flow.modes import FlowParts, NodeLayout, flow_mode
 from ..flow.node import LocalCounters, SharedCounters
 from ..protocol import NO_SLOT, Endpoint
-from ..tools.incast import choose_victims, spread
-from ..tools.incast import destinations as incast_destinations
+from ..support.incast import choose_victims, spread
+from ..support.incast import destinations as incast_destinations
 from .network import Network
 from .params import ModelParams, ParamsError
 from .reliability import ACCEPT, NO_REPLY, Packet, Reliability, SendFlow

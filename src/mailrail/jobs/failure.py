@@ -25,8 +25,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from .config import launcher_rank
-from .segments import append_to, record_own_segments
+from ..config import launcher_rank
+from ..segments import append_to, record_own_segments
 
 #: Seconds an aborting rank waits at most for its launcher to take what it wrote (see end_job).
 OUTPUT_DRAIN_BOUND = 2.0
@@ -35,7 +35,7 @@ OUTPUT_DRAIN_BOUND = 2.0
 PEERS_RECORDED_BOUND = 3.0
 
 #: Set when something stands between this process's stdout/stderr and its launcher (the rank runner's
-#: line forwarder, :mod:`mailrail.rank`): called with a bound in seconds, it returns once everything
+#: line forwarder, :mod:`mailrail.jobs.rank_runner`): called with a bound in seconds, it returns once everything
 #: written so far was passed on and taken by the launcher, or the bound ran out.
 _output_forwarded: Callable[[float], None] | None = None
 
@@ -219,7 +219,7 @@ def exit_code_of(error: BaseException) -> int:
         return code if isinstance(code, int) else 1
     if isinstance(error, KeyboardInterrupt):
         return 130
-    signum = getattr(error, "signum", None)  # mailrail.jobcontrol.Terminated: 128 + the signal, as a shell says
+    signum = getattr(error, "signum", None)  # mailrail.jobs.control.Terminated: 128 + the signal, as a shell says
     if isinstance(signum, int) and not isinstance(signum, bool) and 0 < signum < 128:
         return 128 + signum
     return 1
