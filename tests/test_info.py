@@ -11,7 +11,7 @@ from mailrail.cli import main
 from mailrail.cli.info import COLUMNS
 from mailrail.config import FLOW_CONTROL_MODES
 from mailrail.flow import memory_plan
-from mailrail.launch import mpi_origin
+from mailrail.jobs.launchers import mpi_origin
 
 REQUIRED = {"refused": bool, "reason": (str, type(None)), "credits_per_pair": int}
 REQUIRED_BYTES = ("recv_bytes_per_rank", "credit_state_bytes_per_rank")

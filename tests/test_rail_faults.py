@@ -13,7 +13,8 @@ import pytest
 
 from helpers import MPI_TIMEOUT, job_environment, mpirun, processes_mentioning, program_path, run_program
 from mailrail.flow import MODE_NAMES
-from mailrail.launch import mpi_environment, mpiexec_argv, run_bounded
+from mailrail.jobs.launch import run_bounded
+from mailrail.jobs.launchers import mpi_environment, mpiexec_argv
 
 pytestmark = pytest.mark.mpi
 

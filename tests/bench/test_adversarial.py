@@ -7,7 +7,7 @@ import collections
 import pytest
 
 from mailrail.bench.adversarial import incast_ratio, make_plan, message_sizes
-from mailrail.tools.incast import choose_victims
+from mailrail.support.incast import choose_victims
 
 
 class FakeComm:

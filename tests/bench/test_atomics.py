@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mailrail.launch import run_mailrail
+from mailrail.jobs.run import run_mailrail
 
 pytestmark = pytest.mark.mpi
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mailrail.bench.histogram import Table, make_keys
-from mailrail.launch import run_mailrail
+from mailrail.jobs.run import run_mailrail
 
 
 def test_rmat_keys_are_skewed_and_in_range():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from mailrail import launch
 from mailrail.cluster import ClusterSpec, VirtualCluster, slurm
 from mailrail.cluster.launchers import Launcher
 from mailrail.cluster.slurm import SlurmPaths, slurm_conf
 from mailrail.cluster.spec import Layout
 from mailrail.errors import ClusterError
+from mailrail.jobs import launchers
 
 
 def conf_entries(text: str) -> list[str]:
@@ -42,7 +42,7 @@ def test_srun_on_a_cluster_without_slurm_is_refused_before_anything_runs():
 
 
 def test_srun_command_line_places_ranks_in_blocks_on_the_first_nodes(monkeypatch):
-    monkeypatch.setattr(launch, "find_srun", lambda: "/usr/bin/srun")
+    monkeypatch.setattr(launchers, "find_srun", lambda: "/usr/bin/srun")
     cluster = VirtualCluster(ClusterSpec(nodes=4, scheduler="slurm"), name="blk")
     cluster._launcher = Launcher("mpich", "/x/mpiexec")  # the wheel's flavor, without running its mpiexec
     argv, env = cluster.command(5, ["prog"], nodes=2, launcher="srun")
@@ -70,7 +70,7 @@ def test_each_mpi_gets_the_srun_plugin_its_wheel_speaks(flavor, plugin):
     "env, expected", [({"SLURM_JOB_ID": "42"}, "srun"), ({}, "mpiexec"), ({"SLURM_JOB_ID": ""}, "mpiexec")]
 )
 def test_inside_an_allocation_the_default_launcher_is_srun(env, expected):
-    assert launch.default_launcher(env) == expected
+    assert launchers.default_launcher(env) == expected
 
 
 def test_missing_packages_without_root_or_apt_say_what_is_missing_and_why(monkeypatch):
@@ -95,7 +95,7 @@ def test_a_malformed_task_count_of_the_allocation_is_named():
     from mailrail.cli.run import allocated_ranks
 
     assert allocated_ranks("4") == 4
-    with pytest.raises(launch.LaunchError, match="SLURM_NTASKS='4x' is not a task count: give the ranks with -n"):
+    with pytest.raises(launchers.LaunchError, match="SLURM_NTASKS='4x' is not a task count: give the ranks with -n"):
         allocated_ranks("4x")
 
 

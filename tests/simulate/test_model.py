@@ -110,8 +110,8 @@ def test_the_same_seed_gives_the_same_result_and_another_seed_another():
 @pytest.mark.parametrize("mode", ["none", "rank"])
 def test_every_victim_is_reached_with_fewer_messages_per_rank_than_victims(mode):
     """The victim sweep's shape: 3 messages per rank, 16 victims of 64 ranks.  The model used to send only
-    to the first 3 victims; it now sends the benchmark's plan (tools.incast), whose spread it reports."""
-    from mailrail.tools.incast import choose_victims, destinations
+    to the first 3 victims; it now sends the benchmark's plan (support.incast), whose spread it reports."""
+    from mailrail.support.incast import choose_victims, destinations
 
     load = Workload(ranks=64, ranks_per_node=8, victims=16, messages_per_rank=3, mode=mode, recv_slots=64 * 4)
     result = simulate(load, FAST, check_invariants=True)

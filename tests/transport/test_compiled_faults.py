@@ -16,7 +16,7 @@ import pytest
 
 from helpers import MPI_TIMEOUT, job_environment, mpirun, program_path, run_program
 from mailrail._mpi import singleton_variables
-from mailrail.launch import run_bounded
+from mailrail.jobs.launch import run_bounded
 
 
 def single_process(scenario: str) -> dict:

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..tools.exchange import alltoallv_exchange as exchange
-from ..tools.flags import missing_module, usage_error
-from ..tools.memory import memory_problem
+from ..support.exchange import alltoallv_exchange as exchange
+from ..support.flags import missing_module, usage_error
+from ..support.memory import memory_problem
 from .frame import add_app_arguments, app_rail_options, run_app
 from .graph import EdgeFileError, add_rmat_arguments, read_edges, rmat_edges
 

@@ -16,9 +16,9 @@ import time
 from typing import Any, Protocol
 
 from ..config import FLOW_CONTROL_MODES
-from ..tools.flags import SEED_MAX, add_rail_arguments, checked_rail_options, choice_list, int_in, one_line_errors
-from ..tools.memory import peak_rss_bytes
-from ..tools.output import format_table, write_json
+from ..support.flags import SEED_MAX, add_rail_arguments, checked_rail_options, choice_list, int_in, one_line_errors
+from ..support.memory import peak_rss_bytes
+from ..support.output import format_table, write_json
 
 #: The bulk-synchronous peers an application may run beside MailRail.
 BASELINES = ("alltoallv",)

@@ -26,9 +26,9 @@ import numpy as np
 from ..config import Config
 from ..containers.array import Array
 from ..containers.partition import BlockPartitioner, hash_words
-from ..tools.exchange import alltoallv_exchange as exchange
-from ..tools.flags import int_in, missing_module, usage_error
-from ..tools.memory import memory_problem
+from ..support.exchange import alltoallv_exchange as exchange
+from ..support.flags import int_in, missing_module, usage_error
+from ..support.memory import memory_problem
 from .frame import add_app_arguments, app_rail_options, run_app
 from .graph import add_rmat_arguments, rmat_edges
 

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ..errors import MailRailError
-from ..tools.flags import int_in
+from ..support.flags import int_in
 
 #: Largest --scale (2**31 vertices) and --edge-factor the R-MAT applications accept.
 SCALE_MAX = 31

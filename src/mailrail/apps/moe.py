@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..tools.exchange import alltoallv_exchange as exchange
-from ..tools.flags import float_in, int_in, usage_error
-from ..tools.memory import memory_problem
+from ..support.exchange import alltoallv_exchange as exchange
+from ..support.flags import float_in, int_in, usage_error
+from ..support.memory import memory_problem
 from .frame import add_app_arguments, app_rail_options, run_app
 
 #: Tokens an expert collects before it multiplies them; its last batch runs when all its tokens are in.

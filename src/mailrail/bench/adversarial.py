@@ -35,7 +35,7 @@ import numpy as np
 
 from ..config import FLOW_CONTROL_MODES
 from ..errors import ConfigError
-from ..tools.flags import (
+from ..support.flags import (
     MPI_INT_MAX,
     SEED_MAX,
     add_rail_arguments,
@@ -46,10 +46,10 @@ from ..tools.flags import (
     one_line_errors,
     usage_error,
 )
-from ..tools.incast import choose_victims, destinations, spread
-from ..tools.memory import memory_problem, peak_rss_bytes
-from ..tools.mpi import mpi_library
-from ..tools.output import format_table, write_json
+from ..support.incast import choose_victims, destinations, spread
+from ..support.memory import memory_problem, peak_rss_bytes
+from ..support.mpi import mpi_library
+from ..support.output import format_table, write_json
 from .metrics import MetricsRecorder, current_rss_bytes
 
 DEFAULT_MESSAGES = 1000

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..tools.flags import int_in, one_line_errors
-from ..tools.output import format_table, write_json
+from ..support.flags import int_in, one_line_errors
+from ..support.output import format_table, write_json
 
 #: Shared counters: int64s in one MPI shared window (a million is 8 MiB, far more than contention needs).
 COUNTERS_MAX = 1 << 20

@@ -15,9 +15,9 @@ import statistics
 import time
 from typing import Any
 
-from ..tools.flags import MPI_INT_MAX, add_rail_arguments, int_in, one_line_errors, rail_options, usage_error
-from ..tools.mpi import mpi_library
-from ..tools.output import format_table, write_json
+from ..support.flags import MPI_INT_MAX, add_rail_arguments, int_in, one_line_errors, rail_options, usage_error
+from ..support.mpi import mpi_library
+from ..support.output import format_table, write_json
 
 #: isend requests completed together in the raw loop.
 RAW_WINDOW = 64

@@ -37,10 +37,10 @@ from ..config import FLOW_CONTROL_MODES as MODES
 from ..config import Config
 from ..errors import ClusterError, ConfigError
 from ..flow.modes import COMPARED_PAIRS, UNCONSTRAINED, flow_mode
-from ..tools.figures import missing
-from ..tools.flags import MPI_INT_MAX, add_rail_arguments, choice_list, float_in, int_in, rail_options, usage_error
-from ..tools.incast import choose_victims
-from ..tools.output import format_table, write_json
+from ..support.figures import missing
+from ..support.flags import MPI_INT_MAX, add_rail_arguments, choice_list, float_in, int_in, rail_options, usage_error
+from ..support.incast import choose_victims
+from ..support.output import format_table, write_json
 from .adversarial import add_workload_arguments
 from .jobs import (
     DEFAULT_TIME_LIMIT,

@@ -24,9 +24,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..tools.flags import SEED_MAX, add_rail_arguments, checked_rail_options, int_in, one_line_errors, usage_error
-from ..tools.mpi import mpi_library
-from ..tools.output import format_table, write_json
+from ..support.flags import SEED_MAX, add_rail_arguments, checked_rail_options, int_in, one_line_errors, usage_error
+from ..support.mpi import mpi_library
+from ..support.output import format_table, write_json
 from .histogram import CHUNK, RAIL_DEFAULTS, Table, make_keys
 
 #: Zipf exponent of the skewed keys (the issue's: a power law like word and vertex frequencies).

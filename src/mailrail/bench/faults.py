@@ -29,9 +29,9 @@ import textwrap
 import time
 from typing import Any
 
-from ..jobcontrol import children_of, descendants, is_alive, is_watchdog
-from ..tools.flags import float_in, int_in, one_line_errors
-from ..tools.output import TABLE_WIDTH
+from ..jobs.control import children_of, descendants, is_alive, is_watchdog
+from ..support.flags import float_in, int_in, one_line_errors
+from ..support.output import TABLE_WIDTH
 
 FAULTS = ("exception", "rank-sigkill", "run-sigterm", "run-sigint", "run-sigkill", "timeout")
 #: Seconds a job may take to start, and to end after its fault, before the trial counts as hung.
@@ -147,7 +147,7 @@ def _inject(fault: str, run: subprocess.Popen[bytes], pids: list[int], started: 
 def _launcher_started(run_pid: int, *, default: float) -> float:
     """When ``mailrail run`` started its launcher (the moment its ``--timeout`` clock starts), as ``time.time()``.
 
-    The launcher is its first child but the watchdog: the ranks' output forwarders (:mod:`mailrail.rank`)
+    The launcher is its first child but the watchdog: the ranks' output forwarders (:mod:`mailrail.jobs.rank_runner`)
     re-parent to it too, later.
     """
     ticks = os.sysconf("SC_CLK_TCK")
@@ -155,7 +155,7 @@ def _launcher_started(run_pid: int, *, default: float) -> float:
     for child in children_of(run_pid):
         try:
             with open(f"/proc/{child}/cmdline", "rb") as source:
-                if b"mailrail.jobcontrol" in source.read():
+                if b"mailrail.jobs.control" in source.read():
                     continue  # the watchdog
             with open(f"/proc/{child}/stat") as source:
                 starts.append(int(source.read().rsplit(")", 1)[1].split()[19]))

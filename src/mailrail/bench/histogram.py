@@ -22,8 +22,8 @@ import numpy as np
 
 from ..config import FLOW_CONTROL_MODES
 from ..flow.modes import UNCONSTRAINED
-from ..tools.exchange import alltoallv_exchange
-from ..tools.flags import (
+from ..support.exchange import alltoallv_exchange
+from ..support.flags import (
     SEED_MAX,
     add_rail_arguments,
     checked_rail_options,
@@ -32,8 +32,8 @@ from ..tools.flags import (
     one_line_errors,
     usage_error,
 )
-from ..tools.memory import memory_problem
-from ..tools.output import format_table, write_json
+from ..support.memory import memory_problem
+from ..support.output import format_table, write_json
 
 RMAT_PROBABILITIES = (0.57, 0.19, 0.19, 0.05)  # Graph500 a, b, c, d
 CHUNK = 8192  # keys partitioned per step: cache-sized, and receives interleave with sends

@@ -10,21 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..config import Config
 from ..errors import ConfigError
 from ..flow.modes import flow_mode
-from ..launch import mpi_environment, mpiexec_argv, run_bounded, srun_argv
-from ..tools.flags import rail_flags
+from ..jobs.run import Here, InAllocation, Job, OnCluster, Where, run_job
+from ..support.flags import rail_flags
 from .adversarial import add_arguments
 
 if TYPE_CHECKING:
-    from ..cluster import VirtualCluster
+    from ..cluster import ClusterJob, VirtualCluster
 
 #: Seconds each run may take, mpiexec start-up included, unless the caller says otherwise.
 DEFAULT_TIME_LIMIT = 120.0
@@ -92,18 +90,6 @@ def adversarial_program(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "mpi4py", "-m", "mailrail.bench.adversarial", *args]
 
 
-def allocation_srun_argv(ranks: int, nodes: int | None, program: Sequence[str]) -> list[str]:
-    """``srun`` of a job inside a Slurm allocation on its first *nodes* nodes, the ranks in blocks as
-    :func:`~mailrail.cluster.spec.ranks_per_node` places them (5 ranks on 2 nodes: 3 and 2)."""
-    # here, as the cluster type above is for type checking only: the ranks import this module, not the cluster
-    from ..cluster.launchers import srun_mpi_plugin
-    from ..cluster.spec import ranks_per_node
-
-    nodes = nodes or 1
-    placement = [f"--nodes={nodes}", f"--ntasks-per-node={ranks_per_node(ranks, nodes)[0]}", "--distribution=block"]
-    return srun_argv(ranks, program, mpi_plugin=srun_mpi_plugin(), placement=placement)
-
-
 def run_adversarial(
     ranks: int,
     args: Sequence[str],
@@ -130,25 +116,15 @@ def run_adversarial(
         os.remove(json_path)  # never mistake an older run's document for this one's
     program = adversarial_program([*args, "--json", json_path])
     outcome: dict[str, Any] = {"ranks": ranks}
-    if cluster is None:
-        start = time.monotonic()
-        try:
-            completed = run_bounded(
-                allocation_srun_argv(ranks, nodes, program) if launcher == "srun" else mpiexec_argv(ranks, program),
-                timeout=time_limit,
-                env=mpi_environment(),
-                capture=capture,
-                capture_stderr=True,
-            )
-            returncode, timed_out, stdout, stderr = completed.returncode, False, completed.stdout, completed.stderr
-        except subprocess.TimeoutExpired as expired:
-            returncode, timed_out, stdout, stderr = None, True, expired.output, expired.stderr
-        wall = time.monotonic() - start
-    else:
-        job = cluster.run(
-            ranks, program, timeout=time_limit, capture=capture, capture_stderr=True, nodes=nodes, launcher=launcher
-        )
-        returncode, timed_out, stdout, stderr, wall = job.returncode, job.timed_out, job.stdout, job.stderr, job.wall_s
+    where: Where
+    if cluster is not None:
+        where = OnCluster(cluster, launcher, nodes)
+    else:  # (in a Slurm allocation, on its first nodes: all ranks on one without --nodes)
+        where = InAllocation(nodes or 1) if launcher == "srun" else Here()
+    job = run_job(Job(ranks, program, where, timeout=time_limit, capture=capture, capture_stderr=True))
+    returncode, timed_out, stdout, stderr, wall = job.returncode, job.timed_out, job.stdout, job.stderr, job.wall_s
+    if cluster is not None:
+        job = _on_cluster(job)
         outcome.update(network_bytes=job.network_bytes, cluster_nodes=job.nodes)
         if job.out_of_memory:
             return {
@@ -179,6 +155,14 @@ def run_adversarial(
         document = json.load(source)
     document.update(outcome, status="ok", wall_s=wall)
     return document
+
+
+def _on_cluster(job: object) -> ClusterJob:
+    """*job* as what a virtual cluster's run returns (the cluster imported here: the ranks import this module)."""
+    from ..cluster import ClusterJob
+
+    assert isinstance(job, ClusterJob)
+    return job
 
 
 def refusal(mode: str, ranks: int, nodes: int, options: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -30,10 +30,10 @@ import statistics
 import time
 from typing import Any
 
-from ..tools.flags import int_in, int_list_in, one_line_errors, usage_error
-from ..tools.memory import memory_problem
-from ..tools.mpi import mpi_library
-from ..tools.output import format_table, write_json
+from ..support.flags import int_in, int_list_in, one_line_errors, usage_error
+from ..support.memory import memory_problem
+from ..support.mpi import mpi_library
+from ..support.output import format_table, write_json
 
 #: Queue lengths measured by default: 10^3 to 10^6 (add 10000000 for the issue's 10^7; about 1 KiB each).
 DEFAULT_QUEUES = [1_000, 10_000, 100_000, 1_000_000]

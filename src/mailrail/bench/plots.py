@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..flow.modes import MODES
-from ..tools.figures import pyplot
+from ..support.figures import pyplot
 from .metrics import trial_samples
 
 MODE_COLORS = {name: mode.color for name, mode in MODES.items()}

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError
-from ..tools.flags import (
+from ..support.flags import (
     MPI_INT_MAX,
     add_rail_arguments,
     int_in,
@@ -28,8 +28,8 @@ from ..tools.flags import (
     rail_options,
     usage_error,
 )
-from ..tools.mpi import mpi_library
-from ..tools.output import format_table, write_json
+from ..support.mpi import mpi_library
+from ..support.output import format_table, write_json
 
 DEFAULT_SIZES = (8, 64, 4096, 65536)
 RAW_WINDOW = 64

@@ -29,8 +29,8 @@ from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec
 from ..cluster.privileges import rerun_without_root
 from ..cluster.spec import node_of_rank, ranks_per_node
 from ..cluster.virtual import VirtualCluster
-from ..tools.figures import missing
-from ..tools.flags import (
+from ..support.figures import missing
+from ..support.flags import (
     MPI_INT_MAX,
     add_rail_arguments,
     checked_rail_options,
@@ -39,8 +39,8 @@ from ..tools.flags import (
     int_in,
     usage_error,
 )
-from ..tools.incast import choose_victims
-from ..tools.output import format_table, write_json
+from ..support.incast import choose_victims
+from ..support.output import format_table, write_json
 from .adversarial import add_workload_arguments, incast_ratio
 from .compare import DEFAULT_RECV_POOL_SLOTS, MODES, TIME_LIMIT_RANGE, note_out_of_memory, outcome_text, ranks_flag
 from .jobs import adversarial_args, all_finished, refusal, run_adversarial

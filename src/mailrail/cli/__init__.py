@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ClusterError
-from ..failure import abort_job
-from ..jobcontrol import TERMINATION_SIGNALS, Terminated, handle_termination_signals, ignore_termination_signals
-from ..launch import LaunchError
-from ..tools.flags import one_line_errors
+from ..jobs.control import TERMINATION_SIGNALS, Terminated, handle_termination_signals, ignore_termination_signals
+from ..jobs.failure import abort_job
+from ..jobs.launchers import LaunchError
+from ..support.flags import one_line_errors
 
 # command path -> module providing add_arguments(parser) and run(args) -> int (or "module:verb", see below)
 COMMANDS = {

@@ -1,8 +1,8 @@
 """``mailrail info``: what MailRail would run on here; ``mailrail info --plan``: what a job size would get.
 
 Every answer comes from the code that decides it when a rail starts: the MPI and its origin from
-:func:`mailrail.launch.mpi_origin`, the launcher from :func:`~mailrail.launch.find_mpiexec` and
-:func:`~mailrail.launch.launch_settings`, the implementation from :func:`mailrail.transport.choose`, the
+:func:`mailrail.jobs.launchers.mpi_origin`, the launcher from :func:`~mailrail.jobs.launchers.find_mpiexec` and
+:func:`~mailrail.jobs.launchers.launch_settings`, the implementation from :func:`mailrail.transport.choose`, the
 atomics from :func:`~mailrail.flow.node_memory.resolve_atomics`, the nodes from
 :class:`~mailrail.flow.node_memory.NodeTopology`, ``TAG_UB`` from :func:`mailrail.rail.tag_upper_bound`,
 and the plan from :func:`mailrail.flow.modes.memory_plan` over the knobs :class:`~mailrail.config.Config`
@@ -21,9 +21,9 @@ from .. import __version__
 from ..config import FLOW_CONTROL_MODES, Config
 from ..flow.modes import least_recv_slots, memory_plan
 from ..flow.sizing import MemoryPlan
-from ..launch import LaunchError, find_mpiexec, launch_settings, mpi_origin
-from ..tools.flags import add_rail_arguments, checked_rail_options, int_in, usage_error
-from ..tools.output import format_table, write_json
+from ..jobs.launchers import LaunchError, find_mpiexec, launch_settings, mpi_origin
+from ..support.flags import add_rail_arguments, checked_rail_options, int_in, usage_error
+from ..support.output import format_table, write_json
 
 #: What the command prints fits a terminal this wide.
 COLUMNS = 100

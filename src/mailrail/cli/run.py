@@ -7,7 +7,7 @@ program too (``-n 2 python -c pass``, as mpiexec users type it).  A program whos
 command's first word needs the ``--``.
 
 Part of the command layer: it checks the launched command's flags with the dispatcher's own parser
-(:func:`mailrail.cli.parse_command`), runs the job through the job runner (:mod:`mailrail.launch`),
+(:func:`mailrail.cli.parse_command`), runs the job through the job runner (:mod:`mailrail.jobs`),
 or on a virtual cluster (:mod:`mailrail.cluster`), telling the cluster which ranks are victims
 (from ``--victim-ranks``, or ``bench adversarial``'s own flags).  Nothing below imports this module.
 """
@@ -17,31 +17,19 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 
 from ..bench.adversarial import victims_of_command
-from ..cluster.jobs import run_job
-from ..cluster.launchers import srun_mpi_plugin
+from ..cluster.jobs import run_and_report
 from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, node_flags_given, parse_ranks
 from ..cluster.privileges import rerun_without_root
 from ..errors import ClusterError
-from ..job_report import FailureReport
-from ..launch import (
-    LAUNCHERS,
-    LaunchError,
-    default_launcher,
-    launch_settings,
-    mpi_environment,
-    mpi_origin,
-    mpiexec_argv,
-    require_mpi4py,
-    run_bounded,
-    srun_argv,
-)
-from ..rank import command_argv, rank_argv
-from ..tools.flags import float_in, int_in
+from ..jobs.launchers import LAUNCHERS, LaunchError, default_launcher, launch_settings, mpi_origin, require_mpi4py
+from ..jobs.rank_runner import command_argv, rank_argv
+from ..jobs.report import FailureReport
+from ..jobs.run import Here, InAllocation, Job, run_job
+from ..support.flags import float_in, int_in
 from . import COMMANDS, parse_command
 
 #: Ranks of a job when neither -n nor a Slurm allocation says.
@@ -143,7 +131,7 @@ def _missing_program(program: Sequence[str] | None) -> bool:
 
 def program_argv(command: Sequence[str], *, tag_output: bool = False) -> list[str]:
     """What every rank runs: a program, or a mailrail command run with this Python, under the rank runner
-    (:mod:`mailrail.rank`: its output reaches the launcher in whole lines; *tag_output*: each starting
+    (:mod:`mailrail.jobs.rank_runner`: its output reaches the launcher in whole lines; *tag_output*: each starting
     with ``[rank N] ``)."""
     program = launched_program(command)
     if program is not None:
@@ -190,10 +178,9 @@ def run(args: argparse.Namespace) -> int:
     if loose:
         print(f"mailrail run: {', '.join(loose)} describe a virtual cluster: add --cluster N", file=sys.stderr)
         return 2
-    if args.launcher == "srun":
-        argv = srun_argv(args.ranks, program, mpi_plugin=srun_mpi_plugin())
-    else:
-        argv = mpiexec_argv(args.ranks, program)
+    where = InAllocation() if args.launcher == "srun" else Here()
+    job = Job(args.ranks, program, where, timeout=args.timeout)
+    job.launch_argv  # noqa: B018  (its launcher found, or a LaunchError, before anything is said)
     if _missing_program(launched):
         return 2
     if args.launcher == "mpiexec":
@@ -202,20 +189,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"mailrail run: {warning}", file=sys.stderr, flush=True)
     say_settings(verbose=args.verbose)
     with FailureReport(args.ranks, verbose=args.verbose) as report:
-        try:
-            status = run_bounded(
-                argv,
-                timeout=args.timeout,
-                env={**mpi_environment(), **report.environment},
-                local=args.launcher == "mpiexec",
-                clean_stderr=True,
-                launcher_messages=report.messages,
-            ).returncode
-        except subprocess.TimeoutExpired:
+        ran = run_job(job, report=report)
+        if ran.timed_out:
             print(f"mailrail run: killed after {args.timeout} s{report.kept()}", file=sys.stderr)
             return 124
-        report.say("mailrail run", status)
-    return status
+        report.say("mailrail run", ran.returncode)
+    return ran.returncode
 
 
 #: Ranks per core above which ``mailrail run`` warns before it starts a job on this machine.  Measured on
@@ -270,7 +249,7 @@ def run_on_cluster(args: argparse.Namespace, choice: ClusterChoice, program: Seq
         victims = victims_of_command(args.command[2:], args.ranks)
     spec = cluster_spec(args, choice, args.ranks, victims)
     say_settings("; the virtual cluster's launcher adds its network settings", verbose=args.verbose)
-    return run_job(
+    return run_and_report(
         spec,
         args.ranks,
         program,

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import ClusterError
-from ..tools.output import format_table
+from ..support.output import format_table
 from . import cgroups, namespaces, state
 from .options import DEFAULT_NAME, add_node_arguments, memory_option
 from .slurm import PARTITION

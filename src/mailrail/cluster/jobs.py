@@ -2,7 +2,9 @@
 
 The callers (``mailrail run``, ``mailrail replay``, the benchmark drivers) turn their flags into the
 spec (:func:`mailrail.cluster.options.cluster_spec`) and say which ranks are victims; nothing here
-knows a command's flags.
+knows a command's flags.  The job itself is started by the job runner's one entry point
+(:func:`mailrail.jobs.run.run_job`, on :class:`~mailrail.jobs.run.OnCluster`); what is the cluster's
+stays here: opening or attaching it, and what its nodes and links saw of the job.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from ..errors import ClusterError
-from ..job_report import FailureReport
+from ..jobs.report import FailureReport
+from ..jobs.run import Job, OnCluster, run_job
 from .spec import ClusterSpec
 from .virtual import ClusterJob, VirtualCluster
 
@@ -39,7 +42,7 @@ def open_cluster(spec: ClusterSpec, running: str | None = None) -> Iterator[Virt
         yield cluster
 
 
-def run_job(
+def run_and_report(
     spec: ClusterSpec,
     ranks: int,
     program: Sequence[str],
@@ -57,14 +60,8 @@ def run_job(
     with FailureReport(ranks, verbose=verbose) as report:
         with open_cluster(spec, running) as cluster:
             print(f"{command}: {ranks} ranks on {describe(cluster)} through {launcher}", file=sys.stderr, flush=True)
-            job = cluster.run(
-                ranks,
-                program,
-                timeout=timeout,
-                launcher=launcher,
-                env=report.environment,
-                launcher_messages=report.messages,
-            )
+            job = run_job(Job(ranks, program, OnCluster(cluster, launcher), timeout=timeout), report=report)
+            assert isinstance(job, ClusterJob)  # (what a virtual cluster's run returns)
         for line in outcome(job, timeout):
             print(f"{command}: {line}", file=sys.stderr)
         if job.timed_out or job.out_of_memory_node is not None:  # (said above: what the MPI printed then, kept)

@@ -1,5 +1,8 @@
 """How each MPI's ``mpiexec`` starts ranks on the virtual nodes, and which transport it must use.
 
+(Which MPI runs here, its ``mpiexec`` and the ``srun --mpi`` plugin outside a cluster are the job runner's:
+:mod:`mailrail.jobs.launchers`.)
+
 Open MPI (PRRTE) and MPICH (Hydra) both start remote ranks through ``ssh``;
 both are told to use the cluster's ssh stand-in instead.  Between nodes the
 ranks must talk TCP over the cluster's links, inside a node shared memory:
@@ -15,7 +18,7 @@ ranks must talk TCP over the cluster's links, inside a node shared memory:
   address (``-localhost``): the nodes cannot resolve the head's host name.
 
 Open MPI yields the core when idle on the cluster (``mailrail run`` alone turns
-that off, see :mod:`mailrail.launch`): every node's ranks share the machine's
+that off, see :mod:`mailrail.jobs.launchers`): every node's ranks share the machine's
 cores, and ranks spinning in blocking calls (start-up, the barriers between
 trials) starve the ranks still starting.  Measured in one run each: 32 ranks on
 8 nodes ran the same two incast trials in 18 s instead of 50 s, the trials
@@ -25,15 +28,11 @@ themselves no slower.
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 
 from ..errors import ClusterError
-from ..launch import LaunchError, find_mpiexec
+from ..jobs.launchers import SRUN_MPI_PLUGINS
 from .spec import NODE_INTERFACE, SUBNET
-
-#: ``srun --mpi=`` for each MPI (see :attr:`Launcher.srun_mpi`).
-SRUN_MPI_PLUGINS = {"openmpi": "pmix", "mpich": "pmi2"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,14 +92,3 @@ def detect(mpiexec: str) -> Launcher:
         return Launcher("mpich", mpiexec)
     first = text.strip().splitlines()[0] if text.strip() else "(no output)"
     raise ClusterError(f"the virtual cluster knows Open MPI's and MPICH's mpiexec; {mpiexec} says {first!r}")
-
-
-def srun_mpi_plugin() -> str | None:
-    """The ``srun --mpi`` plugin for this Python's MPI: None when ``SLURM_MPI_TYPE`` chooses (srun reads it)
-    or the MPI is neither Open MPI nor MPICH (the site's ``MpiDefault`` then applies)."""
-    if os.environ.get("SLURM_MPI_TYPE"):
-        return None
-    try:
-        return detect(find_mpiexec()).srun_mpi
-    except (LaunchError, ClusterError):
-        return None

@@ -15,8 +15,8 @@ import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 
-from .. import jobcontrol
 from ..errors import ClusterError
+from ..jobs import control
 
 #: Where ``ip netns`` keeps its named network namespaces.
 NETNS_DIR = "/var/run/netns"
@@ -50,7 +50,7 @@ def run(argv: Sequence[str], step: str) -> str:
     through ``ip netns add``, it would leave a namespace (or a child) that the teardown's listing missed.
     """
     argv = [tool(argv[0]), *argv[1:]]
-    with jobcontrol.deferred_signals():
+    with control.deferred_signals():
         completed = subprocess.run(argv, capture_output=True, text=True)
     if completed.returncode != 0:
         detail = (completed.stderr or completed.stdout).strip() or f"exit status {completed.returncode}"
@@ -215,8 +215,8 @@ def _is_mount_point(path: str) -> bool:
 
 def end_processes(find: Callable[[], set[int]]) -> set[int]:
     """SIGKILL the processes ``find()`` returns (asked again until none is left; no grace: every
-    process of a cluster is ours); returns those still there after jobcontrol's bound."""
-    return jobcontrol.end_processes(find, grace=0.0)
+    process of a cluster is ours); returns those still there after the job runner's bound (mailrail.jobs.control)."""
+    return control.end_processes(find, grace=0.0)
 
 
 def process_start_time(pid: int) -> int | None:

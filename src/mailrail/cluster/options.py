@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..errors import ClusterError
-from ..tools.flags import MPI_INT_MAX, int_in
+from ..support.flags import MPI_INT_MAX, int_in
 from .spec import ClusterSpec, Link, node_of_rank, parse_memory, parse_node_count, ranks_per_node
 from .virtual import VirtualCluster
 

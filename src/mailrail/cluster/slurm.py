@@ -44,8 +44,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from .. import jobcontrol
 from ..errors import ClusterError
+from ..jobs import control
 from .spec import Layout
 
 #: The Debian packages the Slurm cluster runs on, and for each the commands (or file) that show it is there.
@@ -247,7 +247,7 @@ def start(layout: Layout, agent: str, paths: SlurmPaths, node_cpus: int, timeout
 
     def launch(name: str, host: str, argv: Sequence[str]) -> None:
         log = open(os.path.join(paths.logs, name.replace(" ", "-") + ".out"), "wb")
-        with log, jobcontrol.deferred_signals():
+        with log, control.deferred_signals():
             # A clean environment: no job mark of a caller (its end would end the daemons), no MPI settings;
             # the system PATH, where Debian puts the daemons (nsenter finds them there).
             daemons[name] = subprocess.Popen(

@@ -10,7 +10,7 @@ memory; between nodes every byte crosses a link, shaped by ``tc`` when asked.
 Use it as a context manager; whatever happens inside (an error, a timeout,
 a termination signal), leaving the block removes every namespace, link, cgroup
 and process the cluster made; if this process dies without leaving it (SIGKILL),
-a watchdog (:func:`mailrail.jobcontrol.on_owner_death`) removes the cluster::
+a watchdog (:func:`mailrail.jobs.control.on_owner_death`) removes the cluster::
 
     with VirtualCluster(ClusterSpec(nodes=4)) as cluster:
         job = cluster.run(16, [sys.executable, "app.py"], timeout=300)
@@ -29,10 +29,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .. import jobcontrol
 from ..errors import ClusterError
-from ..launch import JobStopped, find_mpiexec, mpi_environment, run_bounded, srun_argv
-from ..launcher_messages import LauncherMessageFilter
+from ..jobs import control
+from ..jobs.launch import JobStopped, run_bounded
+from ..jobs.launcher_messages import LauncherMessageFilter
+from ..jobs.launchers import find_mpiexec, mpi_environment, srun_argv
+from ..jobs.run import JobResult
 from . import cgroups, namespaces, slurm, state
 from .launchers import Launcher, detect
 from .spec import (
@@ -55,15 +57,10 @@ USERNS_VARIABLE = "MAILRAIL_CLUSTER_USERNS"
 
 
 @dataclasses.dataclass
-class ClusterJob:
-    """What one mpiexec job on the cluster did."""
+class ClusterJob(JobResult):
+    """What one mpiexec job on the cluster did: what any job did (:class:`~mailrail.jobs.run.JobResult`) and
+    what the cluster saw of it."""
 
-    argv: list[str]
-    returncode: int
-    timed_out: bool
-    wall_s: float
-    stdout: str | None
-    stderr: str | None
     #: Bytes the nodes put on their links during the job (each byte that crossed the switch, once).
     network_bytes: int
     #: Per node: {"oom_kills": kills during the job, "oom_after_s": seconds from the start to the first
@@ -115,7 +112,7 @@ class VirtualCluster:
         self._unregister_removal: Callable[[], None] | None = None
 
     # -- life cycle ------------------------------------------------------------------
-    # Signals: mailrail.cli.main turns SIGINT/SIGTERM/SIGHUP into jobcontrol.Terminated (one mechanism
+    # Signals: mailrail.cli.main turns SIGINT/SIGTERM/SIGHUP into control.Terminated (one mechanism
     # for every command); here each build command and the whole teardown defer them, so a signal never
     # splits a step in two, and the owner-death watchdog removes a cluster whose owner never got here.
 
@@ -142,9 +139,9 @@ class VirtualCluster:
             self.layout.cluster_id, "persistent" if self.persistent else "job", self.spec.describe()
         )
         try:
-            with jobcontrol.deferred_signals():
+            with control.deferred_signals():
                 if not self.persistent:  # first: whenever this process dies from here on, the cluster goes
-                    self._unregister_removal = jobcontrol.on_owner_death(removal_command(self.layout.cluster_id))
+                    self._unregister_removal = control.on_owner_death(removal_command(self.layout.cluster_id))
                 state.save(self.state_dir, self.record)  # before anything exists: a killed run stays removable
             self._make_cgroups()
             self._make_head()
@@ -163,7 +160,7 @@ class VirtualCluster:
 
         Termination signals wait until it is done.  If it fails, the owner-death watchdog tries again
         when this process exits."""
-        with jobcontrol.deferred_signals():
+        with control.deferred_signals():
             remove_cluster(self.layout.cluster_id)
             if self._unregister_removal is not None:
                 self._unregister_removal()
@@ -364,7 +361,7 @@ class VirtualCluster:
     ) -> ClusterJob:
         """Run *program* on *ranks* ranks; wait, bounded by *timeout*; say what happened.
 
-        *capture* and *capture_stderr* keep the job's output, as in :func:`mailrail.launch.run_bounded`;
+        *capture* and *capture_stderr* keep the job's output, as in :func:`mailrail.jobs.launch.run_bounded`;
         without them the job's output is passed on clean, and *launcher_messages* keeps the MPI's own.
         *launcher* is ``mpiexec`` or, on a Slurm cluster, ``srun`` (see :meth:`command`).
 
@@ -443,7 +440,7 @@ class VirtualCluster:
     def end_processes(self) -> None:
         """End every job process in the cluster's namespaces and cgroups (all were started through it): all
         but the scheduler's daemons, which the cluster keeps until it is removed."""
-        with jobcontrol.deferred_signals():
+        with control.deferred_signals():
             namespaces.end_processes(self._processes)
 
     def _processes(self) -> set[int]:

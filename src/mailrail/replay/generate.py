@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import TraceFormatError
-from ..tools.flags import SEED_MAX, float_in, int_in, one_line_errors, usage_error
+from ..support.flags import SEED_MAX, float_in, int_in, one_line_errors, usage_error
 from ..trace.binary import BARRIER_STRUCT, MESSAGE_STRUCT, BinaryTraceWriter
 from ..trace.directory import TRACE_FILE
 from ..trace.events import Event, MessageBlock, PhaseEnd

@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster.jobs import run_job
+from ..cluster.jobs import run_and_report
 from ..cluster.options import ClusterChoice, add_cluster_arguments, cluster_spec, without_cluster_flags
 from ..cluster.privileges import rerun_without_root
 from ..config import Config, env_name
 from ..errors import ConfigError, TraceFormatError
-from ..failure import abort_job
-from ..tools.flags import MPI_INT_MAX, add_rail_arguments, float_in, int_in, one_line_errors, rail_options
-from ..tools.output import format_table, write_json
+from ..jobs.failure import abort_job
+from ..support.flags import MPI_INT_MAX, add_rail_arguments, float_in, int_in, one_line_errors, rail_options
+from ..support.output import format_table, write_json
 from ..trace.directory import TraceDir
 from ..trace.events import Event, MessageBlock, PhaseEnd
 from ..trace.summary import RankSummary, phase_count, summarize
@@ -423,4 +423,4 @@ def run_on_cluster(args: argparse.Namespace) -> int:
         return 2
     program = [sys.executable, "-m", "mpi4py", "-m", "mailrail", *without_cluster_flags(args.mailrail_argv)]
     spec = cluster_spec(args, choice, ranks)
-    return run_job(spec, ranks, program, running=choice.name, timeout=args.timeout, command="mailrail replay")
+    return run_and_report(spec, ranks, program, running=choice.name, timeout=args.timeout, command="mailrail replay")

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceFormatError
-from ..tools.figures import pyplot
-from ..tools.flags import MPI_INT_MAX, int_in, missing_module, one_line_errors, usage_error
-from ..tools.output import format_table, write_json
+from ..support.figures import pyplot
+from ..support.flags import MPI_INT_MAX, int_in, missing_module, one_line_errors, usage_error
+from ..support.output import format_table, write_json
 from ..trace.directory import TraceDir
 from ..trace.summary import phase_count, summarize
 

@@ -24,10 +24,10 @@ from typing import Any
 from ..config import default
 from ..flow.modes import MODE_NAMES as MODES
 from ..flow.modes import UNCONSTRAINED, flow_mode
-from ..tools.figures import missing as figure_missing
-from ..tools.figures import pyplot
-from ..tools.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
-from ..tools.output import format_table, write_json
+from ..support.figures import missing as figure_missing
+from ..support.figures import pyplot
+from ..support.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
+from ..support.output import format_table, write_json
 from .report import signed_percent
 
 #: The modes with credits, each compared with the unconstrained one.

@@ -47,8 +47,8 @@ from ..flow.base import FlowControl
 from ..flow.modes import FlowParts, NodeLayout, flow_mode
 from ..flow.node import LocalCounters, SharedCounters
 from ..protocol import NO_SLOT, Endpoint
-from ..tools.incast import choose_victims, spread
-from ..tools.incast import destinations as incast_destinations
+from ..support.incast import choose_victims, spread
+from ..support.incast import destinations as incast_destinations
 from .network import Network
 from .params import ModelParams, ParamsError
 from .reliability import ACCEPT, NO_REPLY, Packet, Reliability, SendFlow
@@ -106,7 +106,7 @@ class Result:
     victim_peak_bytes: int  # a victim's receive and send pools, credit state and its peak of unexpected messages
     victim_unexpected_peak_bytes: int  # the peak of MPI's unexpected messages at one victim (its growth)
     victim_node_peak_bytes: int  # the most a victim's node held: its ranks' baselines and unexpected messages
-    victim_messages: dict[str, float]  # messages received per victim: min, median, max (tools.incast.spread)
+    victim_messages: dict[str, float]  # messages received per victim: min, median, max (support.incast.spread)
     credit_messages: int
     messages: int
     payload_bytes: int
@@ -210,7 +210,7 @@ class Simulation:
             else None
         )
         self.dropped = 0
-        # The benchmark's victims and plans (tools.incast), renumbered so that the victims are 0..V-1: senders'
+        # The benchmark's victims and plans (support.incast), renumbered so that the victims are 0..V-1: senders'
         # credit tables need only cover the ranks they send to (O(victims) per sender, not O(ranks)).
         victims = choose_victims(load.ranks, load.victims, load.seed)
         chosen = set(victims)

@@ -1,4 +1,4 @@
-"""The rank runner's output forwarder (``mailrail.rank``): a rank's stdout and stderr reach the launcher in
+"""The rank runner's output forwarder (``mailrail.jobs.rank_runner``): a rank's stdout and stderr reach the launcher in
 whole lines, however the program writes them, optionally tagged with the rank; the program stays the
 process the launcher started (pid, exit status, signals), and what it wrote before it failed or was
 signalled still arrives.
@@ -23,7 +23,7 @@ import tty
 import pytest
 
 from helpers import alive, mailrail
-from mailrail import rank
+from mailrail.jobs import rank_runner
 
 pytestmark = pytest.mark.jobs  # (no rail: make test-python-transport leaves them out)
 
@@ -53,11 +53,12 @@ LINE = re.compile(r"rank (\d) line (\d+) end")
 
 
 def runner(*args, env=None, **popen) -> subprocess.Popen:
-    """``python -m mailrail.rank ARGS`` outside any launcher (rank 3, unbuffered), its output read by the test."""
+    """``python -m mailrail.jobs.rank_runner ARGS`` outside any launcher (rank 3, unbuffered), its output read by
+    the test."""
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.PIPE)
     env = {**os.environ, "PMI_RANK": "3", "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "mailrail.rank", *args], env=env, **popen)
+    return subprocess.Popen([sys.executable, "-m", "mailrail.jobs.rank_runner", *args], env=env, **popen)
 
 
 def reads(process: subprocess.Popen, until: bytes | None = None) -> dict[str, list[bytes]]:
@@ -171,7 +172,7 @@ def test_a_failing_rank_has_its_output_passed_on_before_it_ends():
     """What ``end_job`` waits for before ``MPI_Abort``: the forwarder passes on everything written so far, the
     unfinished line too, while the program still runs (here it then waits for the test)."""
     code = (
-        "import sys\nfrom mailrail import failure\nsys.stdout.write('unfinished')\nsys.stdout.flush()\n"
+        "import sys\nfrom mailrail.jobs import failure\nsys.stdout.write('unfinished')\nsys.stdout.flush()\n"
         "failure._wait_for_output_taken(failure.OUTPUT_DRAIN_BOUND)\nsys.stdin.read()"
     )
     process = runner("-c", code, stdin=subprocess.PIPE)
@@ -205,7 +206,7 @@ def test_the_forwarder_ends_with_the_program():
     process = runner("-c", "print('done')", env={"MAILRAIL_TEST_MARK": marker})
     reads(process)
     assert process.wait(BOUND) == 0
-    forwarders = [pid for pid in _processes_named(rank.FORWARDER_NAME) if _has_mark(pid, marker)]
+    forwarders = [pid for pid in _processes_named(rank_runner.FORWARDER_NAME) if _has_mark(pid, marker)]
     deadline = time.monotonic() + BOUND
     while any(alive(pid) for pid in forwarders) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -241,7 +242,7 @@ def test_the_forwarder_holds_only_its_own_fds():
     process = runner("-c", code, stdin=subprocess.PIPE, env={"MAILRAIL_TEST_MARK": marker})
     try:
         reads(process, until=b"READY\n")
-        (forwarder,) = [pid for pid in _processes_named(rank.FORWARDER_NAME) if _has_mark(pid, marker)]
+        (forwarder,) = [pid for pid in _processes_named(rank_runner.FORWARDER_NAME) if _has_mark(pid, marker)]
         fds = {int(fd) for fd in os.listdir(f"/proc/{forwarder}/fd")}
         assert 0 not in fds
         assert len(fds) == 2 + 2 + 2  # stdout, stderr; the two ends it reads; control and answer
@@ -300,12 +301,19 @@ def test_tag_output_tags_a_mailrail_command_s_lines_too():
 def test_the_runner_is_what_mailrail_run_starts_for_a_mailrail_command_too():
     from mailrail.cli.run import program_argv
 
-    assert program_argv(["bench", "stream"]) == [sys.executable, "-m", "mailrail.rank", "--command", "bench", "stream"]
+    assert program_argv(["bench", "stream"]) == [
+        sys.executable,
+        "-m",
+        "mailrail.jobs.rank_runner",
+        "--command",
+        "bench",
+        "stream",
+    ]
     assert program_argv(["--", "python", "-u", "x.py"], tag_output=True) == [
         sys.executable,
         "-u",
         "-m",
-        "mailrail.rank",
+        "mailrail.jobs.rank_runner",
         "--tag-output",
         "x.py",
     ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mailrail.launcher_messages import EndedProcess, LauncherMessageFilter, ended_processes
+from mailrail.jobs.launcher_messages import EndedProcess, LauncherMessageFilter, ended_processes
 
 RULE = "-" * 74
 OPEN_MPI_5_ABORT = f"""{RULE}

@@ -1,11 +1,11 @@
-"""The rank runner: what every rank of ``mailrail run -- PROGRAM`` runs (``python -m mailrail.rank``).
+"""The rank runner: what every rank of ``mailrail run -- PROGRAM`` runs (``python -m mailrail.jobs.rank_runner``).
 
 * Every rank dies with its parent (``prterun``, ``prted`` or Hydra's proxy): ``PR_SET_PDEATHSIG``
   is set before the program runs, so a launcher that is SIGKILLed takes its ranks along
-  (see :mod:`mailrail.jobcontrol`).
+  (see :mod:`mailrail.jobs.control`).
 * A Python program (``python3 -u prog.py ARGS``, ``-m MODULE ARGS``, ``-c CODE ARGS``) runs in
   this interpreter as ``python -m mpi4py`` runs it, with one difference: an exception that
-  escapes it ends the whole job through :func:`mailrail.failure.abort_job` (its traceback once,
+  escapes it ends the whole job through :func:`mailrail.jobs.failure.abort_job` (its traceback once,
   each line prefixed by the rank, then ``MPI_Abort``), so no peer is left waiting in a collective.
   ``sys.exit(N)`` with N other than 0 ends the job the same way, without a traceback.
 * Any other program is exec'd (after the parent-death signal is set); a mailrail command
@@ -22,12 +22,12 @@
   so the program stays the process the launcher started (its pid, signals, exit status and MPI are
   its own) and has no extra child to ``wait()`` for; the forwarder ignores the signals that end a
   job (it ends at end-of-file, once every writer closed the pipes, so what a dying program wrote
-  still arrives) and carries the job's mark for the sweeps of :mod:`mailrail.jobcontrol`.  A
+  still arrives) and carries the job's mark for the sweeps of :mod:`mailrail.jobs.control`.  A
   failing rank asks it to pass everything on, and waits for the launcher to take it, before
-  ``MPI_Abort`` (:func:`mailrail.failure.set_output_forwarder`).
+  ``MPI_Abort`` (:func:`mailrail.jobs.failure.set_output_forwarder`).
 
-Usage: ``python [OPTIONS] -m mailrail.rank [--tag-output] (SCRIPT | -m MODULE | -c CODE | - | --exec PROGRAM |
---command MAILRAIL-COMMAND) [ARGS]``.
+Usage: ``python [OPTIONS] -m mailrail.jobs.rank_runner [--tag-output] (SCRIPT | -m MODULE | -c CODE | - |
+--exec PROGRAM | --command MAILRAIL-COMMAND) [ARGS]``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from .config import launcher_rank
+from ..config import launcher_rank
+from ..segments import JOB_VARIABLE, mapped_segments, record_own_segments, record_segments
+from .control import die_with_parent, record_orphan
 from .failure import (
     OUTPUT_DRAIN_BOUND,
     _unread_bytes,
@@ -62,8 +64,6 @@ from .failure import (
     set_output_forwarder,
     write_all,
 )
-from .jobcontrol import die_with_parent, record_orphan
-from .segments import JOB_VARIABLE, mapped_segments, record_own_segments, record_segments
 
 #: The interpreter options ``mailrail run -- python OPTIONS ...`` keeps (they take no value ...)
 PYTHON_FLAGS = set("bBdEiIOPqsSuvx")
@@ -118,7 +118,7 @@ def rank_argv(program: Sequence[str], *, tag_output: bool = False) -> list[str]:
 
     *tag_output*: every line of the program's output starts with ``[rank N] ``.
     """
-    runner = [sys.executable, "-m", "mailrail.rank", *([TAG_OUTPUT] if tag_output else [])]
+    runner = [sys.executable, "-m", "mailrail.jobs.rank_runner", *([TAG_OUTPUT] if tag_output else [])]
     if program and program[0] in PYTHON_NAMES:
         options, target = split_python_argv(program[1:])
         return [runner[0], *options, *runner[1:], *(target or ["-"])]
@@ -128,7 +128,14 @@ def rank_argv(program: Sequence[str], *, tag_output: bool = False) -> list[str]:
 def command_argv(command: Sequence[str], *, tag_output: bool = False) -> list[str]:
     """How a rank runs the mailrail command *command* (``mailrail run bench stream``): as ``python -m
     mailrail`` runs it, under the runner (its output in whole lines, its rank dying with its parent)."""
-    return [sys.executable, "-m", "mailrail.rank", *([TAG_OUTPUT] if tag_output else []), "--command", *command]
+    return [
+        sys.executable,
+        "-m",
+        "mailrail.jobs.rank_runner",
+        *([TAG_OUTPUT] if tag_output else []),
+        "--command",
+        *command,
+    ]
 
 
 def run_python(target: Sequence[str]) -> None:

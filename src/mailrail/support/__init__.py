@@ -1,4 +1,5 @@
-"""What the tools share (bench, apps, replay, cluster and the ``mailrail`` command), apart from any one tool.
+"""The tools' support: what the tools (bench, apps, replay, simulate, cluster and the ``mailrail`` command) share,
+apart from any one tool.
 
 - :mod:`.flags`: range-checked argparse types, one-line usage errors, MailRail's knobs as flags;
 - :mod:`.output`: tables for people, JSON documents for programs;

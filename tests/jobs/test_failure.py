@@ -1,4 +1,4 @@
-"""mailrail.failure without MPI: the exit status of a failure, its rank-prefixed traceback, and the wait
+"""mailrail.jobs.failure without MPI: the exit status of a failure, its rank-prefixed traceback, and the wait
 for the launcher to take a failing rank's output before the job is aborted."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from mailrail import failure
-from mailrail.failure import exit_code_of, format_failure
+from mailrail.jobs import failure
+from mailrail.jobs.failure import exit_code_of, format_failure
 
 
 class Terminated(BaseException):
@@ -100,3 +100,14 @@ def test_the_wait_ends_when_the_launcher_has_read_the_output_or_at_its_bound(mon
     else:
         assert still_there == len(b"traceback\n")
         assert waited >= 0.3
+
+
+def test_the_old_module_path_warns_and_gives_the_same_functions(monkeypatch):
+    """``mailrail.failure`` was in the API reference: it still imports, with a DeprecationWarning."""
+    import importlib
+    import sys
+
+    monkeypatch.delitem(sys.modules, "mailrail.failure", raising=False)
+    with pytest.warns(DeprecationWarning, match="import mailrail.jobs.failure"):
+        old = importlib.import_module("mailrail.failure")
+    assert old.abort_job is failure.abort_job and old.exit_code_of is exit_code_of

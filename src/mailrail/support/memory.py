@@ -12,7 +12,7 @@ def memory_problem(comm: Any, bytes_per_rank: int, what: str) -> str | None:
     """Collective: why *bytes_per_rank* on every rank does not fit in this node's memory, or None.
 
     The ranks sharing a node add up their needs; every rank of the job then has the same answer
-    (:func:`~mailrail.tools.flags.agreed_problem`), so all stop or none does.
+    (:func:`~mailrail.support.flags.agreed_problem`), so all stop or none does.
     """
     from .._mpi import MPI  # on demand: importing it starts MPI, which a command parsing its flags must not
 

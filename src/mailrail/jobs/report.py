@@ -1,6 +1,6 @@
 """What the runner of a job (``mailrail run``, on this machine or a virtual cluster) says when the job fails:
-one line, after whatever the ranks printed, from what the ranks recorded (:mod:`mailrail.failure`) and
-what the MPI printed (:mod:`mailrail.launcher_messages`, kept in a log it names)."""
+one line, after whatever the ranks printed, from what the ranks recorded (:mod:`mailrail.jobs.failure`) and
+what the MPI printed (:mod:`mailrail.jobs.launcher_messages`, kept in a log it names)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from . import jobcontrol
+from . import control
 from .failure import FAILURES_VARIABLE, describe_ranks, read_failures
 from .launcher_messages import EndedProcess, LauncherMessageFilter, ended_processes
 
@@ -26,7 +26,7 @@ class FailureReport:
         self.ranks = ranks
         self.messages = None if verbose else LauncherMessageFilter()
         self._scratch = tempfile.mkdtemp(prefix="mailrail-run-")
-        self._unregister = jobcontrol.end_job_on_owner_death(self._scratch)
+        self._unregister = control.end_job_on_owner_death(self._scratch)
         self._failures = os.path.join(self._scratch, "failures")
         self._log: str | None = None  # where kept() wrote the MPI's messages (once)
 

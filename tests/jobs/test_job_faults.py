@@ -21,10 +21,12 @@ import time
 import pytest
 
 from helpers import SETTLE_S, alive, job_environment, mailrail, new_job_files, program_path, unclaimed_job_files
-from mailrail import jobcontrol, segments
-from mailrail.failure import FAILURES_VARIABLE
-from mailrail.launch import JobStopped, mpi_environment, mpiexec_argv, run_bounded
-from mailrail.rank import rank_argv
+from mailrail import segments
+from mailrail.jobs import control
+from mailrail.jobs.failure import FAILURES_VARIABLE
+from mailrail.jobs.launch import JobStopped, run_bounded
+from mailrail.jobs.launchers import mpi_environment, mpiexec_argv
+from mailrail.jobs.rank_runner import rank_argv
 
 pytestmark = pytest.mark.jobs  # (no rail: make test-python-transport leaves them out)
 
@@ -114,7 +116,7 @@ class Launched:
             assert chunk, f"job ended before it started: {self.stdout!r}"
             self.stdout += chunk
         self.pids = ready_pids(self.stdout)
-        self.job = jobcontrol.descendants([self.process.pid]) - {self.process.pid}
+        self.job = control.descendants([self.process.pid]) - {self.process.pid}
         self.launcher_files = segments.held_launcher_files(self.job)  # (MPICH's Hydra: its topology file)
         self.scratch = {os.path.dirname(path) for path in environment_values(self.pids, FAILURES_VARIABLE)}
         self.shared_memory = {(path, int(held)) for path, held in re.findall(r"READY .* SHM (\S+) (\d+)", self.stdout)}
@@ -222,10 +224,10 @@ def test_a_failing_watch_still_ends_the_job():
     argv = mpiexec_argv(2, [sys.executable, "-m", "mpi4py", program_path("sleeper.py")])
     env = mpi_environment(base=job_environment())
     before = job_dirs()
-    ranks_before = jobcontrol.children_of(os.getpid())
+    ranks_before = control.children_of(os.getpid())
     with pytest.raises(ValueError, match="the watch itself failed"):
         run_bounded(argv, timeout=START_BOUND, env=env, watch=watch, capture=True)
-    left = {pid for pid in jobcontrol.children_of(os.getpid()) - ranks_before if not jobcontrol.is_watchdog(pid)}
+    left = {pid for pid in control.children_of(os.getpid()) - ranks_before if not control.is_watchdog(pid)}
     assert left == set()
     assert job_dirs() - before == set()
 
@@ -272,7 +274,7 @@ def test_a_process_the_launcher_orphaned_is_ended_when_it_exits():
 
 OWNER = """
 import os, sys, time
-from mailrail.jobcontrol import on_owner_death
+from mailrail.jobs.control import on_owner_death
 unregister = on_owner_death(["touch", sys.argv[1] + ".ran"])
 on_owner_death(["touch", sys.argv[1] + ".unregistered"])()
 print("REGISTERED", flush=True)
@@ -297,7 +299,7 @@ def test_the_watchdog_runs_what_is_registered_when_its_owner_dies(ending, tmp_pa
     )
     try:
         assert owner.stdout.readline().strip() == "REGISTERED"
-        watchdogs = jobcontrol.children_of(owner.pid)
+        watchdogs = control.children_of(owner.pid)
         assert len(watchdogs) == 1
         if ending == "sigkill":
             owner.kill()
@@ -413,7 +415,7 @@ def test_sigkill_of_one_rank_ends_the_job_and_names_it():
         assert "signal 9" in log or "EXIT CODE: 9" in log, log
         assert "BAD TERMINATION" not in job.stdout, job.stdout  # (Hydra prints its box on standard output)
         (path,) = {path for path, _ in job.shared_memory}  # one directory for the job, in /dev/shm
-        assert path.startswith(jobcontrol.SHARED_MEMORY_ROOT + "/mailrail-job-"), path
+        assert path.startswith(control.SHARED_MEMORY_ROOT + "/mailrail-job-"), path
         if "Open MPI" in MPI_LIBRARY:  # its segments were there (MPICH names its own, in /dev/shm)
             assert all(held >= 1 for _, held in job.shared_memory), job.shared_memory
         # (the wheels' MPIs map segment files in /dev/shm; Debian's MPICH over UCX maps none there: nothing to leak)
@@ -517,7 +519,7 @@ def test_sys_exit_zero_is_a_normal_end_and_python_is_this_interpreter():
 
 @pytest.fixture
 def restored_signal_handlers():
-    saved = {signum: signal.getsignal(signum) for signum in jobcontrol.TERMINATION_SIGNALS}
+    saved = {signum: signal.getsignal(signum) for signum in control.TERMINATION_SIGNALS}
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)
@@ -525,9 +527,9 @@ def restored_signal_handlers():
 
 def test_a_signal_raises_terminated_once_and_a_second_one_does_not_interrupt_the_cleanup(restored_signal_handlers):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a non-interactive shell starts
-    jobcontrol.handle_termination_signals()
+    control.handle_termination_signals()
     cleaned = False
-    with pytest.raises(jobcontrol.Terminated) as stop:
+    with pytest.raises(control.Terminated) as stop:
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(5)  # the handler interrupts this
@@ -542,17 +544,17 @@ def test_a_process_ending_itself_ignores_termination_signals(restored_signal_han
     """A rank aborting its job (its traceback still on its way out) was interrupted by the job's end: its
     Terminated was reported as a second failure of the rank ("rank 1 raised RuntimeError ...; rank 1 raised
     Terminated"), once on MPICH's wheel."""
-    jobcontrol.handle_termination_signals()
-    jobcontrol.ignore_termination_signals()
+    control.handle_termination_signals()
+    control.ignore_termination_signals()
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.2)  # (a raised Terminated would interrupt this)
 
 
 def test_signals_in_a_deferred_block_are_raised_at_its_end(restored_signal_handlers):
-    jobcontrol.handle_termination_signals()
+    control.handle_termination_signals()
     finished = False
-    with pytest.raises(jobcontrol.Terminated) as stop:
-        with jobcontrol.deferred_signals():
+    with pytest.raises(control.Terminated) as stop:
+        with control.deferred_signals():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.1)
             finished = True
@@ -561,7 +563,7 @@ def test_signals_in_a_deferred_block_are_raised_at_its_end(restored_signal_handl
 
 def test_sighup_inherited_as_ignored_stays_ignored(restored_signal_handlers):
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup
-    jobcontrol.handle_termination_signals()
+    control.handle_termination_signals()
     assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     assert signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL)
 
@@ -592,9 +594,9 @@ def test_terminated_survives_the_copy_simpy_makes_of_a_failed_process_exception(
 
     def interrupted():
         yield env.timeout(1)
-        raise jobcontrol.Terminated(signal.SIGTERM)
+        raise control.Terminated(signal.SIGTERM)
 
     env.process(interrupted())
-    with pytest.raises(jobcontrol.Terminated) as stop:
+    with pytest.raises(control.Terminated) as stop:
         env.run()
     assert stop.value.signum == signal.SIGTERM and str(stop.value) == "interrupted by SIGTERM"

@@ -2,7 +2,7 @@
 
 import argparse
 
-from mailrail.tools.flags import add_rail_arguments, rail_options
+from mailrail.support.flags import add_rail_arguments, rail_options
 
 
 def parsed(*argv: str) -> argparse.Namespace:

@@ -7,7 +7,7 @@ import pytest
 
 from mailrail.bench import sweep
 from mailrail.bench.compare import note_out_of_memory, results_table, table_rows
-from mailrail.tools.output import TABLE_WIDTH, format_table
+from mailrail.support.output import TABLE_WIDTH, format_table
 
 
 def widest_line(table: str) -> int:

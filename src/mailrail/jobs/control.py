@@ -7,7 +7,7 @@ Open MPI wheel, ``.venv``, and the MPICH wheel, ``.venv-mpich``):
   it was started in but puts every rank in a process group of its own, so ``killpg`` of the
   launcher's group leaves the ranks running.  MPICH's ``hydra_pmi_proxy`` and its ranks each call
   ``setsid``: neither the process group nor the session id finds them.  What every process of a job
-  does keep is its environment: :func:`mailrail.launch.run_bounded` adds the job's directory to
+  does keep is its environment: :func:`mailrail.jobs.launch.run_bounded` adds the job's directory to
   :data:`JOB_VARIABLE` (a ``:``-separated list, so a job started inside a job carries both), and
   :func:`job_processes` reads it back from ``/proc/PID/environ``, together with the ``/proc`` parent
   links below the launcher (a process that changed its environment is still found by its parent).
@@ -21,7 +21,7 @@ Open MPI wheel, ``.venv``, and the MPICH wheel, ``.venv-mpich``):
   then a wait until they are gone (reaping the ones that are our children).
 * **A SIGKILLed owner.** The launcher child gets ``PR_SET_PDEATHSIG=SIGKILL`` (the kernel kills it
   when the thread that forked it exits; ``run_bounded`` waits for it in that thread), and so does
-  every rank that ``mailrail run`` starts (``python -m mailrail.rank``): ``prterun`` and Hydra's
+  every rank that ``mailrail run`` starts (``python -m mailrail.jobs.rank_runner``): ``prterun`` and Hydra's
   proxy keep the thread that forks ranks for their whole life (a 12 s job under both wheels ran to
   the end with the signal set; after a SIGKILL of ``mailrail run`` its last rank is gone 12-25 ms
   later, ``mailrail bench faults``).  For anything else
@@ -29,7 +29,7 @@ Open MPI wheel, ``.venv``, and the MPICH wheel, ``.venv-mpich``):
   a small process in its own session (a terminal's Ctrl-C to the foreground group does not reach
   it) that holds a pipe from its owner; at end-of-file, i.e. when the owner exits for any reason,
   SIGKILL included, it runs the commands still registered, each bounded, and exits.  A job
-  registers ``python -m mailrail.jobcontrol end-job DIR``, which ends the processes marked with the
+  registers ``python -m mailrail.jobs.control end-job DIR``, which ends the processes marked with the
   job's directory and removes it.
 * **Signals.** :func:`handle_termination_signals` turns SIGINT, SIGTERM and SIGHUP into
   :class:`Terminated`.  A background job of a non-interactive shell starts with SIGINT ignored
@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType
 
-from .segments import (
+from ..segments import (
     JOB_VARIABLE,
     SHARED_MEMORY_ROOT,
     append_to,
@@ -211,7 +211,7 @@ def is_watchdog(pid: int) -> bool:
             argv = source.read().split(b"\0")
     except OSError:
         return False
-    return b"mailrail.jobcontrol" in argv and _WATCHDOG_ARG.encode() in argv
+    return b"mailrail.jobs.control" in argv and _WATCHDOG_ARG.encode() in argv
 
 
 def _signal(pids: Iterable[int], signum: int) -> None:
@@ -438,7 +438,7 @@ class _Watchdog:
         # dropped): a sweep of a job this process runs in must not take its cleanup away.
         env = {k: v for k, v in os.environ.items() if k != JOB_VARIABLE}
         return subprocess.Popen(
-            [sys.executable, "-m", "mailrail.jobcontrol", _WATCHDOG_ARG],
+            [sys.executable, "-m", "mailrail.jobs.control", _WATCHDOG_ARG],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -469,7 +469,7 @@ def on_owner_death(argv: Sequence[str]) -> Callable[[], None]:
 
 def end_job_on_owner_death(job_dir: str) -> Callable[[], None]:
     """:func:`end_job` of *job_dir* if this process dies before calling the returned unregister function."""
-    return on_owner_death([sys.executable, "-m", "mailrail.jobcontrol", "end-job", job_dir])
+    return on_owner_death([sys.executable, "-m", "mailrail.jobs.control", "end-job", job_dir])
 
 
 def _watch(stream: Iterable[bytes]) -> None:
@@ -491,7 +491,7 @@ def _watch(stream: Iterable[bytes]) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``python -m mailrail.jobcontrol watchdog`` | ``end-job DIR``."""
+    """``python -m mailrail.jobs.control watchdog`` | ``end-job DIR``."""
     if list(argv) == [_WATCHDOG_ARG]:
         _watch(sys.stdin.buffer)
         return 0
@@ -500,7 +500,7 @@ def main(argv: Sequence[str]) -> int:
         if left:
             print(f"mailrail: processes of job {argv[1]} still alive: {sorted(left)}", file=sys.stderr)
         return 1 if left else 0
-    print("usage: python -m mailrail.jobcontrol watchdog | end-job DIR", file=sys.stderr)
+    print("usage: python -m mailrail.jobs.control watchdog | end-job DIR", file=sys.stderr)
     return 2
 
 

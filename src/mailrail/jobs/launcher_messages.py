@@ -7,7 +7,7 @@ ranks' lines on, keeps these (:class:`LauncherMessageFilter`), writes them to a 
 its one-line summary which rank ended on which signal (:func:`ended_processes`).  ``mailrail run -v`` shows
 them where they came.
 
-Sans-I/O: bytes in, bytes out; the relay thread in :mod:`mailrail.launch` does the reading and writing.
+Sans-I/O: bytes in, bytes out; the relay thread in :mod:`mailrail.jobs.launch` does the reading and writing.
 """
 
 from __future__ import annotations

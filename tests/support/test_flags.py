@@ -1,10 +1,10 @@
-"""Range-checked flag types (mailrail.tools.flags): out of range is one argparse line, exit 2 (no MPI)."""
+"""Range-checked flag types (mailrail.support.flags): out of range is one argparse line, exit 2 (no MPI)."""
 
 import argparse
 
 import pytest
 
-from mailrail.tools.flags import float_in, int_in
+from mailrail.support.flags import float_in, int_in
 
 
 def parser_with(flag: str, kind) -> argparse.ArgumentParser:

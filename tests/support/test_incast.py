@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mailrail.tools.incast import choose_victims, destinations, spread
+from mailrail.support.incast import choose_victims, destinations, spread
 
 
 def received(ranks: int, victims: list[int], messages: int, seed: int = 3, partners: int = 0) -> np.ndarray:

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from helpers import assert_succeeded, mailrail
-from mailrail.launch import (
+from mailrail.jobs.launchers import (
     MPI_WHEELS,
     WHEEL_SETTINGS,
     LaunchError,
