@@ -34,10 +34,10 @@ from helpers import adaptive_state
 from mailrail.counters import COUNTERS
 from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits, credit_budget
 from mailrail.flow.base import ANSWER, GIVE_BACK, GRANT, KIND_BITS, KIND_MASK, REQUEST, REVOKE
+from mailrail.flow.modes import compiled_ledger
 from mailrail.flow.node import LocalCounters
 from mailrail.pool import SlotPool
 from mailrail.protocol import CREATE, IN_FLIGHT, ISEND_NEW, ISEND_TAGGED, NO_SLOT, REPLACE, START, Endpoint
-from mailrail.transport import compiled
 
 #: Who accounts the credits: the reference classes, or the compiled ledger.
 LEDGERS = ("python", "compiled")
@@ -140,7 +140,7 @@ class Cluster:
         setup, n = self.setup, self.n
         if setup.mode == "rank":
             if ledger == "compiled":
-                return compiled.credit_ledger(
+                return compiled_ledger(
                     "rank",
                     n,
                     budget.credits_per_pair,
@@ -156,7 +156,7 @@ class Cluster:
         if ledger == "compiled":
             placement = {"nodes": setup.nodes, "ranks_per_node": setup.ranks_per_node, "max_tag": setup.tag_ub}
             if setup.mode == "node":
-                return compiled.credit_ledger(
+                return compiled_ledger(
                     "node",
                     n,
                     budget.credits_per_pair,
@@ -165,7 +165,7 @@ class Cluster:
                     owner=pool,
                     **placement,
                 )
-            return compiled.credit_ledger(
+            return compiled_ledger(
                 "adaptive",
                 n,
                 budget.credits_per_pair,
