@@ -20,12 +20,23 @@ from ..flow import FlowParts, NodeLayout, flow_mode
 from ..flow.base import FlowControl
 from ..flow.modes import UNCONSTRAINED
 from ..flow.node import LocalCounters
+from ..flow.sizing import CreditBudget
 from ..pool import SlotPool
 from ..transport import implementation
 from ..transport.base import Tuning
 from .mpi import InMemoryMPI, WouldBlock
 
-__all__ = ["IMPLEMENTATIONS", "DATA", "CREDIT", "RankRail", "make_rank", "make_ranks", "finalize_all", "unavailable"]
+__all__ = [
+    "IMPLEMENTATIONS",
+    "DATA",
+    "CREDIT",
+    "RankRail",
+    "job_budget",
+    "make_rank",
+    "make_ranks",
+    "finalize_all",
+    "unavailable",
+]
 
 
 #: The implementations a rank can be built in (each with its transport on the in-memory MPI).
@@ -94,6 +105,27 @@ class RankRail:
         return unreceived
 
 
+def job_budget(
+    size: int,
+    flow_control: str,
+    recv_pool_slots: int,
+    ranks_per_node: int | None,
+    credit_threshold: int,
+    credits_per_pair: int | None,
+) -> CreditBudget | None:
+    """The mode's credit budget for *size* ranks in nodes of *ranks_per_node* consecutive ranks (one node when
+    None), as :class:`~mailrail.rail.MailRail` computes it: :class:`~mailrail.errors.ConfigError` where the mode
+    cannot run."""
+    per_node = ranks_per_node or size
+    return flow_mode(flow_control).budget(
+        recv_slots=recv_pool_slots,
+        ranks=size,
+        nodes=-(-size // per_node),
+        credit_threshold=credit_threshold,
+        credits_per_pair=credits_per_pair,
+    )
+
+
 def make_rank(
     world: InMemoryMPI,
     rank: int,
@@ -128,13 +160,7 @@ def make_rank(
     mode = flow_mode(flow_control)
     per_node = ranks_per_node or size
     nodes = -(-size // per_node)
-    budget = mode.budget(
-        recv_slots=recv_pool_slots,
-        ranks=size,
-        nodes=nodes,
-        credit_threshold=credit_threshold,
-        credits_per_pair=credits_per_pair,
-    )
+    budget = job_budget(size, flow_control, recv_pool_slots, ranks_per_node, credit_threshold, credits_per_pair)
     parts = FlowParts(ranks=size, budget=budget, recv_slots=recv_pool_slots, piggyback=piggyback, max_tag=world.tag_ub)
     if mode.uses_node_memory:
         node_map = np.arange(size, dtype=np.int32) // per_node

@@ -217,7 +217,7 @@ def _checked_config(
     """The knobs as :class:`~mailrail.rail.MailRail` takes them: what it refuses (a bad value, a mode's budget that
     cannot be met) raises the same :class:`~mailrail.errors.ConfigError`, naming the value."""
     from ..config import Config
-    from ..flow import flow_mode
+    from .stack import job_budget
 
     config = Config.from_env(
         {},
@@ -228,13 +228,13 @@ def _checked_config(
         recv_pool_slots=recv_pool_slots,
         **knobs,
     )
-    per_node = config.ranks_per_node or size
-    flow_mode(config.flow_control).budget(
-        recv_slots=config.recv_pool_slots,
-        ranks=size,
-        nodes=-(-size // per_node),
-        credit_threshold=config.credit_threshold,
-        credits_per_pair=config.credits_per_pair,
+    job_budget(
+        size,
+        config.flow_control,
+        config.recv_pool_slots,
+        config.ranks_per_node,
+        config.credit_threshold,
+        config.credits_per_pair,
     )
     return config
 
