@@ -111,6 +111,12 @@ class World:
     progress (nothing sent, delivered, received, released, reserved, or any collective entered); 0 for
     no limit.  Either limit ends the run with :class:`LivelockError`.  A World may run any number of
     programs, each from the same seed.
+
+    *implementation* (``"python"`` or ``"compiled"``; None: the model) runs MailRail's real stack on each
+    rank (:class:`TransportRail`) over an in-memory MPI, with *flow_control*, *ranks_per_node*,
+    *credits_per_pair*, *credit_threshold*, *max_recvs* and *piggyback* as the rail's knobs (None: their
+    defaults), refused as :class:`~mailrail.rail.MailRail` refuses them.  There each switch point delivers a
+    seeded number of the messages in flight (all of them with *max_delay* 0).
     """
 
     def __init__(
