@@ -359,7 +359,7 @@ cdef class CompiledTransport(ProgressIO):
         raise self.endpoint.receive_failed(source, error.Get_error_class() == MPI.ERR_TRUNCATE, str(error)) from error
 
     cdef int reclaim(self) except -1:
-        """(ProgressIO) Reclaim completed sends, a few from the oldest (the Endpoint moves a slow one to the back)."""
+        """(ProgressIO) Reclaim completed sends, a few from the oldest (the Endpoint moves a slow one back)."""
         cdef Endpoint endpoint = self.endpoint
         cdef int budget = self.send_test_window, flag, slot, code
         cdef SendRequests *s

@@ -207,8 +207,6 @@ class PythonTransport:
         self.cancel_receives()
         self.close()
 
-    # -- internals ----------------------------------------------------------------
-
     # -- the I/O the Endpoint's receive step calls (mailrail.protocol.ProgressIO) ----------
 
     def test_receive(self, slot: int) -> tuple[int, int, int, Any] | None:
@@ -248,6 +246,8 @@ class PythonTransport:
             time.sleep(self._idle_sleep)
         else:
             os.sched_yield()
+
+    # -- internals ----------------------------------------------------------------
 
     def _make_receive(self, slot: int) -> Any:
         """The persistent wildcard receive of receive slot *slot* (not started)."""
