@@ -46,9 +46,18 @@ def grant(count: int) -> int:
     return credit_tag(GRANT, count)
 
 
-def endpoint(flow=None, *, rank=0, size=SIZE, slots=8, stall_timeout=0.0, **tuning) -> Endpoint:
+def endpoint(flow=None, *, rank=0, size=SIZE, slots=8, stall_timeout=0.0, recv_slots=16, **tuning) -> Endpoint:
+    """An Endpoint with no receive posted yet: a released slot joins the ring, so release() returns it."""
     flow = Unconstrained() if flow is None else flow
-    return Endpoint(rank, size, SlotPool(slots, DATAGRAM), flow, **{**TUNING, **tuning}, stall_timeout=stall_timeout)
+    return Endpoint(
+        rank,
+        size,
+        SlotPool(slots, DATAGRAM),
+        flow,
+        **{**TUNING, **tuning},
+        stall_timeout=stall_timeout,
+        recv_slots=recv_slots,
+    )
 
 
 def rank_endpoint(per_pair=1, threshold=1, piggyback=True, **kwargs) -> Endpoint:
@@ -678,7 +687,7 @@ def test_an_arrived_message_carries_its_source_size_data_and_slot():
     assert (message.source, message.nbytes, message.data) == (3, 5, data)
     assert repr(message) == "Message(source=3, nbytes=5, slot 6)"
     assert ep.holds(message) and ep.held == 1
-    assert ep.release(message) == 6 and not ep.credit_outbox  # unconstrained: no credits to return
+    assert ep.release(message) == 6 and not ep.credit_messages_due()  # unconstrained: no credits to return
     assert not ep.holds(message) and ep.held == 0
     assert repr(message) == "Message(source=3, nbytes=5, released)"
 
@@ -720,12 +729,13 @@ def test_held_messages_and_their_high_water_are_counted():
 def test_receiver_counts_and_returns_credits_at_the_threshold():
     ep = rank_endpoint(per_pair=4, threshold=2)
     first, second = arrive(ep, 2, nbytes=10, slot=5), arrive(ep, 2, nbytes=20, slot=3)
-    assert ep.release(first) == 5 and not ep.credit_outbox
+    assert ep.release(first) == 5 and not ep.credit_messages_due()
     assert ep.release(second) == 3
-    assert list(ep.credit_outbox) == [(2, GRANT, 2)]  # two credits due to the message's source, rank 2
+    assert ep.credit_messages_due() == 1
+    assert list(ep.flow.outbox) == [(2, GRANT, 2)]  # two credits due to the message's source, rank 2
     assert ep.counters()["credit_messages_sent"] == 0  # counted as they are handed to the transport
     assert ep.next_credit_message() == (2, 2 << 3)
-    assert not ep.credit_outbox
+    assert not ep.credit_messages_due()
     counters = ep.counters()
     assert counters["messages_received"] == 2
     assert counters["bytes_received"] == 30
@@ -751,7 +761,7 @@ def test_a_credit_return_above_the_tag_space_leaves_in_pieces():
     for message in [arrive(ep, 1) for _ in range(12)]:
         ep.release(message)
     messages = []
-    while ep.credit_outbox:
+    while ep.credit_messages_due():
         messages.append(ep.next_credit_message())
     assert messages == [(1, 3 << 3)] * 4
     assert ep.counters()["credit_messages_sent"] == 4 and ep.counters()["credits_returned"] == 12
@@ -955,13 +965,13 @@ def adaptive_endpoint(**kwargs) -> Endpoint:
 def test_a_deferred_send_asks_for_credit_once_and_its_answer_lets_the_queue_go():
     ep = adaptive_endpoint()
     assert send(ep, 3)[1] is False and send(ep, 3)[1] is False  # no credit before asking: both wait
-    assert [ep.next_credit_message() for _ in range(len(ep.credit_outbox))] == [(3, credit_tag(REQUEST, 1))]
+    assert [ep.next_credit_message() for _ in range(ep.credit_messages_due())] == [(3, credit_tag(REQUEST, 1))]
     assert ep.counters()["credit_requests_sent"] == 1
-    assert list(ep.drain_ready()) == [] and not ep.credit_outbox  # still waiting: no second request
+    assert list(ep.drain_ready()) == [] and not ep.credit_messages_due()  # still waiting: no second request
     ep.credits_arrived(3, credit_tag(ANSWER, 2))
     assert [dest for dest, *_ in ep.drain_ready()] == [3]  # one per destination per drain
     assert [dest for dest, *_ in ep.drain_ready()] == [3]
-    assert ep.deferred_total == 0 and not ep.credit_outbox
+    assert ep.deferred_total == 0 and not ep.credit_messages_due()
 
 
 def test_a_drain_that_finds_no_credit_asks_again_once_the_answer_came():
@@ -987,3 +997,118 @@ def test_the_stall_report_of_adaptive_mode_tells_what_was_asked_and_what_is_lent
     assert "destination 3: 1 queued, 0 credit(s) available" in report
     assert "this node asked 1 of them for credit and awaits the answer (3)" in report
     assert "as a receiver: 2 of 4 slots lent to 1 node(s), 0 node(s) waiting" in report
+
+
+# -- the receive ring (MAILRAIL_MAX_RECVS) and the receive step --------------------------
+
+
+class StepIO:
+    """A transport's I/O for Endpoint.receive(): records the calls in order; *arrivals* are what the head
+    receive finds, one per test (None: nothing yet)."""
+
+    def __init__(self, ep: Endpoint, arrivals=()) -> None:
+        self.ep, self.arrivals, self.calls, self.grants = ep, list(arrivals), [], 1
+
+    def reclaim_sends(self) -> None:
+        self.calls.append("reclaim_sends")
+        self.ep.oldest_completed()  # every send completes at once
+
+    def poll_credits(self) -> None:
+        self.calls.append("poll_credits")
+        if self.grants:  # one credit message from rank 1 arrived
+            self.grants -= 1
+            self.ep.credits_arrived(1, grant(1))
+
+    def start_send(self, dest, nbytes, slot, tag, action, deferred) -> None:
+        self.calls.append(("start_send", dest, deferred))
+
+    def send_credit_messages(self) -> None:
+        while self.ep.credit_messages_due():
+            self.calls.append(("credit_message", self.ep.next_credit_message()))
+
+    def test_receive(self, slot):
+        self.calls.append(("test_receive", slot))
+        arrival = self.arrivals.pop(0) if self.arrivals else None
+        return None if arrival is None else (*arrival, np.zeros(arrival[2], np.uint8))
+
+    def post_receive(self, slot) -> None:
+        self.calls.append(("post_receive", slot))
+
+    def idle(self) -> None:
+        self.calls.append("idle")
+
+
+def posted_endpoint(recv_slots: int, posted_receives: int, flow=None, **kwargs) -> Endpoint:
+    ep = endpoint(flow, recv_slots=recv_slots, posted_receives=posted_receives, **kwargs)
+    posts = []
+    while (slot := ep.post_parked()) != NO_SLOT:
+        posts.append(slot)
+    assert posts == list(range(posted_receives))  # the transport posts the lowest slots first
+    return ep
+
+
+def test_fewer_posted_receives_than_slots_park_the_rest_and_post_one_per_arrival():
+    ep = posted_endpoint(4, 2)
+    assert ep.posted_slots() == [0, 1] and ep.parked_slots() == [3, 2] and ep.head_receive() == 0
+    io = StepIO(ep, [(1, 0, 8)])
+    first = ep.receive(io)
+    assert io.calls == [("test_receive", 0), ("post_receive", 2)]  # a parked slot takes the taken one's place
+    assert first._slot == 0 and ep.posted_slots() == [1, 2] and ep.parked_slots() == [3]
+    assert ep.head_arrived() == 3 and ep.posted_slots() == [2, 3] and ep.parked_slots() == []
+    assert ep.head_arrived() == NO_SLOT and ep.posted_slots() == [3]  # nothing parked: the ring shrinks
+    assert ep.release(first) == 0 and ep.posted_slots() == [3, 0]  # fewer than 2 posted: post it
+    second = arrive(ep, 1, slot=1)
+    assert ep.release(second) == NO_SLOT and ep.parked_slots() == [1]  # 2 posted: parked
+    assert ep.head_arrived() == 1 and ep.posted_slots() == [0, 1]  # the parked slot goes next
+
+
+def test_a_failed_post_parks_the_slot_and_a_reposted_head_goes_to_the_back():
+    ep = posted_endpoint(3, 2)
+    ep.head_reposted()
+    assert ep.posted_slots() == [1, 0]
+    with pytest.raises(ProtocolError, match="receive slot 1 failed to post but is not the last posted"):
+        ep.post_failed(1)
+    ep.post_failed(0)
+    assert ep.posted_slots() == [1] and ep.parked_slots() == [2, 0]
+    assert ep.post_parked() == 0 and ep.post_parked() == NO_SLOT
+    assert ep.take_posted() == [1, 0] and ep.posted_count == 0 and ep.parked_slots() == [2, 0, 1]
+    with pytest.raises(ProtocolError, match="a receive arrived with none posted"):
+        ep.head_arrived()
+
+
+def test_a_hand_made_message_cannot_give_back_a_slot_the_endpoint_does_not_have():
+    ep = posted_endpoint(2, 1)
+    with pytest.raises(ProtocolError, match=r"receive slot 2 is out of range 0\.\.1"):
+        ep.release(arrive(ep, 1, slot=2))
+    assert ep.release(arrive(ep, 1, slot=1)) == NO_SLOT  # slot 1 was parked already: now twice
+    with pytest.raises(ProtocolError, match="cannot be parked: more parked than the 2 receive slots"):
+        ep.release(arrive(ep, 1, slot=1))
+
+
+@pytest.mark.parametrize(("recv_slots", "posted"), [(0, 1), (2, 0), (2, 3), (-1, None), (2, 1.0)])
+def test_an_endpoint_refuses_impossible_receive_settings(recv_slots, posted):
+    with pytest.raises(ValueError, match="Endpoint (recv_slots|posted_receives)="):
+        endpoint(recv_slots=recv_slots, posted_receives=posted)
+
+
+def test_the_receive_step_runs_the_progress_steps_in_their_order():
+    ep = posted_endpoint(4, 4, rank_endpoint(per_pair=1, threshold=1).flow, credit_poll_interval=1)
+    send(ep, 1)  # in flight: reclaimed first
+    send(ep, 1)  # no credit left for rank 1: deferred until poll_credits brings one
+    ep.release(arrive(ep, 2, slot=3))  # a credit return to rank 2 is due
+    io = StepIO(ep)
+    assert ep.receive(io) is None
+    assert io.calls == [
+        "reclaim_sends",  # first: a completed send frees its slot
+        "poll_credits",  # a send waits: every call polls; the grant lets it go
+        ("start_send", 1, True),
+        ("credit_message", (2, grant(1))),
+        ("test_receive", 0),
+    ]
+    for _ in range(3):  # idle_spins=4 empty calls, then the core is yielded
+        io.calls.clear()
+        ep.receive(io)
+    assert io.calls == ["poll_credits", ("test_receive", 0), "idle"]  # nothing in flight any more
+    ep.stop()
+    with pytest.raises(FinalizedError, match=r"receive\(\) called after finalize\(\)"):
+        ep.receive(io)

@@ -6,10 +6,11 @@ ledger the same random scripts (reservations; sends with good and bad
 destinations, sizes and buffers; failed transmits; the in-flight ring; arrivals
 with piggybacked tags; releases, double and foreign ones; credit messages of
 every kind, valid and not; the credit messages due, taken one by one; drains on
-a fake clock with a stall timeout; idle and poll cadence; stop and every call
-after it; abandon), in every credit mode, and every result, error (type and
-text), credit message due, counter and piece of observable state must agree
-after every step.  No MPI here.
+a fake clock with a stall timeout; idle and poll cadence; the receive ring with
+parked slots (MAILRAIL_MAX_RECVS) and failed posts; whole receive steps, whose
+I/O calls are recorded in order; stop and every call after it; abandon), in
+every credit mode, and every result, error (type and text), credit message due,
+counter and piece of observable state must agree after every step.  No MPI here.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def event_scripts(credits_per_pair: int, *, adaptive: bool = False) -> st.Search
     kinds = [GRANT, ANSWER, REQUEST, REQUEST, REQUEST, REVOKE, GIVE_BACK, GIVE_BACK] if adaptive else [GRANT] * 6
     kind = st.one_of(st.sampled_from(kinds), st.integers(0, 7))
     tag = st.one_of(st.just(0), st.just(0), st.integers(1, credits_per_pair + 1))
-    message = st.one_of(st.integers(0, 40), st.sampled_from(["foreign", "forged", "junk"]))
+    message = st.one_of(st.integers(0, 40), st.sampled_from(["foreign", "forged", "forged here", "junk"]))
     events = weighted(
         (3, st.just(("reserve",))),
         # reserve, then submit that buffer: mostly one of a few streams, so that slots repeat them
@@ -88,6 +89,20 @@ def event_scripts(credits_per_pair: int, *, adaptive: bool = False) -> st.Search
         (3, st.just(("oldest_still_in_flight",))),
         (1, st.tuples(st.just("has_persistent"), st.integers(0, SLOTS - 1))),
         (6, st.tuples(st.just("arrived"), source, tag, VALID_SIZES)),
+        (1, st.just(("head_receive",))),
+        (1, st.just(("head_reposted",))),
+        (1, st.just(("post_parked",))),
+        (1, st.tuples(st.just("post_failed"), st.sampled_from(["last", "last", 0]))),
+        (1, st.just(("take_posted",))),
+        (
+            6,
+            st.tuples(
+                st.just("receive"),
+                st.one_of(st.none(), st.tuples(source, tag, VALID_SIZES)),
+                st.booleans(),  # the oldest send completed
+                weighted((6, st.none()), (1, st.just("send")), (1, st.just("post"))),  # an MPI call fails
+            ),
+        ),
         (6, st.tuples(st.just("release"), message)),
         (1, st.tuples(st.just("holds"), message)),
         (2, st.tuples(st.just("credits_arrived"), source, st.sampled_from([1, 1, 2]))),
@@ -125,7 +140,6 @@ class World:
     asked: Any = None  # adaptive mode: dest -> whether this node's request to it awaits its answer
     clock: float = 100.0
     messages: list[Any] = dataclasses.field(default_factory=list)
-    recv_slot: int = 0
 
     def buffer(self, spec: tuple[Any, str], last_reserved: int) -> Any:
         slot, shape = spec
@@ -139,6 +153,8 @@ class World:
             return self.message_type(0, 1, None, 0, object())
         if spec == "forged":  # made by hand, naming this Endpoint as its owner
             return self.message_type(2, 3, None, 7, self.endpoint)
+        if spec == "forged here":  # made by hand, in a receive slot of this Endpoint (perhaps posted or parked)
+            return self.message_type(2, 3, None, self.endpoint.recv_slots - 1, self.endpoint)
         if spec == "junk":
             return "junk"
         return self.messages[spec % len(self.messages)] if self.messages else None
@@ -161,11 +177,28 @@ def apply(world: World, event: tuple[Any, ...], last: dict[str, Any]) -> Any:
             slot, nbytes, action = last["left"]
             return endpoint.transmit_failed(slot, nbytes, action)
         return endpoint.transmit_failed(0 if which == "last" else which, 4, action)
-    if kind == "arrived":
-        world.recv_slot += 1
-        message = endpoint.arrived(args[0], args[1], args[2], world.recv_slot, None)
+    if kind == "arrived":  # in the ring's head, as a transport's receive step takes it
+        slot = endpoint.head_receive()
+        if slot == protocol.NO_SLOT:
+            return "nothing posted"
+        to_post = endpoint.head_arrived()
+        message = endpoint.arrived(args[0], args[1], args[2], slot, None)
         world.messages.append(message)
-        return message
+        return to_post, message
+    if kind == "post_failed":
+        posted = endpoint.posted_slots()
+        if args[0] == "last":
+            return endpoint.post_failed(posted[-1] if posted else 0)
+        return endpoint.post_failed(args[0])
+    if kind == "receive":
+        io = RecordingIO(endpoint, *args)
+        try:
+            message = endpoint.receive(io)
+        except Exception as error:
+            return io.calls, ("raised", type(error).__name__, str(error))
+        if message is not None:
+            world.messages.append(message)
+        return io.calls, message
     if kind in ("release", "holds"):
         return getattr(endpoint, kind)(world.message(args[0]))
     if kind == "credits_back":  # adaptive: the answer to this node's request (a grant if it asked none)
@@ -206,6 +239,47 @@ def apply(world: World, event: tuple[Any, ...], last: dict[str, Any]) -> Any:
     return getattr(endpoint, kind)(*args)
 
 
+class RecordingIO:
+    """A transport's I/O for one receive step (mailrail.protocol.ProgressIO): records each call, in order, and
+    answers as scripted (*arrival*: what the head receive found; *completes*: the oldest send completed;
+    *fails*: the MPI call of a "send" or a "post" that fails)."""
+
+    def __init__(self, endpoint: Any, arrival: Any, completes: bool, fails: str | None) -> None:
+        self.endpoint, self.arrival, self.completes, self.fails = endpoint, arrival, completes, fails
+        self.calls: list[Any] = []
+
+    def reclaim_sends(self) -> None:
+        self.calls.append(("reclaim_sends", self.endpoint.oldest_in_flight()))
+        if self.completes:
+            self.endpoint.oldest_completed()
+
+    def poll_credits(self) -> None:
+        self.calls.append(("poll_credits",))
+
+    def start_send(self, dest: int, nbytes: int, slot: int, tag: int, action: int, deferred: bool) -> None:
+        self.calls.append(("start_send", dest, nbytes, slot, tag, action, bool(deferred)))
+        if self.fails == "send":
+            self.endpoint.transmit_failed(slot, nbytes, action)
+            raise RuntimeError("MPI failed to start a send")
+
+    def send_credit_messages(self) -> None:
+        while self.endpoint.credit_messages_due():
+            self.calls.append(("credit_message", self.endpoint.next_credit_message()))
+
+    def test_receive(self, slot: int) -> Any:
+        self.calls.append(("test_receive", slot))
+        return None if self.arrival is None else (*self.arrival, None)
+
+    def post_receive(self, slot: int) -> None:
+        self.calls.append(("post_receive", slot))
+        if self.fails == "post":
+            self.endpoint.post_failed(slot)
+            raise RuntimeError("MPI failed to post a receive")
+
+    def idle(self) -> None:
+        self.calls.append(("idle",))
+
+
 def outcome(world: World, event: tuple[Any, ...], last: dict[str, Any]) -> Any:
     try:
         return normalized(apply(world, event, last))
@@ -239,8 +313,12 @@ def observable(world: World) -> dict[str, Any]:
         "reserved": endpoint.reserved,
         "available": [flow.available(dest) for dest in range(RANKS)],
         "holds": [endpoint.holds(message) for message in world.messages],
-        "credit_outbox": list(endpoint.credit_outbox),
-        "credits_due": bool(endpoint.credit_outbox),
+        "credit_outbox": list(flow.outbox),
+        "credits_due": endpoint.credit_messages_due(),
+        "posted": endpoint.posted_slots(),
+        "parked": endpoint.parked_slots(),
+        "posted_count": endpoint.posted_count,
+        "head_receive": endpoint.head_receive(),
         "adaptive": adaptive_state(flow),
     }
 
@@ -270,14 +348,21 @@ ENDPOINT_SETTINGS = dict(
     credit_poll_interval=st.integers(1, 3),
     idle_spins=st.integers(0, 3),
     stall_timeout=st.sampled_from([0.0, 1.0]),
+    recv_slots=st.integers(1, 5),
+    posted_receives=st.integers(1, 5),  # capped at recv_slots: fewer parks the rest (MAILRAIL_MAX_RECVS)
 )
 
 
 def worlds(
     reference_flow: Any, compiled_flow: Any, knobs: dict[str, Any], asked: tuple[Any, Any] = (None, None)
 ) -> tuple[World, World]:
+    knobs = {"recv_slots": 4, **knobs}
+    knobs["posted_receives"] = min(knobs.get("posted_receives", 4), knobs["recv_slots"])
     python = protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), reference_flow, **knobs)
     native = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), compiled_flow, **knobs)
+    for endpoint in (python, native):  # as a transport posts its receives
+        while endpoint.post_parked() != protocol.NO_SLOT:
+            pass
     return (
         World(python, reference_flow, protocol.Message, asked[0]),
         World(native, compiled_flow, compiled_protocol.Message, asked[1]),
@@ -396,6 +481,25 @@ SCRIPTS = {
         ("send", 0, 5),
         ("has_persistent", 0),
     ],
+    # Three receive slots, one posted (MAILRAIL_MAX_RECVS=1): each arrival posts a parked slot, in order; a
+    # release with one posted parks; a failed post parks the slot again; a receive step drains and sends.
+    "parked receive slots": [
+        ("receive", (0, 0, 5), False, None),
+        ("receive", (2, 0, 1), False, None),
+        ("release", 0),
+        ("release", 1),
+        ("receive", None, False, None),
+        ("receive", (3, 0, 5), False, "post"),
+        ("post_parked",),
+        ("send", 0, 5),
+        ("send", 0, 5),
+        ("receive", (0, 0, 0), True, None),
+        ("credits_back", 0),
+        ("receive", None, True, "send"),
+        ("head_reposted",),
+        ("take_posted",),
+        ("receive", (1, 0, 1), False, None),
+    ],
     # A drain that moves a deferred send restarts the stall clock.
     "progress restarts the stall clock": [
         ("send", 0, 5),
@@ -413,6 +517,8 @@ SCRIPTS = {
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_scripted_rules_decide_like_the_specification(name):
     knobs = {**KNOBS, "stall_timeout": 1.0}
+    if name.startswith("parked"):
+        knobs.update(recv_slots=3, posted_receives=1)
     credits = 4 if name.startswith("failed") else 1
     reference = RankCredits(RANKS, credits, 2, piggyback=True, max_tag=15)
     ledger = compiled_ledger("rank", RANKS, credits, 2, piggyback=True, max_tag=15)

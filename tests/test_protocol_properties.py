@@ -57,6 +57,7 @@ class Setup:
     send_slots: int
     head_patience: int = 64
     tag_ub: int = 32767  # small ones split credit messages and cap piggybacked credits and requests
+    posted_receives: int | None = None  # MAILRAIL_MAX_RECVS: fewer than recv_slots parks the rest
 
     @property
     def nodes(self) -> int:
@@ -108,13 +109,16 @@ class Cluster:
                     head_patience=setup.head_patience,
                     credit_poll_interval=8,
                     idle_spins=4,
+                    recv_slots=setup.recv_slots,
+                    posted_receives=setup.posted_receives,
                 )
             )
+            while self.eps[-1].post_parked() != NO_SLOT:  # as a transport posts its receives
+                pass
         pairs = [(s, d) for s in range(n) for d in range(n)]
         self.payloads: dict[tuple[int, int], deque] = {p: deque() for p in pairs}  # (seq, tag, slot, nbytes)
         self.credit_msgs: dict[tuple[int, int], deque] = {p: deque() for p in pairs}  # tags
         self.held: list[list] = [[] for _ in range(n)]  # per receiver: (message, seq)
-        self.free_recv_slots = [list(range(setup.recv_slots - 1, -1, -1)) for _ in range(n)]
         # Per sender: slots whose payload was delivered (their send is complete) but not yet reclaimed.
         self.completed: list[set[int]] = [set() for _ in range(n)]
         # Per sender and slot: the (dest, nbytes) of the persistent send request a transport would hold.
@@ -259,7 +263,7 @@ class Cluster:
         """What a transport does after each call: send the credit messages the Endpoint has due."""
         ep, sent = self.eps[rank], False
         answered = []
-        while ep.credit_outbox:
+        while ep.credit_messages_due():
             target, tag = ep.next_credit_message()
             kind, count = tag & KIND_MASK, tag >> KIND_BITS
             assert 0 < tag <= self.setup.tag_ub and kind <= GIVE_BACK, f"rank {rank} sends tag {tag}"
@@ -300,11 +304,14 @@ class Cluster:
 
     def deliver_payload(self, src: int, dst: int) -> None:
         seq, tag, slot, nbytes = self.payloads[src, dst].popleft()
-        free = self.free_recv_slots[dst]
-        assert free, f"rank {dst} overran its receive slots"
-        recv_slot = free.pop()
+        ep = self.eps[dst]
+        recv_slot = ep.head_receive()  # wildcard receives match in posting order: the ring's head
+        assert recv_slot != NO_SLOT, f"rank {dst} overran its posted receives"
+        parked = ep.parked_slots()
+        posted = ep.head_arrived()
+        assert posted == (parked[-1] if parked else NO_SLOT), "a parked slot was not posted in its place"
         data = np.frombuffer(seq.to_bytes(8, "little") + bytes(nbytes - 8), np.uint8)
-        message = self.eps[dst].arrived(src, tag, nbytes, recv_slot, data)  # ProtocolError on a send without credit
+        message = ep.arrived(src, tag, nbytes, recv_slot, data)  # ProtocolError on a send without credit
         assert (message.source, message.nbytes) == (src, nbytes) and message.data is data
         assert self.eps[dst].holds(message)
         assert slot not in self.completed[src]
@@ -319,9 +326,9 @@ class Cluster:
     def release(self, rank: int, index: int) -> None:
         message, recv_slot = self.held[rank].pop(index)
         ep = self.eps[rank]
+        posted = ep.posted_count
         slot = ep.release(message)
-        assert slot == recv_slot and not ep.holds(message)
-        self.free_recv_slots[rank].append(slot)
+        assert slot == (recv_slot if posted < ep.posted_receives else NO_SLOT) and not ep.holds(message)
         self._post_credit_messages(rank)
 
     def deliver_credit(self, src: int, dst: int) -> None:
@@ -360,6 +367,12 @@ class Cluster:
             assert ep.held == len(self.held[ep.rank])
             # Never more messages here than receive slots: every arrival had one.
             assert len(self.held[ep.rank]) <= flow.unreturned_total <= setup.recv_slots
+            # Every receive slot is posted, parked or held, once; as many posted as MAX_RECVS and the held
+            # ones allow (a parked slot is posted as soon as a posted one is taken).
+            posted, parked = ep.posted_slots(), ep.parked_slots()
+            held = [slot for _, slot in self.held[ep.rank]]
+            assert sorted(posted + parked + held) == list(range(setup.recv_slots)), "a receive slot leaked"
+            assert len(posted) == min(ep.posted_receives, setup.recv_slots - len(held)), (posted, parked, held)
         for node in range(len(self.node_pools)):
             pool = values(self.node_pools[node])
             assert min(pool) >= 0, f"node {node}: negative shared credits {pool}"
@@ -483,6 +496,7 @@ def setups(draw) -> Setup:
         send_slots=draw(st.integers(1, 8)),
         head_patience=draw(st.integers(1, 4)),
         tag_ub=draw(st.sampled_from([15, 23, 31, 32767])),  # 1, 2, 3 or 4095 credits per credit message
+        posted_receives=draw(st.one_of(st.none(), st.integers(1, recv_slots))),
     )
 
 
@@ -556,6 +570,8 @@ def test_random_interleavings_keep_credit_invariants_and_deliver_everything_once
         )
         assert ep.messages_received == counters["messages_received"] == counters["messages_released"]
         assert ep.held == 0 and counters["held_high_water"] <= setup.recv_slots
+        # Nothing held: every slot is posted (up to MAX_RECVS) or parked, ready to be reused.
+        assert ep.posted_count == ep.posted_receives and len(ep.parked_slots()) == setup.recv_slots - ep.posted_count
         assert counters["credits_returned"] + counters["credits_piggybacked"] == sum(
             cluster.returned[ep.rank, s] for s in range(cluster.n)
         )

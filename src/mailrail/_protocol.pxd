@@ -30,6 +30,21 @@ cdef class Message:
     cdef public object _owner      # the Endpoint that received it
 
 
+cdef class ProgressIO:
+    """The MPI calls a transport makes for Endpoint.c_receive() (mailrail.protocol.ProgressIO): the compiled
+    transport overrides each, so the receive step costs C virtual calls, no Python frame."""
+    cdef int arrival_source      # of the receive test_receive() found completed
+    cdef long long arrival_tag
+    cdef int reclaim(self) except -1  # the specification's reclaim_sends()
+    cdef int poll_credits(self) except -1
+    cdef int start_send(self, int dest, int nbytes, int slot, long long tag, int action, bint deferred) except -1
+    cdef int send_credit_messages(self) except -1
+    cdef Py_ssize_t test_receive(self, int slot) except -2  # its nbytes (arrival_* set), or -1: not yet
+    cdef object payload(self, int slot, Py_ssize_t nbytes)  # the view handed out with the message
+    cdef int post_receive(self, int slot) except -1
+    cdef int idle(self) except -1
+
+
 @cython.final
 cdef class Endpoint:
     cdef readonly int rank, size, head_patience, credit_poll_interval, idle_spins
@@ -38,7 +53,7 @@ cdef class Endpoint:
     cdef public double stall_timeout
     cdef readonly bint has_credits, stopped
     cdef readonly object send_pool, flow, deferred
-    cdef readonly object credit_outbox  # the credit messages due, (target, kind, count): flow.outbox
+    cdef object flow_outbox           # unconstrained flow control's outbox (always empty); read only here
     cdef CreditLedger ledger          # the credit modes' ledger; None when unconstrained
     cdef Outbox outbox                # the ledger's outbox (None when unconstrained: its outbox stays empty)
     cdef bint silent                  # flow.credits_change_silently (node and adaptive modes)
@@ -68,6 +83,12 @@ cdef class Endpoint:
     cdef double last_progress
     cdef object drain_candidates, drain_now  # the drain in progress: its candidates() iterator, its clock
     cdef int calls_since_credit_poll, idle_calls
+    # receive slots: the posted ones in posting order (a ring, its head tested next), the parked ones (a stack)
+    cdef readonly int recv_slots, posted_receives, posted_count
+    cdef int *posted
+    cdef int posted_head
+    cdef int *parked
+    cdef int parked_count
     # what c_submit() (and a leaving send) decided: the send's destination, size, tag and MPI call
     cdef int out_dest, out_nbytes, out_action
     cdef long long out_tag
@@ -89,6 +110,10 @@ cdef class Endpoint:
     cdef int refuse_finalized(self, object call) except -1
     cdef int refuse_release(self, object message) except -1
     cdef int refuse_slot(self, int slot) except -1
+    cdef int refuse_receive_slot(self, Py_ssize_t slot) except -1
+    cdef int refuse_empty_ring(self, str what) except -1
+    cdef object c_receive(self, ProgressIO io)
+    cdef int c_post_failed(self, int slot) except -1
 
     cdef inline int c_reserve(self) except -2:
         """reserve(): a free send slot, now reserved, or NO_SLOT (backpressure)."""
@@ -153,6 +178,36 @@ cdef class Endpoint:
             return True
         return False
 
+    # Receive slots.
+    cdef inline int c_head_receive(self) noexcept:
+        return self.posted[self.posted_head] if self.posted_count else NO_SLOT
+
+    cdef inline int c_post_parked(self) noexcept:
+        """A parked slot to post now (it joins the ring's back), or NO_SLOT."""
+        if not self.parked_count or self.posted_count >= self.posted_receives:
+            return NO_SLOT
+        self.parked_count -= 1
+        cdef int slot = self.parked[self.parked_count]
+        self.posted[(self.posted_head + self.posted_count) % self.recv_slots] = slot
+        self.posted_count += 1
+        return slot
+
+    cdef inline int c_head_arrived(self) except -2:
+        """The head receive completed with a message: it leaves the ring; a parked slot to post, or NO_SLOT."""
+        if not self.posted_count:
+            self.refuse_empty_ring("arrived")
+        self.posted_head = (self.posted_head + 1) % self.recv_slots
+        self.posted_count -= 1
+        return self.c_post_parked()
+
+    cdef inline int c_head_reposted(self) except -1:
+        """The head receive was started again: to the ring's back."""
+        if not self.posted_count:
+            self.refuse_empty_ring("re-posted")
+        self.posted[(self.posted_head + self.posted_count) % self.recv_slots] = self.posted[self.posted_head]
+        self.posted_head = (self.posted_head + 1) % self.recv_slots
+        return 0
+
     # The receiver side.
     cdef inline Message c_arrived(self, int source, long long tag, Py_ssize_t nbytes, Py_ssize_t slot, object data):
         """arrived(): the message to hand out."""
@@ -178,12 +233,15 @@ cdef class Endpoint:
         return message
 
     cdef inline int c_release(self, object message) except -2:
-        """release(): the receive slot; credit messages it causes join the ledger's outbox."""
+        """release(): the receive slot to post now (it joins the ring) or NO_SLOT (parked); credit messages it
+        causes join the ledger's outbox."""
         if self.stopped:
             self.refuse_finalized("release_receive_buffer()")
         if type(message) is not Message or (<Message>message)._owner is not self or (<Message>message)._slot < 0:
             self.refuse_release(message)
         cdef Message m = <Message>message
+        if m._slot >= self.recv_slots:
+            self.refuse_receive_slot(m._slot)
         cdef int slot = <int>m._slot
         m._slot = -1
         self.held -= 1
@@ -194,7 +252,15 @@ cdef class Endpoint:
             if self.ledger.credits == NULL:
                 self.pool_attached()
             self.ledger.release(m.source)
-        return slot
+        if self.posted_count < self.posted_receives:
+            self.posted[(self.posted_head + self.posted_count) % self.recv_slots] = slot
+            self.posted_count += 1
+            return slot
+        if self.parked_count >= self.recv_slots:  # a message made by hand: never more parked than slots
+            self.refuse_receive_slot(slot)
+        self.parked[self.parked_count] = slot
+        self.parked_count += 1
+        return NO_SLOT
 
     # Credit messages.
     cdef inline bint c_credits_due(self) noexcept:

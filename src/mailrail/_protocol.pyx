@@ -81,6 +81,67 @@ cdef class Message:
         return f"Message(source={self.source}, nbytes={self.nbytes}, {state})"
 
 
+cdef class ProgressIO:
+    """The MPI calls a transport makes for :meth:`Endpoint.receive` (see ``mailrail.protocol.ProgressIO``);
+    the compiled transport overrides every method."""
+
+    cdef int reclaim(self) except -1:
+        raise NotImplementedError
+    cdef int poll_credits(self) except -1:
+        raise NotImplementedError
+    cdef int start_send(self, int dest, int nbytes, int slot, long long tag, int action, bint deferred) except -1:
+        raise NotImplementedError
+    cdef int send_credit_messages(self) except -1:
+        raise NotImplementedError
+    cdef Py_ssize_t test_receive(self, int slot) except -2:
+        raise NotImplementedError
+    cdef object payload(self, int slot, Py_ssize_t nbytes):
+        raise NotImplementedError
+    cdef int post_receive(self, int slot) except -1:
+        raise NotImplementedError
+    cdef int idle(self) except -1:
+        raise NotImplementedError
+
+
+@cython.final
+cdef class _PythonIO(ProgressIO):
+    """A Python :class:`mailrail.protocol.ProgressIO` seen as a ProgressIO: the tests drive both Endpoints'
+    receive step with one recording I/O (no transport uses it)."""
+
+    cdef object io, data
+
+    def __init__(self, io):
+        self.io = io
+
+    cdef int reclaim(self) except -1:
+        self.io.reclaim_sends()
+        return 0
+    cdef int poll_credits(self) except -1:
+        self.io.poll_credits()
+        return 0
+    cdef int start_send(self, int dest, int nbytes, int slot, long long tag, int action, bint deferred) except -1:
+        self.io.start_send(dest, nbytes, slot, tag, action, deferred)
+        return 0
+    cdef int send_credit_messages(self) except -1:
+        self.io.send_credit_messages()
+        return 0
+    cdef Py_ssize_t test_receive(self, int slot) except -2:
+        arrival = self.io.test_receive(slot)
+        if arrival is None:
+            return -1
+        self.arrival_source, self.arrival_tag, nbytes, self.data = arrival
+        return nbytes
+    cdef object payload(self, int slot, Py_ssize_t nbytes):
+        data, self.data = self.data, None
+        return data
+    cdef int post_receive(self, int slot) except -1:
+        self.io.post_receive(slot)
+        return 0
+    cdef int idle(self) except -1:
+        self.io.idle()
+        return 0
+
+
 @cython.final
 cdef class Endpoint:
     """Send-slot lifecycle, deferred sends, credit bookkeeping, held messages and counters of one rank.
@@ -91,10 +152,13 @@ cdef class Endpoint:
     """
 
     def __init__(self, rank, size, send_pool, flow, *, tag_ub, head_patience, credit_poll_interval, idle_spins,
-                 stall_timeout=0.0):
+                 stall_timeout=0.0, recv_slots=0, posted_receives=None):
         if self.state != NULL:
             raise RuntimeError("Endpoint is initialized once")
         _specification.check_settings(size, tag_ub, head_patience, credit_poll_interval, idle_spins)
+        posted_receives = _specification.check_receive_settings(recv_slots, posted_receives)
+        if recv_slots > INT32_MAX:
+            raise ValueError(f"{recv_slots} receive slots: the compiled Endpoint takes 0..{INT32_MAX}")
         if isinstance(flow, CreditLedger):
             self.ledger = <CreditLedger>flow
         elif not (isinstance(flow, FlowControl) and not flow.has_credits):
@@ -108,7 +172,7 @@ cdef class Endpoint:
         self.datagram_size = send_pool.slot_size
         self.flow = flow
         self.has_credits = flow.has_credits
-        self.credit_outbox = flow.outbox
+        self.flow_outbox = flow.outbox
         if self.ledger is not None:
             self.outbox = self.ledger.outbox
             self.asks = self.ledger.asks_for_credit
@@ -127,9 +191,15 @@ cdef class Endpoint:
         self.stream_dest = <int *>PyMem_Calloc(slots, sizeof(int))
         self.stream_nbytes = <int *>PyMem_Calloc(slots, sizeof(int))
         self.persistent = <unsigned char *>PyMem_Calloc(slots, 1)
+        self.posted = <int *>PyMem_Calloc(max(recv_slots, 1), sizeof(int))
+        self.parked = <int *>PyMem_Calloc(max(recv_slots, 1), sizeof(int))
         if (not self.state or not self.free_stack or not self.ring or not self.stream_dest or
-                not self.stream_nbytes or not self.persistent):
+                not self.stream_nbytes or not self.persistent or not self.posted or not self.parked):
             raise MemoryError()
+        self.recv_slots, self.posted_receives = recv_slots, posted_receives
+        for slot in range(recv_slots):  # all parked until the transport posts them (post_parked)
+            self.parked[slot] = recv_slots - 1 - slot
+        self.parked_count = recv_slots
         self.slots = slots
         for slot in range(slots):
             self.free_stack[slot] = slots - 1 - slot  # lowest slot on top: hot slots stay in cache
@@ -148,6 +218,8 @@ cdef class Endpoint:
         PyMem_Free(self.stream_dest)
         PyMem_Free(self.stream_nbytes)
         PyMem_Free(self.persistent)
+        PyMem_Free(self.posted)
+        PyMem_Free(self.parked)
 
     # -- the send slots ----------------------------------------------------
 
@@ -438,6 +510,98 @@ cdef class Endpoint:
         """A receive() found nothing: True when the rank should yield the core (or sleep) now."""
         return self.c_idle()
 
+    def receive(self, io):
+        """One progress step, then at most one arrived message (see the specification); *io*: a
+        :class:`ProgressIO` (the compiled transport), or any object with the specification's I/O methods."""
+        return self.c_receive(io if isinstance(io, ProgressIO) else _PythonIO(io))
+
+    cdef object c_receive(self, ProgressIO io):
+        cdef int slot, parked
+        cdef Py_ssize_t nbytes
+        if self.stopped:
+            self.refuse_finalized("receive()")
+        if self.ring_count:
+            io.reclaim()
+        if self.c_credit_poll_due():
+            io.poll_credits()
+        if self.deferred_count:
+            self.c_drain_begin(None)
+            slot = self.c_drain_next()
+            while slot != NO_SLOT:  # a failed start raises: the rest stay queued
+                io.start_send(self.out_dest, self.out_nbytes, slot, self.out_tag, self.out_action, True)
+                slot = self.c_drain_next()
+        if self.c_credits_due():
+            io.send_credit_messages()
+        if self.posted_count:
+            slot = self.posted[self.posted_head]
+            nbytes = io.test_receive(slot)
+            if nbytes >= 0:
+                parked = self.c_head_arrived()
+                if parked != NO_SLOT:
+                    io.post_receive(parked)
+                return self.c_arrived(io.arrival_source, io.arrival_tag, nbytes, slot, io.payload(slot, nbytes))
+        if self.c_idle():
+            io.idle()
+        return None
+
+    # -- receive slots -----------------------------------------------------
+
+    def posted_slots(self):
+        """The posted receive slots, head (tested next) first."""
+        return [self.posted[(self.posted_head + i) % self.recv_slots] for i in range(self.posted_count)]
+
+    def parked_slots(self):
+        """The parked receive slots, the next one to post last."""
+        return [self.parked[i] for i in range(self.parked_count)]
+
+    def head_receive(self):
+        """The receive slot tested next (the oldest posted), or :data:`NO_SLOT`."""
+        return self.c_head_receive()
+
+    def post_parked(self):
+        """A parked slot to post now (it joins the ring's back), or :data:`NO_SLOT`."""
+        return self.c_post_parked()
+
+    def head_arrived(self):
+        """The head receive completed with a message: it leaves the ring; a parked slot to post, or NO_SLOT."""
+        return self.c_head_arrived()
+
+    def head_reposted(self):
+        """The head receive was started again: to the ring's back."""
+        self.c_head_reposted()
+
+    def post_failed(self, int slot):
+        """The slot last put at the ring's back was not started (an MPI error): parked again."""
+        self.c_post_failed(slot)
+
+    cdef int c_post_failed(self, int slot) except -1:
+        if not self.posted_count or self.posted[(self.posted_head + self.posted_count - 1) % self.recv_slots] != slot:
+            raise ProtocolError(f"receive slot {slot} failed to post but is not the last posted")
+        if self.parked_count >= self.recv_slots:  # never write past the stack (hand-made messages)
+            self.refuse_receive_slot(slot)
+        self.posted_count -= 1
+        self.parked[self.parked_count] = slot
+        self.parked_count += 1
+        return 0
+
+    def take_posted(self):
+        """The posted slots, head first, for the transport to cancel: all parked from now on."""
+        slots = self.posted_slots()
+        if self.posted_count + self.parked_count > self.recv_slots:  # never write past the stack
+            self.refuse_receive_slot(slots[len(slots) - 1])  # (wraparound is off: no [-1])
+        cdef int slot
+        for slot in reversed(slots):
+            self.parked[self.parked_count] = slot
+            self.parked_count += 1
+        self.posted_count = 0
+        return slots
+
+    cdef int refuse_receive_slot(self, Py_ssize_t slot) except -1:
+        raise _specification.receive_slot_refused(slot, self.recv_slots)
+
+    cdef int refuse_empty_ring(self, str what) except -1:
+        raise _specification.empty_ring(what)
+
     # -- receiver side -----------------------------------------------------
 
     def arrived(self, int source, long long tag, Py_ssize_t nbytes, Py_ssize_t slot, data):
@@ -445,8 +609,8 @@ cdef class Endpoint:
         return self.c_arrived(source, tag, nbytes, slot, data)
 
     def release(self, message):
-        """The application gives *message* back: its receive slot.  Credit messages it causes join
-        :attr:`credit_outbox`."""
+        """The application gives *message* back: its receive slot to post now, or :data:`NO_SLOT` (parked).
+        Credit messages it causes are due."""
         return self.c_release(message)
 
     def holds(self, message):
@@ -458,13 +622,17 @@ cdef class Endpoint:
         *truncated*: ``MPI_ERR_TRUNCATE``); the transport re-posts its slot first."""
         return _specification.receive_error(source, self.size, self.datagram_size, truncated, reason)
 
+    def credit_messages_due(self):
+        """How many credit messages are due (the transport sends them with :meth:`next_credit_message`)."""
+        return len(self.flow_outbox) if self.outbox is None else self.outbox.count
+
     def next_credit_message(self):
-        """The oldest credit message due, taken from :attr:`credit_outbox`: ``(target rank, tag)`` for a
-        zero-byte send on the credit communicator."""
+        """The oldest credit message due: ``(target rank, tag)`` for a zero-byte send on the credit
+        communicator."""
         cdef int target
         cdef long long tag
         if self.outbox is None:  # unconstrained: its outbox is the FlowControl's deque (empty)
-            target, kind, count = self.credit_outbox.popleft()
+            target, kind, count = self.flow_outbox.popleft()
             self.credit_messages_sent += 1
             if kind <= ANSWER:
                 self.credits_returned += count

@@ -7,8 +7,10 @@ MPI call a send leaves by (the per-slot stream cache), what tag it carries,
 which credits to return and to whom, when credit messages are polled, when an
 idle rank yields, the messages the application holds, every counter and the
 stall report.  A transport (:mod:`mailrail.transport`) only owns MPI handles,
-request rings and the loop: it asks the Endpoint, makes the MPI call it is
-told, and reports what MPI said.
+request handles: the Endpoint's :meth:`~Endpoint.receive` step runs the
+progress loop and calls the transport's narrow I/O interface (:class:`ProgressIO`)
+for each MPI call; elsewhere the transport asks the Endpoint, makes the MPI call
+it is told, and reports what MPI said.
 
 This module is the specification; ``mailrail._protocol`` compiles the same
 Endpoint method for method for the compiled transport (chosen once, in
@@ -22,7 +24,7 @@ import operator
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from .counters import COUNTERS
 from .deferred import DeferredSends
@@ -57,6 +59,40 @@ NODE_DRAIN_WINDOW = 32
 
 #: What submit() returns for a send that was deferred: ``(dest, nbytes, NO_SLOT, 0, 0)``.
 NO_SLOT = -1
+
+
+class ProgressIO(Protocol):
+    """The MPI calls a transport makes for :meth:`Endpoint.receive`, which decides when and in what order."""
+
+    def reclaim_sends(self) -> int:
+        """Test the oldest sends in flight (the Endpoint's in-flight ring) and report what completed."""
+        ...
+
+    def poll_credits(self) -> None:
+        """Hand every credit message that arrived to :meth:`Endpoint.credits_arrived`."""
+        ...
+
+    def start_send(self, dest: int, nbytes: int, slot: int, tag: int, action: int, deferred: bool) -> None:
+        """Start a send as the Endpoint decided (*deferred*: it waited for credit); on failure tell
+        :meth:`Endpoint.transmit_failed` and raise."""
+        ...
+
+    def send_credit_messages(self) -> None:
+        """Send every credit message due (:meth:`Endpoint.next_credit_message`)."""
+        ...
+
+    def test_receive(self, slot: int) -> tuple[int, int, int, Any] | None:
+        """Test receive slot *slot*'s posted receive: ``(source, tag, nbytes, data)`` if it completed, else
+        None; one that completed with an error is re-posted (:meth:`Endpoint.head_reposted`) and raised."""
+        ...
+
+    def post_receive(self, slot: int) -> None:
+        """Start receive slot *slot*'s receive; on failure tell :meth:`Endpoint.post_failed` and raise."""
+        ...
+
+    def idle(self) -> None:
+        """Yield the core (or sleep): nothing arrived for a while."""
+        ...
 
 
 class Message:
@@ -100,16 +136,20 @@ class Endpoint:
         credit_poll_interval: int,
         idle_spins: int,
         stall_timeout: float = 0.0,
+        recv_slots: int = 0,
+        posted_receives: int | None = None,
     ) -> None:
         check_settings(size, tag_ub, head_patience, credit_poll_interval, idle_spins)
+        posted_receives = check_receive_settings(recv_slots, posted_receives)
         self.rank = rank
         self.size = size
         self.send_pool = send_pool
         self.datagram_size = send_pool.slot_size
         self.flow = flow
         self.has_credits = flow.has_credits
-        #: The credit messages due, ``(target, kind, count)``: the flow control's outbox (see next_credit_message).
-        self.credit_outbox = flow.outbox
+        # The credit messages due, (target, kind, count): the flow strategy appends, only this Endpoint
+        # reads (credit_messages_due, next_credit_message).
+        self._outbox = flow.outbox
         self.tag_ub = tag_ub
         self.head_patience = head_patience
         self.credit_poll_interval = credit_poll_interval
@@ -126,6 +166,13 @@ class Endpoint:
         self._stream_dest = [-1] * slots
         self._stream_nbytes = [-1] * slots
         self._persistent = bytearray(slots)
+        # Receive slots: the posted receives in posting order (wildcard receives match in that order, so
+        # only the head is tested), and a stack of parked slots (all of them until the transport posts):
+        # at most posted_receives (MAILRAIL_MAX_RECVS) are posted, the rest wait for a posted one to be taken.
+        self.recv_slots = recv_slots
+        self.posted_receives = posted_receives
+        self._posted: deque[int] = deque()
+        self._parked = list(range(recv_slots - 1, -1, -1))
         self.deferred = DeferredSends(poll_window=NODE_DRAIN_WINDOW if flow.credits_change_silently else None)
         self._last_progress: float | None = None
         self._calls_since_credit_poll = 0
@@ -381,6 +428,98 @@ class Endpoint:
             return True
         return False
 
+    def receive(self, io: ProgressIO) -> Message | None:
+        """One progress step, then at most one arrived message: the order of a transport's receive(),
+        written once.  Reclaim sends (free slots first), poll credit messages when due (credits let
+        deferred sends go), start the deferred sends that have credit, send the credit messages due, test
+        the head receive; nothing arrived: maybe yield the core."""
+        if self.stopped:
+            raise finalized("receive()")
+        if self._in_flight:
+            io.reclaim_sends()
+        if self.has_credits and self.credit_poll_due():
+            io.poll_credits()
+        if self.deferred.total:
+            for dest, nbytes, slot, tag, action in self.drain_ready():  # a failed start raises: the rest stay
+                io.start_send(dest, nbytes, slot, tag, action, True)
+        if self._outbox:
+            io.send_credit_messages()
+        posted = self._posted
+        if posted:
+            slot = posted[0]
+            arrival = io.test_receive(slot)
+            if arrival is not None:
+                posted.popleft()
+                if self._parked and len(posted) < self.posted_receives:
+                    io.post_receive(self._post_parked())
+                source, tag, nbytes, data = arrival
+                return self.arrived(source, tag, nbytes, slot, data)
+        if self.idle():
+            io.idle()
+        return None
+
+    # -- receive slots -----------------------------------------------------
+
+    @property
+    def posted_count(self) -> int:
+        return len(self._posted)
+
+    def posted_slots(self) -> list[int]:
+        """The posted receive slots, head (tested next) first."""
+        return list(self._posted)
+
+    def parked_slots(self) -> list[int]:
+        """The parked receive slots, the next one to post last."""
+        return list(self._parked)
+
+    def head_receive(self) -> int:
+        """The receive slot tested next (the oldest posted), or :data:`NO_SLOT`."""
+        return self._posted[0] if self._posted else NO_SLOT
+
+    def post_parked(self) -> int:
+        """A parked slot to post now (it joins the ring's back), or :data:`NO_SLOT` when posted_receives
+        are posted or none is parked; the transport posts them all at construction."""
+        if self._parked and len(self._posted) < self.posted_receives:
+            return self._post_parked()
+        return NO_SLOT
+
+    def _post_parked(self) -> int:
+        slot = self._parked.pop()
+        self._posted.append(slot)
+        return slot
+
+    def head_arrived(self) -> int:
+        """The head receive completed with a message: it leaves the ring.  Returns a parked slot to post in
+        its place (fewer receives posted than slots), or :data:`NO_SLOT`."""
+        if not self._posted:
+            raise empty_ring("arrived")
+        self._posted.popleft()
+        return self.post_parked()
+
+    def head_reposted(self) -> None:
+        """The head receive was started again (an arrival discarded, or a receive that failed): to the back."""
+        if not self._posted:
+            raise empty_ring("re-posted")
+        self._posted.rotate(-1)
+
+    def post_failed(self, slot: int) -> None:
+        """The slot last put at the ring's back was not started (an MPI error): parked again."""
+        if not self._posted or self._posted[-1] != slot:
+            raise ProtocolError(f"receive slot {slot} failed to post but is not the last posted")
+        if len(self._parked) >= self.recv_slots:  # (only hand-made messages can have filled it)
+            raise receive_slot_refused(slot, self.recv_slots)
+        self._posted.pop()
+        self._parked.append(slot)
+
+    def take_posted(self) -> list[int]:
+        """The posted slots, head first, for the transport to cancel: all parked from now on."""
+        slots = list(self._posted)
+        if len(slots) + len(self._parked) > self.recv_slots:  # (only hand-made messages can have filled it)
+            raise receive_slot_refused(slots[-1], self.recv_slots)
+        self._posted.clear()
+        self._parked.extend(reversed(slots))
+        return slots
+
     # -- receiver side -----------------------------------------------------
 
     def arrived(self, source: int, tag: int, nbytes: int, slot: int, data: Any) -> Message:
@@ -396,8 +535,8 @@ class Endpoint:
         return Message(source, nbytes, data, slot, self)
 
     def release(self, message: Any) -> int:
-        """The application gives *message* back: its receive slot.  Credit messages it causes join
-        :attr:`credit_outbox`."""
+        """The application gives *message* back: its receive slot, to post now (it joins the ring's back),
+        or :data:`NO_SLOT` (posted_receives are posted: it is parked).  Credit messages it causes are due."""
         if self.stopped:
             raise finalized("release_receive_buffer()")
         if type(message) is not Message or message._owner is not self:
@@ -405,11 +544,19 @@ class Endpoint:
         slot: int = message._slot
         if slot < 0:
             raise release_refused(message, True)
+        if slot >= self.recv_slots:
+            raise receive_slot_refused(slot, self.recv_slots)
         message._slot = -1
         self.held -= 1
         self.messages_released += 1
         self.flow.on_release(message.source)
-        return slot
+        if len(self._posted) < self.posted_receives:
+            self._posted.append(slot)
+            return slot
+        if len(self._parked) >= self.recv_slots:  # a message made by hand: never more parked than slots
+            raise receive_slot_refused(slot, self.recv_slots)
+        self._parked.append(slot)
+        return NO_SLOT
 
     def holds(self, message: Any) -> bool:
         """Whether *message* was received here and is not yet released."""
@@ -420,10 +567,14 @@ class Endpoint:
         *truncated*: ``MPI_ERR_TRUNCATE``); the transport re-posts its slot first."""
         return receive_error(source, self.size, self.datagram_size, truncated, reason)
 
+    def credit_messages_due(self) -> int:
+        """How many credit messages are due (the transport sends them with :meth:`next_credit_message`)."""
+        return len(self._outbox)
+
     def next_credit_message(self) -> tuple[int, int]:
-        """The oldest credit message due, taken from :attr:`credit_outbox`: ``(target rank, tag)`` for a
-        zero-byte send on the credit communicator."""
-        target, kind, count = self.credit_outbox.popleft()
+        """The oldest credit message due: ``(target rank, tag)`` for a zero-byte send on the credit
+        communicator."""
+        target, kind, count = self._outbox.popleft()
         self.credit_messages_sent += 1
         if kind <= ANSWER:
             self.credits_returned += count
@@ -472,6 +623,17 @@ def check_settings(size: int, tag_ub: int, head_patience: int, credit_poll_inter
     ):
         if type(value) is not int or value < low:
             raise ValueError(f"Endpoint {name}={value!r} must be an integer >= {low}")
+
+
+def check_receive_settings(recv_slots: int, posted_receives: int | None) -> int:
+    """The receive slots and how many are posted at once (all by default), refused by name and value."""
+    posted = recv_slots if posted_receives is None else posted_receives
+    if type(recv_slots) is not int or recv_slots < 0:
+        raise ValueError(f"Endpoint recv_slots={recv_slots!r} must be an integer >= 0")
+    low = min(1, recv_slots)  # one at least, if there are receive slots
+    if type(posted) is not int or not low <= posted <= recv_slots:
+        raise ValueError(f"Endpoint posted_receives={posted!r} must be an integer in {low}..{recv_slots}")
+    return posted
 
 
 def checked_rank(dest: object, size: int) -> int:
@@ -532,6 +694,19 @@ def release_refused(message: object, received_here: bool) -> ReleaseError:
     if not received_here:
         return ReleaseError(f"{message!r} is not a message received from this MailRail")
     return ReleaseError(f"{message!r} was already released")
+
+
+def empty_ring(what: str) -> ProtocolError:
+    """A head receive *what* (``"arrived"``, ``"re-posted"``) while none is posted."""
+    return ProtocolError(f"a receive {what} with none posted")
+
+
+def receive_slot_refused(slot: int, recv_slots: int) -> ProtocolError:
+    """A receive slot that cannot be given back or parked: out of range, or more parked than slots (only
+    messages made by hand get there)."""
+    if not 0 <= slot < recv_slots:
+        return ProtocolError(f"receive slot {slot} is out of range 0..{recv_slots - 1}")
+    return ProtocolError(f"receive slot {slot} cannot be parked: more parked than the {recv_slots} receive slots")
 
 
 def receive_error(source: int, size: int, datagram_size: int, truncated: bool, reason: str) -> MailRailError:

@@ -249,7 +249,9 @@ class Simulation:
                 head_patience=1 << 30,
                 credit_poll_interval=1,
                 idle_spins=1,
+                recv_slots=1,  # the model's receive slots are its own (matching costs); one ring slot, reused
             )
+            endpoint.post_parked()
             self.ranks.append(_Rank(index, node, endpoint, plans_as_lists[index], expected[index]))
         self.node_ranks: dict[int, list[_Rank]] = {}
         for rank in self.ranks:
@@ -358,7 +360,7 @@ class Simulation:
                     busy = True
                     self._transmit(rank, dest, nbytes, slot, tag)
                     yield from self._work(params.send_cpu_s)
-            while endpoint.credit_outbox:
+            while endpoint.credit_messages_due():
                 busy = True
                 target, tag = endpoint.next_credit_message()
                 yield from self._work(params.credit_cpu_s)
@@ -378,7 +380,7 @@ class Simulation:
                 self.unfinished -= 1
                 if self.unfinished == 0:
                     self.all_done.succeed()
-            if not busy and not rank.inbox and not endpoint.credit_outbox and not rank.context:
+            if not busy and not rank.inbox and not endpoint.credit_messages_due() and not rank.context:
                 rank.wake = env.event()
                 self.waiting += 1
                 yield rank.wake
@@ -593,6 +595,7 @@ class Simulation:
             self._at(arrival, self._arrive, rank, (RENDEZVOUS_DATA, source, tag, nbytes, slot))
             return
         yield from self._work(params.recv_cpu_s + matching + self.workload.receive_work_s)
+        endpoint.head_arrived()
         message = endpoint.arrived(source, tag, nbytes, 0, None)
         rank.received += 1
         self.delivered += 1

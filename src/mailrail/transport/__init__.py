@@ -81,6 +81,8 @@ class Implementation:
             credit_poll_interval=tuning.credit_poll_interval,
             idle_spins=tuning.idle_spins,
             stall_timeout=stall_timeout,
+            recv_slots=recv_pool_slots,
+            posted_receives=posted_receives,
         )
         recv_views = [view[:] for view in recv_pool.views]
         for view in recv_views:  # what receive() hands out: the application reads, never writes, a receive slot

@@ -4,13 +4,13 @@ from typing import Any, final
 
 import numpy as np
 
-from mailrail._protocol import Endpoint, Message
+from mailrail._protocol import Endpoint, Message, ProgressIO
 from mailrail.pool import SlotPool
 from mailrail.transport.base import Tuning
 from mailrail.transport.compiled import MPILibrary
 
 @final
-class CompiledTransport:
+class CompiledTransport(ProgressIO):
     """The compiled transport of one MailRail; implements mailrail.transport.base.Transport."""
 
     @property

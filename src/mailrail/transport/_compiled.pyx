@@ -8,13 +8,15 @@ oldest, rings of zero-byte credit receives and credit messages sent.  Four
 interpreter calls per message cost about 2.5 us; here the four calls are C
 functions.
 
-It keeps only MPI handles, request rings and the loop.  Every protocol decision
-and all protocol state (send-slot states, the in-flight order, which MPI call a
-send leaves by, deferral, credits, held messages, counters, the idle policy)
-belong to the compiled :class:`mailrail._protocol.Endpoint` (``protocol.py``
-compiled method for method), whose ``cdef`` methods it calls without a Python
-frame: it asks the Endpoint, makes the MPI call it is told, and reports what
-MPI said.
+It keeps only MPI handles and the credit request rings.  Every protocol
+decision and all protocol state (send-slot states, the in-flight order, which
+MPI call a send leaves by, deferral, credits, held messages, counters, which
+receive slots are posted or parked, the order of the progress steps, the idle
+policy) belong to the compiled :class:`mailrail._protocol.Endpoint`
+(``protocol.py`` compiled method for method), whose ``cdef`` methods it calls
+without a Python frame; its receive step calls back this transport's
+:class:`~mailrail._protocol.ProgressIO` methods (C virtual calls) for each MPI
+call.
 
 No MPI header is needed: the MPI functions are those of the library mpi4py
 loaded, resolved at run time by :mod:`mailrail.transport.compiled` and passed in
@@ -35,7 +37,7 @@ from libc.limits cimport LONG_MAX
 from libc.stdint cimport INT32_MAX, intptr_t
 from posix.time cimport nanosleep, timespec
 
-from mailrail._protocol cimport CREATE, ISEND_TAGGED, NO_SLOT, REPLACE, START, Endpoint, Message
+from mailrail._protocol cimport CREATE, ISEND_TAGGED, NO_SLOT, REPLACE, START, Endpoint, Message, ProgressIO
 
 import atexit
 import weakref
@@ -128,7 +130,7 @@ cdef void *address(dict functions, str name) except NULL:
 
 
 @cython.final
-cdef class CompiledTransport:
+cdef class CompiledTransport(ProgressIO):
     """The compiled transport of one MailRail (built by :func:`mailrail.transport.compiled.make`).
 
     Implements :class:`mailrail.transport.base.Transport` for a compiled :class:`mailrail._protocol.Endpoint`.
@@ -155,18 +157,15 @@ cdef class CompiledTransport:
     # pools
     cdef char *send_base
     cdef char *recv_base
-    cdef int slot_size, send_slots, recv_slots, posted_limit
+    cdef int slot_size, send_slots, recv_slots
     cdef list recv_cache              # per receive slot: a view of cached_nbytes[slot] bytes, or None
     cdef Py_ssize_t *cached_nbytes
     # send side: per slot its requests; reclaiming tests a window of the oldest
     cdef SendRequests *send_requests
     cdef int send_test_window
-    # receive side: posted receives in posting order (a ring), parked ones on a stack
+    # receive side: a persistent receive per slot (which are posted, in what order, is the Endpoint's)
     cdef Request *recv_request
-    cdef int *posted
-    cdef int posted_head, posted_count
-    cdef int *unposted
-    cdef int unposted_count, receives_made
+    cdef int receives_made
     cdef long idle_sleep_ns
     cdef bint closed
     # credit modes (credit_comm 0 when unconstrained)
@@ -190,7 +189,7 @@ cdef class CompiledTransport:
             self.bind_tuning(tuning)  # plain values first: a bad one reaches no C field
             self.bind_mpi(mpi, comm, credit_comm)
             self.bind_pools(send_pool, recv_pool, recv_views, posted_receives)
-            self.bind_endpoint(endpoint)
+            self.bind_endpoint(endpoint, posted_receives)
             self.allocate()
             self.create_receives()  # from here on MPI requests exist
             if self.credit_comm:
@@ -241,6 +240,7 @@ cdef class CompiledTransport:
         return 0
 
     cdef int bind_pools(self, send_pool, recv_pool, list recv_views, int posted_receives) except -1:
+        # posted_receives is the Endpoint's rule (bind_endpoint checks they agree); here only its range
         if send_pool.slot_size != recv_pool.slot_size or not 1 <= send_pool.slot_size <= INT32_MAX:
             raise ValueError(f"send and receive slots must have one size in 1..{INT32_MAX} bytes, got "
                              f"{send_pool.slot_size} and {recv_pool.slot_size}")
@@ -255,12 +255,14 @@ cdef class CompiledTransport:
         self.recv_cache = [None] * recv_pool.slots
         self.slot_size = send_pool.slot_size
         self.send_slots, self.recv_slots = send_pool.slots, recv_pool.slots
-        self.posted_limit = posted_receives
         return 0
 
-    cdef int bind_endpoint(self, Endpoint endpoint) except -1:
+    cdef int bind_endpoint(self, Endpoint endpoint, int posted_receives) except -1:
         if endpoint is None or endpoint.send_pool is not self.send_pool:
             raise ValueError("the compiled transport needs the compiled Endpoint of its send pool")
+        if (endpoint.recv_slots != self.recv_slots or endpoint.posted_receives != posted_receives
+                or endpoint.posted_count):
+            raise ValueError("the Endpoint's receive slots and posted receives must be the transport's, none posted")
         if endpoint.has_credits != (self.credit_comm != 0):
             raise ValueError(f"{endpoint.flow.name} flow control needs "
                              f"{'a credit communicator' if endpoint.has_credits else 'no credit communicator'}")
@@ -270,29 +272,26 @@ cdef class CompiledTransport:
     cdef int allocate(self) except -1:
         self.send_requests = <SendRequests *>PyMem_Calloc(self.send_slots, sizeof(SendRequests))
         self.recv_request = <Request *>PyMem_Calloc(self.recv_slots, sizeof(Request))
-        self.posted = <int *>PyMem_Calloc(self.recv_slots, sizeof(int))
-        self.unposted = <int *>PyMem_Calloc(self.recv_slots, sizeof(int))
         self.cached_nbytes = <Py_ssize_t *>PyMem_Calloc(self.recv_slots, sizeof(Py_ssize_t))
         if self.credit_comm:
             self.credit_recv = <Request *>PyMem_Calloc(self.credit_receives, sizeof(Request))
-        if (not self.send_requests or not self.recv_request or not self.posted or not self.unposted or
+        if (not self.send_requests or not self.recv_request or
                 not self.cached_nbytes or (self.credit_comm and not self.credit_recv)):
             raise MemoryError()
         return 0
 
     cdef int create_receives(self) except -1:
-        """One persistent wildcard receive per slot; the first posted_limit started, the rest parked."""
+        """One persistent wildcard receive per slot; those the Endpoint says started, the rest parked."""
         cdef int slot
         for slot in range(self.recv_slots):
             self.check(self.recv_init(self.recv_base + <Py_ssize_t>slot * self.slot_size, self.slot_size,
                                       self.byte, self.any_source, self.any_tag, self.comm,
                                       self.recv_request[slot].handle))
             self.receives_made = slot + 1
-        for slot in range(self.posted_limit):
+        slot = self.endpoint.c_post_parked()
+        while slot != NO_SLOT:
             self.post_receive(slot)
-        for slot in range(self.recv_slots - 1, self.posted_limit - 1, -1):
-            self.unposted[self.unposted_count] = slot
-            self.unposted_count += 1
+            slot = self.endpoint.c_post_parked()
         return 0
 
     cdef int create_credit_receives(self) except -1:
@@ -311,8 +310,6 @@ cdef class CompiledTransport:
         PyMem_Free(self.cached_nbytes)
         PyMem_Free(self.send_requests)
         PyMem_Free(self.recv_request)
-        PyMem_Free(self.posted)
-        PyMem_Free(self.unposted)
 
     def __del__(self):
         # Collected without close(): posted receives would write into a freed pool.
@@ -327,9 +324,11 @@ cdef class CompiledTransport:
         return 0
 
     cdef int post_receive(self, int slot) except -1:
-        self.check(self.start(self.recv_request[slot].handle))
-        self.posted[(self.posted_head + self.posted_count) % self.recv_slots] = slot
-        self.posted_count += 1
+        """Start *slot*'s receive, which the Endpoint put at the ring's back (parked again if MPI fails)."""
+        cdef int code = self.start(self.recv_request[slot].handle)
+        if code:
+            self.endpoint.c_post_failed(slot)
+            mpi_failed(code)
         return 0
 
     cdef int pin_pools(self) except -1:
@@ -344,8 +343,7 @@ cdef class CompiledTransport:
         """The head receive completed with an error (it is inactive now): re-post it at the tail, raise."""
         cdef int source = (<int *>(self.status + self.source_offset))[0]
         (<int *>(self.status + self.error_offset))[0] = 0  # MPICH never writes it: no stale error later
-        self.posted_head = (self.posted_head + 1) % self.recv_slots
-        self.posted_count -= 1
+        self.endpoint.c_head_reposted()
         error = MPI.Exception(code)
         restart = self.start(self.recv_request[slot].handle)
         if restart != 0:
@@ -356,16 +354,12 @@ cdef class CompiledTransport:
                                      self.recv_request[slot].handle)
             if restart == 0:
                 restart = self.start(self.recv_request[slot].handle)
-        if restart == 0:
-            self.posted[(self.posted_head + self.posted_count) % self.recv_slots] = slot
-            self.posted_count += 1
-        else:  # parked: posted again when another arrives
-            self.unposted[self.unposted_count] = slot
-            self.unposted_count += 1
+        if restart != 0:  # parked: posted again when another arrives
+            self.endpoint.c_post_failed(slot)
         raise self.endpoint.receive_failed(source, error.Get_error_class() == MPI.ERR_TRUNCATE, str(error)) from error
 
     cdef int reclaim(self) except -1:
-        """Reclaim completed sends, a few from the oldest (the Endpoint moves a slow one to the back)."""
+        """(ProgressIO) Reclaim completed sends, a few from the oldest (the Endpoint moves a slow one back)."""
         cdef Endpoint endpoint = self.endpoint
         cdef int budget = self.send_test_window, flag, slot, code
         cdef SendRequests *s
@@ -386,7 +380,8 @@ cdef class CompiledTransport:
             budget -= 1
         return 0
 
-    cdef void idle(self) noexcept:
+    cdef int idle(self) except -1:
+        """(ProgressIO) Yield the core, or sleep."""
         cdef timespec pause
         with nogil:
             if self.idle_sleep_ns > 0:
@@ -395,6 +390,32 @@ cdef class CompiledTransport:
                 nanosleep(&pause, NULL)
             else:
                 sched_yield()
+        return 0
+
+    cdef int start_send(self, int dest, int nbytes, int slot, long long tag, int action, bint deferred) except -1:
+        """(ProgressIO) Start the send the Endpoint decided; an MPI failure gives it back to the Endpoint and
+        raises (*deferred*: it waited for credit)."""
+        cdef int code = self.transmit(slot, dest, nbytes, tag, action)
+        if code:
+            self.endpoint.c_transmit_failed(slot, nbytes, action)
+            error = MPI.Exception(code)
+            raise send_error(dest, nbytes, str(error), deferred=deferred) from error
+        return 0
+
+    cdef Py_ssize_t test_receive(self, int slot) except -2:
+        """(ProgressIO) The head receive (*slot*): its size if it completed (arrival_* set), else -1; one that
+        completed with an error is re-posted at the back, then raised."""
+        cdef int flag, count
+        cdef int code = self.test(self.recv_request[slot].handle, &flag, self.status)
+        if code or (flag and (<int *>(self.status + self.error_offset))[0]):
+            # Open MPI may report a truncated receive in the status alone
+            self.receive_failed(slot, code or (<int *>(self.status + self.error_offset))[0])
+        if not flag:
+            return -1
+        self.check(self.get_count(self.status, self.byte, &count))
+        self.arrival_source = (<int *>(self.status + self.source_offset))[0]
+        self.arrival_tag = (<int *>(self.status + self.tag_offset))[0]
+        return count
 
     cdef int transmit(self, int slot, int dest, int nbytes, long long tag, int action) noexcept:
         """Start *slot*'s send by the MPI call the Endpoint chose; 0, or the MPI error code (then nothing
@@ -424,23 +445,6 @@ cdef class CompiledTransport:
         return self.isend(buf, nbytes, self.byte, dest, <int>tag if action == ISEND_TAGGED else 0, self.comm,
                           s.once_request.handle)
 
-    cdef int drain_deferred(self) except -1:
-        """Start the deferred sends the Endpoint finds credit for now, one by one; an MPI failure stops the
-        drain (the Endpoint takes that send back, the rest stay queued) and raises."""
-        cdef Endpoint endpoint = self.endpoint
-        cdef int slot, dest, nbytes, action, code
-        endpoint.c_drain_begin(None)
-        slot = endpoint.c_drain_next()
-        while slot != NO_SLOT:
-            dest, nbytes, action = endpoint.out_dest, endpoint.out_nbytes, endpoint.out_action
-            code = self.transmit(slot, dest, nbytes, endpoint.out_tag, action)
-            if code:
-                endpoint.c_transmit_failed(slot, nbytes, action)
-                error = MPI.Exception(code)
-                raise send_error(dest, nbytes, str(error), deferred=True) from error
-            slot = endpoint.c_drain_next()
-        return 0
-
     cdef int next_credit_arrival(self, int *source, int *tag) except -1:
         """The oldest posted credit receive, if its message arrived: 1 with its source and tag (the
         receive is re-posted), 0 if none arrived."""
@@ -464,7 +468,7 @@ cdef class CompiledTransport:
         return 1
 
     cdef int poll_credits(self) except -1:
-        """Hand every credit message that arrived to the Endpoint, oldest posted receive first."""
+        """(ProgressIO) Hand every credit message that arrived to the Endpoint, oldest posted receive first."""
         cdef int source, tag
         while self.next_credit_arrival(&source, &tag):
             self.endpoint.c_credits_arrived(source, tag)
@@ -484,7 +488,7 @@ cdef class CompiledTransport:
         return 0
 
     cdef int send_credit_messages(self) except -1:
-        """Send the credit messages the Endpoint has due: zero-byte messages, their meaning in the tag (the
+        """(ProgressIO) Send the credit messages the Endpoint has due: zero-byte messages, their meaning in the tag (the
         Endpoint's, at most tag_ub)."""
         cdef int target, flag, code
         cdef long long tag
@@ -505,8 +509,8 @@ cdef class CompiledTransport:
             self.check(code)  # completed with an error: forgotten, then raised
         return 0
 
-    cdef object payload_view(self, int slot, Py_ssize_t nbytes):
-        """The read-only view of *nbytes* bytes in receive slot *slot* (cached per slot and size)."""
+    cdef object payload(self, int slot, Py_ssize_t nbytes):
+        """(ProgressIO) The read-only view of *nbytes* bytes in receive slot *slot* (cached per slot and size)."""
         full = self.recv_views[slot]
         if nbytes == self.slot_size:
             return full
@@ -540,58 +544,19 @@ cdef class CompiledTransport:
             if endpoint.c_credits_due():  # deferred: adaptive mode asks for credit
                 self.send_credit_messages()
             return
-        cdef int rank = endpoint.out_dest, size = endpoint.out_nbytes, action = endpoint.out_action
-        cdef int code = self.transmit(slot, rank, size, endpoint.out_tag, action)
-        if code:
-            endpoint.c_transmit_failed(slot, size, action)
-            error = MPI.Exception(code)
-            raise send_error(rank, size, str(error), deferred=False) from error
+        self.start_send(endpoint.out_dest, endpoint.out_nbytes, slot, endpoint.out_tag, endpoint.out_action, False)
 
     def receive(self):
-        """Make progress (reclaim sends, credits, deferred sends), then return one arrived message or None."""
-        cdef Endpoint endpoint = self.endpoint
-        if endpoint.stopped:
-            endpoint.check_open("receive()")
-        if endpoint.ring_count:
-            self.reclaim()
-        if endpoint.c_credit_poll_due():
-            self.poll_credits()
-        if endpoint.deferred_count:
-            self.drain_deferred()
-        if endpoint.c_credits_due():
-            self.send_credit_messages()
-        cdef int slot, flag, count, code
-        cdef Message message
-        if self.posted_count:
-            slot = self.posted[self.posted_head]
-            code = self.test(self.recv_request[slot].handle, &flag, self.status)
-            if code or (flag and (<int *>(self.status + self.error_offset))[0]):
-                # Open MPI may report a truncated receive in the status alone
-                self.receive_failed(slot, code or (<int *>(self.status + self.error_offset))[0])
-            if flag:
-                self.posted_head = (self.posted_head + 1) % self.recv_slots
-                self.posted_count -= 1
-                self.check(self.get_count(self.status, self.byte, &count))
-                message = endpoint.c_arrived((<int *>(self.status + self.source_offset))[0],
-                                             (<int *>(self.status + self.tag_offset))[0], count, slot,
-                                             self.payload_view(slot, count))
-                if self.unposted_count:  # fewer posted receives than slots: post a parked one
-                    self.unposted_count -= 1
-                    self.post_receive(self.unposted[self.unposted_count])
-                return message
-        if endpoint.c_idle():
-            self.idle()
-        return None
+        """Make progress (reclaim sends, credits, deferred sends), then return one arrived message or None: the
+        Endpoint's receive step, calling this transport's ProgressIO methods."""
+        return self.endpoint.c_receive(self)
 
     def release_receive_buffer(self, message):
-        """Give *message*'s slot back: re-post its receive; send the credit messages the Endpoint has due."""
+        """Give *message*'s slot back: re-post its receive if the Endpoint says so; send the credit messages due."""
         cdef Endpoint endpoint = self.endpoint
         cdef int slot = endpoint.c_release(message)
-        if self.posted_count < self.posted_limit:
+        if slot != NO_SLOT:
             self.post_receive(slot)
-        else:
-            self.unposted[self.unposted_count] = slot
-            self.unposted_count += 1
         if endpoint.c_credits_due():
             self.send_credit_messages()
 
@@ -606,18 +571,12 @@ cdef class CompiledTransport:
         """Re-post arrived messages without handing them out, drop arrived credit messages; return how
         many payloads were discarded."""
         cdef long count = 0
-        cdef int flag, slot, source, tag, code
-        while self.posted_count:
-            slot = self.posted[self.posted_head]
-            code = self.test(self.recv_request[slot].handle, &flag, self.status)
-            if code or (flag and (<int *>(self.status + self.error_offset))[0]):
-                self.receive_failed(slot, code or (<int *>(self.status + self.error_offset))[0])
-            if not flag:
-                break
-            self.posted_head = (self.posted_head + 1) % self.recv_slots
-            self.posted_count -= 1
+        cdef int slot = self.endpoint.c_head_receive(), source, tag
+        while slot != NO_SLOT and self.test_receive(slot) >= 0:
+            self.endpoint.c_head_reposted()
             self.post_receive(slot)
             count += 1
+            slot = self.endpoint.c_head_receive()
         if self.credit_receives_made and not self.credit_receives_cancelled:
             while self.next_credit_arrival(&source, &tag):
                 pass
@@ -635,12 +594,10 @@ cdef class CompiledTransport:
 
     cdef long cancel_all_receives(self, ErrorLog log) except -1:
         cdef long matched = 0
-        cdef int cancelled, i
+        cdef int cancelled, i, slot
         cdef void *request
-        while self.posted_count:
-            request = self.recv_request[self.posted[self.posted_head]].handle
-            self.posted_head = (self.posted_head + 1) % self.recv_slots
-            self.posted_count -= 1
+        for slot in (self.endpoint.take_posted() if self.endpoint is not None else ()):
+            request = self.recv_request[slot].handle
             log.note(self.cancel(request), "cancel a posted receive")
             if log.note(self.wait(request, self.status), "complete a cancelled receive"):
                 self.pin_pools()  # not known to be complete: MPI may still write into its slot
@@ -663,8 +620,8 @@ cdef class CompiledTransport:
             return
         if self.endpoint.ring_count:
             raise RuntimeError(f"close() with {self.endpoint.ring_count} send(s) in flight")
-        if self.posted_count:
-            raise RuntimeError(f"close() with {self.posted_count} receive(s) posted: cancel_receives() first")
+        if self.endpoint.posted_count:
+            raise RuntimeError(f"close() with {self.endpoint.posted_count} receive(s) posted: cancel_receives() first")
         cdef ErrorLog log = ErrorLog()
         self.closed = True
         _live_transports.discard(self)
@@ -714,7 +671,7 @@ cdef class CompiledTransport:
         if not endpoint.stopped:  # the requests go: no call may reach them any more
             endpoint.stop()
         if MPI.Is_finalized() or not MPI.Is_initialized():
-            if endpoint.ring_count or self.posted_count:  # MPI is gone: nothing writes any more, but be safe
+            if endpoint.ring_count or endpoint.posted_count:  # MPI is gone: nothing writes any more, but be safe
                 self.pin_pools()
             return
         cdef ErrorLog log = ErrorLog()

@@ -72,7 +72,6 @@ class PythonTransport:
         self._send_views = send_pool.views
         self._recv_views = recv_views
         self._recv_buffers = recv_pool.views  # each slot's whole buffer, which its receive was made on
-        self._posted_receives = posted_receives
         self._status = mpi.Status()
         self._closed = False
         self._idle_sleep = tuning.idle_sleep_ns * 1e-9
@@ -81,20 +80,19 @@ class PythonTransport:
         self._send_request: list[Any] = [None] * send_pool.slots
         self._send_nbytes = [0] * send_pool.slots  # of the send in flight, for its error message
         self._persistent: list[Any] = [None] * send_pool.slots
-        # Receive side: one persistent wildcard receive per slot, posted in ring order; slots beyond
-        # MAILRAIL_MAX_RECVS wait, unposted, until a posted one is taken.
+        # Receive side: one persistent wildcard receive per slot; which are posted, in what order, and which
+        # wait parked (MAILRAIL_MAX_RECVS) is the Endpoint's.
+        if endpoint.recv_slots != recv_pool.slots or endpoint.posted_receives != posted_receives:
+            raise ValueError("the Endpoint's receive slots and posted receives must be the transport's")
         self._recv_requests: list[Any] = []
-        self._posted: deque[int] = deque()
-        self._unposted: list[int] = []
         self._credit_requests: deque[Any] = deque()
         self._credit_inflight: deque[Any] = deque()
         self._empty = np.empty(0, np.uint8)
         try:  # MPI requests exist from here: free them if a later step fails
             any_source, any_tag = mpi.ANY_SOURCE, mpi.ANY_TAG
             self._recv_requests.extend(self._make_receive(slot) for slot in range(recv_pool.slots))
-            for slot in range(posted_receives):
-                self._post(slot)
-            self._unposted = list(range(recv_pool.slots - 1, posted_receives - 1, -1))
+            while (slot := endpoint.post_parked()) != NO_SLOT:
+                self.post_receive(slot)
             if credit_comm is not None:
                 for _ in range(tuning.credit_receives):
                     self._credit_requests.append(credit_comm.Recv_init(self._empty, any_source, any_tag))
@@ -117,50 +115,20 @@ class PythonTransport:
         endpoint = self._endpoint
         dest, nbytes, slot, tag, action = endpoint.submit(dest, buf, nbytes)
         if slot != NO_SLOT:
-            self._transmit(dest, nbytes, slot, tag, action, deferred=False)
-        elif endpoint.credit_outbox:  # deferred: adaptive mode asks for credit
-            self._send_credit_messages()
+            self.start_send(dest, nbytes, slot, tag, action, False)
+        elif endpoint.credit_messages_due():  # deferred: adaptive mode asks for credit
+            self.send_credit_messages()
 
     def receive(self) -> Any:
-        endpoint = self._endpoint
-        endpoint.check_open("receive()")
-        if endpoint.in_flight:
-            self.reclaim_sends()
-        if endpoint.credit_poll_due():
-            self._poll_credits()
-        if endpoint.deferred_total:
-            for ready in endpoint.drain_ready():  # a failed start stops the drain: the rest stay queued
-                self._transmit(*ready, deferred=True)
-        if endpoint.credit_outbox:
-            self._send_credit_messages()
-        posted = self._posted
-        if posted:
-            slot = posted[0]
-            status = self._status
-            if self._arrived(slot, status):
-                posted.popleft()
-                nbytes = status.Get_count(self._mpi.BYTE)
-                if self._unposted:  # MAX_RECVS < receive slots: post a parked slot
-                    self._post(self._unposted.pop())
-                return endpoint.arrived(
-                    status.Get_source(), status.Get_tag(), nbytes, slot, self._recv_views[slot][:nbytes]
-                )
-        if endpoint.idle():
-            if self._idle_sleep:
-                time.sleep(self._idle_sleep)
-            else:
-                os.sched_yield()
-        return None
+        return self._endpoint.receive(self)  # the Endpoint runs the step, calling this transport's I/O below
 
     def release_receive_buffer(self, message: Any) -> None:
         endpoint = self._endpoint
         slot = endpoint.release(message)
-        if len(self._posted) < self._posted_receives:
-            self._post(slot)
-        else:
-            self._unposted.append(slot)
-        if endpoint.credit_outbox:
-            self._send_credit_messages()
+        if slot != NO_SLOT:
+            self.post_receive(slot)
+        if self._credit is not None and endpoint.credit_messages_due():
+            self.send_credit_messages()
 
     # -- progress and shutdown ------------------------------------------------------
 
@@ -186,10 +154,10 @@ class PythonTransport:
 
     def discard_arrivals(self) -> int:
         count = 0
-        posted, status = self._posted, self._status
-        while posted and self._arrived(posted[0], status):
-            slot = posted.popleft()
-            self._post(slot)
+        endpoint = self._endpoint
+        while (slot := endpoint.head_receive()) != NO_SLOT and self.test_receive(slot) is not None:
+            endpoint.head_reposted()
+            self.post_receive(slot)
             count += 1
         requests = self._credit_requests
         while requests and requests[0].Test():
@@ -200,13 +168,12 @@ class PythonTransport:
     def cancel_receives(self) -> int:
         matched = 0
         status = self._mpi.Status()
-        for slot in self._posted:
+        for slot in self._endpoint.take_posted():
             request = self._recv_requests[slot]
             request.Cancel()
             request.Wait(status)
             if not status.Is_cancelled() and status.Get_source() != self._mpi.ANY_SOURCE:
                 matched += 1
-        self._posted.clear()
         for request in self._credit_requests:
             request.Cancel()
             request.Wait()
@@ -215,8 +182,8 @@ class PythonTransport:
     def close(self) -> None:
         if self._endpoint.in_flight:
             raise RuntimeError(f"close() with {self._endpoint.in_flight} send(s) in flight")
-        if self._posted:
-            raise RuntimeError(f"close() with {len(self._posted)} receive(s) posted: cancel_receives() first")
+        if self._endpoint.posted_count:
+            raise RuntimeError(f"close() with {self._endpoint.posted_count} receive(s) posted: cancel_receives() first")
         while self._credit_inflight:
             self._credit_inflight.popleft().Wait()
         for request in self._recv_requests:
@@ -240,38 +207,53 @@ class PythonTransport:
         self.cancel_receives()
         self.close()
 
-    # -- internals ----------------------------------------------------------------
+    # -- the I/O the Endpoint's receive step calls (mailrail.protocol.ProgressIO) ----------
 
-    def _arrived(self, slot: int, status: Any) -> bool:
-        """Whether the head receive (*slot*) completed; one that completed with an error (in the return code,
+    def test_receive(self, slot: int) -> tuple[int, int, int, Any] | None:
+        """The head receive (*slot*), if it completed; one that completed with an error (in the return code,
         or as Open MPI may report a truncation, in the status alone) is re-posted at the back, then raised."""
-        mpi = self._mpi
+        mpi, status = self._mpi, self._status
         try:
             arrived: bool = self._recv_requests[slot].Test(status)
             code = status.Get_error() if arrived else 0
         except mpi.Exception as raised:
             code = raised.Get_error_code()
         if not code:
-            return arrived
-        self._posted.popleft()
+            if not arrived:
+                return None
+            nbytes = status.Get_count(mpi.BYTE)
+            return status.Get_source(), status.Get_tag(), nbytes, self._recv_views[slot][:nbytes]
+        self._endpoint.head_reposted()
         if self._recv_requests[slot] == mpi.REQUEST_NULL:
             # Open MPI 4 frees a persistent request that completed with an error and leaves
             # MPI_REQUEST_NULL in its place (Open MPI 5 and MPICH keep it inactive): make it again.
             self._recv_requests[slot] = self._make_receive(slot)
-        self._post(slot)
+        self.post_receive(slot)
         failure = mpi.Exception(code)
         truncated = failure.Get_error_class() == mpi.ERR_TRUNCATE
         raise self._endpoint.receive_failed(status.Get_source(), truncated, str(failure)) from failure
+
+    def post_receive(self, slot: int) -> None:
+        """Start *slot*'s receive, which the Endpoint put at the ring's back (parked again if MPI fails)."""
+        try:
+            self._recv_requests[slot].Start()
+        except BaseException:
+            self._endpoint.post_failed(slot)
+            raise
+
+    def idle(self) -> None:
+        if self._idle_sleep:
+            time.sleep(self._idle_sleep)
+        else:
+            os.sched_yield()
+
+    # -- internals ----------------------------------------------------------------
 
     def _make_receive(self, slot: int) -> Any:
         """The persistent wildcard receive of receive slot *slot* (not started)."""
         return self._data.Recv_init(self._recv_buffers[slot], self._mpi.ANY_SOURCE, self._mpi.ANY_TAG)
 
-    def _post(self, slot: int) -> None:
-        self._recv_requests[slot].Start()
-        self._posted.append(slot)
-
-    def _transmit(self, dest: int, nbytes: int, slot: int, tag: int, action: int, *, deferred: bool) -> None:
+    def start_send(self, dest: int, nbytes: int, slot: int, tag: int, action: int, deferred: bool) -> None:
         """Start *slot*'s send by the Endpoint's *action* (see :mod:`mailrail.protocol`); an MPI error gives the
         slot back to the Endpoint and raises (*deferred*: it waited for credit)."""
         try:
@@ -302,18 +284,18 @@ class PythonTransport:
         self._send_request[slot] = request
         self._send_nbytes[slot] = nbytes
 
-    def _send_credit_messages(self) -> None:
+    def send_credit_messages(self) -> None:
         """Send the credit messages the Endpoint has due (zero-byte, the meaning in the tag)."""
         endpoint, credit_inflight, credit = self._endpoint, self._credit_inflight, self._credit
         assert credit is not None  # credit messages exist only in the credit modes, which have the communicator
-        outbox, empty = endpoint.credit_outbox, self._empty
-        while outbox:
+        empty = self._empty
+        for _ in range(endpoint.credit_messages_due()):
             target, tag = endpoint.next_credit_message()
             credit_inflight.append(credit.Isend(empty, target, tag))
         while credit_inflight and credit_inflight[0].Test():
             credit_inflight.popleft()
 
-    def _poll_credits(self) -> None:
+    def poll_credits(self) -> None:
         requests = self._credit_requests
         status = self._status
         while True:
