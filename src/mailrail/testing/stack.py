@@ -58,7 +58,7 @@ def unavailable(kind: str) -> str | None:
 
 @dataclasses.dataclass
 class RankRail:
-    """One rank over the fake: its transport, its Endpoint, and what MailRail builds around them.
+    """One rank over the in-memory MPI: its transport, its Endpoint, and what MailRail builds around them.
 
     The tests call the transport's methods, and these for what lives elsewhere (the Endpoint).
     """
@@ -70,7 +70,7 @@ class RankRail:
     flow: FlowControl
     send_pool: SlotPool
     recv_pool: SlotPool
-    world: InMemoryMPI
+    network: InMemoryMPI
 
     def counters(self) -> dict[str, int]:
         return dict(self.endpoint.counters())
@@ -97,10 +97,10 @@ class RankRail:
     def close(self) -> int:
         """finalize()'s last step, once no message is in the network: discard arrivals, cancel the receives,
         receive the unmatched messages, free the requests.  Returns the messages never received."""
-        transport, world = self.transport, self.world
+        transport, network = self.transport, self.network
         unreceived = int(transport.discard_arrivals()) + int(transport.cancel_receives())
-        unreceived += world.receive_unexpected(self.rank, DATA)
-        world.receive_unexpected(self.rank, CREDIT)
+        unreceived += network.receive_unexpected(self.rank, DATA)
+        network.receive_unexpected(self.rank, CREDIT)
         transport.close()
         return unreceived
 
@@ -127,7 +127,7 @@ def job_budget(
 
 
 def make_rank(
-    world: InMemoryMPI,
+    network: InMemoryMPI,
     rank: int,
     kind: str,
     *,
@@ -143,11 +143,11 @@ def make_rank(
     stall_timeout: float = 0.0,
     tuning: Tuning = TEST_TUNING,
 ) -> RankRail:
-    """Rank *rank*'s *kind* (``"python"`` or ``"compiled"``) implementation over *world*, built as ``MailRail``
+    """Rank *rank*'s *kind* (``"python"`` or ``"compiled"``) implementation over *network*, built as ``MailRail``
     builds it (the mode's table entry, then ``Implementation.build``), with the same knobs.  Modes that share
     node memory group ranks into nodes of *ranks_per_node* consecutive ranks, which share counters in plain
     memory (:class:`~mailrail.flow.node.LocalCounters`, one per name the mode's table entry lists).  The
-    transport is abandoned when *world* closes, if still open.
+    transport is abandoned when *network* closes, if still open.
     """
     if kind not in IMPLEMENTATIONS:
         raise ValueError(f"kind must be one of {IMPLEMENTATIONS}, not {kind!r}")
@@ -155,35 +155,37 @@ def make_rank(
     if reason is not None:
         raise RuntimeError(reason)
     chosen = implementation(kind)
-    size = world.size
+    size = network.size
     # -- flow control, as MailRail._make_flow_control: the mode's table entry builds it --
     mode = flow_mode(flow_control)
     per_node = ranks_per_node or size
     nodes = -(-size // per_node)
     budget = job_budget(size, flow_control, recv_pool_slots, ranks_per_node, credit_threshold, credits_per_pair)
-    parts = FlowParts(ranks=size, budget=budget, recv_slots=recv_pool_slots, piggyback=piggyback, max_tag=world.tag_ub)
+    parts = FlowParts(
+        ranks=size, budget=budget, recv_slots=recv_pool_slots, piggyback=piggyback, max_tag=network.tag_ub
+    )
     if mode.uses_node_memory:
         node_map = np.arange(size, dtype=np.int32) // per_node
 
         def node_counters(name: str, initial: int) -> LocalCounters:
             # one per node and name, shared by the node's ranks (they live in one process here)
-            made: dict[int, LocalCounters] = world.__dict__.setdefault(f"_node_{name}", {})
+            made: dict[int, LocalCounters] = network.__dict__.setdefault(f"_node_{name}", {})
             return made.setdefault(rank // per_node, LocalCounters(size, initial))
 
         counters = mode.make_node_counters(budget, node_counters)
         layout = NodeLayout(nodes, lambda other: other // per_node, int(node_map.ctypes.data))
         parts = dataclasses.replace(parts, layout=layout, counters=counters, owner=(*counters.values(), node_map))
     flow = mode.strategy(kind, parts)
-    world.on_close(flow.detach)
+    network.on_close(flow.detach)
     # -- pools, Endpoint and transport, as MailRail builds them: Implementation.build --
-    data = world.comm(rank, DATA)
-    credit = world.comm(rank, CREDIT) if mode.has_credits else None
+    data = network.comm(rank, DATA)
+    credit = network.comm(rank, CREDIT) if mode.has_credits else None
     if kind == "compiled":  # the C face: raw handles and the fake's library
         communicators: dict[str, Any] = dict(
-            comm=data.handle, credit_comm=None if credit is None else credit.handle, library=world.library()
+            comm=data.handle, credit_comm=None if credit is None else credit.handle, library=network.library()
         )
     else:  # the Python face: the fake's communicators and MPI names
-        communicators = dict(comm=data, credit_comm=credit, mpi=world.mpi)
+        communicators = dict(comm=data, credit_comm=credit, mpi=network.mpi)
     stack = chosen.build(
         rank,
         size,
@@ -192,26 +194,26 @@ def make_rank(
         send_pool_slots=send_pool_slots,
         recv_pool_slots=recv_pool_slots,
         posted_receives=recv_pool_slots if max_recvs is None else max_recvs,
-        tag_ub=world.tag_ub,
+        tag_ub=network.tag_ub,
         tuning=tuning,
         stall_timeout=stall_timeout,
         **communicators,
     )
     transport, endpoint = stack.transport, stack.endpoint
-    world.on_close(lambda: _abandon_quietly(transport))
-    return RankRail(rank, kind, transport, endpoint, flow, stack.send_pool, stack.recv_pool, world)
+    network.on_close(lambda: _abandon_quietly(transport))
+    return RankRail(rank, kind, transport, endpoint, flow, stack.send_pool, stack.recv_pool, network)
 
 
-def make_ranks(world: InMemoryMPI, kind: str, **knobs: Any) -> list[RankRail]:
-    """Every rank of *world* with the same knobs (MailRail's ranks must agree on them)."""
-    return [make_rank(world, rank, kind, **knobs) for rank in range(world.size)]
+def make_ranks(network: InMemoryMPI, kind: str, **knobs: Any) -> list[RankRail]:
+    """Every rank of *network* with the same knobs (MailRail's ranks must agree on them)."""
+    return [make_rank(network, rank, kind, **knobs) for rank in range(network.size)]
 
 
 def _abandon_quietly(transport: Any) -> None:
     try:
         transport.abandon()
     except Exception as error:  # the test's own failure, if any, is the one to see
-        print(f"abandon() at world close raised {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"abandon() at the in-memory MPI's close raised {type(error).__name__}: {error}", file=sys.stderr)
 
 
 def finalize_all(ranks: list[RankRail], *, limit: int = 1000) -> list[dict[str, int]]:
@@ -221,7 +223,7 @@ def finalize_all(ranks: list[RankRail], *, limit: int = 1000) -> list[dict[str, 
     arrivals are discarded, then receives cancelled, unmatched messages received, requests freed.
     Returns per rank the counts finalize reports (deferred, unreleased, unreceived, reserved).
     """
-    world = ranks[0].world
+    network = ranks[0].network
     reports = [rail.stop() for rail in ranks]
     for _ in range(limit):  # finalize's phases 1 and 2: every rank's sends complete
         in_flight = 0
@@ -229,9 +231,9 @@ def finalize_all(ranks: list[RankRail], *, limit: int = 1000) -> list[dict[str, 
             still, discarded = rail.settle()
             in_flight += still
             report["unreceived"] += discarded
-        if not world.in_flight() and not in_flight:
+        if not network.in_flight() and not in_flight:
             break
-        world.deliver_all()
+        network.deliver_all()
     else:
         raise WouldBlock(f"finalize: sends still in flight after {limit} rounds")
     for rail, report in zip(ranks, reports):
