@@ -112,7 +112,6 @@ cdef class Endpoint:
     cdef int refuse_slot(self, int slot) except -1
     cdef int refuse_receive_slot(self, Py_ssize_t slot) except -1
     cdef int refuse_empty_ring(self, str what) except -1
-    cdef object c_receive(self, ProgressIO io)
     cdef int c_post_failed(self, int slot) except -1
 
     cdef inline int c_reserve(self) except -2:
@@ -266,3 +265,34 @@ cdef class Endpoint:
     cdef inline bint c_credits_due(self) noexcept:
         """Whether credit messages are due (the transport sends them with c_next_credit_message())."""
         return self.outbox is not None and self.outbox.count != 0
+
+    # The receive step (the specification's Endpoint.receive), inline: the compiled transport's receive()
+    # runs it in its own frame, calling back its ProgressIO methods (C virtual calls).
+    cdef inline object c_receive(self, ProgressIO io):
+        cdef int slot, parked
+        cdef Py_ssize_t nbytes
+        if self.stopped:
+            self.refuse_finalized("receive()")
+        if self.ring_count:
+            io.reclaim()
+        if self.c_credit_poll_due():
+            io.poll_credits()
+        if self.deferred_count:
+            self.c_drain_begin(None)
+            slot = self.c_drain_next()
+            while slot != NO_SLOT:  # a failed start raises: the rest stay queued
+                io.start_send(self.out_dest, self.out_nbytes, slot, self.out_tag, self.out_action, True)
+                slot = self.c_drain_next()
+        if self.c_credits_due():
+            io.send_credit_messages()
+        if self.posted_count:
+            slot = self.posted[self.posted_head]
+            nbytes = io.test_receive(slot)
+            if nbytes >= 0:
+                parked = self.c_head_arrived()
+                if parked != NO_SLOT:
+                    io.post_receive(parked)
+                return self.c_arrived(io.arrival_source, io.arrival_tag, nbytes, slot, io.payload(slot, nbytes))
+        if self.c_idle():
+            io.idle()
+        return None

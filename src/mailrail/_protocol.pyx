@@ -515,35 +515,6 @@ cdef class Endpoint:
         :class:`ProgressIO` (the compiled transport), or any object with the specification's I/O methods."""
         return self.c_receive(io if isinstance(io, ProgressIO) else _PythonIO(io))
 
-    cdef object c_receive(self, ProgressIO io):
-        cdef int slot, parked
-        cdef Py_ssize_t nbytes
-        if self.stopped:
-            self.refuse_finalized("receive()")
-        if self.ring_count:
-            io.reclaim()
-        if self.c_credit_poll_due():
-            io.poll_credits()
-        if self.deferred_count:
-            self.c_drain_begin(None)
-            slot = self.c_drain_next()
-            while slot != NO_SLOT:  # a failed start raises: the rest stay queued
-                io.start_send(self.out_dest, self.out_nbytes, slot, self.out_tag, self.out_action, True)
-                slot = self.c_drain_next()
-        if self.c_credits_due():
-            io.send_credit_messages()
-        if self.posted_count:
-            slot = self.posted[self.posted_head]
-            nbytes = io.test_receive(slot)
-            if nbytes >= 0:
-                parked = self.c_head_arrived()
-                if parked != NO_SLOT:
-                    io.post_receive(parked)
-                return self.c_arrived(io.arrival_source, io.arrival_tag, nbytes, slot, io.payload(slot, nbytes))
-        if self.c_idle():
-            io.idle()
-        return None
-
     # -- receive slots -----------------------------------------------------
 
     def posted_slots(self):
