@@ -3,6 +3,7 @@
 import pytest
 
 from helpers import mpirun
+from mailrail.flow import flow_mode
 
 pytestmark = pytest.mark.mpi
 
@@ -33,7 +34,9 @@ def test_records_arrive_exactly_once_with_backpressure(seed, mode, ranks):
     )
     assert result["sent"] == result["received"] > 0
     assert result["forwarded"] > 0  # records sent from inside handlers made it too
-    if ranks > 1:
+    if ranks > 1 and flow_mode(mode).has_credits:
+        # sends waiting for credit hold their buffers, so backpressure is certain; unconstrained, an eager MPI
+        # may free every buffer at once (the site Open MPI did, under the suite's load)
         assert result["reserve_failures"] > 0
 
 
