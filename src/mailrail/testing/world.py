@@ -655,7 +655,6 @@ class TransportRail(Rail):
         self._start(run, rank)
         self._stack = stack
         transport = stack.transport
-        self._transport = transport
         self._reserve = transport.reserve_send_buffer
         self._send = transport.send
         self._receive = transport.receive
@@ -798,6 +797,8 @@ class _Run:
         self.idle = 0  # switch points since the last progress
         #: Over an implementation: the in-memory MPI the ranks' stacks talk through (None: the model's own network).
         self.mpi: InMemoryMPI | None = None
+        #: Over an implementation: each rank's stack (none for the model).
+        self.stacks: list[RankRail] = []
         rails: list[Rail]
         if world.implementation is None:
             rails = [Rail(self, rank) for rank in range(size)]
@@ -807,8 +808,8 @@ class _Run:
 
             assert world.stack_knobs is not None
             self.mpi = InMemoryMPI(size, seed=world.seed)
-            stacks = make_ranks(self.mpi, world.implementation, **world.stack_knobs)
-            rails = [TransportRail(self, rank, stack) for rank, stack in enumerate(stacks)]
+            self.stacks = make_ranks(self.mpi, world.implementation, **world.stack_knobs)
+            rails = [TransportRail(self, rank, stack) for rank, stack in enumerate(self.stacks)]
         self.ranks = [_Rank(rank, rail) for rank, rail in enumerate(rails)]
         self.results: list[Any] = [None] * size
         self.failure: tuple[int | None, BaseException] | None = None
@@ -1024,9 +1025,7 @@ class _Run:
     def settled(self) -> bool:
         """Over an implementation, once every rank is in finalize(): no message in the network, no send in flight."""
         assert self.mpi is not None
-        return not self.mpi.in_flight() and not any(
-            state.rail._stack.endpoint.in_flight for state in self.ranks if isinstance(state.rail, TransportRail)
-        )
+        return not self.mpi.in_flight() and not any(stack.endpoint.in_flight for stack in self.stacks)
 
     def discard(self, rank: int) -> int:
         """finalize(): drop every message to *rank* (arrived, waiting or on its way); return how many."""
