@@ -1,5 +1,6 @@
-"""Loss and recovery between nodes (PSM2's rules): the flow state on its own, then inside the model, against
-closed forms for one flow under a fixed drop pattern, and conservation under random loss."""
+"""Loss and recovery between nodes (PSM2's rules, and TCP's selective ones): the flow state on its own, then
+inside the model, against closed forms for one flow under a fixed drop pattern, and conservation under random
+loss."""
 
 from __future__ import annotations
 
@@ -11,8 +12,19 @@ from hypothesis import strategies as st
 
 from mailrail.flow import MODE_NAMES
 from mailrail.simulate.model import Workload, simulate
+from mailrail.simulate.network import Network
 from mailrail.simulate.params import ModelParams, ParamsError
-from mailrail.simulate.reliability import ACCEPT, ACK, DUPLICATE, NAK, NO_REPLY, OUT_OF_ORDER, Packet, Reliability
+from mailrail.simulate.reliability import (
+    ACCEPT,
+    ACK,
+    DUPLICATE,
+    HELD,
+    NAK,
+    NO_REPLY,
+    OUT_OF_ORDER,
+    Packet,
+    Reliability,
+)
 
 
 def _packets(count: int) -> list[Packet]:
@@ -113,6 +125,81 @@ def test_an_error_check_naks_what_is_missing_or_acks_everything():
     assert flows.error_check(receiver, 2) == (ACK, 2)
 
 
+def _selective(window: int = 8) -> Reliability:
+    return Reliability(window, 1, timeout_min=0.2, timeout_max=120.0, backoff=2.0, selective=True)
+
+
+def test_selectively_the_receiver_holds_what_follows_a_gap_names_each_gap_once_and_hands_on_in_order():
+    flows = _selective()
+    sender, receiver = flows.send_flow(0, 1), flows.receive_flow(0, 1)
+    p0, p1, p2, p3, p4 = (packet for p in _packets(5) for packet in flows.submit(sender, p, 0.0))
+    assert flows.receive(receiver, p0, True) == (ACCEPT, ACK, 0)
+    # p1 and p3 lost: p2 is held and names the gap at 1; p4 is held without another NAK
+    assert flows.receive(receiver, p2, True) == (HELD, NAK, 1)
+    assert flows.receive(receiver, p4, True) == (HELD, NO_REPLY, 0)
+    assert flows.receive(receiver, p2, True) == (DUPLICATE, ACK, 0)  # held already
+    # p1 fills the first gap: p2 follows it, and the gap at 3 is named
+    assert flows.receive(receiver, p1, True) == (ACCEPT, NAK, 3)
+    assert [packet.seq for packet in flows.take_ready(receiver)] == [2]
+    assert flows.take_ready(receiver) == []
+    assert flows.receive(receiver, p3, True) == (ACCEPT, ACK, 4)  # a filled gap is acknowledged at once
+    assert [packet.seq for packet in flows.take_ready(receiver)] == [4]
+    assert receiver.expected == 5 and not receiver.held and flows.naks == 2
+
+
+def test_selectively_a_nak_sends_again_only_the_packet_it_names():
+    flows = _selective()
+    flow = flows.send_flow(0, 1)
+    for packet in _packets(5):
+        flows.submit(flow, packet, 0.0)
+    delay, again = flows.nak(flow, 2, 1.0)  # 0 and 1 arrived; 2 is missing
+    assert delay == 0 and [packet.seq for packet in again] == [2]
+    assert [packet.seq for packet in flow.unacked] == [2, 3, 4] and not flow.waiting
+    assert flows.retransmitted == 1 and flow.deadline == pytest.approx(1.0 + 0.2)  # its timer restarted
+
+
+def test_selectively_a_timeout_sends_again_what_the_receiver_does_not_hold():
+    flows = _selective()
+    sender, receiver = flows.send_flow(0, 1), flows.receive_flow(0, 1)
+    p0, p1, p2, p3 = (packet for p in _packets(4) for packet in flows.submit(sender, p, 0.0))
+    flows.receive(receiver, p2, True)  # p0, p1 and p3 lost; p2 held
+    assert flows.expired(sender, 0.2)
+    assert [packet.seq for packet in flows.timed_out(sender, receiver, 0.2)] == [0, 1, 3]
+    assert sender.timeout == 0.4 and sender.deadline == pytest.approx(0.6)  # backed off
+    assert flows.retransmitted == 3 and flows.timeouts == 1
+
+
+def test_a_drop_tail_port_drops_what_does_not_fit_and_a_full_uplink_refuses_its_sender():
+    wire = 1000
+    params = ModelParams(
+        header_bytes=0,
+        link_Bps=1e6,
+        link_latency_s=0.0,
+        switch_queue_bytes=2 * wire,
+        drop_tail=1,
+        flow_window_packets=4,
+        retransmit_timeout_min_s=0.2,
+        retransmit_timeout_max_s=0.2,
+    )
+    # one node's uplink holds two messages (the one leaving counts): its sender sees no room for a third
+    network = Network(params, nodes=2)
+    for _ in range(2):
+        assert network.uplink_has_room(0.0, 0, wire)
+        network.send(0.0, 0, 1, wire, droppable=True)
+    assert not network.uplink_has_room(0.0, 0, wire) and network.uplink_has_room(1e-3, 0, wire)
+    # three nodes' messages reach one port together: it holds two, the third is dropped there
+    network = Network(params, nodes=4)
+    assert [network.send(0.0, node, 3, wire, droppable=True)[1] is not None for node in range(3)] == [
+        True,
+        True,
+        False,
+    ]
+    # control messages are never dropped
+    assert network.send(0.0, 0, 3, wire, droppable=False)[1] is not None
+    # a lossless fabric's uplink always has room (its links wait instead)
+    assert Network(params.replace(drop_tail=0), nodes=2).uplink_has_room(0.0, 0, 10 * wire)
+
+
 # -- inside the model ------------------------------------------------------------------------------
 
 RATE, LATENCY, SIZE = 1e9, 1e-4, 4096
@@ -169,6 +256,46 @@ def test_a_gap_is_naked_by_the_next_packet_and_the_sender_goes_back_n():
     assert result.messages == n
 
 
+TCP_LIKE = LOSSY.replace(selective_recovery=1, ack_interval_packets=1, retransmit_timeout_max_s=120.0)
+
+
+def test_selectively_a_lost_packet_is_named_by_the_next_and_sent_again_alone():
+    """n packets back to back, the first lost: the second's arrival names it, and only it goes again (TCP's
+    fast retransmit with SACK); the receiver then hands on everything it held."""
+    n = 10
+
+    def drop(source, dest, seq, attempt):
+        return seq == 0 and attempt == 1
+
+    result = simulate(_one_flow(n), TCP_LIKE, check_invariants=True, drop=drop)
+    serialize = SIZE / RATE
+    nak_at = 3 * serialize + 2 * LATENCY
+    assert n * serialize < nak_at
+    assert result.runtime_s == pytest.approx(nak_at + 2 * serialize + LATENCY, rel=1e-9)
+    assert (result.dropped_packets, result.retransmitted_packets, result.timeouts) == (1, 1, 0)
+    assert result.messages == n
+
+
+@pytest.mark.parametrize("drops", [1, 2])
+def test_selectively_a_lost_last_packet_waits_for_the_retransmission_timeout(drops):
+    """Nothing follows the last packet to name it: the RTO (its minimum, then doubled) sends it again."""
+    n = 4
+
+    def drop(source, dest, seq, attempt):
+        return seq == n - 1 and attempt <= drops
+
+    result = simulate(_one_flow(n), TCP_LIKE, check_invariants=True, drop=drop)
+    serialize = SIZE / RATE
+    waited = sum(TIMEOUT * 2**k for k in range(drops))  # 0.16, then 0.16 + 0.32
+    assert result.runtime_s == pytest.approx(waited + 2 * serialize + LATENCY, rel=1e-9)
+    assert (result.dropped_packets, result.retransmitted_packets, result.timeouts) == (drops, drops, drops)
+
+
+def test_a_drop_tail_queue_smaller_than_one_datagram_is_refused():
+    with pytest.raises(ParamsError, match="a link queue of 1000 bytes with drop_tail=1"):
+        simulate(_one_flow(1), TCP_LIKE.replace(drop_tail=1, switch_queue_bytes=1000))
+
+
 def test_a_receive_context_smaller_than_one_datagram_is_refused():
     with pytest.raises(ParamsError, match="recv_context_bytes=1000"):
         simulate(_one_flow(1), LOSSY.replace(recv_context_bytes=1000))
@@ -178,6 +305,8 @@ def test_a_receive_context_smaller_than_one_datagram_is_refused():
     ("change", "message"),
     [
         ({"recv_context_entries": 8}, "flow_window_packets and retransmit_timeout_min_s"),
+        ({"drop_tail": 1}, "drop_tail=1: a drop-tail queue loses packets"),
+        ({"selective_recovery": 2}, "selective_recovery=2: 0"),
         ({"flow_window_packets": 4, "retransmit_timeout_min_s": 1.0}, "retransmit_timeout_max_s=0.0"),
         ({"ack_interval_packets": 0}, "ack_interval_packets=0"),
         ({"retransmit_backoff": 0.5}, "retransmit_backoff=0.5"),
@@ -203,6 +332,8 @@ def test_loss_parameters_that_cannot_recover_are_refused_naming_the_value(change
     drop_percent=st.integers(0, 40),
     ingest=st.sampled_from([0.0, 1e-6]),
     congestion_control=st.sampled_from([0, 1]),
+    selective=st.sampled_from([0, 1]),
+    queue=st.sampled_from([0, 4096 + 64, 3 * (4096 + 64)]),
     seed=st.integers(0, 1000),
 )
 def test_loss_conserves_every_message_and_every_credit(
@@ -219,11 +350,14 @@ def test_loss_conserves_every_message_and_every_credit(
     drop_percent,
     ingest,
     congestion_control,
+    selective,
+    queue,
     seed,
 ):
-    """Random jobs on tiny receive contexts, with random packets lost on top (the first three attempts of
-    each), with and without congestion control: every message arrives exactly once, every flow ends
-    acknowledged, every credit comes home (the model's own end check), and what was lost was sent again."""
+    """Random jobs on tiny receive contexts (and tiny drop-tail link queues, or none), with random packets lost
+    on top (the first three attempts of each), with and without congestion control, with go-back-N or
+    selective recovery: every message arrives exactly once, every flow ends acknowledged, every credit comes
+    home (the model's own end check), and what was lost was sent again."""
     load = Workload(
         ranks=ranks,
         ranks_per_node=min(per_node, ranks),
@@ -244,6 +378,10 @@ def test_loss_conserves_every_message_and_every_credit(
         flow_window_packets=window,
         ack_interval_packets=ack_interval,
         congestion_control=congestion_control,
+        selective_recovery=selective,
+        drop_tail=int(queue > 0),
+        switch_queue_bytes=queue or LOSSY.switch_queue_bytes,
+        header_bytes=64,
         retransmit_timeout_min_s=1e-3,
         retransmit_timeout_max_s=4e-3,
     )

@@ -314,6 +314,12 @@ def new_cluster_id(pid: int, entropy: int) -> str:
 MTU = 1500
 
 
+def tbf_burst_bytes(rate_bps: int) -> int:
+    """The token bucket's burst on a link of *rate_bps*: 1 ms of traffic, at least one 64 KiB
+    segmentation-offload packet (or tbf would split every one)."""
+    return max(64 * 1024 + MTU, rate_bps // 8 // 1000)
+
+
 def tc_commands(device: str, link: Link) -> list[list[str]]:
     """``tc`` argument lists that give *device*'s egress the *link*'s rate, delay and queue.
 
@@ -329,7 +335,7 @@ def tc_commands(device: str, link: Link) -> list[list[str]]:
     commands = []
     queue = link.queue
     if link.rate_bps is not None:
-        burst = max(64 * 1024 + MTU, link.rate_bps // 8 // 1000)
+        burst = tbf_burst_bytes(link.rate_bps)
         limit = queue.limit if queue and queue.unit == "bytes" else max(2 * burst, link.rate_bps // 8 // 100)
         commands.append(
             base

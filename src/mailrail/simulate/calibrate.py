@@ -54,7 +54,9 @@ def scaled(workload: Workload, max_messages: int | None) -> tuple[Workload, floa
     if max_messages is None or total <= max_messages:
         return workload, 1.0
     per_rank = max(1, max_messages // workload.ranks)
-    return dataclasses.replace(workload, messages_per_rank=per_rank), workload.messages_per_rank / per_rank
+    scale = workload.messages_per_rank / per_rank
+    limit = workload.time_limit_s / scale if workload.time_limit_s else None  # the time a scaled trial may take
+    return dataclasses.replace(workload, messages_per_rank=per_rank, time_limit_s=limit), scale
 
 
 def predict(case: Case, params: ModelParams, *, max_messages: int | None = None) -> Prediction:

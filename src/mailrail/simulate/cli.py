@@ -484,6 +484,10 @@ def validate(cases: list[Any], params: Any, max_messages: int, progress: Callabl
         memory_error = relative_error(
             prediction.victim_bytes if prediction.status == "ok" else None, case.victim_peak_bytes
         )
+        result = prediction.result
+        predicted_resent = result.retransmitted_packets / result.flow_packets if result.flow_packets else None
+        if predicted_resent is None and case.retransmitted_per_packet is not None and not params.flows:
+            predicted_resent = 0.0  # a lossless parameter set predicts no loss
         row = {
             "name": case.name,
             "figure": case.name.rpartition(":")[0],
@@ -493,7 +497,16 @@ def validate(cases: list[Any], params: Any, max_messages: int, progress: Callabl
             "victims": case.workload.victims,
             "measured_status": case.status,
             "predicted_status": prediction.status,
-            "outcome_agrees": (case.status == "ok") == (prediction.status == "ok"),
+            "outcome_agrees": case.status == prediction.status,
+            # loss: packets sent again per packet on the links between nodes (TCP segments, measured; the
+            # model's messages, ACKs and NAKs), and the difference (percentage points, not a ratio)
+            "measured_retransmitted_per_packet": case.retransmitted_per_packet,
+            "predicted_retransmitted_per_packet": predicted_resent,
+            "retransmitted_difference": (
+                predicted_resent - case.retransmitted_per_packet
+                if predicted_resent is not None and case.retransmitted_per_packet is not None
+                else None
+            ),
             "measured_goodput_bps": case.goodput_bps,
             "predicted_goodput_bps": prediction.goodput_bps,
             "goodput_error": goodput_error,
@@ -531,6 +544,18 @@ def validate(cases: list[Any], params: Any, max_messages: int, progress: Callabl
         "unconstrained_memory": _spread(
             [row["memory_error"] for row in rows if not flow_mode(row["mode"]).has_credits]
         ),
+        # each quantity apart, per mode: no figure that mixes one mode's errors with another's
+        "by_mode": {mode: _by_quantity([row for row in rows if row["mode"] == mode]) for mode in MODES},
+    }
+
+
+def _by_quantity(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "goodput": _spread([row["goodput_error"] for row in rows]),
+        "victim_memory": _spread([row["memory_error"] for row in rows]),
+        "retransmitted_per_packet": _spread([row["retransmitted_difference"] for row in rows]),
+        "outcomes_agree": sum(row["outcome_agrees"] for row in rows),
+        "cases": len(rows),
     }
 
 
@@ -582,11 +607,14 @@ def run_validate(args: argparse.Namespace) -> int:
             _mib(row["measured_victim_bytes"]),
             _mib(row["predicted_victim_bytes"] if row["predicted_status"] == "ok" else None),
             _signed(row["memory_error"]),
+            _share(row["measured_retransmitted_per_packet"]),
+            _share(row["predicted_retransmitted_per_packet"]),
         ]
         for row in report["cases"]
     ]
-    headers = ["run", "outcome", "Mb/s", "model Mb/s", "error", "victim MiB", "model MiB", "error"]
+    headers = ["run", "outcome", "Mb/s", "model Mb/s", "error", "victim MiB", "model MiB", "error", "resent", "model"]
     print(format_table(headers, rows))
+    print(validation_by_mode_table(report["by_mode"]))
     median, most = (_signed(report[key]).lstrip("+") for key in ("median_abs_error", "max_abs_error"))
     agree = sum(row["outcome_agrees"] for row in report["cases"])
     print(
@@ -594,6 +622,36 @@ def run_validate(args: argparse.Namespace) -> int:
         f"outcomes agree in {agree}/{len(report['cases'])}; wrote {args.json}"
     )
     return 0
+
+
+def validation_by_mode_table(by_mode: dict[str, Any]) -> str:
+    """Each quantity's error per mode: goodput and victim memory as median (max) |relative error|, packets
+    sent again as median (max) |difference| in percentage points, outcomes as agreeing / cases."""
+
+    def spread(entry: dict[str, Any], points: bool = False) -> str:
+        if entry["median_abs_error"] is None:
+            return "-"
+        if points:
+            return f"{entry['median_abs_error'] * 100:.1f} ({entry['max_abs_error'] * 100:.1f}) pp"
+        return f"{entry['median_abs_error']:.0%} ({entry['max_abs_error']:.0%})"
+
+    rows = [
+        [
+            mode,
+            spread(entry["goodput"]),
+            spread(entry["victim_memory"]),
+            spread(entry["retransmitted_per_packet"], points=True),
+            f"{entry['outcomes_agree']}/{entry['cases']}",
+        ]
+        for mode, entry in by_mode.items()
+        if entry["cases"]
+    ]
+    headers = ["mode", "goodput |error|", "victim memory |error|", "resent |difference|", "outcome agrees"]
+    return format_table(headers, rows)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 def _mbps(value: float | None) -> str:

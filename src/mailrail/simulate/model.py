@@ -81,9 +81,13 @@ class Workload:
     receive_work_s: float = 0.0
     link_Bps: float | None = None  # the run's link rate, when it set one (else the parameters')
     victim_node_memory: int | None = None  # bytes: a victim's node ends the job past it (else the parameters')
+    link_queue_bytes: int | None = None  # the run's link queue, when it set one (else switch_queue_bytes)
+    time_limit_s: float | None = None  # simulated seconds the trial may take: past them it is "timeout"
 
     def __post_init__(self) -> None:
         flow_mode(self.mode)  # ConfigError for a mode not in the table, naming those that are
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ConfigError(f"time_limit_s={self.time_limit_s}: > 0 seconds, or None")
         if self.ranks < 2:
             raise ConfigError(f"ranks={self.ranks}: at least 2")
         if not 1 <= self.ranks_per_node <= self.ranks:
@@ -100,7 +104,7 @@ class Workload:
 
 @dataclasses.dataclass
 class Result:
-    status: str  # "ok", "out_of_memory" or "refused"
+    status: str  # "ok", "out_of_memory", "timeout" (past the workload's time limit) or "refused"
     runtime_s: float
     goodput_bps: float
     victim_peak_bytes: int  # a victim's receive and send pools, credit state and its peak of unexpected messages
@@ -117,6 +121,7 @@ class Result:
     dropped_packets: int = 0  # packets a full receive context lost (unseen, or their payload)
     retransmitted_packets: int = 0
     timeouts: int = 0  # retransmission timers that expired
+    flow_packets: int = 0  # packets that flows put on links between nodes: first sends, resends, ACKs and NAKs
 
 
 class _Pool:
@@ -190,12 +195,19 @@ class Simulation:
                 f"recv_context_bytes={params.recv_context_bytes}: less than one eager datagram "
                 f"({min(workload.datagram_size, params.eager_limit_bytes)} bytes), so none could ever be received"
             )
+        queue = workload.link_queue_bytes or params.switch_queue_bytes
+        largest = min(workload.datagram_size, params.eager_limit_bytes) + params.header_bytes
+        if params.drop_tail and queue < largest:
+            raise ParamsError(
+                f"a link queue of {queue} bytes with drop_tail=1: less than one eager datagram on the wire "
+                f"({largest} bytes), so every one would be dropped"
+            )
         self.progress = progress
         self.check_invariants = check_invariants
         load = workload
         self.env = simpy.Environment()
         self.waiting = 0  # ranks with nothing to do (they poll and yield: idle_share of a busy rank's CPU each)
-        self.network = Network(params, load.nodes, load.link_Bps)
+        self.network = Network(params, load.nodes, load.link_Bps, load.link_queue_bytes)
         self.reliability = (
             Reliability(
                 params.flow_window_packets,
@@ -204,12 +216,15 @@ class Simulation:
                 params.retransmit_timeout_max_s,
                 params.retransmit_backoff,
                 congestion_control=bool(params.congestion_control),
+                selective=bool(params.selective_recovery),
+                reno=bool(params.reno_window),
                 rng=random.Random(workload.seed),
             )
             if params.flows
             else None
         )
         self.dropped = 0
+        self.replies = 0  # ACKs and NAKs sent
         # The benchmark's victims and plans (support.incast), renumbered so that the victims are 0..V-1: senders'
         # credit tables need only cover the ranks they send to (O(victims) per sender, not O(ranks)).
         victims = choose_victims(load.ranks, load.victims, load.seed)
@@ -263,6 +278,7 @@ class Simulation:
         self.total_messages = sum(expected)
         self.events = 0
         self.oom: tuple[float, str] | None = None
+        self.time_up = False
         self.node_peak = 0  # the most memory a victim's node held: its ranks' baselines and unexpected messages
         self._last_report = time.monotonic()
 
@@ -290,6 +306,8 @@ class Simulation:
         load = self.workload
         for rank in self.ranks:
             self.env.process(self._rank_loop(rank))
+        if load.time_limit_s is not None:
+            self._at(load.time_limit_s, self._time_is_up)
         try:
             self.env.run(until=self.all_done)
         except ModelStall:
@@ -308,6 +326,9 @@ class Simulation:
         status, detail = "ok", ""
         if self.oom is not None:
             status, detail = "out_of_memory", self.oom[1]
+        elif self.unfinished:
+            status = "timeout"
+            detail = f"{self.unfinished} rank(s) unfinished after the time limit, {load.time_limit_s} s simulated"
         elif self.check_invariants:
             self._check_end()
         return Result(
@@ -328,7 +349,14 @@ class Simulation:
             dropped_packets=self.dropped,
             retransmitted_packets=self.reliability.retransmitted if self.reliability else 0,
             timeouts=self.reliability.timeouts if self.reliability else 0,
+            flow_packets=(
+                self.reliability.numbered + self.reliability.retransmitted + self.replies if self.reliability else 0
+            ),
         )
+
+    def _time_is_up(self) -> None:
+        if not self.all_done.triggered:
+            self.all_done.succeed()
 
     def _work(self, seconds: float) -> Generator[Any, Any, None]:
         """*seconds* of this rank's CPU.  On a host of ``host_cores`` cores, processor sharing: it takes longer
@@ -437,8 +465,14 @@ class Simulation:
 
     def _put_on_wire(self, rank: _Rank, dest: _Rank, flow: SendFlow, packets: list[Packet]) -> None:
         now = self.env.now
-        for packet in packets:
-            left, arrival = self.network.transfer(now, rank.node, dest.node, packet.nbytes)
+        for index, packet in enumerate(packets):
+            if not self.network.uplink_has_room(now, rank.node, packet.nbytes):  # this one and those behind it wait
+                assert self.reliability is not None
+                self.reliability.held_back(flow, packets[index:])
+                if not flow.unacked:  # no ACK will come to let them out: the probe timer will (at the RTO)
+                    self._at(now + flow.timeout, self._resume, rank, dest, flow)
+                break
+            left, arrival = self.network.send(now, rank.node, dest.node, packet.nbytes, droppable=True)
             if packet.attempts > MAX_ATTEMPTS:
                 raise ModelStall(
                     f"a packet from rank {rank.index} to rank {dest.index} (sequence {packet.seq}) was sent "
@@ -446,7 +480,10 @@ class Simulation:
                 )
             if packet.attempts == 1 and packet.item[0] == PAYLOAD:  # its first departure completes the send
                 self._at(left, self._send_completed, rank, packet.item[4])
-            self._at(arrival, self._land, dest, packet)
+            if arrival is None:  # a drop-tail queue lost it
+                self.dropped += 1
+            else:
+                self._at(arrival, self._land, dest, packet)
         self._arm(rank, dest, flow)
 
     def _arm(self, rank: _Rank, dest: _Rank, flow: SendFlow) -> None:
@@ -456,12 +493,18 @@ class Simulation:
             self._at(flow.deadline, self._timer, rank, dest, flow, flow.deadline)
 
     def _timer(self, rank: _Rank, dest: _Rank, flow: SendFlow, at: float) -> None:
-        """The flow's oldest packet's timer: if it expired, an ERR_CHK asks the receiver what it has."""
-        assert self.reliability is not None
+        """The flow's oldest packet's timer: if it expired, an ERR_CHK asks the receiver what it has (PSM2), or
+        the sender sends again what the receiver does not hold (TCP's RTO, selective recovery)."""
+        reliability = self.reliability
+        assert reliability is not None
         if flow.timer_at != at:
             return
         flow.timer_at = None
-        if self.reliability.expired(flow, self.env.now):
+        if reliability.selective:
+            if reliability.expired(flow, self.env.now):
+                again = reliability.timed_out(flow, reliability.receive_flow(rank.index, dest.index), self.env.now)
+                self._put_on_wire(rank, dest, flow, again)
+        elif reliability.expired(flow, self.env.now):
             _, arrival = self.network.transfer(self.env.now, rank.node, dest.node, 0)
             self._at(arrival, self._error_check, rank, dest, flow.unacked[-1].seq)
         self._arm(rank, dest, flow)
@@ -473,6 +516,7 @@ class Simulation:
 
     def _reply(self, rank: _Rank, sender: _Rank, reply: int, seq: int) -> None:
         """*rank* sends *sender* an ACK or NAK of *seq*."""
+        self.replies += 1
         _, arrival = self.network.transfer(self.env.now, rank.node, sender.node, 0)
         self._at(arrival, self._flow_answer, sender, rank, reply, seq)
 
@@ -504,11 +548,13 @@ class Simulation:
                 rank.context_bytes -= packet.nbytes
             cost += params.ingest_cpu_s
             source = packet.item[1]
-            verdict, reply, seq = reliability.receive(reliability.receive_flow(source, rank.index), packet, kept)
+            flow = reliability.receive_flow(source, rank.index)
+            verdict, reply, seq = reliability.receive(flow, packet, kept)
             if verdict == ACCEPT:
-                if params.copy_Bps:
-                    cost += packet.nbytes / params.copy_Bps
-                self._arrive(rank, packet.item)
+                for accepted in [packet, *reliability.take_ready(flow)]:  # with what it put in order
+                    if params.copy_Bps:
+                        cost += accepted.nbytes / params.copy_Bps
+                    self._arrive(rank, accepted.item)
             if reply != NO_REPLY:
                 replies[source] = (reply, seq)
         for source, (reply, seq) in replies.items():

@@ -43,7 +43,10 @@ class ModelParams:
     # network: a link per node to one switch, the switch's output port per node with a bounded buffer
     link_Bps: float = 1.25e9  # bytes per second, each direction
     link_latency_s: float = 2e-6  # one way, end to end
-    switch_queue_bytes: int = 1 << 20  # buffer of one output port: when full, the sending links wait
+    switch_queue_bytes: int = 1 << 20  # buffer of one output port (and, with drop_tail, of an uplink)
+    # 0: a full port holds back the links that feed it (a lossless fabric); 1: a full queue drops the packet,
+    # at the sender's uplink or the switch's port (a tc drop-tail queue: the virtual cluster's shallow links)
+    drop_tail: int = 0
     shm_Bps: float = 5e9  # copies between ranks of one node
     shm_latency_s: float = 5e-7
     # loss and its recovery (PSM2 on Omni-Path, :mod:`.reliability`): the fabric is lossless, a rank's receive
@@ -58,6 +61,9 @@ class ModelParams:
     retransmit_timeout_max_s: float = 0.0
     retransmit_backoff: float = 1.0  # the timeout's factor after each expiry
     congestion_control: int = 0  # 1: a NAK shrinks the flow's window to one packet and holds it (PSM2's CCA)
+    selective_recovery: int = 0  # 1: TCP's (SACK, fast retransmit of the packet missed, RTO); 0: PSM2's go-back-N
+    # 1: a flow's window is TCP Reno's congestion window (RFC 5681), at most flow_window_packets; 0: fixed
+    reno_window: int = 0
     # the machine: None, every rank has a core of its own; else all ranks share this many cores, and a rank
     # with nothing to do still takes this share of what a busy rank takes (it polls, then yields)
     host_cores: int | None = None
@@ -81,8 +87,9 @@ class ModelParams:
         self._check_loss()
 
     def _check_loss(self) -> None:
-        if self.congestion_control not in (0, 1):
-            raise ParamsError(f"congestion_control={self.congestion_control!r}: 0 (off) or 1 (on)")
+        for switch in ("congestion_control", "drop_tail", "selective_recovery", "reno_window"):
+            if getattr(self, switch) not in (0, 1):
+                raise ParamsError(f"{switch}={getattr(self, switch)!r}: 0 (off) or 1 (on)")
         if self.ack_interval_packets < 1:
             raise ParamsError(f"ack_interval_packets={self.ack_interval_packets!r}: must be >= 1")
         if self.retransmit_backoff < 1:
@@ -93,11 +100,15 @@ class ModelParams:
                 f"({self.retransmit_timeout_min_s!r})"
             )
         lossy = self.recv_context_entries > 0 or self.recv_context_bytes > 0
-        if lossy and (self.flow_window_packets == 0 or self.retransmit_timeout_min_s == 0):
-            raise ParamsError(
+        if (lossy or self.drop_tail) and (self.flow_window_packets == 0 or self.retransmit_timeout_min_s == 0):
+            what = (
                 f"recv_context_entries={self.recv_context_entries!r}, recv_context_bytes={self.recv_context_bytes!r}: "
-                "a bounded receive context loses packets, so flow_window_packets and retransmit_timeout_min_s "
-                "must be > 0 to recover them"
+                "a bounded receive context"
+                if lossy
+                else "drop_tail=1: a drop-tail queue"
+            )
+            raise ParamsError(
+                f"{what} loses packets, so flow_window_packets and retransmit_timeout_min_s must be > 0 to recover them"
             )
 
     @property

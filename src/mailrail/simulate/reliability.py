@@ -21,6 +21,20 @@ and the hfi1 driver have them; the Omni-Path parameter file gives the values' so
   ``retransmit_timeout_max_s`` (``ips_proto_timer_ack_callback``).
 * A receiver sends at most one reply per flow per progress pass, the last it decided (``process_pending_acks``).
 
+TCP's recovery, the virtual cluster's (*selective*, :class:`Reliability`'s keyword), differs in three rules:
+the receiver keeps a packet that arrives after a gap (SACK) and hands it on once the gap is filled, in
+order; it names the first packet it misses once per gap (a duplicate ACK with SACK blocks), and the sender
+sends that one packet again (fast retransmit), not everything after it; and when the oldest packet's timer
+expires (``RTO``: the kernel's ``RtoMin`` doubling to ``RtoMax``), the sender itself sends again every
+unacknowledged packet the receiver does not hold, with no ERR_CHK round trip.  Where TCP loses packets is
+the receiving node's link queue (:mod:`.network`'s drop-tail), not the receiver; a packet its sender's own
+full queue refuses is not lost but held back (:meth:`Reliability.held_back`): it waits for the next ACK, or,
+with nothing in flight to bring one, for the probe timer (Linux arms it at the RTO).  With *reno*, a flow's
+window is TCP's congestion window (RFC 5681): it starts at ``flow_window_packets`` (the slow-start
+threshold too) and never passes it, grows by a packet per packet acknowledged below the threshold and by
+one per window above it, halves when the receiver names a loss (once per window of packets, RFC 6582's
+recovery point), and falls to one packet on a timeout, with the threshold at half the window.
+
 PSM2's congestion control (``IPS_PROTO_FLAG_CCA``) is active only where the driver gives it settings, so it
 is a parameter (``congestion_control``): on a NAK it shrinks the flow's window to one packet, holds the
 flow for a random half to all of the timeout, and doubles the window on each ACK after; its cut of the
@@ -35,7 +49,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-ACCEPT, DUPLICATE, OUT_OF_ORDER = range(3)  # what a receiver does with a packet
+ACCEPT, DUPLICATE, OUT_OF_ORDER, HELD = range(4)  # what a receiver does with a packet (HELD: selective only)
 NO_REPLY, ACK, NAK = range(3)  # what it answers
 
 
@@ -56,25 +70,40 @@ class Packet:
 class SendFlow:
     """A sender's side of one flow: the window, what waits for it, the retransmission timer."""
 
-    __slots__ = ("next_seq", "unacked", "waiting", "cwin", "paused_until", "timeout", "deadline", "timer_at")
+    __slots__ = (
+        "next_seq",
+        "unacked",
+        "waiting",
+        "cwin",
+        "paused_until",
+        "timeout",
+        "deadline",
+        "timer_at",
+        "threshold",
+        "recover",
+    )
 
     def __init__(self, window: int, timeout: float) -> None:
         self.next_seq = 0
         self.unacked: deque[Packet] = deque()  # sent, not acknowledged, oldest first
         self.waiting: deque[Packet] = deque()  # numbered, waiting for the window (or sent, and going again)
-        self.cwin = window  # how many may be unacknowledged now (congestion control shrinks it)
+        self.cwin: float = window  # how many may be unacknowledged now (congestion control shrinks it)
         self.paused_until = 0.0  # congestion control holds the flow's packets until then
         self.timeout = timeout  # the oldest unacknowledged packet's
         self.deadline = 0.0  # when its timer expires
         self.timer_at: float | None = None  # when the model's pending timer event for this flow fires
+        self.threshold: float = window  # Reno's slow-start threshold
+        self.recover = 0  # Reno: a loss named below this sequence number belongs to a window already halved
 
 
 class ReceiveFlow:
-    __slots__ = ("expected", "nak_sent")
+    __slots__ = ("expected", "nak_sent", "held", "ready")
 
     def __init__(self) -> None:
         self.expected = 0  # the next sequence number it accepts
         self.nak_sent = False  # a NAK for `expected` is out: later packets are discarded without another
+        self.held: dict[int, Packet] = {}  # selective recovery: arrived after a gap, kept until it fills
+        self.ready: list[Packet] = []  # held packets the last accepted one put in order (take_ready)
 
 
 class Reliability:
@@ -90,13 +119,16 @@ class Reliability:
         backoff: float,
         *,
         congestion_control: bool = False,
+        selective: bool = False,
+        reno: bool = False,
         rng: random.Random | None = None,
     ) -> None:
-        self.window, self.ack_interval = window, ack_interval
+        self.window, self.ack_interval, self.selective, self.reno = window, ack_interval, selective, reno
         self.timeout_min, self.timeout_max, self.backoff = timeout_min, timeout_max, backoff
         self.congestion_control, self.rng = congestion_control, rng or random.Random(0)
         self.send_flows: dict[tuple[int, int], SendFlow] = {}
         self.receive_flows: dict[tuple[int, int], ReceiveFlow] = {}
+        self.numbered = 0  # packets submitted (each sent once, and again when lost)
         self.retransmitted = 0  # packets sent again
         self.timeouts = 0  # timer expiries (each sends an ERR_CHK)
         self.naks = 0
@@ -118,14 +150,15 @@ class Reliability:
 
     def _ack_every(self, flow: SendFlow) -> int:
         """Every how many packets an ACK is asked: PSM2 derives it from the window (a quarter of it, at
-        least every 2nd packet once congestion control shrank it)."""
-        if flow.cwin >= self.window:
+        least every 2nd packet once congestion control shrank it); TCP's receiver decides alone."""
+        if self.reno or flow.cwin >= self.window:
             return self.ack_interval
         return max(self.ack_interval * flow.cwin // self.window, 2)
 
     def submit(self, flow: SendFlow, packet: Packet, now: float) -> list[Packet]:
         """*packet* numbered on *flow*: what goes out now (it, if the window has room)."""
         packet.seq = flow.next_seq
+        self.numbered += 1
         every = self._ack_every(flow)
         packet.ack_request = packet.seq % every == every - 1
         flow.next_seq += 1
@@ -152,19 +185,27 @@ class Reliability:
     def acknowledged(self, flow: SendFlow, seq: int, now: float) -> list[Packet]:
         """An ACK of every packet up to *seq*: what the freed window lets out (congestion control doubles a
         shrunk window on each ACK)."""
-        if self._drop_acknowledged(flow, seq) and flow.cwin < self.window:
+        acknowledged = self._drop_acknowledged(flow, seq)
+        if self.reno:
+            for _ in range(acknowledged):
+                flow.cwin += 1 if flow.cwin < flow.threshold else 1 / flow.cwin
+            flow.cwin = min(flow.cwin, self.window)
+        elif acknowledged and flow.cwin < self.window:
             flow.cwin = min(2 * flow.cwin, self.window)
         return self._open_window(flow, now)
 
-    def _drop_acknowledged(self, flow: SendFlow, seq: int) -> bool:
+    def _drop_acknowledged(self, flow: SendFlow, seq: int) -> int:
+        """The packets up to *seq* acknowledged: how many were not before."""
         if not flow.unacked or flow.unacked[0].seq > seq:
-            return False
+            return 0
+        count = 0
         while flow.unacked and flow.unacked[0].seq <= seq:
             flow.unacked.popleft()
+            count += 1
         if flow.unacked:  # the new oldest packet's timer runs from its own transmission
             flow.timeout = self.timeout_min
             flow.deadline = flow.unacked[0].sent_at + self.timeout_min
-        return True
+        return count
 
     def nak(self, flow: SendFlow, seq: int, now: float) -> tuple[float, list[Packet]]:
         """A NAK of *seq* (everything before it arrived): every unacknowledged packet goes back to the head of
@@ -172,6 +213,14 @@ class Reliability:
         shrinks the window to one packet and holds the flow for a random half to all of the timeout
         (``ips_proto_process_nak``): the delay after which the model calls :meth:`resume`; else at once."""
         self._drop_acknowledged(flow, seq - 1)
+        if self.selective:  # only the packet named goes again, ahead of what the freed window lets out
+            if self.reno and seq >= flow.recover:  # a new loss: the window halves (once for this window's)
+                flow.threshold = flow.cwin = max(flow.cwin / 2, 1.0)
+                flow.recover = flow.next_seq
+            again = [packet for packet in flow.unacked if packet.seq == seq]
+            for packet in again:
+                self._resend(flow, packet, now)
+            return 0.0, again + self._open_window(flow, now)
         flow.waiting.extendleft(reversed(flow.unacked))
         flow.unacked.clear()
         if not self.congestion_control:
@@ -180,6 +229,36 @@ class Reliability:
         delay = self.rng.uniform(flow.timeout / 2, flow.timeout)
         flow.paused_until = now + delay
         return delay, []
+
+    def held_back(self, flow: SendFlow, packets: list[Packet]) -> None:
+        """The sender's own link queue had no room for *packets* (oldest first): unsent after all, they go back
+        to the head of the queue (not lost, nor sent again when they go) and leave when the window next opens:
+        on an ACK, or :meth:`resume` when nothing of the flow is in flight to bring one."""
+        for packet in reversed(packets):
+            flow.unacked.remove(packet)
+            packet.attempts -= 1
+            if packet.attempts:
+                self.retransmitted -= 1
+            flow.waiting.appendleft(packet)
+
+    def _resend(self, flow: SendFlow, packet: Packet, now: float) -> None:
+        packet.sent_at = now
+        packet.attempts += 1
+        self.retransmitted += 1
+        if packet is flow.unacked[0]:  # a retransmission restarts the timer (RFC 6298, 5.3)
+            flow.deadline = now + flow.timeout
+
+    def timed_out(self, flow: SendFlow, receiver: ReceiveFlow, now: float) -> list[Packet]:
+        """Selective recovery after :meth:`expired`: TCP sends again every unacknowledged packet the receiver
+        does not hold (what its SACK blocks told the sender), oldest first."""
+        again = [packet for packet in flow.unacked if packet.seq not in receiver.held]
+        if self.reno:  # the window falls to one packet; those sent again go regardless, as TCP's RTO resends
+            flow.threshold, flow.cwin = max(flow.cwin / 2, 2.0), 1.0
+            flow.recover = flow.next_seq
+        for packet in again:
+            self._resend(flow, packet, now)
+        flow.deadline = now + flow.timeout
+        return again
 
     def resume(self, flow: SendFlow, now: float) -> list[Packet]:
         """The end of a congestion-control hold: what goes out."""
@@ -205,9 +284,13 @@ class Reliability:
     def receive(self, flow: ReceiveFlow, packet: Packet, payload_kept: bool) -> tuple[int, int, int]:
         """The receiver's progress takes *packet* out of its context: (verdict, reply, the sequence number the
         reply names).  A packet whose payload was dropped for want of eager bytes is NAKed like a gap."""
-        if packet.seq < flow.expected:
+        if packet.seq < flow.expected or packet.seq in flow.held:
             self.discarded += 1
-            return (DUPLICATE, ACK, flow.expected - 1) if packet.ack_request else (DUPLICATE, NO_REPLY, 0)
+            # TCP answers a duplicate at once (RFC 5681, 4.2): the sender's timer resent it for want of an ACK
+            answer = packet.ack_request or self.selective
+            return (DUPLICATE, ACK, flow.expected - 1) if answer else (DUPLICATE, NO_REPLY, 0)
+        if self.selective:
+            return self._receive_selectively(flow, packet)
         if packet.seq > flow.expected or not payload_kept:
             self.discarded += 1
             if flow.nak_sent:
@@ -218,6 +301,32 @@ class Reliability:
         flow.expected += 1
         flow.nak_sent = False
         return (ACCEPT, ACK, packet.seq) if packet.ack_request else (ACCEPT, NO_REPLY, 0)
+
+    def _receive_selectively(self, flow: ReceiveFlow, packet: Packet) -> tuple[int, int, int]:
+        if packet.seq > flow.expected:  # kept; the gap before it is named once
+            flow.held[packet.seq] = packet
+            if flow.nak_sent:
+                return HELD, NO_REPLY, 0
+            flow.nak_sent = True
+            self.naks += 1
+            return HELD, NAK, flow.expected
+        flow.expected += 1
+        filled = bool(flow.held)
+        while flow.expected in flow.held:
+            flow.ready.append(flow.held.pop(flow.expected))
+            flow.expected += 1
+        flow.nak_sent = bool(flow.held)
+        if flow.held:  # another gap behind the one filled
+            self.naks += 1
+            return ACCEPT, NAK, flow.expected
+        if filled or packet.ack_request:  # a filled gap is acknowledged at once
+            return ACCEPT, ACK, flow.expected - 1
+        return ACCEPT, NO_REPLY, 0
+
+    def take_ready(self, flow: ReceiveFlow) -> list[Packet]:
+        """The held packets the last accepted one put in order: the receiver hands them on after it."""
+        ready, flow.ready = flow.ready, []
+        return ready
 
     def error_check(self, flow: ReceiveFlow, newest: int) -> tuple[int, int]:
         """An ERR_CHK naming the sender's newest unacknowledged packet: NAK the first one missing (whatever
@@ -233,8 +342,9 @@ class Reliability:
         for (source, dest), flow in self.send_flows.items():
             received = self.receive_flows.get((source, dest))
             accepted = received.expected if received is not None else 0
-            if flow.unacked or flow.waiting or accepted != flow.next_seq:
+            held = len(received.held) if received is not None else 0
+            if flow.unacked or flow.waiting or accepted != flow.next_seq or held:
                 raise AssertionError(
                     f"flow {source}->{dest}: numbered {flow.next_seq}, accepted {accepted}, "
-                    f"{len(flow.unacked)} unacknowledged, {len(flow.waiting)} waiting"
+                    f"{len(flow.unacked)} unacknowledged, {len(flow.waiting)} waiting, {held} held"
                 )

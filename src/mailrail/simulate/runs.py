@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from ..cluster.spec import MTU, tbf_burst_bytes
 from ..config import default
 from .model import Workload
 from .params import ParamsError
@@ -26,6 +27,8 @@ class Case:
     victim_growth_bytes: int | None
     victim_peak_bytes: int | None  # the victim's peak RSS
     credit_messages: int | None
+    # TCP segments sent again over all segments sent, summed over the virtual cluster's nodes (None: not counted)
+    retransmitted_per_packet: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -36,6 +39,7 @@ class Case:
             "victim_growth_bytes": self.victim_growth_bytes,
             "victim_peak_bytes": self.victim_peak_bytes,
             "credit_messages": self.credit_messages,
+            "retransmitted_per_packet": self.retransmitted_per_packet,
         }
 
 
@@ -83,6 +87,27 @@ def _link(cluster: dict[str, Any] | None) -> float | None:
     return rate / 8 if rate else None
 
 
+def _queue_bytes(cluster: dict[str, Any] | None) -> int | None:
+    """The bytes a run's link queue takes before it drops (a queue of packets counted as full-sized ones).
+    On a shaped link the token bucket's burst passes at once what arrives at an idle link: the model's
+    fifo takes it as room too (right for bursts after idle, which incast is made of; generous under a
+    steady overload, where the bucket is empty)."""
+    link = (cluster or {}).get("link") or {}
+    queue = link.get("queue")
+    if not queue:
+        return None
+    limit = int(queue["limit"]) * (MTU if queue["unit"] == "packets" else 1)
+    return limit + (tbf_burst_bytes(int(link["rate_bps"])) if link.get("rate_bps") else 0)
+
+
+def _retransmitted_per_packet(result: dict[str, Any]) -> float | None:
+    """TCP segments sent again per segment sent, over every node of the run's cluster."""
+    nodes = result.get("cluster_nodes") or []
+    sent = sum(node.get("tcp_out_segs") or 0 for node in nodes)
+    again = sum(node.get("tcp_retrans_segs") or 0 for node in nodes)
+    return again / sent if sent else None
+
+
 def _case(
     name: str, mode: str, result: dict[str, Any], shape: dict[str, Any], cluster: dict[str, Any] | None, cap: Any
 ) -> Case:
@@ -108,6 +133,11 @@ def _case(
         receive_work_s=float(shape.get("receive_work_us") or 0.0) * 1e-6,
         link_Bps=_link(cluster),
         victim_node_memory=int(cap) if cap else None,
+        link_queue_bytes=_queue_bytes(cluster),
+        # the mode's time limit covers its start and every trial: a trial's share of it
+        time_limit_s=float(shape["time_limit_s"]) / int(shape.get("trials") or 1)
+        if shape.get("time_limit_s")
+        else None,
     )
     summary = result.get("summary") or {}
     ok = result.get("status") == "ok"
@@ -119,6 +149,7 @@ def _case(
         victim_growth_bytes=int(summary["victim_rss_growth_bytes"]) if ok else None,
         victim_peak_bytes=int(summary["peak_victim_rss_bytes"]) if ok else None,
         credit_messages=int(summary["credit_messages"]) if ok else None,
+        retransmitted_per_packet=_retransmitted_per_packet(result),
     )
 
 
