@@ -205,7 +205,8 @@ simulate-calibration: $(VENV)/.installed
 	$(VENV)/bin/mailrail simulate validate --json $(SIMULATE_DATA)/validation.json
 
 # The paper's experiments projected (the docs' tables and figure): Table I at whole message counts to 2,048
-# ranks beside everything else, two processes at once (about 80 minutes on 2 cores), then joined.
+# ranks beside everything else, two processes at once (about 80 minutes on 2 cores), then joined; and the goodput
+# experiment at its whole 128 MiB a sender in the fluid view (seconds).
 SIMULATE_PAPER = $(VENV)/bin/mailrail simulate paper
 simulate-paper: $(VENV)/.installed
 	mkdir -p $(SIMULATE_SCRATCH)
@@ -219,6 +220,7 @@ simulate-paper: $(VENV)/.installed
 	$(SIMULATE_PAPER) --combine $(SIMULATE_SCRATCH)/table1-small.json $(SIMULATE_SCRATCH)/table1-4096.json \
 		$(SIMULATE_SCRATCH)/goodput.json $(SIMULATE_SCRATCH)/victims.json \
 		--json $(SIMULATE_DATA)/paper.json --png docs/_static/simulate-paper.png
+	$(SIMULATE_PAPER) --experiments goodput --method fluid --json $(SIMULATE_DATA)/paper-fluid.json
 
 clean:
 	rm -rf $(VENV) $(VENV_MPICH) $(SITE_MPIS:%=.venv-site-%) build src/*.egg-info src/mailrail/*.so src/mailrail/*/*.so src/mailrail/_protocol.c \

@@ -184,14 +184,17 @@ def project(
     bytes_per_rank: int,
     label: str = "",
 ) -> list[dict[str, Any]]:
-    """One point per (ranks, victims) of *sizes* and mode: the model's trial, scaled to --max-messages."""
+    """One point per (ranks, victims) of *sizes* and mode: the model's trial, scaled to --max-messages; or, with
+    ``args.method == "fluid"``, its fluid approximation (:mod:`.fluid`) at the whole bytes."""
+    from .fluid import fluid
     from .model import Workload, simulate
 
+    whole = getattr(args, "method", "simulate") == "fluid"
     points = []
     total = len(sizes) * len(modes)
     for index, ((ranks, victims), mode) in enumerate(((s, m) for s in sizes for m in modes), 1):
         messages = max(1, -(-bytes_per_rank // args.datagram_size))
-        budget = max(1, args.max_messages // ranks)
+        budget = messages if whole else max(1, args.max_messages // ranks)
         modelled = min(messages, budget)
         workload = Workload(
             ranks=ranks,
@@ -210,7 +213,7 @@ def project(
         )
         prefix = f"[{index}/{total}]{label} {ranks} ranks, {victims} victim(s), {mode}"
         started = time.monotonic()
-        if args.point_time_limit and modelled >= 2 * PILOT_FRACTION:
+        if args.point_time_limit and modelled >= 2 * PILOT_FRACTION and not whole:
             # A pilot with a twentieth of the messages tells what one costs here in this mode at this size
             # (adaptive credits at 16,384 ranks cost several times what the others do): fit the point in time.
             pilot = dataclasses.replace(workload, messages_per_rank=max(1, modelled // PILOT_FRACTION))
@@ -224,7 +227,10 @@ def project(
         _progress(
             f"{prefix}: {modelled} messages per rank" + (f" (of {messages}: scaled)" if modelled < messages else "")
         )
-        result = simulate(workload, params, progress=lambda line, p=prefix: _progress(f"{p}: {line}"))
+        if whole:
+            result: Any = fluid(workload, params)
+        else:
+            result = simulate(workload, params, progress=lambda line, p=prefix: _progress(f"{p}: {line}"))
         wall = time.monotonic() - started
         scale = messages / modelled
         point = {
@@ -235,6 +241,7 @@ def project(
             "victim_peak_bytes": result.victim_peak_bytes,
             "credit_messages": result.credit_messages,
             "wall_s": wall,
+            "method": "fluid" if whole else "simulate",
             "status": result.status,
             "nodes": workload.nodes,
             "victims": victims,
@@ -689,6 +696,13 @@ def add_paper_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int_in(0, 2**32 - 1), default=1, help="(default: %(default)s)")
     _time_limit_argument(parser)
     parser.add_argument(
+        "--method",
+        choices=("simulate", "fluid"),
+        default="simulate",
+        help="simulate: the discrete-event model, scaled to --max-messages; fluid: its fluid approximation at the "
+        "whole bytes (seconds a point; goodput experiment's incast, see docs/simulate.md) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--combine",
         nargs="+",
         metavar="JSON",
@@ -705,7 +719,10 @@ def _paper_command(args: argparse.Namespace) -> str:
     if args.modes != list(MODES):
         words += ["--modes", ",".join(args.modes)]
     words += ["--params", args.params, *(w for change in args.set for w in ("--set", change))]
-    words += ["--max-messages", str(args.max_messages), "--point-time-limit", f"{args.point_time_limit:g}"]
+    if args.method == "fluid":
+        words += ["--method", "fluid"]
+    else:
+        words += ["--max-messages", str(args.max_messages), "--point-time-limit", f"{args.point_time_limit:g}"]
     if args.seed != 1:
         words += ["--seed", str(args.seed)]
     return " ".join(words + ["--json", os.path.basename(args.json)])
@@ -793,6 +810,7 @@ def run_paper(args: argparse.Namespace) -> int:
         max_messages=args.max_messages,
         point_time_limit=args.point_time_limit,
         partners=0,
+        method=args.method,
     )
     started = time.monotonic()
     results: dict[str, Any] = {}
@@ -803,14 +821,10 @@ def run_paper(args: argparse.Namespace) -> int:
         sizes = [(r, v) for r, v in zip(experiment.ranks, experiment.victims, strict=True) if r in (args.ranks or [r])]
         if not sizes:
             continue
-        points = project(
-            settings,
-            params,
-            sizes,
-            args.modes,
-            experiment.bytes_per_rank,
-            label=f" {experiment.name}",
-        )
+        try:
+            points = project(settings, params, sizes, args.modes, experiment.bytes_per_rank, f" {experiment.name}")
+        except ParamsError as error:  # what the fluid view does not cover (a shared host, partners)
+            return usage_error("simulate paper", f"--method {args.method}, {experiment.name}: {error}")
         comparison = compare_with_paper(experiment.name, points)
         results[experiment.name] = {
             "title": experiment.title,
@@ -827,6 +841,7 @@ def run_paper(args: argparse.Namespace) -> int:
         "params_set": args.set,
         "params": params.as_dict(),
         "max_messages": args.max_messages,
+        "method": args.method,
         "commands": [_paper_command(args)],
         "experiments": results,
         "points": [p for r in results.values() for p in r["points"]],
