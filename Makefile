@@ -18,7 +18,7 @@ COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mail
 	src/mailrail/transport/_compiled.pyx src/mailrail/containers/_hot.pyx
 
 .PHONY: demo test test-fast lint docs docs-check chromium checks environments test-main test-python-transport test-other-mpi site-mpi-packages \
-	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-calibration simulate-paper clean
+	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-lossy-runs simulate-calibration simulate-paper clean
 
 $(VENV)/.installed: $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV)
@@ -200,13 +200,31 @@ simulate-runs: $(VENV)/.installed
 		--out $(SIMULATE_SCRATCH)/held-out/memory-cap-work-50us
 	$(VENV)/bin/python -m mailrail.simulate.runs --keep $(SIMULATE_SCRATCH) $(SIMULATE_DATA)/runs
 
+# Where loss happens: shallow link queues (500 Mb/s, 16-64 KiB), as root with nothing else running; about
+# 25 minutes here. The TCP set's window is chosen on runs/lossy/fit, the rest are held out.
+LOSSY_RUN = $(VENV)/bin/mailrail compare --trials 2 --messages 3000 --time-limit 120 --victim-node-memory off \
+	--link-rate 500mbit
+LOSSY_SCRATCH = mailrail-results/simulate-lossy
+simulate-lossy-runs: $(VENV)/.installed
+	rm -rf $(LOSSY_SCRATCH)
+	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 16kb --out $(LOSSY_SCRATCH)/fit/queue-16kb
+	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 64kb --out $(LOSSY_SCRATCH)/fit/queue-64kb
+	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 32kb --out $(LOSSY_SCRATCH)/held-out/queue-32kb
+	$(LOSSY_RUN) -n 32 --nodes 8 --link-queue 16kb --out $(LOSSY_SCRATCH)/held-out/queue-16kb-nodes-8
+	$(LOSSY_RUN) -n 16 --nodes 4 --victims 2 --link-queue 16kb --out $(LOSSY_SCRATCH)/held-out/queue-16kb-victims-2
+	$(VENV)/bin/python -m mailrail.simulate.runs --keep $(LOSSY_SCRATCH) $(SIMULATE_DATA)/runs/lossy
+
 simulate-calibration: $(VENV)/.installed
 	$(VENV)/bin/mailrail simulate calibrate --runs $(SIMULATE_DATA)/runs/fit --out $(SIMULATE_DATA)/calibrated.json
 	$(VENV)/bin/mailrail simulate validate --json $(SIMULATE_DATA)/validation.json
+	$(VENV)/bin/mailrail simulate fit-window --params tcp --runs $(SIMULATE_DATA)/runs/lossy/fit \
+		--out $(SIMULATE_DATA)/tcp.json
+	$(VENV)/bin/mailrail simulate validate --params tcp --runs $(SIMULATE_DATA)/runs/lossy/held-out \
+		--json $(SIMULATE_DATA)/validation-lossy.json
 
 # The paper's experiments projected (the docs' tables and figure): Table I at whole message counts to 2,048
 # ranks beside everything else, two processes at once (about 80 minutes on 2 cores), then joined; and the goodput
-# experiment at its whole 128 MiB a sender in the fluid view (seconds).
+# experiment and Table I at their whole bytes in the fluid view (seconds).
 SIMULATE_PAPER = $(VENV)/bin/mailrail simulate paper
 simulate-paper: $(VENV)/.installed
 	mkdir -p $(SIMULATE_SCRATCH)
@@ -220,7 +238,7 @@ simulate-paper: $(VENV)/.installed
 	$(SIMULATE_PAPER) --combine $(SIMULATE_SCRATCH)/table1-small.json $(SIMULATE_SCRATCH)/table1-4096.json \
 		$(SIMULATE_SCRATCH)/goodput.json $(SIMULATE_SCRATCH)/victims.json \
 		--json $(SIMULATE_DATA)/paper.json --png docs/_static/simulate-paper.png
-	$(SIMULATE_PAPER) --experiments goodput --method fluid --json $(SIMULATE_DATA)/paper-fluid.json
+	$(SIMULATE_PAPER) --experiments table1,goodput --method fluid --json $(SIMULATE_DATA)/paper-fluid.json
 
 clean:
 	rm -rf $(VENV) $(VENV_MPICH) $(SITE_MPIS:%=.venv-site-%) build src/*.egg-info src/mailrail/*.so src/mailrail/*/*.so src/mailrail/_protocol.c \

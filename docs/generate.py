@@ -100,6 +100,7 @@ def simulation_report(part: str) -> str:
     return {
         "calibration": report.calibration_markdown,
         "validation": report.validation_markdown,
+        "lossy-validation": report.lossy_validation_markdown,
         "paper": report.paper_markdown,
         "matching": report.matching_markdown,
     }[part]()
@@ -114,6 +115,7 @@ def write_generated_pages(directory: str) -> None:
         ("commands.md", command_reference()),
         ("simulate-calibration.md", simulation_report("calibration")),
         ("simulate-validation.md", simulation_report("validation")),
+        ("simulate-validation-lossy.md", simulation_report("lossy-validation")),
         ("simulate-paper.md", simulation_report("paper")),
         ("simulate-matching.md", simulation_report("matching")),
     ):

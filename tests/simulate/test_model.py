@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from mailrail.errors import ConfigError
 from mailrail.flow import MODE_NAMES as MODES
 from mailrail.simulate.model import Workload, simulate
-from mailrail.simulate.params import ModelParams
+from mailrail.simulate.params import CALIBRATED, ModelParams, load_params
 
 FAST = ModelParams(
     send_cpu_s=2e-6, recv_cpu_s=3e-6, credit_cpu_s=1e-6, match_per_entry_s=1e-9, unexpected_overhead_bytes=1000
@@ -177,3 +177,18 @@ def test_shared_cores_stretch_work_by_the_ranks_that_want_one(idle_share, stretc
     load = Workload(ranks=4, ranks_per_node=4, victims=1, messages_per_rank=100, mode="none", recv_slots=512)
     result = simulate(load, params, check_invariants=True)
     assert result.runtime_s == pytest.approx(300 * 1e-5 * stretch, rel=1e-3)
+
+
+CALIBRATED_PARAMS = load_params(CALIBRATED)[0]
+
+
+def test_a_trial_past_its_time_limit_is_reported_timed_out_naming_what_was_unfinished():
+    load = Workload(ranks=8, ranks_per_node=2, victims=1, messages_per_rank=400, mode="none")
+    whole = simulate(load, CALIBRATED_PARAMS)
+    assert whole.status == "ok"
+    cut = simulate(dataclasses.replace(load, time_limit_s=whole.runtime_s / 2), CALIBRATED_PARAMS)
+    assert cut.status == "timeout" and cut.goodput_bps == 0
+    assert cut.runtime_s == pytest.approx(whole.runtime_s / 2) and cut.messages < whole.messages
+    assert "unfinished after the time limit" in cut.detail
+    with pytest.raises(ConfigError, match="time_limit_s=0"):
+        dataclasses.replace(load, time_limit_s=0)

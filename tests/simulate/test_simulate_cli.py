@@ -10,7 +10,9 @@ import pytest
 
 from mailrail.cli import main
 from mailrail.flow import MODE_NAMES
+from mailrail.simulate.calibrate import WINDOWS
 from mailrail.simulate.params import CALIBRATED, OMNIPATH, ParamsError, load_params
+from mailrail.simulate.runs import read_runs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "shared-memory-8"
 REQUIRED = {"ranks", "mode", "runtime_s", "goodput_bps", "victim_peak_bytes", "credit_messages", "wall_s"}
@@ -317,3 +319,47 @@ def test_a_point_out_of_memory_at_the_bytes_asked_has_no_goodput_to_compare():
     assert rows["none"]["model_fall"] is None and rows["node"]["model_fall"] == pytest.approx(0.5)
     (none,) = [line for line in comparison["lines"] if line.startswith("none")]
     assert "n/a" in none and "out of memory or unfinished at 16384 ranks" in none
+
+
+LOSSY_FIXTURE = Path(__file__).parent / "fixtures" / "lossy-16kb"  # a shallow-queue run, cut to 200 messages a rank
+
+
+def test_a_lossy_run_is_read_with_its_queue_its_trials_time_and_tcps_resent_segments():
+    cases = {case.workload.mode: case for case in read_runs([str(LOSSY_FIXTURE)])}
+    document = json.loads((LOSSY_FIXTURE / "compare.json").read_text())
+    rank = cases["rank"]
+    # tc's 16 KiB limit and the token bucket's burst at 500 Mb/s (64 KiB and a packet: more than 1 ms of it)
+    assert rank.workload.link_queue_bytes == 16384 + 64 * 1024 + 1500
+    assert rank.workload.time_limit_s == 120 / 2  # the mode's limit, shared by its 2 trials
+    nodes = document["modes"]["rank"]["cluster_nodes"]
+    assert rank.retransmitted_per_packet == pytest.approx(
+        sum(n["tcp_retrans_segs"] for n in nodes) / sum(n["tcp_out_segs"] for n in nodes)
+    )
+    assert cases["none"].status == "timeout" and cases["none"].goodput_bps is None
+
+
+def test_fit_window_chooses_a_lossy_sets_window_on_runs_and_validate_reports_each_quantity_per_mode(tmp_path, capsys):
+    out = tmp_path / "tcp.json"
+    assert run("simulate", "fit-window", "--runs", str(LOSSY_FIXTURE), "--out", str(out)) == 0
+    params, document = load_params(str(out))
+    scores = document["fit"]["windows"]
+    assert [s["window"] for s in scores] == list(WINDOWS) and params.flow_window_packets in WINDOWS
+    best = max(s["outcomes_agree"] for s in scores)
+    assert next(s for s in scores if s["window"] == params.flow_window_packets)["outcomes_agree"] == best
+    assert document["sources"]["retransmit_timeout_min_s"] and params.drop_tail and params.selective_recovery
+    assert "chose flow_window_packets=" in capsys.readouterr().out
+    report = tmp_path / "validation.json"
+    assert run("simulate", "validate", "--params", str(out), "--runs", str(LOSSY_FIXTURE), "--json", str(report)) == 0
+    validation = json.loads(report.read_text())
+    by_mode = validation["by_mode"]
+    assert set(by_mode) == set(MODE_NAMES) and all(entry["cases"] == 1 for entry in by_mode.values())
+    for entry in by_mode.values():  # each quantity apart: nothing pooled over modes
+        assert set(entry) == {"goodput", "victim_memory", "retransmitted_per_packet", "outcomes_agree", "cases"}
+    for case in validation["cases"]:
+        assert case["measured_retransmitted_per_packet"] > 0  # TCP sent segments again in every mode of the run
+        assert case["predicted_retransmitted_per_packet"] is not None
+        assert case["retransmitted_difference"] == pytest.approx(
+            case["predicted_retransmitted_per_packet"] - case["measured_retransmitted_per_packet"]
+        )
+        assert case["outcome_agrees"] == (case["measured_status"] == case["predicted_status"])
+    assert "resent |difference|" in capsys.readouterr().out

@@ -103,6 +103,10 @@ COMMANDS = {
         "mailrail.simulate.cli:calibrate",
         "fit the model's parameters to compare/sweep results",
     ),
+    ("simulate", "fit-window"): (
+        "mailrail.simulate.cli:fit-window",
+        "choose a lossy set's flow window on measured runs (the virtual cluster's TCP set)",
+    ),
     ("simulate", "validate"): ("mailrail.simulate.cli:validate", "predict held-out runs with the model; its errors"),
     ("simulate", "paper"): (
         "mailrail.simulate.cli:paper",

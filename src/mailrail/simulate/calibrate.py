@@ -166,3 +166,48 @@ def relative_error(modelled: float | None, measured: float | None) -> float | No
     if modelled is None or not measured:
         return None
     return modelled / measured - 1.0
+
+
+#: The flow windows :func:`fit_window` tries (packets).
+WINDOWS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def fit_window(
+    cases: list[Case],
+    params: ModelParams,
+    *,
+    windows: tuple[int, ...] = WINDOWS,
+    progress: Callable[[str], None] = lambda line: None,
+) -> tuple[int, dict[str, Any]]:
+    """The flow window (``flow_window_packets``) under which *params* predicts *cases* best: first the most
+    outcomes right (finished, timed out, out of memory), then the least mean squared log-ratio of goodput
+    over the cases both finished; and each window's score."""
+    scores = []
+    for window in windows:
+        trial = params.replace(flow_window_packets=window)
+        agree, errors = 0, []
+        for case in cases:
+            predicted = predict(case, trial)
+            agree += predicted.status == case.status
+            if predicted.status == case.status == "ok":
+                errors.append(_log_error(predicted.goodput_bps, case.goodput_bps or 0))
+        score = {
+            "window": window,
+            "outcomes_agree": agree,
+            "cases": len(cases),
+            "rms_log_goodput_error": math.sqrt(statistics.fmean(errors)) if errors else None,
+            "goodput_cases": len(errors),
+        }
+        scores.append(score)
+        progress(
+            f"window {window}: outcomes agree in {agree}/{len(cases)}, rms log goodput error "
+            f"{score['rms_log_goodput_error'] if errors else 'n/a'} over {len(errors)}"
+        )
+    best = min(
+        scores,
+        key=lambda s: (
+            -s["outcomes_agree"],
+            math.inf if s["rms_log_goodput_error"] is None else s["rms_log_goodput_error"],
+        ),
+    )
+    return int(best["window"]), {"cases": [case.name for case in cases], "windows": scores}

@@ -458,6 +458,66 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- simulate fit-window --------------------------------------------------------------------------------
+
+
+def add_fit_window_arguments(parser: argparse.ArgumentParser) -> None:
+    _params_argument(parser, "tcp")
+    parser.add_argument(
+        "--runs", nargs="+", required=True, metavar="DIR", help="the runs to fit (compare/sweep results, lossy)"
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="the parameter file to write: the set --params names, with the window chosen and how (may be it)",
+    )
+
+
+def run_fit_window(args: argparse.Namespace) -> int:
+    problem = _needs_simpy()
+    if problem:
+        return usage_error("simulate fit-window", problem)
+    from .calibrate import fit_window
+    from .params import ParamsError
+    from .runs import read_runs
+
+    try:
+        params, document, path = _load(args)
+        cases = read_runs(args.runs)
+    except ParamsError as error:
+        return usage_error("simulate fit-window", str(error))
+    if not params.flows:
+        return usage_error("simulate fit-window", f"{path}: its flow_window_packets is 0 (no flows): nothing to fit")
+    print(f"mailrail simulate fit-window: {len(cases)} runs from {', '.join(args.runs)}, parameters {path}", flush=True)
+    started = time.monotonic()
+    window, report = fit_window(cases, params, progress=_progress)
+    written = {key: value for key, value in document.items() if key not in ("fit", "params")}
+    if "inherit" in written:  # the set it inherits from, found from where this one is written
+        inherited = os.path.join(os.path.dirname(os.path.abspath(path)), written["inherit"])
+        written["inherit"] = os.path.relpath(inherited, os.path.dirname(os.path.abspath(args.out)))
+    written["fit"] = {
+        "command": "mailrail simulate fit-window " + " ".join(f"--runs {run}" for run in args.runs),
+        "date": datetime.date.today().isoformat(),
+        **report,
+        "wall_s": time.monotonic() - started,
+    }
+    written["params"] = {**document["params"], "flow_window_packets": window}
+    write_json(args.out, written)
+    rows = [
+        [
+            s["window"],
+            f"{s['outcomes_agree']}/{s['cases']}",
+            "-" if s["rms_log_goodput_error"] is None else f"{s['rms_log_goodput_error']:.3f}",
+            s["goodput_cases"],
+        ]
+        for s in report["windows"]
+    ]
+    print(format_table(["window", "outcomes agree", "rms log goodput error", "over"], rows))
+    print(f"chose flow_window_packets={window}; wrote {args.out} ({time.monotonic() - started:.0f} s)")
+    return 0
+
+
 # -- simulate validate ----------------------------------------------------------------------------------
 
 
@@ -1028,6 +1088,7 @@ def _plot_paper(results: dict[str, Any], path: str) -> str | None:
 VERBS = {
     "adversarial": (add_adversarial_arguments, run_adversarial),
     "calibrate": (add_calibrate_arguments, run_calibrate),
+    "fit-window": (add_fit_window_arguments, run_fit_window),
     "validate": (add_validate_arguments, run_validate),
     "paper": (add_paper_arguments, run_paper),
 }

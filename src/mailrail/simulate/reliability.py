@@ -231,14 +231,16 @@ class Reliability:
         return delay, []
 
     def held_back(self, flow: SendFlow, packets: list[Packet]) -> None:
-        """The sender's own link queue had no room for *packets* (oldest first): unsent after all, they go back
-        to the head of the queue (not lost, nor sent again when they go) and leave when the window next opens:
-        on an ACK, or :meth:`resume` when nothing of the flow is in flight to bring one."""
+        """The sender's own link queue had no room for *packets* (oldest first): none left.  One sent before
+        stays unacknowledged, for its timer to send again; the others go back to the head of the queue (not
+        lost, nor sent again when they go) and leave when the window next opens: on an ACK, or :meth:`resume`
+        when nothing of the flow is in flight to bring one."""
         for packet in reversed(packets):
-            flow.unacked.remove(packet)
             packet.attempts -= 1
             if packet.attempts:
                 self.retransmitted -= 1
+                continue
+            flow.unacked.remove(packet)
             flow.waiting.appendleft(packet)
 
     def _resend(self, flow: SendFlow, packet: Packet, now: float) -> None:

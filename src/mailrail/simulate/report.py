@@ -11,6 +11,9 @@ from ..flow.modes import flow_mode
 from .params import CALIBRATED, DATA_DIR, OMNIPATH
 
 VALIDATION = os.path.join(DATA_DIR, "validation.json")
+#: The held-out runs with shallow link queues, predicted with the virtual cluster's TCP set (``tcp.json``).
+LOSSY_VALIDATION = os.path.join(DATA_DIR, "validation-lossy.json")
+TCP = os.path.join(DATA_DIR, "tcp.json")
 #: ``mailrail bench matching`` runs on this machine: what the model's matching and ingest terms rest on.
 MATCHING_DIR = os.path.join(DATA_DIR, "matching")
 PAPER = os.path.join(DATA_DIR, "paper.json")
@@ -122,7 +125,94 @@ def validation_markdown() -> str:
         f"Outcomes (finished or out of memory) agree in {sum(r['outcome_agrees'] for r in validation['cases'])} "
         f"of {len(validation['cases'])}. {validation['wall_s']:.0f} s to predict them all.",
     ]
+    if "by_mode" in validation:
+        lines += ["", "Each quantity per mode:", "", by_mode_markdown(validation["by_mode"])]
     return "\n".join(lines) + "\n"
+
+
+def lossy_validation_markdown() -> str:
+    """The shallow-queue runs: the TCP set's window chosen on the fit runs, then each held-out run predicted,
+    and each quantity's error per mode."""
+    validation, tcp = _read(LOSSY_VALIDATION), _read(TCP)
+    if validation is None or tcp is None:
+        return "(no lossy validation shipped)\n"
+    fit = tcp["fit"]
+    lines = [
+        f"**The window, chosen on the fit runs** (`{fit['command']}`, {fit['wall_s']:.0f} s; "
+        f"{len(fit['cases'])} cases): the most outcomes right, then the least root-mean-square log-ratio of "
+        "goodput over the cases that finished in both. The held-out runs played no part.",
+        "",
+        "| flow window (packets) | outcomes agree | rms log goodput error | over cases |",
+        "|---|---|---|---|",
+    ]
+    chosen = tcp["params"]["flow_window_packets"]
+    for score in fit["windows"]:
+        error = score["rms_log_goodput_error"]
+        window = f"**{score['window']}** (chosen)" if score["window"] == chosen else str(score["window"])
+        cells = [window, f"{score['outcomes_agree']}/{score['cases']}", "-" if error is None else f"{error:.2f}"]
+        lines.append("| " + " | ".join(cells) + f" | {score['goodput_cases']} |")
+    lines += [
+        "",
+        "**The held-out runs, predicted.** Goodput and victim memory as relative errors (modelled / measured - 1); "
+        "`resent`: packets sent again per packet on the links between nodes (TCP's `RetransSegs` over `OutSegs`, "
+        "summed over the nodes; the model's messages, ACKs and NAKs); a timeout is the mode's 120 s limit "
+        "(a trial's share, 60 s, in the model):",
+        "",
+        "| run | mode | outcome (model) | Mb/s | model Mb/s | error | victim MiB | model MiB | resent | model |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in validation["cases"]:
+        outcome = row["measured_status"]
+        if row["predicted_status"] != outcome:
+            outcome += f" ({row['predicted_status']})"
+        modelled = row["predicted_status"] == "ok"
+        cells = [
+            row["figure"],
+            row["mode"],
+            outcome,
+            _scaled(row["measured_goodput_bps"], 1e6),
+            _scaled(row["predicted_goodput_bps"] if modelled else None, 1e6),
+            signed_percent(row["goodput_error"]),
+            _scaled(row["measured_victim_bytes"], MIB),
+            _scaled(row["predicted_victim_bytes"] if modelled else None, MIB),
+            _share(row["measured_retransmitted_per_packet"]),
+            _share(row["predicted_retransmitted_per_packet"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", by_mode_markdown(validation["by_mode"]), f"{validation['wall_s']:.0f} s to predict them all."]
+    return "\n".join(lines) + "\n"
+
+
+def by_mode_markdown(by_mode: dict[str, Any]) -> str:
+    """Each quantity's error per mode, never pooled: median (largest) absolute relative error of goodput and
+    victim memory over the cases both finished, of packets sent again the absolute difference in points."""
+    lines = [
+        "| mode | goodput: median (largest) abs. error | victim memory | packets sent again: abs. difference "
+        "| outcomes agree |",
+        "|---|---|---|---|---|",
+    ]
+    for mode, entry in by_mode.items():
+        if not entry["cases"]:
+            continue
+        resent = entry["retransmitted_per_packet"]
+        points = (
+            "-"
+            if resent["median_abs_error"] is None
+            else f"{resent['median_abs_error'] * 100:.1f} ({resent['max_abs_error'] * 100:.1f}) points"
+        )
+        cells = [mode, _median_largest(entry["goodput"]), _median_largest(entry["victim_memory"]), points]
+        lines.append("| " + " | ".join(cells) + f" | {entry['outcomes_agree']}/{entry['cases']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _median_largest(spread: dict[str, Any]) -> str:
+    if spread["median_abs_error"] is None:
+        return f"- (0 of {spread['cases']} finished in both)" if spread["cases"] else "-"
+    return f"{spread['median_abs_error']:.0%} ({spread['max_abs_error']:.0%}), {spread['cases']} case(s)"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 def _credit_memory(validation: dict[str, Any]) -> float | None:
