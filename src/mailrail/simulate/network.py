@@ -63,13 +63,8 @@ class Network:
         start = max(now, self.uplink_free[source_node], port_free - send_time - max(self.queue - wire, 0) / rate)
         at_port = start + send_time
         self.uplink_free[source_node] = at_port
-        backlog = max(port_free - at_port, 0.0) * rate + wire
-        if backlog > self.port_peak_bytes:
-            self.port_peak_bytes = backlog
-        departs = max(at_port, port_free) + send_time
-        self.port_free[dest_node] = departs
         self.wire_bytes += wire
-        return at_port, departs + self.latency
+        return at_port, self._through_port(at_port, dest_node, wire, droppable=False)
 
     def uplink_has_room(self, now: float, source_node: int, nbytes: int) -> bool:
         """Whether *source_node*'s uplink queue has room at *now* for a message of *nbytes* (with ``drop_tail``;
@@ -83,18 +78,20 @@ class Network:
     ) -> tuple[float, float | None]:
         """Two fifos in series: the sender's uplink (its caller asked :meth:`uplink_has_room`), then the port,
         which drops what does not fit."""
-        rate = self.rate
-        send_time = wire / rate
-        at_port = max(now, self.uplink_free[source_node]) + send_time
+        at_port = max(now, self.uplink_free[source_node]) + wire / self.rate
         self.uplink_free[source_node] = at_port
         self.wire_bytes += wire
+        return at_port, self._through_port(at_port, dest_node, wire, droppable)
+
+    def _through_port(self, at_port: float, dest_node: int, wire: int, droppable: bool) -> float | None:
+        """A message of *wire* bytes at *dest_node*'s port at *at_port*: when it reaches the receiving rank, or
+        None if the port had no room for it and it may be dropped."""
         port_free = self.port_free[dest_node]
-        backlog = max(port_free - at_port, 0.0) * rate + wire
+        backlog = max(port_free - at_port, 0.0) * self.rate + wire
         if droppable and backlog > self.queue:
-            return at_port, None
+            return None
         if backlog > self.port_peak_bytes:
             self.port_peak_bytes = backlog
-        departs = max(at_port, port_free) + send_time
+        departs = max(at_port, port_free) + wire / self.rate
         self.port_free[dest_node] = departs
-        self.wire_bytes += wire
-        return at_port, departs + self.latency
+        return departs + self.latency

@@ -295,11 +295,7 @@ class Reliability:
             return self._receive_selectively(flow, packet)
         if packet.seq > flow.expected or not payload_kept:
             self.discarded += 1
-            if flow.nak_sent:
-                return OUT_OF_ORDER, NO_REPLY, 0
-            flow.nak_sent = True
-            self.naks += 1
-            return OUT_OF_ORDER, NAK, flow.expected
+            return self._name_gap(flow, OUT_OF_ORDER)
         flow.expected += 1
         flow.nak_sent = False
         return (ACCEPT, ACK, packet.seq) if packet.ack_request else (ACCEPT, NO_REPLY, 0)
@@ -307,11 +303,7 @@ class Reliability:
     def _receive_selectively(self, flow: ReceiveFlow, packet: Packet) -> tuple[int, int, int]:
         if packet.seq > flow.expected:  # kept; the gap before it is named once
             flow.held[packet.seq] = packet
-            if flow.nak_sent:
-                return HELD, NO_REPLY, 0
-            flow.nak_sent = True
-            self.naks += 1
-            return HELD, NAK, flow.expected
+            return self._name_gap(flow, HELD)
         flow.expected += 1
         filled = bool(flow.held)
         while flow.expected in flow.held:
@@ -324,6 +316,14 @@ class Reliability:
         if filled or packet.ack_request:  # a filled gap is acknowledged at once
             return ACCEPT, ACK, flow.expected - 1
         return ACCEPT, NO_REPLY, 0
+
+    def _name_gap(self, flow: ReceiveFlow, verdict: int) -> tuple[int, int, int]:
+        """A packet after the gap at ``flow.expected``: a NAK of it, unless one is out already."""
+        if flow.nak_sent:
+            return verdict, NO_REPLY, 0
+        flow.nak_sent = True
+        self.naks += 1
+        return verdict, NAK, flow.expected
 
     def take_ready(self, flow: ReceiveFlow) -> list[Packet]:
         """The held packets the last accepted one put in order: the receiver hands them on after it."""

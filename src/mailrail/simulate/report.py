@@ -92,22 +92,7 @@ def validation_markdown() -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in validation["cases"]:
-        outcome = row["measured_status"]
-        if row["predicted_status"] != outcome:
-            outcome += f" ({row['predicted_status']})"
-        modelled = row["predicted_status"] == "ok"
-        cells = [
-            row["figure"],
-            row["mode"],
-            outcome,
-            _scaled(row["measured_goodput_bps"], 1e6),
-            _scaled(row["predicted_goodput_bps"] if modelled else None, 1e6),
-            signed_percent(row["goodput_error"]),
-            _scaled(row["measured_victim_bytes"], MIB),
-            _scaled(row["predicted_victim_bytes"] if modelled else None, MIB),
-            signed_percent(row["memory_error"]),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_case_cells(row)) + " |")
     lines += ["", "| figure (held-out run) | median abs. goodput error | median abs. memory error | outcomes agree |"]
     lines.append("|---|---|---|---|")
     for figure, summary in validation["figures"].items():
@@ -128,6 +113,26 @@ def validation_markdown() -> str:
     if "by_mode" in validation:
         lines += ["", "Each quantity per mode:", "", by_mode_markdown(validation["by_mode"])]
     return "\n".join(lines) + "\n"
+
+
+def _case_cells(row: dict[str, Any]) -> list[str]:
+    """One predicted run's cells: where it came from, its outcome (the model's, if another), goodput and
+    victim memory measured, modelled, and the error."""
+    outcome = row["measured_status"]
+    if row["predicted_status"] != outcome:
+        outcome += f" ({row['predicted_status']})"
+    modelled = row["predicted_status"] == "ok"
+    return [
+        row["figure"],
+        row["mode"],
+        outcome,
+        _scaled(row["measured_goodput_bps"], 1e6),
+        _scaled(row["predicted_goodput_bps"] if modelled else None, 1e6),
+        signed_percent(row["goodput_error"]),
+        _scaled(row["measured_victim_bytes"], MIB),
+        _scaled(row["predicted_victim_bytes"] if modelled else None, MIB),
+        signed_percent(row["memory_error"]),
+    ]
 
 
 def lossy_validation_markdown() -> str:
@@ -158,26 +163,13 @@ def lossy_validation_markdown() -> str:
         "summed over the nodes; the model's messages, ACKs and NAKs); a timeout is the mode's 120 s limit "
         "(a trial's share, 60 s, in the model):",
         "",
-        "| run | mode | outcome (model) | Mb/s | model Mb/s | error | victim MiB | model MiB | resent | model |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | mode | outcome (model) | Mb/s | model Mb/s | error | victim MiB | model MiB | error "
+        "| resent | model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in validation["cases"]:
-        outcome = row["measured_status"]
-        if row["predicted_status"] != outcome:
-            outcome += f" ({row['predicted_status']})"
-        modelled = row["predicted_status"] == "ok"
-        cells = [
-            row["figure"],
-            row["mode"],
-            outcome,
-            _scaled(row["measured_goodput_bps"], 1e6),
-            _scaled(row["predicted_goodput_bps"] if modelled else None, 1e6),
-            signed_percent(row["goodput_error"]),
-            _scaled(row["measured_victim_bytes"], MIB),
-            _scaled(row["predicted_victim_bytes"] if modelled else None, MIB),
-            _share(row["measured_retransmitted_per_packet"]),
-            _share(row["predicted_retransmitted_per_packet"]),
-        ]
+        cells = _case_cells(row)
+        cells += [_share(row["measured_retransmitted_per_packet"]), _share(row["predicted_retransmitted_per_packet"])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", by_mode_markdown(validation["by_mode"]), f"{validation['wall_s']:.0f} s to predict them all."]
     return "\n".join(lines) + "\n"
