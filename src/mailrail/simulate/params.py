@@ -50,7 +50,7 @@ class ModelParams:
     shm_Bps: float = 5e9  # copies between ranks of one node
     shm_latency_s: float = 5e-7
     # loss and its recovery (PSM2 on Omni-Path, :mod:`.reliability`): the fabric is lossless, a rank's receive
-    # context is not.  0 switches a bound off: the calibrated set, TCP on one host, lost nothing measurable.
+    # context is not.  0 switches a bound off: TCP's receiving kernel takes what arrives (the calibrated and tcp sets).
     recv_context_entries: int = 0  # packets a receive context holds until its rank's progress takes them
     recv_context_bytes: int = 0  # eager payload bytes it holds
     ingest_cpu_s: float = 0.0  # the receiving rank's CPU to take one packet out of its receive context
