@@ -28,7 +28,7 @@ from ..support.figures import missing as figure_missing
 from ..support.figures import pyplot
 from ..support.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
 from ..support.output import format_table, write_json
-from .report import signed_percent
+from .report import by_mode_rows, share_percent, signed_percent
 
 #: The modes with credits, each compared with the unconstrained one.
 CREDIT_MODES = tuple(mode for mode in MODES if flow_mode(mode).has_credits)
@@ -674,14 +674,15 @@ def run_validate(args: argparse.Namespace) -> int:
             _mib(row["measured_victim_bytes"]),
             _mib(row["predicted_victim_bytes"] if row["predicted_status"] == "ok" else None),
             _signed(row["memory_error"]),
-            _share(row["measured_retransmitted_per_packet"]),
-            _share(row["predicted_retransmitted_per_packet"]),
+            share_percent(row["measured_retransmitted_per_packet"]),
+            share_percent(row["predicted_retransmitted_per_packet"]),
         ]
         for row in report["cases"]
     ]
     headers = ["run", "outcome", "Mb/s", "model Mb/s", "error", "victim MiB", "model MiB", "error", "resent", "model"]
     print(format_table(headers, rows))
-    print(validation_by_mode_table(report["by_mode"]))
+    headers = ["mode", "goodput |error|", "victim memory |error|", "resent |difference|", "outcome agrees"]
+    print(format_table(headers, by_mode_rows(report["by_mode"])))
     median, most = (_signed(report[key]).lstrip("+") for key in ("median_abs_error", "max_abs_error"))
     agree = sum(row["outcome_agrees"] for row in report["cases"])
     print(
@@ -689,36 +690,6 @@ def run_validate(args: argparse.Namespace) -> int:
         f"outcomes agree in {agree}/{len(report['cases'])}; wrote {args.json}"
     )
     return 0
-
-
-def validation_by_mode_table(by_mode: dict[str, Any]) -> str:
-    """Each quantity's error per mode: goodput and victim memory as median (max) |relative error|, packets
-    sent again as median (max) |difference| in percentage points, outcomes as agreeing / cases."""
-
-    def spread(entry: dict[str, Any], points: bool = False) -> str:
-        if entry["median_abs_error"] is None:
-            return "-"
-        if points:
-            return f"{entry['median_abs_error'] * 100:.1f} ({entry['max_abs_error'] * 100:.1f}) pp"
-        return f"{entry['median_abs_error']:.0%} ({entry['max_abs_error']:.0%})"
-
-    rows = [
-        [
-            mode,
-            spread(entry["goodput"]),
-            spread(entry["victim_memory"]),
-            spread(entry["retransmitted_per_packet"], points=True),
-            f"{entry['outcomes_agree']}/{entry['cases']}",
-        ]
-        for mode, entry in by_mode.items()
-        if entry["cases"]
-    ]
-    headers = ["mode", "goodput |error|", "victim memory |error|", "resent |difference|", "outcome agrees"]
-    return format_table(headers, rows)
-
-
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
 
 
 def _mbps(value: float | None) -> str:

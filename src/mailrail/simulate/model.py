@@ -188,19 +188,17 @@ class Simulation:
         self.drop = drop  # a fixed drop pattern (tests): drop(source, dest, seq, attempt) loses that packet unseen
         if not params.flows and drop is not None:
             raise ParamsError("a drop pattern needs flows to recover its packets: flow_window_packets > 0")
-        if params.recv_context_bytes and params.recv_context_bytes < min(
-            workload.datagram_size, params.eager_limit_bytes
-        ):
+        eager = min(workload.datagram_size, params.eager_limit_bytes)  # the largest payload sent eagerly
+        if params.recv_context_bytes and params.recv_context_bytes < eager:
             raise ParamsError(
                 f"recv_context_bytes={params.recv_context_bytes}: less than one eager datagram "
-                f"({min(workload.datagram_size, params.eager_limit_bytes)} bytes), so none could ever be received"
+                f"({eager} bytes), so none could ever be received"
             )
         queue = workload.link_queue_bytes or params.switch_queue_bytes
-        largest = min(workload.datagram_size, params.eager_limit_bytes) + params.header_bytes
-        if params.drop_tail and queue < largest:
+        if params.drop_tail and queue < eager + params.header_bytes:
             raise ParamsError(
                 f"a link queue of {queue} bytes with drop_tail=1: less than one eager datagram on the wire "
-                f"({largest} bytes), so every one would be dropped"
+                f"({eager + params.header_bytes} bytes), so every one would be dropped"
             )
         self.progress = progress
         self.check_invariants = check_invariants
@@ -278,7 +276,6 @@ class Simulation:
         self.total_messages = sum(expected)
         self.events = 0
         self.oom: tuple[float, str] | None = None
-        self.time_up = False
         self.node_peak = 0  # the most memory a victim's node held: its ranks' baselines and unexpected messages
         self._last_report = time.monotonic()
 
@@ -500,13 +497,13 @@ class Simulation:
         if flow.timer_at != at:
             return
         flow.timer_at = None
-        if reliability.selective:
-            if reliability.expired(flow, self.env.now):
+        if reliability.expired(flow, self.env.now):
+            if reliability.selective:
                 again = reliability.timed_out(flow, reliability.receive_flow(rank.index, dest.index), self.env.now)
                 self._put_on_wire(rank, dest, flow, again)
-        elif reliability.expired(flow, self.env.now):
-            _, arrival = self.network.transfer(self.env.now, rank.node, dest.node, 0)
-            self._at(arrival, self._error_check, rank, dest, flow.unacked[-1].seq)
+            else:
+                _, arrival = self.network.transfer(self.env.now, rank.node, dest.node, 0)
+                self._at(arrival, self._error_check, rank, dest, flow.unacked[-1].seq)
         self._arm(rank, dest, flow)
 
     def _error_check(self, rank: _Rank, dest: _Rank, newest: int) -> None:

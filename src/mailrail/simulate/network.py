@@ -54,10 +54,10 @@ class Network:
             done = now + self.shm_latency + nbytes / self.shm_rate
             return done, done
         wire = nbytes + self.header
-        rate = self.rate
-        send_time = wire / rate
         if self.drop_tail:
             return self._send_drop_tail(now, source_node, dest_node, wire, droppable)
+        rate = self.rate
+        send_time = wire / rate
         port_free = self.port_free[dest_node]
         # Start when the uplink is free and the port will have room for these bytes on arrival.
         start = max(now, self.uplink_free[source_node], port_free - send_time - max(self.queue - wire, 0) / rate)

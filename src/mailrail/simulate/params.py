@@ -44,8 +44,8 @@ class ModelParams:
     link_Bps: float = 1.25e9  # bytes per second, each direction
     link_latency_s: float = 2e-6  # one way, end to end
     switch_queue_bytes: int = 1 << 20  # buffer of one output port (and, with drop_tail, of an uplink)
-    # 0: a full port holds back the links that feed it (a lossless fabric); 1: a full queue drops the packet,
-    # at the sender's uplink or the switch's port (a tc drop-tail queue: the virtual cluster's shallow links)
+    # 0: a full port holds back the links that feed it (a lossless fabric); 1: a full port drops the packet and
+    # a full uplink refuses its sender (tc's drop-tail queues: the virtual cluster's shallow links)
     drop_tail: int = 0
     shm_Bps: float = 5e9  # copies between ranks of one node
     shm_latency_s: float = 5e-7

@@ -309,10 +309,9 @@ class Reliability:
         while flow.expected in flow.held:
             flow.ready.append(flow.held.pop(flow.expected))
             flow.expected += 1
-        flow.nak_sent = bool(flow.held)
+        flow.nak_sent = False
         if flow.held:  # another gap behind the one filled
-            self.naks += 1
-            return ACCEPT, NAK, flow.expected
+            return self._name_gap(flow, ACCEPT)
         if filled or packet.ack_request:  # a filled gap is acknowledged at once
             return ACCEPT, ACK, flow.expected - 1
         return ACCEPT, NO_REPLY, 0

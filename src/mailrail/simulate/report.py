@@ -169,41 +169,54 @@ def lossy_validation_markdown() -> str:
     ]
     for row in validation["cases"]:
         cells = _case_cells(row)
-        cells += [_share(row["measured_retransmitted_per_packet"]), _share(row["predicted_retransmitted_per_packet"])]
+        cells += [
+            share_percent(row["measured_retransmitted_per_packet"]),
+            share_percent(row["predicted_retransmitted_per_packet"]),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", by_mode_markdown(validation["by_mode"]), f"{validation['wall_s']:.0f} s to predict them all."]
     return "\n".join(lines) + "\n"
 
 
 def by_mode_markdown(by_mode: dict[str, Any]) -> str:
-    """Each quantity's error per mode, never pooled: median (largest) absolute relative error of goodput and
-    victim memory over the cases both finished, of packets sent again the absolute difference in points."""
+    """Each quantity's error per mode (:func:`by_mode_rows`) as a Markdown table."""
     lines = [
         "| mode | goodput: median (largest) abs. error | victim memory | packets sent again: abs. difference "
         "| outcomes agree |",
         "|---|---|---|---|---|",
     ]
-    for mode, entry in by_mode.items():
-        if not entry["cases"]:
-            continue
-        resent = entry["retransmitted_per_packet"]
-        points = (
-            "-"
-            if resent["median_abs_error"] is None
-            else f"{resent['median_abs_error'] * 100:.1f} ({resent['max_abs_error'] * 100:.1f}) points"
-        )
-        cells = [mode, _median_largest(entry["goodput"]), _median_largest(entry["victim_memory"]), points]
-        lines.append("| " + " | ".join(cells) + f" | {entry['outcomes_agree']}/{entry['cases']} |")
+    lines += ["| " + " | ".join(row) + " |" for row in by_mode_rows(by_mode)]
     return "\n".join(lines) + "\n"
 
 
-def _median_largest(spread: dict[str, Any]) -> str:
-    if spread["median_abs_error"] is None:
-        return f"- (0 of {spread['cases']} finished in both)" if spread["cases"] else "-"
-    return f"{spread['median_abs_error']:.0%} ({spread['max_abs_error']:.0%}), {spread['cases']} case(s)"
+def by_mode_rows(by_mode: dict[str, Any]) -> list[list[str]]:
+    """Each quantity's error per mode, never pooled, a row per mode that has cases: median (largest) absolute
+    relative error of goodput and victim memory over the cases both finished, of packets sent again the
+    absolute difference in percentage points, and outcomes agreeing / cases."""
+
+    def spread(entry: dict[str, Any], scale: float, unit: str) -> str:
+        if entry["median_abs_error"] is None:
+            return "-"
+        median, largest = entry["median_abs_error"] * scale, entry["max_abs_error"] * scale
+        if unit == "%":
+            return f"{median:.0f}% ({largest:.0f}%), {entry['cases']} case(s)"
+        return f"{median:.1f} ({largest:.1f}) {unit}"
+
+    return [
+        [
+            mode,
+            spread(entry["goodput"], 100, "%"),
+            spread(entry["victim_memory"], 100, "%"),
+            spread(entry["retransmitted_per_packet"], 100, "points"),
+            f"{entry['outcomes_agree']}/{entry['cases']}",
+        ]
+        for mode, entry in by_mode.items()
+        if entry["cases"]
+    ]
 
 
-def _share(value: float | None) -> str:
+def share_percent(value: float | None) -> str:
+    """A share as ``12.3%`` (``-`` for None)."""
     return "-" if value is None else f"{value:.1%}"
 
 
