@@ -98,14 +98,14 @@ def validation_markdown() -> str:
     for figure, summary in validation["figures"].items():
         cells = [figure, _abs_pct(summary["median_abs_goodput_error"]), _abs_pct(summary["median_abs_memory_error"])]
         lines.append("| " + " | ".join(cells) + f" | {summary['outcomes_agree']}/{summary['cases']} |")
-    goodput, memory, flood = validation["goodput"], validation["unconstrained_memory"], validation["memory"]
+    goodput, flood = validation["goodput"], validation["unconstrained_memory"]
     lines += [
         "",
         f"Over all held-out runs, goodput and victim memory together: median absolute error "
         f"**{validation['median_abs_error']:.0%}**, largest **{validation['max_abs_error']:.0%}**. Apart: goodput "
         f"median **{goodput['median_abs_error']:.0%}**, largest {goodput['max_abs_error']:.0%} "
         f"({goodput['cases']} runs); victim memory median {flood['median_abs_error']:.0%} and largest "
-        f"{flood['max_abs_error']:.0%} in the {memory['cases'] and flood['cases']} unconstrained runs that finished "
+        f"{flood['max_abs_error']:.0%} in the {flood['cases']} unconstrained runs that finished "
         f"(the credit modes' victims stay at their baseline, within {_abs_pct(_credit_memory(validation))}). "
         f"Outcomes (finished or out of memory) agree in {sum(r['outcome_agrees'] for r in validation['cases'])} "
         f"of {len(validation['cases'])}. {validation['wall_s']:.0f} s to predict them all.",
