@@ -201,17 +201,19 @@ simulate-runs: $(VENV)/.installed
 	$(VENV)/bin/python -m mailrail.simulate.runs --keep $(SIMULATE_SCRATCH) $(SIMULATE_DATA)/runs
 
 # Where loss happens: shallow link queues (500 Mb/s, 16-64 KiB), as root with nothing else running; about
-# 25 minutes here. The TCP set's window is chosen on runs/lossy/fit, the rest are held out.
+# 10 minutes here. The TCP set's window is chosen on runs/lossy/fit, the rest are held out. compare's exit
+# status 1 says a mode did not finish in time: a result these runs record, not a failure.
 LOSSY_RUN = $(VENV)/bin/mailrail compare --trials 2 --messages 3000 --time-limit 120 --victim-node-memory off \
 	--link-rate 500mbit
 LOSSY_SCRATCH = mailrail-results/simulate-lossy
 simulate-lossy-runs: $(VENV)/.installed
 	rm -rf $(LOSSY_SCRATCH)
-	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 16kb --out $(LOSSY_SCRATCH)/fit/queue-16kb
-	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 64kb --out $(LOSSY_SCRATCH)/fit/queue-64kb
-	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 32kb --out $(LOSSY_SCRATCH)/held-out/queue-32kb
-	$(LOSSY_RUN) -n 32 --nodes 8 --link-queue 16kb --out $(LOSSY_SCRATCH)/held-out/queue-16kb-nodes-8
-	$(LOSSY_RUN) -n 16 --nodes 4 --victims 2 --link-queue 16kb --out $(LOSSY_SCRATCH)/held-out/queue-16kb-victims-2
+	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 16kb --out $(LOSSY_SCRATCH)/fit/queue-16kb || [ $$? -eq 1 ]
+	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 64kb --out $(LOSSY_SCRATCH)/fit/queue-64kb || [ $$? -eq 1 ]
+	$(LOSSY_RUN) -n 16 --nodes 4 --link-queue 32kb --out $(LOSSY_SCRATCH)/held-out/queue-32kb || [ $$? -eq 1 ]
+	$(LOSSY_RUN) -n 32 --nodes 8 --link-queue 16kb --out $(LOSSY_SCRATCH)/held-out/queue-16kb-nodes-8 || [ $$? -eq 1 ]
+	$(LOSSY_RUN) -n 16 --nodes 4 --victims 2 --link-queue 16kb --out $(LOSSY_SCRATCH)/held-out/queue-16kb-victims-2 || [ $$? -eq 1 ]
+	$(LOSSY_RUN) -n 48 --nodes 12 --link-queue 16kb --out $(LOSSY_SCRATCH)/held-out/queue-16kb-nodes-12 || [ $$? -eq 1 ]
 	$(VENV)/bin/python -m mailrail.simulate.runs --keep $(LOSSY_SCRATCH) $(SIMULATE_DATA)/runs/lossy
 
 simulate-calibration: $(VENV)/.installed

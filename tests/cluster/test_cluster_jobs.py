@@ -123,9 +123,12 @@ def test_links_are_shaped_both_ways(leaves_nothing):
     with VirtualCluster(ClusterSpec(nodes=2, link=link)) as cluster:
         node_side = namespaces.run(["tc", "-n", cluster.layout.netns(1), "qdisc", "show", "dev", "eth0"], "test")
         switch_side = namespaces.run(["tc", "-n", cluster.layout.netns(None), "qdisc", "show", "dev", "n1"], "test")
+        devices = [(cluster.layout.netns(1), "eth0"), (cluster.layout.netns(None), "n1")]
+        offload = [namespaces.run(["ip", "-n", netns, "-d", "link", "show", "dev", dev], "test") for netns, dev in devices]
         job, result = cluster_job(cluster, 2, "cluster_probe.py", "--bytes", str(2_000_000))
     for shown in (node_side, switch_side):
         assert "tbf 1: root" in shown and "rate 200Mbit" in shown and "pfifo 10: parent 1:1 limit 100p" in shown
+    assert all(" gso_max_segs 1 " in shown for shown in offload), offload  # the queue holds frames
     assert sum(r["checked"] for r in result["ranks"]) == 1 and job.network_bytes >= 2_000_000
 
 

@@ -17,6 +17,7 @@ from mailrail.cluster.spec import (
     Queue,
     agent_script,
     hostfile,
+    link_commands,
     new_cluster_id,
     node_of_rank,
     parse_duration,
@@ -214,6 +215,16 @@ def test_tc_rate_delay_and_queue():
     assert queue_only == [["tc", "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "bfifo", "limit", "65536"]]
     bytes_with_rate = tc_commands("eth0", Link(rate_bps=10**9, queue=Queue(2**20, "bytes")))
     assert len(bytes_with_rate) == 1 and bytes_with_rate[0][-2:] == ["limit", str(2**20)]
+
+
+def test_a_link_with_a_queue_carries_frames_of_one_segment():
+    """A queue holds frames, as a switch port does: never a whole 64 KiB offload packet dropped at once."""
+    assert link_commands("eth0", Link()) == [] and link_commands("eth0", Link(rate_bps=10**9)) == []
+    for queue in (Queue(16384, "bytes"), Queue(100, "packets")):
+        link = Link(rate_bps=5 * 10**8, queue=queue)
+        assert link.frames_only and link.describe()["frames_only"] is True
+        assert link_commands("n3", link) == [["ip", "link", "set", "dev", "n3", "gso_max_segs", "1"]]
+    assert Link(rate_bps=10**9).describe()["frames_only"] is False
 
 
 def test_hostfiles_per_launcher():

@@ -47,6 +47,7 @@ from .spec import (
     Queue,
     agent_script,
     hostfile,
+    link_commands,
     new_cluster_id,
     ranks_per_node,
     tc_commands,
@@ -242,6 +243,8 @@ class VirtualCluster:
         namespaces.run(["ip", "-n", netns, "link", "set", NODE_INTERFACE, "up"], f"starting node {node}'s link")
         # The link's rate, delay and queue, in both directions: the node's uplink and its switch port.
         for where, device in ((netns, NODE_INTERFACE), (head, port)):
+            for command in link_commands(device, self.spec.link):
+                namespaces.run(["ip", "-n", where, *command[1:]], f"setting node {node}'s link to carry frames")
             for command in tc_commands(device, self.spec.link):
                 try:
                     namespaces.run(["tc", "-n", where, *command[1:]], f"shaping node {node}'s link")
