@@ -124,7 +124,9 @@ def test_links_are_shaped_both_ways(leaves_nothing):
         node_side = namespaces.run(["tc", "-n", cluster.layout.netns(1), "qdisc", "show", "dev", "eth0"], "test")
         switch_side = namespaces.run(["tc", "-n", cluster.layout.netns(None), "qdisc", "show", "dev", "n1"], "test")
         devices = [(cluster.layout.netns(1), "eth0"), (cluster.layout.netns(None), "n1")]
-        offload = [namespaces.run(["ip", "-n", netns, "-d", "link", "show", "dev", dev], "test") for netns, dev in devices]
+        offload = [
+            namespaces.run(["ip", "-n", netns, "-d", "link", "show", "dev", dev], "test") for netns, dev in devices
+        ]
         job, result = cluster_job(cluster, 2, "cluster_probe.py", "--bytes", str(2_000_000))
     for shown in (node_side, switch_side):
         assert "tbf 1: root" in shown and "rate 200Mbit" in shown and "pfifo 10: parent 1:1 limit 100p" in shown

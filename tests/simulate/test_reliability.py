@@ -23,7 +23,9 @@ from mailrail.simulate.reliability import (
     NO_REPLY,
     OUT_OF_ORDER,
     Packet,
+    ReceiveFlow,
     Reliability,
+    SendFlow,
 )
 
 
@@ -129,33 +131,52 @@ def _selective(window: int = 8) -> Reliability:
     return Reliability(window, 1, timeout_min=0.2, timeout_max=120.0, backoff=2.0, selective=True)
 
 
-def test_selectively_the_receiver_holds_what_follows_a_gap_names_each_gap_once_and_hands_on_in_order():
+def test_selectively_the_receiver_holds_what_follows_a_gap_sacks_every_packet_after_it_and_hands_on_in_order():
     flows = _selective()
     sender, receiver = flows.send_flow(0, 1), flows.receive_flow(0, 1)
     p0, p1, p2, p3, p4 = (packet for p in _packets(5) for packet in flows.submit(sender, p, 0.0))
     assert flows.receive(receiver, p0, True) == (ACCEPT, ACK, 0)
-    # p1 and p3 lost: p2 is held and names the gap at 1; p4 is held without another NAK
+    # p1 and p3 lost: p2 and p4 are held, each answered by a duplicate ACK naming the gap at 1
     assert flows.receive(receiver, p2, True) == (HELD, NAK, 1)
-    assert flows.receive(receiver, p4, True) == (HELD, NO_REPLY, 0)
-    assert flows.receive(receiver, p2, True) == (DUPLICATE, ACK, 0)  # held already
+    assert flows.receive(receiver, p4, True) == (HELD, NAK, 1)
+    assert flows.receive(receiver, p2, True) == (DUPLICATE, NAK, 1)  # held already: answered at once
     # p1 fills the first gap: p2 follows it, and the gap at 3 is named
     assert flows.receive(receiver, p1, True) == (ACCEPT, NAK, 3)
     assert [packet.seq for packet in flows.take_ready(receiver)] == [2]
     assert flows.take_ready(receiver) == []
     assert flows.receive(receiver, p3, True) == (ACCEPT, ACK, 4)  # a filled gap is acknowledged at once
     assert [packet.seq for packet in flows.take_ready(receiver)] == [4]
-    assert receiver.expected == 5 and not receiver.held and flows.naks == 2
+    assert flows.receive(receiver, p3, True) == (DUPLICATE, ACK, 4)  # no gap: a plain duplicate ACK
+    assert receiver.expected == 5 and not receiver.held and flows.naks == 4
 
 
-def test_selectively_a_nak_sends_again_only_the_packet_it_names():
+def _sent(flows: Reliability, count: int, times: list[float]) -> tuple[SendFlow, ReceiveFlow, list[Packet]]:
+    """*count* packets on one selective flow, the i-th sent at ``times[i]``."""
+    flow, receiver = flows.send_flow(0, 1), flows.receive_flow(0, 1)
+    packets = [packet for p, when in zip(_packets(count), times) for packet in flows.submit(flow, p, when)]
+    assert len(packets) == count
+    return flow, receiver, packets
+
+
+def test_selectively_a_duplicate_ack_sends_again_what_was_sent_before_a_packet_held():
+    """RACK's rule on one path: a packet not taken that was sent before one the receiver holds is lost, a lost
+    retransmission too; one sent after the newest held packet may still be on its way."""
     flows = _selective()
-    flow = flows.send_flow(0, 1)
-    for packet in _packets(5):
-        flows.submit(flow, packet, 0.0)
-    delay, again = flows.nak(flow, 2, 1.0)  # 0 and 1 arrived; 2 is missing
-    assert delay == 0 and [packet.seq for packet in again] == [2]
-    assert [packet.seq for packet in flow.unacked] == [2, 3, 4] and not flow.waiting
-    assert flows.retransmitted == 1 and flow.deadline == pytest.approx(1.0 + 0.2)  # its timer restarted
+    flow, receiver, (p0, p1, p2, p3, p4) = _sent(flows, 5, [0.0, 0.1, 0.2, 0.3, 0.4])
+    flows.receive(receiver, p0, True)
+    flows.receive(receiver, p3, True)  # p1 and p2 lost; p4 not arrived yet
+    delay, again = flows.nak(flow, 1, 1.0, receiver)
+    assert delay == 0 and [packet.seq for packet in again] == [1, 2]
+    assert [packet.seq for packet in flow.unacked] == [1, 2, 3, 4] and flows.retransmitted == 2
+    assert flow.deadline == pytest.approx(1.0 + 0.2)  # the oldest's timer restarted with its resend
+    # the same SACK again (another duplicate ACK) names nothing new: what went again was sent after p3
+    assert flows.nak(flow, 1, 1.1, receiver) == (0.0, [])
+    # p1's resend is lost; p2's, which left after it (at 1.05, say), arrives, and so does p4: p1 goes again
+    p2.sent_at = 1.05
+    flows.receive(receiver, p2, True)
+    flows.receive(receiver, p4, True)
+    assert [packet.seq for packet in flows.nak(flow, 1, 1.2, receiver)[1]] == [1]
+    assert flows.retransmitted == 3
 
 
 def test_selectively_a_timeout_sends_again_what_the_receiver_does_not_hold():
@@ -167,6 +188,56 @@ def test_selectively_a_timeout_sends_again_what_the_receiver_does_not_hold():
     assert [packet.seq for packet in flows.timed_out(sender, receiver, 0.2)] == [0, 1, 3]
     assert sender.timeout == 0.4 and sender.deadline == pytest.approx(0.6)  # backed off
     assert flows.retransmitted == 3 and flows.timeouts == 1
+
+
+def _probing(window: int = 8, initial: float = 0.0) -> Reliability:
+    return Reliability(
+        window,
+        1,
+        timeout_min=0.2,
+        timeout_max=120.0,
+        backoff=2.0,
+        selective=True,
+        reno=True,
+        initial_window=initial,
+        loss_probe=0.012,
+    )
+
+
+def test_a_tail_loss_probe_is_due_after_the_latest_transmission_and_sends_again_what_was_not_taken():
+    flows = _probing()
+    flow, receiver, (p0, p1, p2) = _sent(flows, 3, [0.0, 0.001, 0.002])
+    assert flows.next_timer(flow) == pytest.approx(0.014)  # 12 ms after the latest transmission, before the RTO
+    flows.receive(receiver, p0, True)
+    assert flows.acknowledged(flow, 0, 0.003) == [] and flows.next_timer(flow) == pytest.approx(0.015)  # re-armed
+    assert not flows.probe_due(flow, 0.0149) and flows.probe_due(flow, 0.015)
+    assert [packet.seq for packet in flows.probe(flow, receiver, 0.015)] == [1, 2]  # the tail, lost
+    assert flows.loss_probes == 1 and flows.retransmitted == 2 and flows.timeouts == 0
+    assert flow.cwin == 4 and flow.deadline == pytest.approx(0.215)  # fast recovery: halved; the RTO from now
+    assert flows.next_timer(flow) == pytest.approx(0.215)  # one probe an episode, none while recovering
+    flows.receive(receiver, p1, True)
+    flows.receive(receiver, p2, True)
+    flows.acknowledged(flow, 2, 0.016)
+    assert not flow.unacked and not flow.probed  # an ACK moved the flow on: the next episode may probe again
+
+
+def test_a_probe_finding_everything_arrived_sends_nothing_and_keeps_the_window():
+    flows = _probing()
+    flow, receiver, packets = _sent(flows, 2, [0.0, 0.0])
+    for packet in packets:
+        flows.receive(receiver, packet, True)  # arrived; the ACK is still on its way
+    assert flows.probe(flow, receiver, 0.012) == [] and flow.cwin == 8 and flows.retransmitted == 0
+
+
+def test_renos_window_starts_at_the_initial_window_and_slow_starts_to_the_threshold():
+    flows = _probing(window=8, initial=3.3)
+    flow = flows.send_flow(0, 1)
+    out = [packet for p in _packets(10) for packet in flows.submit(flow, p, 0.0)]
+    assert len(out) == 4  # while fewer than 3.3 are out, another goes
+    freed = flows.acknowledged(flow, 1, 0.1)  # two acknowledged: the window grows by one per packet, to 5.3
+    assert flow.cwin == pytest.approx(5.3) and len(freed) == 4 and len(flow.unacked) == 6
+    flows.acknowledged(flow, 7, 0.2)
+    assert flow.cwin == 8  # never past flow_window_packets
 
 
 def test_a_drop_tail_port_drops_what_does_not_fit_and_a_full_uplink_refuses_its_sender():
@@ -291,6 +362,21 @@ def test_selectively_a_lost_last_packet_waits_for_the_retransmission_timeout(dro
     assert (result.dropped_packets, result.retransmitted_packets, result.timeouts) == (drops, drops, drops)
 
 
+def test_selectively_a_lost_last_packet_is_sent_again_by_the_tail_loss_probe():
+    """With a probe, a lost tail costs the probe's time after the last ACK, not the RTO: the ACK of packet
+    n-2 reaches the sender at n serializations and two latencies, the probe resends the last one then."""
+    n, probe = 4, 0.01
+
+    def drop(source, dest, seq, attempt):
+        return seq == n - 1 and attempt == 1
+
+    result = simulate(_one_flow(n), TCP_LIKE.replace(loss_probe_s=probe), check_invariants=True, drop=drop)
+    serialize = SIZE / RATE
+    last_ack = n * serialize + 2 * LATENCY
+    assert result.runtime_s == pytest.approx(last_ack + probe + 2 * serialize + LATENCY, rel=1e-9)
+    assert (result.dropped_packets, result.retransmitted_packets, result.timeouts, result.loss_probes) == (1, 1, 0, 1)
+
+
 def test_a_drop_tail_queue_smaller_than_one_datagram_is_refused():
     with pytest.raises(ParamsError, match="a link queue of 1000 bytes with drop_tail=1"):
         simulate(_one_flow(1), TCP_LIKE.replace(drop_tail=1, switch_queue_bytes=1000))
@@ -310,6 +396,8 @@ def test_a_receive_context_smaller_than_one_datagram_is_refused():
         ({"flow_window_packets": 4, "retransmit_timeout_min_s": 1.0}, "retransmit_timeout_max_s=0.0"),
         ({"ack_interval_packets": 0}, "ack_interval_packets=0"),
         ({"retransmit_backoff": 0.5}, "retransmit_backoff=0.5"),
+        ({"initial_window_bytes": 14480}, "initial_window_bytes=14480: a congestion window's, so reno_window=1"),
+        ({"loss_probe_s": 0.012}, "loss_probe_s=0.012: TCP's tail-loss probe, so selective_recovery=1"),
     ],
 )
 def test_loss_parameters_that_cannot_recover_are_refused_naming_the_value(change, message):
@@ -333,6 +421,7 @@ def test_loss_parameters_that_cannot_recover_are_refused_naming_the_value(change
     ingest=st.sampled_from([0.0, 1e-6]),
     congestion_control=st.sampled_from([0, 1]),
     selective=st.sampled_from([0, 1]),
+    tcp=st.sampled_from([0, 1]),
     queue=st.sampled_from([0, 4096 + 64, 3 * (4096 + 64)]),
     seed=st.integers(0, 1000),
 )
@@ -351,6 +440,7 @@ def test_loss_conserves_every_message_and_every_credit(
     ingest,
     congestion_control,
     selective,
+    tcp,
     queue,
     seed,
 ):
@@ -379,6 +469,10 @@ def test_loss_conserves_every_message_and_every_credit(
         ack_interval_packets=ack_interval,
         congestion_control=congestion_control,
         selective_recovery=selective,
+        # with selective recovery, TCP's window too: from Linux's initial window, with tail-loss probes
+        reno_window=selective * tcp,
+        initial_window_bytes=selective * tcp * 2 * (4096 + 64),
+        loss_probe_s=selective * tcp * 5e-4,
         drop_tail=int(queue > 0),
         switch_queue_bytes=queue or LOSSY.switch_queue_bytes,
         header_bytes=64,

@@ -321,7 +321,9 @@ def test_a_point_out_of_memory_at_the_bytes_asked_has_no_goodput_to_compare():
     assert "n/a" in none and "out of memory or unfinished at 16384 ranks" in none
 
 
-LOSSY_FIXTURE = Path(__file__).parent / "fixtures" / "lossy-16kb"  # a shallow-queue run, cut to 200 messages a rank
+# a shallow-queue run cut to 200 messages a rank, recorded with offload packets on the links (its unconstrained
+# mode timed out): a run's shape, whatever it measured
+LOSSY_FIXTURE = Path(__file__).parent / "fixtures" / "lossy-16kb"
 
 
 def test_a_lossy_run_is_read_with_its_queue_its_trials_time_and_tcps_resent_segments():

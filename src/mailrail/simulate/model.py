@@ -121,6 +121,7 @@ class Result:
     dropped_packets: int = 0  # packets a full receive context lost (unseen, or their payload)
     retransmitted_packets: int = 0
     timeouts: int = 0  # retransmission timers that expired
+    loss_probes: int = 0  # TCP's tail-loss probes sent
     flow_packets: int = 0  # packets that flows put on links between nodes: first sends, resends, ACKs and NAKs
 
 
@@ -216,6 +217,9 @@ class Simulation:
                 congestion_control=bool(params.congestion_control),
                 selective=bool(params.selective_recovery),
                 reno=bool(params.reno_window),
+                # Linux counts its initial window in segments of bytes; the model's packets are whole messages
+                initial_window=params.initial_window_bytes / (eager + params.header_bytes),
+                loss_probe=params.loss_probe_s,
                 rng=random.Random(workload.seed),
             )
             if params.flows
@@ -346,6 +350,7 @@ class Simulation:
             dropped_packets=self.dropped,
             retransmitted_packets=self.reliability.retransmitted if self.reliability else 0,
             timeouts=self.reliability.timeouts if self.reliability else 0,
+            loss_probes=self.reliability.loss_probes if self.reliability else 0,
             flow_packets=(
                 self.reliability.numbered + self.reliability.retransmitted + self.replies if self.reliability else 0
             ),
@@ -484,19 +489,30 @@ class Simulation:
         self._arm(rank, dest, flow)
 
     def _arm(self, rank: _Rank, dest: _Rank, flow: SendFlow) -> None:
-        """A timer event at the flow's deadline, unless one is due before it (a later one is then stale)."""
-        if flow.unacked and (flow.timer_at is None or flow.deadline < flow.timer_at):
-            flow.timer_at = flow.deadline
-            self._at(flow.deadline, self._timer, rank, dest, flow, flow.deadline)
+        """A timer event at the flow's next deadline, unless one is due before it (a later one is then stale)."""
+        assert self.reliability is not None
+        due = self.reliability.next_timer(flow)
+        if flow.unacked and (flow.timer_at is None or due < flow.timer_at):
+            flow.timer_at = due
+            self._at(due, self._timer, rank, dest, flow, due)
 
     def _timer(self, rank: _Rank, dest: _Rank, flow: SendFlow, at: float) -> None:
-        """The flow's oldest packet's timer: if it expired, an ERR_CHK asks the receiver what it has (PSM2), or
-        the sender sends again what the receiver does not hold (TCP's RTO, selective recovery)."""
+        """The flow's timers: a tail-loss probe sends again what the receiver has not taken (TCP); an expired
+        retransmission timer sends an ERR_CHK asking the receiver what it has (PSM2), or the sender sends again
+        what the receiver does not hold (TCP's RTO, selective recovery)."""
         reliability = self.reliability
         assert reliability is not None
         if flow.timer_at != at:
             return
         flow.timer_at = None
+        if reliability.probe_due(flow, self.env.now):
+            self._put_on_wire(
+                rank,
+                dest,
+                flow,
+                reliability.probe(flow, reliability.receive_flow(rank.index, dest.index), self.env.now),
+            )
+            return
         if reliability.expired(flow, self.env.now):
             if reliability.selective:
                 again = reliability.timed_out(flow, reliability.receive_flow(rank.index, dest.index), self.env.now)
@@ -561,7 +577,8 @@ class Simulation:
     def _flow_answer(self, rank: _Rank, dest: _Rank, reply: int, seq: int) -> None:
         assert self.reliability is not None
         flow = self.reliability.send_flow(rank.index, dest.index)
-        delay, again = self.reliability.answered(flow, reply, seq, self.env.now)
+        receiver = self.reliability.receive_flow(rank.index, dest.index)
+        delay, again = self.reliability.answered(flow, reply, seq, self.env.now, receiver)
         self._put_on_wire(rank, dest, flow, again)
         if delay:
             self._at(self.env.now + delay, self._resume, rank, dest, flow)

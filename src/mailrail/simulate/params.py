@@ -64,6 +64,10 @@ class ModelParams:
     selective_recovery: int = 0  # 1: TCP's (SACK, fast retransmit of the packet missed, RTO); 0: PSM2's go-back-N
     # 1: a flow's window is TCP Reno's congestion window (RFC 5681), at most flow_window_packets; 0: fixed
     reno_window: int = 0
+    # Reno's window starts at this many bytes and slow-starts up to flow_window_packets (0: starts there)
+    initial_window_bytes: int = 0
+    # TCP's tail-loss probe (RACK-TLP): due this long after a flow's latest transmission or ACK (0: none)
+    loss_probe_s: float = 0.0
     # the machine: None, every rank has a core of its own; else all ranks share this many cores, and a rank
     # with nothing to do still takes this share of what a busy rank takes (it polls, then yields)
     host_cores: int | None = None
@@ -90,6 +94,12 @@ class ModelParams:
         for switch in ("congestion_control", "drop_tail", "selective_recovery", "reno_window"):
             if getattr(self, switch) not in (0, 1):
                 raise ParamsError(f"{switch}={getattr(self, switch)!r}: 0 (off) or 1 (on)")
+        if self.initial_window_bytes and not self.reno_window:
+            raise ParamsError(
+                f"initial_window_bytes={self.initial_window_bytes!r}: a congestion window's, so reno_window=1"
+            )
+        if self.loss_probe_s and not self.selective_recovery:
+            raise ParamsError(f"loss_probe_s={self.loss_probe_s!r}: TCP's tail-loss probe, so selective_recovery=1")
         if self.ack_interval_packets < 1:
             raise ParamsError(f"ack_interval_packets={self.ack_interval_packets!r}: must be >= 1")
         if self.retransmit_backoff < 1:

@@ -23,8 +23,10 @@ and the hfi1 driver have them; the Omni-Path parameter file gives the values' so
 
 TCP's recovery, the virtual cluster's (*selective*, :class:`Reliability`'s keyword), differs in three rules:
 the receiver keeps a packet that arrives after a gap (SACK) and hands it on once the gap is filled, in
-order; it names the first packet it misses once per gap (a duplicate ACK with SACK blocks), and the sender
-sends that one packet again (fast retransmit), not everything after it; and when the oldest packet's timer
+order; it answers every packet after a gap with a duplicate ACK whose SACK blocks say what it holds, and the
+sender sends again every packet it has not taken that was sent before one it holds (RACK's rule, RFC 8985:
+on one path, a packet overtaken is lost), a lost retransmission included, not everything after the gap; and
+when the oldest packet's timer
 expires (``RTO``: the kernel's ``RtoMin`` doubling to ``RtoMax``), the sender itself sends again every
 unacknowledged packet the receiver does not hold, with no ERR_CHK round trip.  Where TCP loses packets is
 the receiving node's link queue (:mod:`.network`'s drop-tail), not the receiver; a packet its sender's own
@@ -33,7 +35,14 @@ with nothing in flight to bring one, for the probe timer (Linux arms it at the R
 window is TCP's congestion window (RFC 5681): it starts at ``flow_window_packets`` (the slow-start
 threshold too) and never passes it, grows by a packet per packet acknowledged below the threshold and by
 one per window above it, halves when the receiver names a loss (once per window of packets, RFC 6582's
-recovery point), and falls to one packet on a timeout, with the threshold at half the window.
+recovery point), and falls to one packet on a timeout, with the threshold at half the window; with
+*initial_window*, it starts there instead (Linux's ten segments, RFC 6928) and slow-starts up to the threshold.
+With *loss_probe* (Linux's tail-loss probe with RACK, RFC 8985), a flow with packets out and no loss being
+recovered sends a probe *loss_probe* after its latest transmission or ACK: its SACK tells the sender which
+packets sent before it never arrived, and those are sent again in fast recovery (the window halves, as for a
+named loss) instead of waiting for the RTO.  One probe per episode, until an ACK moves the flow on.  The
+model resends at the probe's time what the probe's SACK would name, a round trip early (microseconds on a
+LAN, against the probe's milliseconds).
 
 PSM2's congestion control (``IPS_PROTO_FLAG_CCA``) is active only where the driver gives it settings, so it
 is a parameter (``congestion_control``): on a NAK it shrinks the flow's window to one packet, holds the
@@ -46,6 +55,7 @@ packets and calls the timers.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 
@@ -81,19 +91,23 @@ class SendFlow:
         "timer_at",
         "threshold",
         "recover",
+        "probe_at",
+        "probed",
     )
 
-    def __init__(self, window: int, timeout: float) -> None:
+    def __init__(self, window: int, timeout: float, initial_window: float = 0.0) -> None:
         self.next_seq = 0
         self.unacked: deque[Packet] = deque()  # sent, not acknowledged, oldest first
         self.waiting: deque[Packet] = deque()  # numbered, waiting for the window (or sent, and going again)
-        self.cwin: float = window  # how many may be unacknowledged now (congestion control shrinks it)
+        self.cwin: float = initial_window or window  # how many may be unacknowledged now
         self.paused_until = 0.0  # congestion control holds the flow's packets until then
         self.timeout = timeout  # the oldest unacknowledged packet's
         self.deadline = 0.0  # when its timer expires
         self.timer_at: float | None = None  # when the model's pending timer event for this flow fires
         self.threshold: float = window  # Reno's slow-start threshold
-        self.recover = 0  # Reno: a loss named below this sequence number belongs to a window already halved
+        self.recover = 0  # a loss named below this sequence number belongs to the recovery under way
+        self.probe_at = math.inf  # when its tail-loss probe is due (inf: none armed)
+        self.probed = False  # a probe went, and no ACK has moved the flow on since
 
 
 class ReceiveFlow:
@@ -121,9 +135,12 @@ class Reliability:
         congestion_control: bool = False,
         selective: bool = False,
         reno: bool = False,
+        initial_window: float = 0.0,
+        loss_probe: float = 0.0,
         rng: random.Random | None = None,
     ) -> None:
         self.window, self.ack_interval, self.selective, self.reno = window, ack_interval, selective, reno
+        self.initial_window, self.loss_probe = initial_window, loss_probe
         self.timeout_min, self.timeout_max, self.backoff = timeout_min, timeout_max, backoff
         self.congestion_control, self.rng = congestion_control, rng or random.Random(0)
         self.send_flows: dict[tuple[int, int], SendFlow] = {}
@@ -131,13 +148,14 @@ class Reliability:
         self.numbered = 0  # packets submitted (each sent once, and again when lost)
         self.retransmitted = 0  # packets sent again
         self.timeouts = 0  # timer expiries (each sends an ERR_CHK)
+        self.loss_probes = 0  # tail-loss probes sent
         self.naks = 0
         self.discarded = 0  # packets that reached a receiver's progress and were thrown away (out of order, dup)
 
     def send_flow(self, source: int, dest: int) -> SendFlow:
         flow = self.send_flows.get((source, dest))
         if flow is None:
-            flow = self.send_flows[(source, dest)] = SendFlow(self.window, self.timeout_min)
+            flow = self.send_flows[(source, dest)] = SendFlow(self.window, self.timeout_min, self.initial_window)
         return flow
 
     def receive_flow(self, source: int, dest: int) -> ReceiveFlow:
@@ -180,12 +198,28 @@ class Reliability:
                 self.retransmitted += 1
             flow.unacked.append(packet)
             out.append(packet)
+        if out:
+            self._arm_probe(flow, now)
         return out
+
+    def _arm_probe(self, flow: SendFlow, now: float) -> None:
+        """The tail-loss probe, due *loss_probe* from *now*: only with packets out, none probed for yet, and no
+        loss being recovered (Linux probes in its Open state only)."""
+        recovering = flow.unacked and flow.unacked[0].seq < flow.recover
+        armed = self.loss_probe and flow.unacked and not flow.probed and not recovering
+        flow.probe_at = now + self.loss_probe if armed else math.inf
+
+    def next_timer(self, flow: SendFlow) -> float:
+        """When the flow's next timer is due: its tail-loss probe or its oldest packet's retransmission timeout."""
+        return min(flow.deadline, flow.probe_at)
 
     def acknowledged(self, flow: SendFlow, seq: int, now: float) -> list[Packet]:
         """An ACK of every packet up to *seq*: what the freed window lets out (congestion control doubles a
         shrunk window on each ACK)."""
         acknowledged = self._drop_acknowledged(flow, seq)
+        if acknowledged:
+            flow.probed = False
+            self._arm_probe(flow, now)
         if self.reno:
             for _ in range(acknowledged):
                 flow.cwin += 1 if flow.cwin < flow.threshold else 1 / flow.cwin
@@ -207,17 +241,22 @@ class Reliability:
             flow.deadline = flow.unacked[0].sent_at + self.timeout_min
         return count
 
-    def nak(self, flow: SendFlow, seq: int, now: float) -> tuple[float, list[Packet]]:
+    def nak(
+        self, flow: SendFlow, seq: int, now: float, receiver: ReceiveFlow | None = None
+    ) -> tuple[float, list[Packet]]:
         """A NAK of *seq* (everything before it arrived): every unacknowledged packet goes back to the head of
-        the queue, and the window lets out what it can: (delay, packets).  With congestion control, PSM2
+        the queue, and the window lets out what it can: (delay, packets).  Selectively, a duplicate ACK: the
+        packets *receiver*'s SACK blocks show lost go again.  With congestion control, PSM2
         shrinks the window to one packet and holds the flow for a random half to all of the timeout
         (``ips_proto_process_nak``): the delay after which the model calls :meth:`resume`; else at once."""
         self._drop_acknowledged(flow, seq - 1)
-        if self.selective:  # only the packet named goes again, ahead of what the freed window lets out
-            if self.reno and seq >= flow.recover:  # a new loss: the window halves (once for this window's)
-                flow.threshold = flow.cwin = max(flow.cwin / 2, 1.0)
-                flow.recover = flow.next_seq
-            again = [packet for packet in flow.unacked if packet.seq == seq]
+        if self.selective:  # what the SACK shows lost goes again, ahead of what the freed window lets out
+            assert receiver is not None, "selective recovery reads the receiver's SACK blocks"
+            # RACK orders transmissions by time, and packets sent together by sequence
+            newest_held = max(((packet.sent_at, packet.seq) for packet in receiver.held.values()), default=None)
+            again = self._not_taken(flow, receiver, before=newest_held) if newest_held else []
+            if again:
+                self._recover(flow, again[0].seq)
             for packet in again:
                 self._resend(flow, packet, now)
             return 0.0, again + self._open_window(flow, now)
@@ -229,6 +268,27 @@ class Reliability:
         delay = self.rng.uniform(flow.timeout / 2, flow.timeout)
         flow.paused_until = now + delay
         return delay, []
+
+    @staticmethod
+    def _not_taken(flow: SendFlow, receiver: ReceiveFlow, before: tuple[float, float]) -> list[Packet]:
+        """The unacknowledged packets last sent before *before* (a time, and a sequence number among packets
+        sent then) that *receiver* has neither accepted nor holds."""
+        return [
+            packet
+            for packet in flow.unacked
+            if (packet.sent_at, packet.seq) < before
+            and packet.seq >= receiver.expected
+            and packet.seq not in receiver.held
+        ]
+
+    def _recover(self, flow: SendFlow, seq: int) -> None:
+        """A loss of *seq* learnt from the receiver: a new one starts a recovery (Reno's window halves once for
+        the window's losses), and no tail-loss probe goes until it is over."""
+        if seq >= flow.recover:
+            if self.reno:
+                flow.threshold = flow.cwin = max(flow.cwin / 2, 1.0)
+            flow.recover = flow.next_seq
+        flow.probe_at = math.inf
 
     def held_back(self, flow: SendFlow, packets: list[Packet]) -> None:
         """The sender's own link queue had no room for *packets* (oldest first): none left.  One sent before
@@ -256,11 +316,30 @@ class Reliability:
         again = [packet for packet in flow.unacked if packet.seq not in receiver.held]
         if self.reno:  # the window falls to one packet; those sent again go regardless, as TCP's RTO resends
             flow.threshold, flow.cwin = max(flow.cwin / 2, 2.0), 1.0
-            flow.recover = flow.next_seq
+        flow.recover = flow.next_seq
+        flow.probe_at = math.inf
         for packet in again:
             self._resend(flow, packet, now)
         flow.deadline = now + flow.timeout
         return again
+
+    def probe_due(self, flow: SendFlow, now: float) -> bool:
+        return bool(flow.unacked) and now >= flow.probe_at
+
+    def probe(self, flow: SendFlow, receiver: ReceiveFlow, now: float) -> list[Packet]:
+        """The tail-loss probe at :meth:`probe_due`: what the receiver has not taken (neither accepted nor
+        holds) is sent again, as fast recovery does with what RACK marks lost after the probe's SACK.  The
+        retransmission timeout then runs from now (Linux re-arms it after a probe)."""
+        self.loss_probes += 1
+        flow.probed = True
+        flow.probe_at = math.inf
+        lost = self._not_taken(flow, receiver, before=(now, math.inf))
+        if lost:
+            self._recover(flow, lost[0].seq)
+        for packet in lost:
+            self._resend(flow, packet, now)
+        flow.deadline = now + flow.timeout
+        return lost
 
     def resume(self, flow: SendFlow, now: float) -> list[Packet]:
         """The end of a congestion-control hold: what goes out."""
@@ -276,10 +355,14 @@ class Reliability:
         flow.deadline = now + flow.timeout
         return True
 
-    def answered(self, flow: SendFlow, reply: int, seq: int, now: float) -> tuple[float, list[Packet]]:
-        """The sender gets an ACK or NAK of *seq*: (delay, what goes out after it: again, or newly through
-        the window)."""
-        return self.nak(flow, seq, now) if reply == NAK else (0.0, self.acknowledged(flow, seq, now))
+    def answered(
+        self, flow: SendFlow, reply: int, seq: int, now: float, receiver: ReceiveFlow | None = None
+    ) -> tuple[float, list[Packet]]:
+        """The sender gets an ACK or NAK of *seq* (from *receiver*, whose SACK blocks selective recovery reads):
+        (delay, what goes out after it: again, or newly through the window)."""
+        if reply == NAK:
+            return self.nak(flow, seq, now, receiver)
+        return 0.0, self.acknowledged(flow, seq, now)
 
     # -- the receiver ------------------------------------------------------------------------------
 
@@ -288,9 +371,12 @@ class Reliability:
         reply names).  A packet whose payload was dropped for want of eager bytes is NAKed like a gap."""
         if packet.seq < flow.expected or packet.seq in flow.held:
             self.discarded += 1
-            # TCP answers a duplicate at once (RFC 5681, 4.2): the sender's timer resent it for want of an ACK
-            answer = packet.ack_request or self.selective
-            return (DUPLICATE, ACK, flow.expected - 1) if answer else (DUPLICATE, NO_REPLY, 0)
+            if self.selective:  # TCP answers a duplicate at once (RFC 5681, 4.2), SACKing what it holds
+                if flow.held:
+                    self.naks += 1
+                    return DUPLICATE, NAK, flow.expected
+                return DUPLICATE, ACK, flow.expected - 1
+            return (DUPLICATE, ACK, flow.expected - 1) if packet.ack_request else (DUPLICATE, NO_REPLY, 0)
         if self.selective:
             return self._receive_selectively(flow, packet)
         if packet.seq > flow.expected or not payload_kept:
@@ -301,17 +387,18 @@ class Reliability:
         return (ACCEPT, ACK, packet.seq) if packet.ack_request else (ACCEPT, NO_REPLY, 0)
 
     def _receive_selectively(self, flow: ReceiveFlow, packet: Packet) -> tuple[int, int, int]:
-        if packet.seq > flow.expected:  # kept; the gap before it is named once
+        if packet.seq > flow.expected:  # kept, and a duplicate ACK names the gap, SACKing what is held
             flow.held[packet.seq] = packet
-            return self._name_gap(flow, HELD)
+            self.naks += 1
+            return HELD, NAK, flow.expected
         flow.expected += 1
         filled = bool(flow.held)
         while flow.expected in flow.held:
             flow.ready.append(flow.held.pop(flow.expected))
             flow.expected += 1
-        flow.nak_sent = False
         if flow.held:  # another gap behind the one filled
-            return self._name_gap(flow, ACCEPT)
+            self.naks += 1
+            return ACCEPT, NAK, flow.expected
         if filled or packet.ack_request:  # a filled gap is acknowledged at once
             return ACCEPT, ACK, flow.expected - 1
         return ACCEPT, NO_REPLY, 0
