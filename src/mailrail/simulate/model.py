@@ -215,6 +215,7 @@ class Simulation:
             )
         self.progress = progress
         self.check_invariants = check_invariants
+        self.cores = params.host_cores
         load = workload
         self.now = 0.0
         self.queue: list[tuple[float, int, int, Callable[..., None], tuple[Any, ...]]] = []
@@ -396,7 +397,7 @@ class Simulation:
         processor sharing: it takes longer by the ranks that want a core now (the busy ones, and ``idle_share``
         of each idle one, which polls and yields) over the cores, counted as it starts."""
         self.events += 1
-        cores = self.params.host_cores
+        cores = self.cores
         if cores is not None:
             waiting = self.waiting
             load = len(self.ranks) - waiting + self.params.idle_share * waiting
@@ -405,36 +406,41 @@ class Simulation:
         return seconds
 
     def _rank_loop(self, rank: _Rank) -> Generator[float | None, None, None]:
-        params, load = self.params, self.workload
-        endpoint = rank.endpoint
+        send_cpu_s, credit_cpu_s = self.params.send_cpu_s, self.params.credit_cpu_s
+        datagram_size = self.workload.datagram_size
+        work = self._work
+        endpoint, plan = rank.endpoint, rank.plan
+        planned = len(plan)
         while True:
             busy = False
             if rank.context:
-                yield from self._ingest(rank)
+                yield work(self._ingest(rank))
             while rank.inbox:
                 busy = True
-                yield from self._receive_one(rank)
+                item = rank.inbox.popleft()
+                yield work(self._matched(rank, item))
+                self._received(rank, item)
                 if rank.context:  # each receive is a progress call: it takes what arrived meanwhile
-                    yield from self._ingest(rank)
+                    yield work(self._ingest(rank))
             if endpoint.deferred.total:
                 for dest, nbytes, slot, tag, _ in list(endpoint.drain_ready(now=0.0)):
                     busy = True
                     self._transmit(rank, dest, nbytes, slot, tag)
-                    yield self._work(params.send_cpu_s)
+                    yield work(send_cpu_s)
             while endpoint.credit_messages_due():
                 busy = True
                 target, tag = endpoint.next_credit_message()
-                yield self._work(params.credit_cpu_s)
+                yield work(credit_cpu_s)
                 self._send_credit(rank, target, tag)
-            if rank.sent < len(rank.plan):
+            if rank.sent < planned:
                 slot = endpoint.reserve()
                 if slot != NO_SLOT:
-                    dest = rank.plan[rank.sent]
+                    dest = plan[rank.sent]
                     rank.sent += 1
-                    dest, nbytes, slot, tag, _ = endpoint.submit(dest, slot, load.datagram_size)
+                    dest, nbytes, slot, tag, _ = endpoint.submit(dest, slot, datagram_size)
                     if slot != NO_SLOT:
                         self._transmit(rank, dest, nbytes, slot, tag)
-                    yield self._work(params.send_cpu_s)
+                    yield work(send_cpu_s)
                     continue
             if not rank.finished and self._finished(rank):
                 rank.finished = True
@@ -480,11 +486,14 @@ class Simulation:
     def _send_completed(self, rank: _Rank, slot: int) -> None:
         """A send's buffer is free: the Endpoint takes completed sends off its ring oldest first, as the
         transport tests the oldest."""
-        rank.done_slots.add(slot)
+        done = rank.done_slots
+        done.add(slot)
         endpoint = rank.endpoint
-        while endpoint.in_flight and endpoint.oldest_in_flight() in rank.done_slots:
-            rank.done_slots.discard(endpoint.oldest_in_flight())
+        oldest = endpoint.oldest_in_flight()
+        while oldest in done:  # (NO_SLOT, with nothing in flight, never is)
+            done.discard(oldest)
             endpoint.oldest_completed()
+            oldest = endpoint.oldest_in_flight()
         # A waiting rank that still has sends to make waits for a slot; one that has not, for its last completion.
         if rank.sent < len(rank.plan) or endpoint.pending_sends() == 0:
             self._wake(rank)
@@ -495,15 +504,15 @@ class Simulation:
     # -- flows between nodes: loss and its recovery (only with params.flows) ---------------------------
 
     def _put_on_wire(self, rank: _Rank, dest: _Rank, flow: SendFlow, packets: list[Packet]) -> None:
-        now = self.now
+        now, network = self.now, self.network
         for index, packet in enumerate(packets):
-            if not self.network.uplink_has_room(now, rank.node, packet.nbytes):  # this one and those behind it wait
+            if network.drop_tail and not network.uplink_has_room(now, rank.node, packet.nbytes):  # it and those behind wait
                 assert self.reliability is not None
                 self.reliability.held_back(flow, packets[index:])
                 if not flow.unacked:  # no ACK will come to let them out: the probe timer will (at the RTO)
                     self._at(now + flow.timeout, self._resume, rank, dest, flow)
                 break
-            left, arrival = self.network.send(now, rank.node, dest.node, packet.nbytes, droppable=True)
+            left, arrival = network.send(now, rank.node, dest.node, packet.nbytes, droppable=True)
             if packet.attempts > MAX_ATTEMPTS:
                 raise ModelStall(
                     f"a packet from rank {rank.index} to rank {dest.index} (sequence {packet.seq}) was sent "
@@ -566,9 +575,10 @@ class Simulation:
         rank.context.append((packet, kept))
         self._wake(rank)
 
-    def _ingest(self, rank: _Rank) -> Generator[float, None, None]:
+    def _ingest(self, rank: _Rank) -> float:
         """*rank*'s progress takes every packet out of its receive context: accepted ones go to MPI's queue
-        (copied; unexpected ones into MPI's own buffers), the rest are discarded; ACKs and NAKs go back."""
+        (copied; unexpected ones into MPI's own buffers), the rest are discarded; ACKs and NAKs go back.  The CPU
+        time it took."""
         reliability, params = self.reliability, self.params
         assert reliability is not None
         cost = 0.0
@@ -590,7 +600,7 @@ class Simulation:
                 replies[source] = (reply, seq)
         for source, (reply, seq) in replies.items():
             self._reply(rank, self.ranks[source], reply, seq)
-        yield self._work(cost)
+        return cost
 
     def _flow_answer(self, rank: _Rank, dest: _Rank, reply: int, seq: int) -> None:
         assert self.reliability is not None
@@ -642,18 +652,13 @@ class Simulation:
             self.oom = (self.now, f"node {rank.node} passed its {cap} bytes at {self.now:.3f} s")
             self._end()
 
-    def _receive_one(self, rank: _Rank) -> Generator[float, None, None]:
+    def _matched(self, rank: _Rank, item: tuple[int, int, int, int, int]) -> float:
+        """The CPU time *rank* takes to receive *item* (then :meth:`_received`): a payload leaves MPI's queue
+        as it is matched."""
         params = self.params
-        kind, source, tag, nbytes, slot = rank.inbox.popleft()
-        endpoint = rank.endpoint
+        kind, _, _, nbytes, _ = item
         if kind == CREDIT:
-            yield self._work(params.credit_cpu_s)
-            endpoint.credits_arrived(source, tag)
-            if endpoint.flow.credits_change_silently:  # the node's pool grew: its waiting ranks look again
-                for mate in self.node_ranks[rank.node]:
-                    if mate.endpoint.deferred.total:
-                        self._wake(mate)
-            return
+            return params.credit_cpu_s
         matching = 0.0
         if kind != RENDEZVOUS_DATA:  # the data of a rendezvous has its receive matched already
             unexpected = self._unexpected(rank)
@@ -663,15 +668,28 @@ class Simulation:
                 matching = params.match_per_entry_s * unexpected
                 if params.copy_Bps and kind == PAYLOAD:  # out of MPI's buffer into the receive slot: a second copy
                     matching += nbytes / params.copy_Bps
+        if kind == RENDEZVOUS_REQUEST:
+            return matching + params.credit_cpu_s
+        return params.recv_cpu_s + matching + self.workload.receive_work_s
+
+    def _received(self, rank: _Rank, item: tuple[int, int, int, int, int]) -> None:
+        """*rank* has received *item*: its Endpoint takes it."""
+        kind, source, tag, nbytes, slot = item
+        endpoint = rank.endpoint
+        if kind == CREDIT:
+            endpoint.credits_arrived(source, tag)
+            if endpoint.flow.credits_change_silently:  # the node's pool grew: its waiting ranks look again
+                for mate in self.node_ranks[rank.node]:
+                    if mate.endpoint.deferred.total:
+                        self._wake(mate)
+            return
         if kind == RENDEZVOUS_REQUEST:  # matched: clear-to-send goes back, the data follows
-            yield self._work(matching + params.credit_cpu_s)
             sender = self.ranks[source]
             _, cts = self.network.transfer(self.now, rank.node, sender.node, 0)
             left, arrival = self.network.transfer(cts, sender.node, rank.node, nbytes)
             self._at(left, self._send_completed, sender, slot)
             self._at(arrival, self._arrive, rank, (RENDEZVOUS_DATA, source, tag, nbytes, slot))
             return
-        yield self._work(params.recv_cpu_s + matching + self.workload.receive_work_s)
         endpoint.head_arrived()
         message = endpoint.arrived(source, tag, nbytes, 0, None)
         rank.received += 1
