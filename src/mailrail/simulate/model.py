@@ -1,9 +1,9 @@
 """A discrete-event model of one adversarial-incast trial, driving MailRail's own protocol.
 
-Every rank is a process (a generator, stepped by the model's own event loop) holding a real :class:`mailrail.protocol.Endpoint` and a real
-flow-control strategy from :mod:`mailrail.flow` (the node-shared pools are one
-:class:`~mailrail.flow.node.LocalCounters` per node, which every rank of the node updates, as the
-ranks of a node update shared memory): every reserve, send, deferral, drain, arrival, release and
+Every rank is a process (a generator, stepped by the model's own event loop) holding a real
+:class:`mailrail.protocol.Endpoint` and a real flow-control strategy from :mod:`mailrail.flow` (the
+node-shared pools are one :class:`~mailrail.flow.node.LocalCounters` per node, which every rank of the
+node updates, as the ranks of a node update shared memory): every reserve, send, deferral, drain, arrival, release and
 credit message goes through the library's code, so the model cannot drift from it.  What the model
 adds is what the library leaves to MPI and the machine, each an explicit mechanism:
 
@@ -506,7 +506,8 @@ class Simulation:
     def _put_on_wire(self, rank: _Rank, dest: _Rank, flow: SendFlow, packets: list[Packet]) -> None:
         now, network = self.now, self.network
         for index, packet in enumerate(packets):
-            if network.drop_tail and not network.uplink_has_room(now, rank.node, packet.nbytes):  # it and those behind wait
+            # A full uplink queue (drop-tail only): this packet and those behind it wait.
+            if network.drop_tail and not network.uplink_has_room(now, rank.node, packet.nbytes):
                 assert self.reliability is not None
                 self.reliability.held_back(flow, packets[index:])
                 if not flow.unacked:  # no ACK will come to let them out: the probe timer will (at the RTO)
