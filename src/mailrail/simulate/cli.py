@@ -1,4 +1,4 @@
-"""``mailrail simulate``: the model of MailRail jobs at any size (no MPI; SimPy, the ``simulate`` extra).
+"""``mailrail simulate``: the model of MailRail jobs at any size (no MPI; the ``simulate`` extra: scipy, for its fit).
 
 * ``simulate adversarial``: project the adversarial incast at the sizes asked for, per mode.
 * ``simulate calibrate``: fit the model's parameters to ``compare``/``sweep`` results.
@@ -44,10 +44,6 @@ PILOT_FRACTION = 20
 PILOT_MARGIN = 0.6
 #: The held-out runs shipped with the package (validate's default).
 HELD_OUT = os.path.join(os.path.dirname(__file__), "data", "runs", "held-out")
-
-
-def _needs_simpy() -> str | None:
-    return missing_module("simpy", "mailrail simulate", "simulate", purpose=" (its discrete-event engine)")
 
 
 def _progress(line: str) -> None:
@@ -327,9 +323,6 @@ def points_table(points: list[dict[str, Any]]) -> str:
 
 
 def run_adversarial(args: argparse.Namespace) -> int:
-    problem = _needs_simpy()
-    if problem:
-        return usage_error("simulate adversarial", problem)
     from .params import ParamsError
 
     if args.victims >= min(args.ranks):
@@ -423,7 +416,7 @@ VIRTUAL_CLUSTER = {
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    problem = _needs_simpy() or missing_module("scipy", "mailrail simulate calibrate", "apps", purpose=" (the fit)")
+    problem = missing_module("scipy", "mailrail simulate calibrate", "apps", purpose=" (the fit)")
     if problem:
         return usage_error("simulate calibrate", problem)
     from .calibrate import fit
@@ -475,9 +468,6 @@ def add_fit_window_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_fit_window(args: argparse.Namespace) -> int:
-    problem = _needs_simpy()
-    if problem:
-        return usage_error("simulate fit-window", problem)
     from .calibrate import fit_window
     from .params import ParamsError
     from .runs import read_runs
@@ -646,9 +636,6 @@ def _fall(fraction: float | None) -> str:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    problem = _needs_simpy()
-    if problem:
-        return usage_error("simulate validate", problem)
     from .params import ParamsError
     from .runs import read_runs
 
@@ -808,9 +795,6 @@ def combine_paper(paths: list[str]) -> dict[str, Any]:
 
 
 def run_paper(args: argparse.Namespace) -> int:
-    problem = _needs_simpy()
-    if problem:
-        return usage_error("simulate paper", problem)
     from . import paper
     from .params import ParamsError
 

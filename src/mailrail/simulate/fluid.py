@@ -73,7 +73,7 @@ from ..flow.modes import flow_mode
 from ..support.incast import choose_victims, spread
 from .params import ModelParams, ParamsError
 
-if TYPE_CHECKING:  # the model's module imports SimPy; the fluid view needs only its workload's fields
+if TYPE_CHECKING:  # the fluid view needs only the model's workload's fields, not the model
     from .model import Workload
 
 #: Arrivals of MPI's growing queue are integrated in this many steps (the queue's growth is near linear:

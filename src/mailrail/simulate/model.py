@@ -1,9 +1,9 @@
-"""A discrete-event model of one adversarial-incast trial, on SimPy, driving MailRail's own protocol.
+"""A discrete-event model of one adversarial-incast trial, driving MailRail's own protocol.
 
-Every rank is a SimPy process holding a real :class:`mailrail.protocol.Endpoint` and a real
-flow-control strategy from :mod:`mailrail.flow` (the node-shared pools are one
-:class:`~mailrail.flow.node.LocalCounters` per node, which every rank of the node updates, as the
-ranks of a node update shared memory): every reserve, send, deferral, drain, arrival, release and
+Every rank is a process (a generator, stepped by the model's own event loop) holding a real
+:class:`mailrail.protocol.Endpoint` and a real flow-control strategy from :mod:`mailrail.flow` (the
+node-shared pools are one :class:`~mailrail.flow.node.LocalCounters` per node, which every rank of the
+node updates, as the ranks of a node update shared memory): every reserve, send, deferral, drain, arrival, release and
 credit message goes through the library's code, so the model cannot drift from it.  What the model
 adds is what the library leaves to MPI and the machine, each an explicit mechanism:
 
@@ -26,20 +26,25 @@ adds is what the library leaves to MPI and the machine, each an explicit mechani
 
 The rank loop is the benchmark's: receive everything that arrived, drain deferred sends, send the
 credit messages due, then send one message; a rank with nothing to do waits (it yields its core).
+
+The event loop is SimPy's, without its event objects: events are ordered by (time, priority, the order they
+were scheduled in), a process's start before anything else due at the same time, and a time is computed as
+SimPy computes it (now plus a delay), so a run is the same, event for event, as it was on SimPy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import itertools
 import random
 import time
 from collections import deque
 from collections.abc import Callable, Generator
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
-import simpy
 
 from ..config import default
 from ..errors import ConfigError
@@ -58,6 +63,8 @@ PAYLOAD, RENDEZVOUS_REQUEST, RENDEZVOUS_DATA, CREDIT = range(4)
 TAG_UB = (1 << 31) - 1
 #: A packet sent more often than this means its flow's recovery livelocked (a bug): the model stops.
 MAX_ATTEMPTS = 100_000
+#: Event priorities, SimPy's: a process's start comes before the other events due at the same time.
+URGENT, NORMAL = 0, 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +146,10 @@ class ModelStall(RuntimeError):
     """The modelled job can make no more progress (a bug of the model or of the flow control it runs)."""
 
 
+class _Stop(Exception):
+    """The trial's end came up in the event queue (raised by its event, caught by the loop)."""
+
+
 class _Rank:
     __slots__ = (
         "index",
@@ -151,7 +162,8 @@ class _Rank:
         "inbox",
         "waiting_payloads",
         "unexpected_peak",
-        "wake",
+        "process",
+        "asleep",
         "done_slots",
         "finished",
         "context",
@@ -166,7 +178,8 @@ class _Rank:
         self.inbox: deque[tuple[int, int, int, int, int]] = deque()  # (kind, source, tag, nbytes, sender's slot)
         self.waiting_payloads = 0  # payloads and rendezvous requests in the inbox: MPI has yet to match them
         self.unexpected_peak = 0
-        self.wake: simpy.Event | None = None
+        self.process: Generator[float | None, None, None] | None = None  # yields its CPU time, or None to wait
+        self.asleep = False  # waiting, and no wake scheduled yet
         self.done_slots: set[int] = set()  # sends completed, not yet taken off the Endpoint's ring
         self.finished = False
         self.context: deque[tuple[Packet, bool]] = deque()  # arrived, not yet taken by progress (payload kept?)
@@ -203,8 +216,11 @@ class Simulation:
             )
         self.progress = progress
         self.check_invariants = check_invariants
+        self.cores = params.host_cores
         load = workload
-        self.env = simpy.Environment()
+        self.now = 0.0
+        self.queue: list[tuple[float, int, int, Callable[..., None], tuple[Any, ...]]] = []
+        self.next_id = itertools.count().__next__  # ties in time and priority go in the order scheduled
         self.waiting = 0  # ranks with nothing to do (they poll and yield: idle_share of a busy rank's CPU each)
         self.network = Network(params, load.nodes, load.link_Bps, load.link_queue_bytes)
         self.reliability = (
@@ -275,7 +291,7 @@ class Simulation:
             self.node_ranks.setdefault(rank.node, []).append(rank)
         self.node_unexpected = [0] * load.nodes  # bytes of unexpected messages per node
         self.unfinished = load.ranks
-        self.all_done = self.env.event()
+        self.ending = False  # the trial's end is scheduled (every rank finished, out of memory, or time is up)
         self.delivered = 0
         self.total_messages = sum(expected)
         self.events = 0
@@ -306,19 +322,18 @@ class Simulation:
     def run(self) -> Result:
         load = self.workload
         for rank in self.ranks:
-            self.env.process(self._rank_loop(rank))
+            rank.process = self._rank_loop(rank)
+            heappush(self.queue, (0.0, URGENT, self.next_id(), self._step, (rank,)))
         if load.time_limit_s is not None:
-            self._at(load.time_limit_s, self._time_is_up)
+            self._at(load.time_limit_s, self._end)
         try:
-            self.env.run(until=self.all_done)
-        except ModelStall:
-            raise
-        except RuntimeError as error:  # SimPy: no event left, and not every rank finished
+            self._run_events()
+        except _Stop:
+            pass
+        else:
             stuck = [rank.index for rank in self.ranks if not rank.finished][:8]
-            raise ModelStall(
-                f"the modelled job stalled at {self.env.now:.6f} s: ranks {stuck} never finished"
-            ) from error
-        runtime = self.env.now
+            raise ModelStall(f"the modelled job stalled at {self.now:.6f} s: ranks {stuck} never finished")
+        runtime = self.now
         victims = self.ranks[: load.victims]
         payload = sum(rank.received for rank in self.ranks) * load.datagram_size
         unexpected_peak = max(rank.unexpected_peak for rank in victims)
@@ -356,74 +371,99 @@ class Simulation:
             ),
         )
 
-    def _time_is_up(self) -> None:
-        if not self.all_done.triggered:
-            self.all_done.succeed()
+    def _run_events(self) -> None:
+        """Every event in order until the queue is empty, or the trial's end raises :class:`_Stop`."""
+        queue = self.queue
+        while queue:
+            self.now, _, _, action, args = heappop(queue)
+            action(*args)
 
-    def _work(self, seconds: float) -> Generator[Any, Any, None]:
-        """*seconds* of this rank's CPU.  On a host of ``host_cores`` cores, processor sharing: it takes longer
-        by the ranks that want a core now (the busy ones, and ``idle_share`` of each idle one, which polls and
-        yields) over the cores, counted as it starts."""
+    def _end(self) -> None:
+        """The trial ends once the events already due now have run (SimPy's ``run(until=event)``)."""
+        if not self.ending:
+            self.ending = True
+            heappush(self.queue, (self.now, NORMAL, self.next_id(), self._stop, ()))
+
+    @staticmethod
+    def _stop() -> None:
+        raise _Stop
+
+    def _step(self, rank: _Rank) -> None:
+        """*rank*'s process runs until it asks for CPU time (scheduled as its next step) or waits (asleep)."""
+        assert rank.process is not None
+        seconds = next(rank.process)
+        if seconds is None:
+            rank.asleep = True
+        else:
+            heappush(self.queue, (self.now + seconds, NORMAL, self.next_id(), self._step, (rank,)))
+
+    def _work(self, seconds: float) -> float:
+        """*seconds* of this rank's CPU, as its process yields them.  On a host of ``host_cores`` cores,
+        processor sharing: it takes longer by the ranks that want a core now (the busy ones, and ``idle_share``
+        of each idle one, which polls and yields) over the cores, counted as it starts."""
         self.events += 1
-        cores = self.params.host_cores
+        cores = self.cores
         if cores is not None:
             waiting = self.waiting
             load = len(self.ranks) - waiting + self.params.idle_share * waiting
             if load > cores:
                 seconds *= load / cores
-        yield self.env.timeout(seconds)
+        return seconds
 
-    def _rank_loop(self, rank: _Rank) -> Generator[Any, Any, None]:
-        params, load, env = self.params, self.workload, self.env
-        endpoint = rank.endpoint
+    def _rank_loop(self, rank: _Rank) -> Generator[float | None, None, None]:
+        send_cpu_s, credit_cpu_s = self.params.send_cpu_s, self.params.credit_cpu_s
+        datagram_size = self.workload.datagram_size
+        work = self._work
+        endpoint, plan = rank.endpoint, rank.plan
+        planned = len(plan)
         while True:
             busy = False
             if rank.context:
-                yield from self._ingest(rank)
+                yield work(self._ingest(rank))
             while rank.inbox:
                 busy = True
-                yield from self._receive_one(rank)
+                item = rank.inbox.popleft()
+                yield work(self._matched(rank, item))
+                self._received(rank, item)
                 if rank.context:  # each receive is a progress call: it takes what arrived meanwhile
-                    yield from self._ingest(rank)
+                    yield work(self._ingest(rank))
             if endpoint.deferred.total:
                 for dest, nbytes, slot, tag, _ in list(endpoint.drain_ready(now=0.0)):
                     busy = True
                     self._transmit(rank, dest, nbytes, slot, tag)
-                    yield from self._work(params.send_cpu_s)
+                    yield work(send_cpu_s)
             while endpoint.credit_messages_due():
                 busy = True
                 target, tag = endpoint.next_credit_message()
-                yield from self._work(params.credit_cpu_s)
+                yield work(credit_cpu_s)
                 self._send_credit(rank, target, tag)
-            if rank.sent < len(rank.plan):
+            if rank.sent < planned:
                 slot = endpoint.reserve()
                 if slot != NO_SLOT:
-                    dest = rank.plan[rank.sent]
+                    dest = plan[rank.sent]
                     rank.sent += 1
-                    dest, nbytes, slot, tag, _ = endpoint.submit(dest, slot, load.datagram_size)
+                    dest, nbytes, slot, tag, _ = endpoint.submit(dest, slot, datagram_size)
                     if slot != NO_SLOT:
                         self._transmit(rank, dest, nbytes, slot, tag)
-                    yield from self._work(params.send_cpu_s)
+                    yield work(send_cpu_s)
                     continue
             if not rank.finished and self._finished(rank):
                 rank.finished = True
                 self.unfinished -= 1
                 if self.unfinished == 0:
-                    self.all_done.succeed()
+                    self._end()
             if not busy and not rank.inbox and not endpoint.credit_messages_due() and not rank.context:
-                rank.wake = env.event()
                 self.waiting += 1
-                yield rank.wake
+                yield None  # asleep until a wake
                 self.waiting -= 1
-                rank.wake = None
 
     def _finished(self, rank: _Rank) -> bool:
         return rank.sent == len(rank.plan) and rank.endpoint.pending_sends() == 0 and rank.received == rank.expected
 
-    @staticmethod
-    def _wake(rank: _Rank) -> None:
-        if rank.wake is not None and not rank.wake.triggered:
-            rank.wake.succeed()
+    def _wake(self, rank: _Rank) -> None:
+        if rank.asleep:
+            rank.asleep = False
+            heappush(self.queue, (self.now, NORMAL, self.next_id(), self._step, (rank,)))
 
     # -- the sender side -----------------------------------------------------------------------------
 
@@ -431,7 +471,7 @@ class Simulation:
         params = self.params
         source_node, dest_node = rank.node, self.node_of[dest]
         if nbytes > params.eager_limit_bytes:  # rendezvous: only the request goes now
-            _, arrival = self.network.transfer(self.env.now, source_node, dest_node, 0)
+            _, arrival = self.network.transfer(self.now, source_node, dest_node, 0)
             self._at(arrival, self._arrive, self.ranks[dest], (RENDEZVOUS_REQUEST, rank.index, tag, nbytes, slot))
             return
         self._send_eager(rank, self.ranks[dest], (PAYLOAD, rank.index, tag, nbytes, slot))
@@ -441,9 +481,9 @@ class Simulation:
         have flows, else straight to *dest*; a payload's send completes when it has left."""
         if self.reliability is not None and rank.node != dest.node:
             flow = self.reliability.send_flow(rank.index, dest.index)
-            self._put_on_wire(rank, dest, flow, self.reliability.submit(flow, Packet(item, item[3]), self.env.now))
+            self._put_on_wire(rank, dest, flow, self.reliability.submit(flow, Packet(item, item[3]), self.now))
             return
-        left, arrival = self.network.transfer(self.env.now, rank.node, dest.node, item[3])
+        left, arrival = self.network.transfer(self.now, rank.node, dest.node, item[3])
         if item[0] == PAYLOAD:
             self._at(left, self._send_completed, rank, item[4])
         self._at(arrival, self._arrive, dest, item)
@@ -451,11 +491,14 @@ class Simulation:
     def _send_completed(self, rank: _Rank, slot: int) -> None:
         """A send's buffer is free: the Endpoint takes completed sends off its ring oldest first, as the
         transport tests the oldest."""
-        rank.done_slots.add(slot)
+        done = rank.done_slots
+        done.add(slot)
         endpoint = rank.endpoint
-        while endpoint.in_flight and endpoint.oldest_in_flight() in rank.done_slots:
-            rank.done_slots.discard(endpoint.oldest_in_flight())
+        oldest = endpoint.oldest_in_flight()
+        while oldest in done:  # (NO_SLOT, with nothing in flight, never is)
+            done.discard(oldest)
             endpoint.oldest_completed()
+            oldest = endpoint.oldest_in_flight()
         # A waiting rank that still has sends to make waits for a slot; one that has not, for its last completion.
         if rank.sent < len(rank.plan) or endpoint.pending_sends() == 0:
             self._wake(rank)
@@ -466,15 +509,16 @@ class Simulation:
     # -- flows between nodes: loss and its recovery (only with params.flows) ---------------------------
 
     def _put_on_wire(self, rank: _Rank, dest: _Rank, flow: SendFlow, packets: list[Packet]) -> None:
-        now = self.env.now
+        now, network = self.now, self.network
         for index, packet in enumerate(packets):
-            if not self.network.uplink_has_room(now, rank.node, packet.nbytes):  # this one and those behind it wait
+            # A full uplink queue (drop-tail only): this packet and those behind it wait.
+            if network.drop_tail and not network.uplink_has_room(now, rank.node, packet.nbytes):
                 assert self.reliability is not None
                 self.reliability.held_back(flow, packets[index:])
                 if not flow.unacked:  # no ACK will come to let them out: the probe timer will (at the RTO)
                     self._at(now + flow.timeout, self._resume, rank, dest, flow)
                 break
-            left, arrival = self.network.send(now, rank.node, dest.node, packet.nbytes, droppable=True)
+            left, arrival = network.send(now, rank.node, dest.node, packet.nbytes, droppable=True)
             if packet.attempts > MAX_ATTEMPTS:
                 raise ModelStall(
                     f"a packet from rank {rank.index} to rank {dest.index} (sequence {packet.seq}) was sent "
@@ -505,20 +549,17 @@ class Simulation:
         if flow.timer_at != at:
             return
         flow.timer_at = None
-        if reliability.probe_due(flow, self.env.now):
+        if reliability.probe_due(flow, self.now):
             self._put_on_wire(
-                rank,
-                dest,
-                flow,
-                reliability.probe(flow, reliability.receive_flow(rank.index, dest.index), self.env.now),
+                rank, dest, flow, reliability.probe(flow, reliability.receive_flow(rank.index, dest.index), self.now)
             )
             return
-        if reliability.expired(flow, self.env.now):
+        if reliability.expired(flow, self.now):
             if reliability.selective:
-                again = reliability.timed_out(flow, reliability.receive_flow(rank.index, dest.index), self.env.now)
+                again = reliability.timed_out(flow, reliability.receive_flow(rank.index, dest.index), self.now)
                 self._put_on_wire(rank, dest, flow, again)
             else:
-                _, arrival = self.network.transfer(self.env.now, rank.node, dest.node, 0)
+                _, arrival = self.network.transfer(self.now, rank.node, dest.node, 0)
                 self._at(arrival, self._error_check, rank, dest, flow.unacked[-1].seq)
         self._arm(rank, dest, flow)
 
@@ -530,7 +571,7 @@ class Simulation:
     def _reply(self, rank: _Rank, sender: _Rank, reply: int, seq: int) -> None:
         """*rank* sends *sender* an ACK or NAK of *seq*."""
         self.replies += 1
-        _, arrival = self.network.transfer(self.env.now, rank.node, sender.node, 0)
+        _, arrival = self.network.transfer(self.now, rank.node, sender.node, 0)
         self._at(arrival, self._flow_answer, sender, rank, reply, seq)
 
     def _land(self, rank: _Rank, packet: Packet) -> None:
@@ -548,9 +589,10 @@ class Simulation:
         rank.context.append((packet, kept))
         self._wake(rank)
 
-    def _ingest(self, rank: _Rank) -> Generator[Any, Any, None]:
+    def _ingest(self, rank: _Rank) -> float:
         """*rank*'s progress takes every packet out of its receive context: accepted ones go to MPI's queue
-        (copied; unexpected ones into MPI's own buffers), the rest are discarded; ACKs and NAKs go back."""
+        (copied; unexpected ones into MPI's own buffers), the rest are discarded; ACKs and NAKs go back.  The CPU
+        time it took."""
         reliability, params = self.reliability, self.params
         assert reliability is not None
         cost = 0.0
@@ -572,25 +614,26 @@ class Simulation:
                 replies[source] = (reply, seq)
         for source, (reply, seq) in replies.items():
             self._reply(rank, self.ranks[source], reply, seq)
-        yield from self._work(cost)
+        return cost
 
     def _flow_answer(self, rank: _Rank, dest: _Rank, reply: int, seq: int) -> None:
         assert self.reliability is not None
         flow = self.reliability.send_flow(rank.index, dest.index)
         receiver = self.reliability.receive_flow(rank.index, dest.index)
-        delay, again = self.reliability.answered(flow, reply, seq, self.env.now, receiver)
+        delay, again = self.reliability.answered(flow, reply, seq, self.now, receiver)
         self._put_on_wire(rank, dest, flow, again)
         if delay:
-            self._at(self.env.now + delay, self._resume, rank, dest, flow)
+            self._at(self.now + delay, self._resume, rank, dest, flow)
 
     def _resume(self, rank: _Rank, dest: _Rank, flow: SendFlow) -> None:
         assert self.reliability is not None
-        self._put_on_wire(rank, dest, flow, self.reliability.resume(flow, self.env.now))
+        self._put_on_wire(rank, dest, flow, self.reliability.resume(flow, self.now))
 
     def _at(self, when: float, action: Callable[..., None], *args: Any) -> None:
+        """*action* at *when* (at once if past), as SimPy's timeout of the delay till then: now plus that delay."""
         self.events += 1
-        timer = self.env.timeout(max(when - self.env.now, 0.0))
-        timer.callbacks.append(lambda _: action(*args))
+        delay = when - self.now
+        heappush(self.queue, (self.now + (delay if delay > 0.0 else 0.0), NORMAL, self.next_id(), action, args))
 
     # -- the receiver side ---------------------------------------------------------------------------
 
@@ -621,22 +664,16 @@ class Simulation:
             self.node_peak = used
         cap = self.workload.victim_node_memory or self.params.node_memory_bytes
         if cap and used > cap and self.oom is None:
-            self.oom = (self.env.now, f"node {rank.node} passed its {cap} bytes at {self.env.now:.3f} s")
-            if not self.all_done.triggered:
-                self.all_done.succeed()
+            self.oom = (self.now, f"node {rank.node} passed its {cap} bytes at {self.now:.3f} s")
+            self._end()
 
-    def _receive_one(self, rank: _Rank) -> Generator[Any, Any, None]:
+    def _matched(self, rank: _Rank, item: tuple[int, int, int, int, int]) -> float:
+        """The CPU time *rank* takes to receive *item* (then :meth:`_received`): a payload leaves MPI's queue
+        as it is matched."""
         params = self.params
-        kind, source, tag, nbytes, slot = rank.inbox.popleft()
-        endpoint = rank.endpoint
+        kind, _, _, nbytes, _ = item
         if kind == CREDIT:
-            yield from self._work(params.credit_cpu_s)
-            endpoint.credits_arrived(source, tag)
-            if endpoint.flow.credits_change_silently:  # the node's pool grew: its waiting ranks look again
-                for mate in self.node_ranks[rank.node]:
-                    if mate.endpoint.deferred.total:
-                        self._wake(mate)
-            return
+            return params.credit_cpu_s
         matching = 0.0
         if kind != RENDEZVOUS_DATA:  # the data of a rendezvous has its receive matched already
             unexpected = self._unexpected(rank)
@@ -646,15 +683,28 @@ class Simulation:
                 matching = params.match_per_entry_s * unexpected
                 if params.copy_Bps and kind == PAYLOAD:  # out of MPI's buffer into the receive slot: a second copy
                     matching += nbytes / params.copy_Bps
+        if kind == RENDEZVOUS_REQUEST:
+            return matching + params.credit_cpu_s
+        return params.recv_cpu_s + matching + self.workload.receive_work_s
+
+    def _received(self, rank: _Rank, item: tuple[int, int, int, int, int]) -> None:
+        """*rank* has received *item*: its Endpoint takes it."""
+        kind, source, tag, nbytes, slot = item
+        endpoint = rank.endpoint
+        if kind == CREDIT:
+            endpoint.credits_arrived(source, tag)
+            if endpoint.flow.credits_change_silently:  # the node's pool grew: its waiting ranks look again
+                for mate in self.node_ranks[rank.node]:
+                    if mate.endpoint.deferred.total:
+                        self._wake(mate)
+            return
         if kind == RENDEZVOUS_REQUEST:  # matched: clear-to-send goes back, the data follows
-            yield from self._work(matching + params.credit_cpu_s)
             sender = self.ranks[source]
-            _, cts = self.network.transfer(self.env.now, rank.node, sender.node, 0)
+            _, cts = self.network.transfer(self.now, rank.node, sender.node, 0)
             left, arrival = self.network.transfer(cts, sender.node, rank.node, nbytes)
             self._at(left, self._send_completed, sender, slot)
             self._at(arrival, self._arrive, rank, (RENDEZVOUS_DATA, source, tag, nbytes, slot))
             return
-        yield from self._work(params.recv_cpu_s + matching + self.workload.receive_work_s)
         endpoint.head_arrived()
         message = endpoint.arrived(source, tag, nbytes, 0, None)
         rank.received += 1
@@ -668,12 +718,12 @@ class Simulation:
             now = time.monotonic()
             if now - self._last_report > 5:
                 self._last_report = now
-                self.progress(f"{self.delivered}/{self.total_messages} messages, {self.env.now:.3f} s simulated")
+                self.progress(f"{self.delivered}/{self.total_messages} messages, {self.now:.3f} s simulated")
 
     def _check_end(self) -> None:
         """Conservation, once the last credit messages have landed: everything sent arrived exactly once,
         and every credit is back with its sender or accounted for at its receiver."""
-        self.env.run()  # what is still in the air lands; idle ranks wait on events that never come
+        self._run_events()  # what is still in the air lands; idle ranks wait on wakes that never come
         sent = sum(rank.endpoint.messages_sent for rank in self.ranks)
         received = sum(rank.endpoint.messages_received for rank in self.ranks)
         planned = sum(len(rank.plan) for rank in self.ranks)

@@ -58,9 +58,15 @@ class Network:
             return self._send_drop_tail(now, source_node, dest_node, wire, droppable)
         rate = self.rate
         send_time = wire / rate
-        port_free = self.port_free[dest_node]
-        # Start when the uplink is free and the port will have room for these bytes on arrival.
-        start = max(now, self.uplink_free[source_node], port_free - send_time - max(self.queue - wire, 0) / rate)
+        room = self.queue - wire
+        # Start when the uplink is free and the port will have room for these bytes on arrival (max(), spelt out:
+        # the builtin's call costs more than these comparisons, made for every packet).
+        start, uplink_free = now, self.uplink_free[source_node]
+        if uplink_free > start:
+            start = uplink_free
+        port_allows = self.port_free[dest_node] - send_time - (room if room > 0 else 0) / rate
+        if port_allows > start:
+            start = port_allows
         at_port = start + send_time
         self.uplink_free[source_node] = at_port
         self.wire_bytes += wire
@@ -87,11 +93,12 @@ class Network:
         """A message of *wire* bytes at *dest_node*'s port at *at_port*: when it reaches the receiving rank, or
         None if the port had no room for it and it may be dropped."""
         port_free = self.port_free[dest_node]
-        backlog = max(port_free - at_port, 0.0) * self.rate + wire
+        queued_s = port_free - at_port
+        backlog = (queued_s if queued_s > 0.0 else 0.0) * self.rate + wire
         if droppable and backlog > self.queue:
             return None
         if backlog > self.port_peak_bytes:
             self.port_peak_bytes = backlog
-        departs = max(at_port, port_free) + wire / self.rate
+        departs = (port_free if port_free > at_port else at_port) + wire / self.rate
         self.port_free[dest_node] = departs
         return departs + self.latency
