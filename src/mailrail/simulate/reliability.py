@@ -115,7 +115,7 @@ class ReceiveFlow:
 
     def __init__(self) -> None:
         self.expected = 0  # the next sequence number it accepts
-        self.nak_sent = False  # a NAK for `expected` is out: later packets are discarded without another
+        self.nak_sent = False  # go-back-N: a NAK for `expected` is out, later packets are discarded without another
         self.held: dict[int, Packet] = {}  # selective recovery: arrived after a gap, kept until it fills
         self.ready: list[Packet] = []  # held packets the last accepted one put in order (take_ready)
 
@@ -324,6 +324,7 @@ class Reliability:
         return again
 
     def probe_due(self, flow: SendFlow, now: float) -> bool:
+        """Whether the flow's tail-loss probe is due at *now*."""
         return bool(flow.unacked) and now >= flow.probe_at
 
     def probe(self, flow: SendFlow, receiver: ReceiveFlow, now: float) -> list[Packet]:
@@ -372,10 +373,7 @@ class Reliability:
         if packet.seq < flow.expected or packet.seq in flow.held:
             self.discarded += 1
             if self.selective:  # TCP answers a duplicate at once (RFC 5681, 4.2), SACKing what it holds
-                if flow.held:
-                    self.naks += 1
-                    return DUPLICATE, NAK, flow.expected
-                return DUPLICATE, ACK, flow.expected - 1
+                return self._sack(flow, DUPLICATE) if flow.held else (DUPLICATE, ACK, flow.expected - 1)
             return (DUPLICATE, ACK, flow.expected - 1) if packet.ack_request else (DUPLICATE, NO_REPLY, 0)
         if self.selective:
             return self._receive_selectively(flow, packet)
@@ -387,21 +385,25 @@ class Reliability:
         return (ACCEPT, ACK, packet.seq) if packet.ack_request else (ACCEPT, NO_REPLY, 0)
 
     def _receive_selectively(self, flow: ReceiveFlow, packet: Packet) -> tuple[int, int, int]:
-        if packet.seq > flow.expected:  # kept, and a duplicate ACK names the gap, SACKing what is held
+        if packet.seq > flow.expected:  # kept, and answered
             flow.held[packet.seq] = packet
-            self.naks += 1
-            return HELD, NAK, flow.expected
+            return self._sack(flow, HELD)
         flow.expected += 1
         filled = bool(flow.held)
         while flow.expected in flow.held:
             flow.ready.append(flow.held.pop(flow.expected))
             flow.expected += 1
         if flow.held:  # another gap behind the one filled
-            self.naks += 1
-            return ACCEPT, NAK, flow.expected
+            return self._sack(flow, ACCEPT)
         if filled or packet.ack_request:  # a filled gap is acknowledged at once
             return ACCEPT, ACK, flow.expected - 1
         return ACCEPT, NO_REPLY, 0
+
+    def _sack(self, flow: ReceiveFlow, verdict: int) -> tuple[int, int, int]:
+        """TCP's answer to a packet while a gap is open: a duplicate ACK naming the gap, its SACK blocks saying
+        what is held (the sender reads them from *flow*)."""
+        self.naks += 1
+        return verdict, NAK, flow.expected
 
     def _name_gap(self, flow: ReceiveFlow, verdict: int) -> tuple[int, int, int]:
         """A packet after the gap at ``flow.expected``: a NAK of it, unless one is out already."""
