@@ -150,6 +150,35 @@ def test_selectively_the_receiver_holds_what_follows_a_gap_sacks_every_packet_af
     assert receiver.expected == 5 and not receiver.held and flows.naks == 4
 
 
+def test_selectively_a_packet_its_receiver_has_no_room_for_is_dropped_unanswered_and_sent_again():
+    """TCP drops a segment its receive buffer cannot take, unanswered: not delivered (Hypothesis found the model
+    delivering it), and recovered as any loss is; in the model, sent again once its timer expires."""
+    flows = _selective()
+    sender, receiver = flows.send_flow(0, 1), flows.receive_flow(0, 1)
+    (p0,) = flows.submit(sender, _packets(1)[0], 0.0)
+    assert flows.receive(receiver, p0, False) == (OUT_OF_ORDER, NO_REPLY, 0)
+    assert receiver.expected == 0 and not receiver.held and flows.take_ready(receiver) == []
+    # six senders, one node each, two messages to one victim whose context holds one payload: one is dropped
+    load = Workload(ranks=6, ranks_per_node=1, victims=1, messages_per_rank=2, mode="none", recv_slots=4, seed=0)
+    params = LOSSY.replace(
+        send_cpu_s=1e-6,
+        recv_cpu_s=3e-6,
+        recv_context_entries=2,
+        recv_context_bytes=4096,
+        ingest_cpu_s=1e-6,
+        copy_Bps=5e9,
+        header_bytes=64,
+        flow_window_packets=2,
+        ack_interval_packets=1,
+        selective_recovery=1,
+        retransmit_timeout_min_s=1e-3,
+        retransmit_timeout_max_s=4e-3,
+    )
+    result = simulate(load, params, check_invariants=True)
+    assert result.status == "ok" and result.messages == 10
+    assert result.dropped_packets == result.retransmitted_packets == result.timeouts == 1
+
+
 def _sent(flows: Reliability, count: int, times: list[float]) -> tuple[SendFlow, ReceiveFlow, list[Packet]]:
     """*count* packets on one selective flow, the i-th sent at ``times[i]``."""
     flow, receiver = flows.send_flow(0, 1), flows.receive_flow(0, 1)

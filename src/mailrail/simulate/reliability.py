@@ -369,7 +369,12 @@ class Reliability:
 
     def receive(self, flow: ReceiveFlow, packet: Packet, payload_kept: bool) -> tuple[int, int, int]:
         """The receiver's progress takes *packet* out of its context: (verdict, reply, the sequence number the
-        reply names).  A packet whose payload was dropped for want of eager bytes is NAKed like a gap."""
+        reply names).  A packet whose payload was dropped for want of eager bytes is NAKed like a gap (PSM2's TID
+        error); with selective recovery (TCP) it is gone unanswered, as Linux drops a segment its receive buffer
+        cannot take (``tcp_data_queue``: ``TCPRcvQDrop``, no ACK), and recovered as any loss is."""
+        if self.selective and not payload_kept:
+            self.discarded += 1
+            return OUT_OF_ORDER, NO_REPLY, 0
         if packet.seq < flow.expected or packet.seq in flow.held:
             self.discarded += 1
             if self.selective:  # TCP answers a duplicate at once (RFC 5681, 4.2), SACKing what it holds
