@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib
 import itertools
 import random
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Generator
 from heapq import heappop, heappush
@@ -48,7 +50,7 @@ import numpy as np
 
 from ..config import default
 from ..errors import ConfigError
-from ..flow.base import FlowControl
+from ..flow.base import ANSWER, KIND_MASK, FlowControl
 from ..flow.modes import FlowParts, NodeLayout, flow_mode
 from ..flow.node import LocalCounters, SharedCounters
 from ..protocol import NO_SLOT, Endpoint
@@ -65,6 +67,24 @@ TAG_UB = (1 << 31) - 1
 MAX_ATTEMPTS = 100_000
 #: Event priorities, SimPy's: a process's start comes before the other events due at the same time.
 URGENT, NORMAL = 0, 1
+#: The compiled Endpoint and credit ledgers (MailRail's compiled transport runs them): the same decisions as the
+#: Python specification (tests/test_protocol_compiled.py feeds both the same events), in a third of the time here.
+COMPILED = ("mailrail._protocol", "mailrail.flow._ledger")
+
+
+def _implementations() -> tuple[str, ...]:
+    """The implementations of the Endpoint and strategies the model can run, the one it runs by default first:
+    compiled when they were built (a source install without a C compiler has only the Python one)."""
+    try:
+        for module in COMPILED:
+            importlib.import_module(module)
+    except ImportError:
+        return ("python",)
+    return ("compiled", "python")
+
+
+IMPLEMENTATIONS = _implementations()
+IMPLEMENTATION = IMPLEMENTATIONS[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +157,8 @@ class _Pool:
 
     def __init__(self, slots: int, slot_size: int) -> None:
         self.slots, self.slot_size = slots, slot_size
+        self.views: tuple[()] = ()
+        self.slot_by_id: dict[int, int] = {}
 
     def slot_of(self, buf: object) -> int | None:
         return buf if type(buf) is int and 0 <= buf < self.slots else None
@@ -197,8 +219,16 @@ class Simulation:
         progress: Callable[[str], None] | None = None,
         check_invariants: bool = False,
         drop: Callable[[int, int, int, int], bool] | None = None,
+        implementation: str | None = None,
     ) -> None:
         self.workload, self.params = workload, params
+        # the invariant checks read the Python strategies' state (every credit accounted for): they run on those
+        self.implementation = implementation or ("python" if check_invariants else IMPLEMENTATION)
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation={self.implementation!r}: one of {', '.join(IMPLEMENTATIONS)}")
+        if check_invariants and self.implementation != "python":
+            raise ValueError("check_invariants reads the Python strategies' state: implementation='python'")
+        endpoint_type = Endpoint if self.implementation == "python" else importlib.import_module(COMPILED[0]).Endpoint
         self.drop = drop  # a fixed drop pattern (tests): drop(source, dest, seq, attempt) loses that packet unseen
         if not params.flows and drop is not None:
             raise ParamsError("a drop pattern needs flows to recover its packets: flow_window_packets > 0")
@@ -251,6 +281,7 @@ class Simulation:
         index_of = np.empty(load.ranks, dtype=np.int64)
         index_of[order] = np.arange(load.ranks)
         self.node_of = [r // load.ranks_per_node for r in order]
+        self.node_map = array("i", self.node_of)
         self.victim_nodes = {self.node_of[i] for i in range(load.victims)}
         destinations = load.victims if load.partners == 0 else load.ranks
         plans = [
@@ -273,7 +304,7 @@ class Simulation:
             node = self.node_of[index]
             receives = expected[index] > 0
             flow = self._flow(node, destinations, load.ranks if receives else destinations, shared)
-            endpoint = Endpoint(
+            endpoint = endpoint_type(
                 index,
                 load.ranks,
                 _Pool(load.send_slots, load.datagram_size),  # type: ignore[arg-type]  # (slots, slot_size, slot_of)
@@ -313,9 +344,12 @@ class Simulation:
                 shared[node] = mode.make_node_counters(
                     self.budget, lambda name, initial: LocalCounters(destinations, initial)
                 )
-            layout = NodeLayout(load.nodes, self.node_of.__getitem__)
-            parts = dataclasses.replace(parts, layout=layout, counters=shared[node])
-        return mode.strategy("python", parts)
+            # a compiled ledger reads the node of a rank from this map, and the counters at their address
+            layout = NodeLayout(load.nodes, self.node_of.__getitem__, map_address=self.node_map.buffer_info()[0])
+            parts = dataclasses.replace(
+                parts, layout=layout, counters=shared[node], owner=(shared[node], self.node_map)
+            )
+        return mode.strategy(self.implementation, parts)
 
     # -- running -------------------------------------------------------------------------------------
 
@@ -416,6 +450,7 @@ class Simulation:
         work = self._work
         endpoint, plan = rank.endpoint, rank.plan
         planned = len(plan)
+        silent = endpoint.flow.credits_change_silently  # a credit wakes only the ranks it could serve
         while True:
             busy = False
             if rank.context:
@@ -453,12 +488,36 @@ class Simulation:
                 if self.unfinished == 0:
                     self._end()
             if not busy and not rank.inbox and not endpoint.credit_messages_due() and not rank.context:
+                if silent and endpoint.deferred.total and self._could_drain(endpoint):
+                    continue  # its drain's window (NODE_DRAIN_WINDOW) had not reached the destination with credit
                 self.waiting += 1
                 yield None  # asleep until a wake
                 self.waiting -= 1
 
     def _finished(self, rank: _Rank) -> bool:
         return rank.sent == len(rank.plan) and rank.endpoint.pending_sends() == 0 and rank.received == rank.expected
+
+    def _offer_credits(self, node: int, dest: int) -> None:
+        """*node*'s pool of credits for *dest* grew (node-shared credits change silently): its waiting ranks with
+        sends queued for *dest* look again, in rank order, one for each credit (each takes one a pass, as many
+        ranks polling the pool at once would) and one more, which finds the pool empty (adaptive credits: it asks
+        for more).  The others would find nothing: they sleep on (waking every waiting rank of the node cost 12
+        steps a message at 4,096 ranks)."""
+        mates = self.node_ranks[node]
+        available = mates[0].endpoint.flow.available(dest) or 0  # (a node-shared pool is never unlimited)
+        woken = 0
+        for mate in mates:
+            if mate.asleep and mate.endpoint.deferred.has_queue(dest):
+                self._wake(mate)
+                woken += 1
+                if woken > available:
+                    return
+
+    @staticmethod
+    def _could_drain(endpoint: Endpoint) -> bool:
+        """Whether a destination *endpoint* has sends queued for has credits in its node's pool now (read only)."""
+        available = endpoint.flow.available
+        return any(available(dest) for dest in endpoint.deferred.queues)
 
     def _wake(self, rank: _Rank) -> None:
         if rank.asleep:
@@ -693,10 +752,8 @@ class Simulation:
         endpoint = rank.endpoint
         if kind == CREDIT:
             endpoint.credits_arrived(source, tag)
-            if endpoint.flow.credits_change_silently:  # the node's pool grew: its waiting ranks look again
-                for mate in self.node_ranks[rank.node]:
-                    if mate.endpoint.deferred.total:
-                        self._wake(mate)
+            if endpoint.flow.credits_change_silently and tag & KIND_MASK <= ANSWER:  # the node's pool for *source* grew
+                self._offer_credits(rank.node, source)
             return
         if kind == RENDEZVOUS_REQUEST:  # matched: clear-to-send goes back, the data follows
             sender = self.ranks[source]
@@ -752,15 +809,25 @@ def simulate(
     progress: Callable[[str], None] | None = None,
     check_invariants: bool = False,
     drop: Callable[[int, int, int, int], bool] | None = None,
+    implementation: str | None = None,
 ) -> Result:
-    """One trial of *workload* under *params*; a mode MailRail would refuse for it is reported "refused"."""
+    """One trial of *workload* under *params*; a mode MailRail would refuse for it is reported "refused".
+    *implementation*: the Endpoint's and strategies' (:data:`IMPLEMENTATIONS`; default the compiled one where
+    built, the Python one with *check_invariants*): each gives the same result."""
     # A run holds millions of live objects (ranks, events): the cyclic collector would walk them over and
     # over (it doubled the time of 100,000 messages).  What a run leaves is collected once it ends.
     collecting = gc.isenabled()
     gc.disable()
     try:
         try:
-            simulation = Simulation(workload, params, progress=progress, check_invariants=check_invariants, drop=drop)
+            simulation = Simulation(
+                workload,
+                params,
+                progress=progress,
+                check_invariants=check_invariants,
+                drop=drop,
+                implementation=implementation,
+            )
         except ConfigError as error:
             return Result("refused", 0.0, 0.0, 0, 0, 0, spread([]), 0, 0, 0, 0, 0, 0, detail=str(error))
         return simulation.run()
