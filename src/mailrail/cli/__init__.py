@@ -66,6 +66,10 @@ COMMANDS = {
         "mailrail.bench.matching",
         "a receive's cost as MPI's unexpected-message queue grows, 10^3 to 10^7 messages (mpiexec -n 2+)",
     ),
+    ("bench", "idle"): (
+        "mailrail.bench.idle",
+        "what idle ranks cost a busy one on shared cores, and a receive per connected peer (TCP, shared memory)",
+    ),
     ("bench", "adversarial"): (
         "mailrail.bench.adversarial",
         "adversarial incast: every rank floods a few victims (mpiexec -n 2+)",
