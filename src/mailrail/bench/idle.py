@@ -1,4 +1,4 @@
-"""``mailrail bench idle``: what idle MailRail ranks cost a busy one on shared cores, and what a receive costs
+"""``mailrail bench idle-cost``: what idle MailRail ranks cost a busy one on shared cores, and what a receive costs
 as the receiver's connected peers grow, over TCP and over shared memory.
 
 The model (``mailrail simulate``) shares a host's cores among its ranks: a rank's work stretches by
@@ -25,7 +25,7 @@ The transports are chosen with Open MPI's ``OMPI_MCA_btl`` (``self,tcp`` or ``se
 of one machine goes over the loopback device (``OMPI_MCA_btl_tcp_if_include=lo``).  From the sweep it fits,
 per transport, the effective idle share as a line in ``N`` and the receive costs as lines in ``P``.
 
-Run it as ``mailrail bench idle`` (not under ``mpiexec``: it starts its own jobs), best with nothing else on
+Run it as ``mailrail bench idle-cost`` (not under ``mpiexec``: it starts its own jobs), best with nothing else on
 the machine; the default sweep takes a few minutes on 2 cores.
 """
 
@@ -150,7 +150,9 @@ def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args)
     if os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE"):
-        return usage_error("bench idle", "run it without mpiexec (mailrail bench idle): it starts its own jobs")
+        return usage_error(
+            "bench idle-cost", "run it without mpiexec (mailrail bench idle-cost): it starts its own jobs"
+        )
     cores = len(os.sched_getaffinity(0))
     iterations = iterations_for(args.work_ms)
     document: dict[str, Any] = {
@@ -411,7 +413,7 @@ def _connect(comm: Any, rail: Any, senders: range) -> None:
     if rank == 0:
         sources = sorted(source for source, _ in _take(rail, len(senders)))
         if sources != list(senders):
-            raise AssertionError(f"bench idle: hellos from {sources}, not from {list(senders)}")
+            raise AssertionError(f"bench idle-cost: hellos from {sources}, not from {list(senders)}")
 
 
 def _quiet_until_everyone(comm: Any) -> None:
@@ -454,7 +456,7 @@ def _idle(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] | No
             polls += 1
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         if message.source != 0:
-            raise AssertionError(f"bench idle: rank {rank} stopped by rank {message.source}, not 0")
+            raise AssertionError(f"bench idle-cost: rank {rank} stopped by rank {message.source}, not 0")
         rail.release_receive_buffer(message)
         mine = {"busy": False, "polls": polls, "wall": wall, "cpu": cpu}
     everyone = comm.gather(mine, root=0)
@@ -487,7 +489,7 @@ def _receive(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] |
         for _ in range(args.messages):  # nothing in flight yet: what an empty call costs with P connections
             start = time.perf_counter()
             if rail.receive() is not None:
-                raise AssertionError("bench idle: a message before the sender was told to send")
+                raise AssertionError("bench idle-cost: a message before the sender was told to send")
             empty_alone.append(time.perf_counter() - start)
         _send(rail, 1, HELLO)  # go
         message_calls, empty_calls, got = [], [], 0
@@ -502,13 +504,15 @@ def _receive(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] |
                 continue
             message_calls.append(took)
             if message.source != 1 or message.nbytes != args.bytes:
-                raise AssertionError(f"bench idle: message {got} from rank {message.source}, {message.nbytes} bytes")
+                raise AssertionError(
+                    f"bench idle-cost: message {got} from rank {message.source}, {message.nbytes} bytes"
+                )
             marks[int(message.data[0])] += 1  # (arrival order is not send order: counted, then checked)
             got += 1
             rail.release_receive_buffer(message)
         wall, cpu = time.perf_counter() - window, time.process_time() - cpu_start
         if marks != [len(range(mark, args.messages, 251)) for mark in range(251)]:
-            raise AssertionError("bench idle: the messages received are not those sent (their marks differ)")
+            raise AssertionError("bench idle-cost: the messages received are not those sent (their marks differ)")
         _end(comm, rail)
         return {
             "peers": size - 1,
@@ -537,7 +541,7 @@ def _end(comm: Any, rail: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mailrail.bench.idle``: what the command's jobs run under mpiexec (``--worker``)."""
-    parser = argparse.ArgumentParser(prog="mailrail bench idle", description=__doc__)
+    parser = argparse.ArgumentParser(prog="mailrail bench idle-cost", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

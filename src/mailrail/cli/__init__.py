@@ -66,7 +66,7 @@ COMMANDS = {
         "mailrail.bench.matching",
         "a receive's cost as MPI's unexpected-message queue grows, 10^3 to 10^7 messages (mpiexec -n 2+)",
     ),
-    ("bench", "idle"): (
+    ("bench", "idle-cost"): (
         "mailrail.bench.idle",
         "what idle ranks cost a busy one on shared cores, and a receive per connected peer (TCP, shared memory)",
     ),
