@@ -4,12 +4,15 @@ themselves are the benchmark's."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
 from helpers import mailrail
+from mailrail.bench import idle
 from mailrail.bench.idle import idle_fit, iterations_for, receive_fit, spin
+from mailrail.jobs import launchers
 
 pytestmark = pytest.mark.mpi
 
@@ -57,3 +60,16 @@ def test_the_fits_are_lines_through_what_was_measured():
 def test_it_refuses_to_run_inside_a_job():
     completed = mailrail("bench", "idle-cost", env={"OMPI_COMM_WORLD_SIZE": "2"})
     assert completed.returncode == 2 and "run it without mpiexec" in completed.stderr
+
+
+def test_it_refuses_an_mpi_whose_transports_it_cannot_choose_naming_it(monkeypatch, capsys):
+    """Its transports are Open MPI's (OMPI_MCA_btl): under MPICH they would be ignored, and the figures mislabelled."""
+    mpich = launchers.MPIOrigin("MPICH Version: 4.0.2", "/usr/lib/libmpich.so.12", "mpich", None, "4.0.1", {})
+    monkeypatch.setattr(launchers, "mpi_origin", lambda: mpich)
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
+    monkeypatch.delenv("PMI_SIZE", raising=False)
+    parser = argparse.ArgumentParser()
+    idle.add_arguments(parser)
+    assert idle.run(parser.parse_args([])) == 2
+    error = capsys.readouterr().err
+    assert "MPICH Version: 4.0.2 (a site MPI: /usr/lib/libmpich.so.12)" in error and "Open MPI" in error

