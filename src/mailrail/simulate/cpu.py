@@ -458,22 +458,15 @@ def split(directory: str) -> dict[str, Any]:
                 ranks[rank] = [utime / ticks, stime / ticks, voluntary, nonvoluntary]
                 rank_groups[rank] = groups.get(pid)
         if any(r >= len(rank_nodes) for r in ranks):
-            raise CpuDataError(f"{compare_path}: workload.rank_nodes has {len(rank_nodes)} ranks, the samples rank {max(ranks)}")
+            raise CpuDataError(
+                f"{compare_path}: workload.rank_nodes has {len(rank_nodes)} ranks, the samples rank {max(ranks)}"
+            )
         missing = sorted(set(range(len(rank_nodes))) - set(ranks))
         if any(v not in ranks for v in victims):
-            raise CpuDataError(f"{os.path.join(directory, SAMPLES)}: no victim rank {victims} through {mode} trial {trial}")
-        senders = [r for r in ranks if r not in victims]
-
-        def per_message(members: list[int], column: int) -> float:
-            return sum(ranks[r][column] for r in members) / messages
-
-        def cores_of(members: list[int]) -> float:
-            return sum(ranks[r][0] + ranks[r][1] for r in members) / runtime
-
-        node_cores = {n: cores_of([r for r in ranks if rank_nodes[r] == n]) for n in sorted(set(rank_nodes))}
-        victim_cores = statistics.fmean(cores_of([v]) for v in victims)
-        victim_node_share = statistics.fmean(cores_of([v]) / max(node_cores[rank_nodes[v]], 1e-12) for v in victims)
-        node_ranks = rank_nodes.count(rank_nodes[victims[0]])
+            raise CpuDataError(
+                f"{os.path.join(directory, SAMPLES)}: no victim rank {victims} through {mode} trial {trial}"
+            )
+        ranks_figures = _rank_figures(ranks, victims, rank_nodes, runtime, messages, cores)
         trials.append(
             {
                 "run": run,
@@ -488,24 +481,7 @@ def split(directory: str) -> dict[str, Any]:
                 "host_percent": {f: 100 * times[f] / total for f in HOST_FIELDS},
                 "host_busy_cores": busy / runtime,
                 "host_busy_us_per_message": 1e6 * busy / messages,
-                "victim_user_us_per_message": 1e6 * per_message(victims, 0),
-                "victim_system_us_per_message": 1e6 * per_message(victims, 1),
-                "victim_us_per_message": 1e6 * (per_message(victims, 0) + per_message(victims, 1)),
-                "senders_user_us_per_message": 1e6 * per_message(senders, 0),
-                "senders_system_us_per_message": 1e6 * per_message(senders, 1),
-                "senders_us_per_message": 1e6 * (per_message(senders, 0) + per_message(senders, 1)),
-                "victim_voluntary_cs_per_message": per_message(victims, 2),
-                "victim_nonvoluntary_cs_per_message": per_message(victims, 3),
-                "senders_voluntary_cs_per_message": per_message(senders, 2),
-                "senders_nonvoluntary_cs_per_message": per_message(senders, 3),
-                "victim_cores": victim_cores,
-                "victim_share_of_host": victim_cores / cores,
-                "node_cores_fair": cores / nodes,
-                "node_cores_min": min(node_cores.values()),
-                "node_cores_max": max(node_cores.values()),
-                "victim_share_of_node": victim_node_share,
-                "victim_node_ranks": node_ranks,
-                "implied_idle_share": implied_idle_share(cores, nodes, node_ranks, victim_cores),
+                **ranks_figures,
                 "one_group_per_node": _one_group_per_node(rank_groups, rank_nodes),
             }
         )
@@ -534,6 +510,48 @@ def split(directory: str) -> dict[str, Any]:
         "nodes": nodes,
         "trials": trials,
         "modes": modes,
+    }
+
+
+def _rank_figures(
+    ranks: dict[int, list[float]], victims: list[int], rank_nodes: list[int], runtime: float, messages: int, cores: int
+) -> dict[str, Any]:
+    """A trial's figures from its ranks' growth over its window (*ranks*: rank -> [user s, system s,
+    voluntary, nonvoluntary context switches]).  With several victims the shares are each victim's mean, and
+    the implied idle share assumes each has its node to itself."""
+    senders = [r for r in ranks if r not in victims]
+
+    def per_message(members: list[int], column: int) -> float:
+        return sum(ranks[r][column] for r in members) / messages
+
+    def cores_of(members: list[int]) -> float:
+        return sum(ranks[r][0] + ranks[r][1] for r in members) / runtime
+
+    nodes = sorted(set(rank_nodes))
+    node_cores = {n: cores_of([r for r in ranks if rank_nodes[r] == n]) for n in nodes}
+    victim_cores = statistics.fmean(cores_of([v]) for v in victims)
+    node_ranks = rank_nodes.count(rank_nodes[victims[0]])
+    return {
+        "victim_user_us_per_message": 1e6 * per_message(victims, 0),
+        "victim_system_us_per_message": 1e6 * per_message(victims, 1),
+        "victim_us_per_message": 1e6 * (per_message(victims, 0) + per_message(victims, 1)),
+        "senders_user_us_per_message": 1e6 * per_message(senders, 0),
+        "senders_system_us_per_message": 1e6 * per_message(senders, 1),
+        "senders_us_per_message": 1e6 * (per_message(senders, 0) + per_message(senders, 1)),
+        "victim_voluntary_cs_per_message": per_message(victims, 2),
+        "victim_nonvoluntary_cs_per_message": per_message(victims, 3),
+        "senders_voluntary_cs_per_message": per_message(senders, 2),
+        "senders_nonvoluntary_cs_per_message": per_message(senders, 3),
+        "victim_cores": victim_cores,
+        "victim_share_of_host": victim_cores / cores,
+        "node_cores_fair": cores / len(nodes),
+        "node_cores_min": min(node_cores.values()),
+        "node_cores_max": max(node_cores.values()),
+        "victim_share_of_node": statistics.fmean(
+            cores_of([v]) / max(node_cores[rank_nodes[v]], 1e-12) for v in victims
+        ),
+        "victim_node_ranks": node_ranks,
+        "implied_idle_share": implied_idle_share(cores, len(nodes), node_ranks, victim_cores),
     }
 
 
