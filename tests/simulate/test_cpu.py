@@ -190,6 +190,8 @@ def test_cpu_split_prints_the_shipped_run_in_100_columns_and_writes_json(tmp_pat
     assert "left out" not in printed  # every column fits
     assert "0.224" in printed and "0.289" in printed and "a group a node: node, none" in printed
     assert json.loads(out.read_text())["modes"].keys() == {"node", "none"}
+    assert run("simulate", "cpu-split", "queue-16kb-nodes-4") == 0  # a shipped run, by name
+    assert capsys.readouterr().out == printed.replace(f"wrote {out}\n", "")
 
 
 #: A command that is not MPI: two grandchildren with OMPI_COMM_WORLD_RANK set burn 0.5 s of CPU each, then

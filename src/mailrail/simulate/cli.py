@@ -46,6 +46,8 @@ PILOT_FRACTION = 20
 PILOT_MARGIN = 0.6
 #: The held-out runs shipped with the package (validate's default).
 HELD_OUT = os.path.join(os.path.dirname(__file__), "data", "runs", "held-out")
+#: The sampled compare runs shipped with the package (cpu-split takes them by name).
+CPU_RUNS = os.path.join(os.path.dirname(__file__), "data", "cpu")
 
 
 def _progress(line: str) -> None:
@@ -1059,8 +1061,9 @@ def add_cpu_sample_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         required=True,
         metavar="DIR",
-        help="where to write the samples (and, for cpu-split, where compare's --out should be)",
+        help="where to write the samples (give compare the same --out: cpu-split reads both)",
     )
+
     parser.add_argument(
         "--interval",
         type=float_in(0.01, 60.0),
@@ -1087,9 +1090,14 @@ def add_cpu_split_arguments(parser: argparse.ArgumentParser) -> None:
         f"{parser.description}. Per mode and trial: host CPU split, the victim's and the senders' CPU and context "
         "switches per delivered message, the victim's share of the cores and of its node, each node's cores, "
         "and the idle share the model's per-node rule implies: s = ((cores/nodes)/victim cores - 1)/(ranks on "
-        "its node - 1). Shipped: mailrail/simulate/data/cpu/queue-16kb-nodes-4 (and -nodes-16-messages-500)."
+        "its node - 1)."
     )
-    parser.add_argument("directory", metavar="DIR", help="cpu-sample's --out, where compare wrote its --out too")
+    shipped = ", ".join(sorted(os.listdir(CPU_RUNS))) if os.path.isdir(CPU_RUNS) else "none"
+    parser.add_argument(
+        "directory",
+        metavar="DIR",
+        help=f"cpu-sample's --out, where compare wrote its --out too; or a shipped run by name: {shipped}",
+    )
     parser.add_argument("--json", metavar="PATH", help="write every figure here")
 
 
@@ -1138,8 +1146,11 @@ def cpu_split_table(document: dict[str, Any]) -> str:
 def run_cpu_split(args: argparse.Namespace) -> int:
     from .cpu import CpuDataError, split
 
+    directory = args.directory
+    if not os.path.isdir(directory) and os.path.isdir(os.path.join(CPU_RUNS, directory)):
+        directory = os.path.join(CPU_RUNS, directory)  # a shipped run, by name
     try:
-        document = split(args.directory)
+        document = split(directory)
     except CpuDataError as error:
         return usage_error("simulate cpu-split", str(error))
     print(
