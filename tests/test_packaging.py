@@ -61,8 +61,10 @@ def test_the_wheel_has_the_compiled_modules_and_stubs_and_no_sources_to_compile(
         assert any(name.startswith(module + ".") and name.endswith(".so") for name in names), module
         assert module + ".pyi" in names
     assert "mailrail/py.typed" in names and "mailrail/cli/__init__.py" in names
-    # mailrail simulate's parameter sets, validation and the recorded runs it validates against
-    for data in ("calibrated.json", "omnipath.json", "validation.json", "runs/held-out/nodes-8/compare.json"):
+    # mailrail simulate's parameter sets, validation, the recorded runs it validates against and the sampled
+    # runs cpu-split reads
+    cpu = [f"cpu/queue-16kb-nodes-4/{name}" for name in ("cpu-samples.jsonl", "cpu-output.log", "compare.json")]
+    for data in ("calibrated.json", "omnipath.json", "validation.json", "runs/held-out/nodes-8/compare.json", *cpu):
         assert f"mailrail/simulate/data/{data}" in names, data
     assert not [name for name in names if name.startswith(("tests/", "docs/", "examples/"))]
 

@@ -116,6 +116,14 @@ COMMANDS = {
         "mailrail.simulate.cli:paper",
         "the MailRail paper's experiments at 512-16,384 ranks, projected beside the paper's numbers",
     ),
+    ("simulate", "cpu-sample"): (
+        "mailrail.simulate.cli:cpu-sample",
+        "run a command (mailrail compare) and sample its MPI ranks' and the host's CPU from /proc",
+    ),
+    ("simulate", "cpu-split"): (
+        "mailrail.simulate.cli:cpu-split",
+        "where a sampled compare run's CPU went, per trial: per message, per node, the implied idle share",
+    ),
     ("trace", "stats"): ("mailrail.replay.stats", "a trace's ranks, phases, messages, byte matrix and heatmap"),
     ("trace", "generate"): ("mailrail.replay.generate", "write a synthetic binary trace: uniform, zipf or rmat"),
 }

@@ -4,6 +4,8 @@
 * ``simulate calibrate``: fit the model's parameters to ``compare``/``sweep`` results.
 * ``simulate validate``: predict held-out runs and report the errors.
 * ``simulate paper``: the MailRail paper's experiments at scale, beside the paper's numbers.
+* ``simulate cpu-sample`` and ``cpu-split``: where a run's CPU went (:mod:`.cpu`), what the shared-cores
+  parameters stand for, measured.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ PILOT_FRACTION = 20
 PILOT_MARGIN = 0.6
 #: The held-out runs shipped with the package (validate's default).
 HELD_OUT = os.path.join(os.path.dirname(__file__), "data", "runs", "held-out")
+#: The sampled compare runs shipped with the package (cpu-split takes them by name).
+CPU_RUNS = os.path.join(os.path.dirname(__file__), "data", "cpu")
 
 
 def _progress(line: str) -> None:
@@ -1040,10 +1044,146 @@ def _plot_paper(results: dict[str, Any], path: str) -> str | None:
     return path
 
 
+# -- simulate cpu-sample, cpu-split ---------------------------------------------------------------------
+
+
+def add_cpu_sample_arguments(parser: argparse.ArgumentParser) -> None:
+    from .cpu import DEFAULT_INTERVAL, OUTPUT, SAMPLES
+
+    parser.description = (
+        f"{parser.description}. Writes DIR/{SAMPLES} (the host's /proc/stat times and each rank's user and "
+        f"system ticks, context switches and scheduler group, every --interval) and DIR/{OUTPUT} (the command's "
+        "output, each line timed); the command's output also shows as it comes, and its exit status is this "
+        "one's. Ranks are the command's descendants with OMPI_COMM_WORLD_RANK or PMI_RANK in their environment. "
+        "Example, as root: mailrail simulate cpu-sample --out DIR -- mailrail compare -n 16 --nodes 4 --out DIR"
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="where to write the samples (give compare the same --out: cpu-split reads both)",
+    )
+
+    parser.add_argument(
+        "--interval",
+        type=float_in(0.01, 60.0),
+        default=DEFAULT_INTERVAL,
+        help="seconds between samples (default: %(default)s)",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run")
+
+
+def run_cpu_sample(args: argparse.Namespace) -> int:
+    from .cpu import sample
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        return usage_error("simulate cpu-sample", "no command: mailrail simulate cpu-sample --out DIR -- COMMAND...")
+    try:
+        return sample(command, args.out, args.interval)
+    except OSError as error:  # the command cannot start, or DIR cannot be written
+        return usage_error("simulate cpu-sample", str(error))
+
+
+def add_cpu_split_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        f"{parser.description}. Per mode and trial: host CPU split, the victim's and the senders' CPU and context "
+        "switches per delivered message, the victim's share of the cores and of its node, each node's cores, "
+        "and the idle share the model's per-node rule implies: s = ((cores/nodes)/victim cores - 1)/(ranks on "
+        "its node - 1)."
+    )
+    shipped = ", ".join(sorted(os.listdir(CPU_RUNS))) if os.path.isdir(CPU_RUNS) else "none"
+    parser.add_argument(
+        "directory",
+        metavar="DIR",
+        help=f"cpu-sample's --out, where compare wrote its --out too; or a shipped run by name: {shipped}",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write every figure here")
+
+
+def cpu_split_table(document: dict[str, Any]) -> str:
+    """The trials and each mode's mean, one row each."""
+    rows = []
+    for mode, mean in document["modes"].items():
+        trials = [t for t in document["trials"] if t["mode"] == mode]
+        labelled = [(str(t["trial"]) if t["run"] is None else f"{t['run']}.{t['trial']}", t) for t in trials]
+        for label, row in [*labelled, ("mean", mean)]:
+            host = row["host_percent"]
+            split = (host["user"] + host["nice"], host["system"], host["softirq"], host["idle"] + host["iowait"])
+            victim_cs = row["victim_voluntary_cs_per_message"] + row["victim_nonvoluntary_cs_per_message"]
+            senders_cs = row["senders_voluntary_cs_per_message"] + row["senders_nonvoluntary_cs_per_message"]
+            rows.append(
+                [
+                    mode,
+                    label,
+                    f"{row['goodput_mbps']:.0f}",
+                    "/".join(f"{x:.0f}" for x in split),
+                    f"{row['victim_user_us_per_message']:.1f}/{row['victim_system_us_per_message']:.1f}",
+                    f"{row['senders_us_per_message']:.0f}",
+                    f"{victim_cs:.2f}/{senders_cs:.1f}",
+                    f"{row['victim_cores']:.3f}",
+                    f"{row['node_cores_min']:.2f}-{row['node_cores_max']:.2f}",
+                    f"{row['victim_share_of_node']:.2f}",
+                    "n/a" if row["implied_idle_share"] is None else f"{row['implied_idle_share']:.2f}",
+                ]
+            )
+    headers = [
+        "mode",
+        "trial",
+        "goodput Mb/s",
+        "host % user/sys/ softirq/idle",
+        "victim us/msg user/sys",
+        "senders us/msg",
+        "cs/msg victim/ senders",
+        "victim cores",
+        "node cores",
+        "victim/ node",
+        "idle share",
+    ]
+    return format_table(headers, rows)
+
+
+def run_cpu_split(args: argparse.Namespace) -> int:
+    from .cpu import CpuDataError, split
+
+    directory = args.directory
+    if not os.path.isdir(directory) and os.path.isdir(os.path.join(CPU_RUNS, directory)):
+        directory = os.path.join(CPU_RUNS, directory)  # a shipped run, by name
+    try:
+        document = split(directory)
+    except CpuDataError as error:
+        return usage_error("simulate cpu-split", str(error))
+    print(
+        f"{document['ranks']} ranks on {document['nodes']} nodes sharing {document['cores']} cores "
+        f"({document['cores'] / document['nodes']:.3g} a node if split evenly by node); per delivered message:"
+    )
+    print(cpu_split_table(document))
+    grouped = [mode for mode, mean in document["modes"].items() if mean["one_group_per_node"]]
+    if grouped:
+        print(f"- each node's ranks were one scheduler group (autogroup), a group a node: {', '.join(grouped)}")
+    for trial in document["trials"]:
+        if trial["ranks_missing"]:
+            print(f"- {trial['mode']} trial {trial['trial']}: no samples of ranks {trial['ranks_missing']}")
+    print(
+        textwrap.fill(
+            "- cs: context switches; victim cores: its user+system CPU over the trial; node cores: each node's "
+            "ranks' (min-max); victim/node: its share of its node's; idle share: what the per-node rule implies",
+            100,
+            subsequent_indent="  ",
+        )
+    )
+    write_json(args.json, document)
+    if args.json:
+        print(f"wrote {args.json}")
+    return 0
+
+
 VERBS = {
     "adversarial": (add_adversarial_arguments, run_adversarial),
     "calibrate": (add_calibrate_arguments, run_calibrate),
     "fit-window": (add_fit_window_arguments, run_fit_window),
     "validate": (add_validate_arguments, run_validate),
     "paper": (add_paper_arguments, run_paper),
+    "cpu-sample": (add_cpu_sample_arguments, run_cpu_sample),
+    "cpu-split": (add_cpu_split_arguments, run_cpu_split),
 }
