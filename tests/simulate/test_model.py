@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from mailrail.errors import ConfigError
 from mailrail.flow import MODE_NAMES as MODES
 from mailrail.simulate.model import IMPLEMENTATIONS, Workload, simulate
-from mailrail.simulate.params import CALIBRATED, ModelParams, load_params
+from mailrail.simulate.params import CALIBRATED, ModelParams, ParamsError, load_params
 
 FAST = ModelParams(
     send_cpu_s=2e-6, recv_cpu_s=3e-6, credit_cpu_s=1e-6, match_per_entry_s=1e-9, unexpected_overhead_bytes=1000
@@ -177,6 +177,34 @@ def test_shared_cores_stretch_work_by_the_ranks_that_want_one(idle_share, stretc
     load = Workload(ranks=4, ranks_per_node=4, victims=1, messages_per_rank=100, mode="none", recv_slots=512)
     result = simulate(load, params, check_invariants=True)
     assert result.runtime_s == pytest.approx(300 * 1e-5 * stretch, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("idle_share", "by_rank", "by_node"), [(0.0, 1.0, 1.0), (0.5, 1.25, 1.5), (1.0, 2.0, 2.0), (0.2, 1.0, 1.2)]
+)
+def test_cores_split_by_node_first_stretch_work_by_the_ranks_of_its_node(idle_share, by_rank, by_node):
+    """Two cores, two nodes of two ranks; the three senders send at once and then wait while the victim
+    receives.  Shared by rank, a receive stretches by (1 busy + 3 idle * idle_share) / 2 cores; split by node
+    first, the victim's node has one core (2 cores / 2 nodes), shared with its one idle mate: 1 + idle_share."""
+    params = ModelParams(
+        send_cpu_s=0.0,
+        recv_cpu_s=1e-5,
+        shm_latency_s=1e-9,
+        shm_Bps=1e15,
+        link_latency_s=1e-9,
+        link_Bps=1e15,
+        host_cores=2,
+        idle_share=idle_share,
+    )
+    load = Workload(ranks=4, ranks_per_node=2, victims=1, messages_per_rank=100, mode="none", recv_slots=512)
+    for cores_by_node, stretch in ((0, by_rank), (1, by_node)):
+        result = simulate(load, params.replace(cores_by_node=cores_by_node), check_invariants=True)
+        assert result.runtime_s == pytest.approx(300 * 1e-5 * stretch, rel=1e-3), cores_by_node
+
+
+def test_a_core_split_other_than_by_rank_or_by_node_is_refused_naming_it():
+    with pytest.raises(ParamsError, match=r"cores_by_node=2: 0 \(shared by rank\) or 1 \(by node first\)"):
+        ModelParams(cores_by_node=2)
 
 
 CALIBRATED_PARAMS = load_params(CALIBRATED)[0]

@@ -10,7 +10,8 @@ adds is what the library leaves to MPI and the machine, each an explicit mechani
 * **CPU per message** at each end (``send_cpu_s``, ``recv_cpu_s``, ``credit_cpu_s``); with
   ``host_cores`` set, the ranks share that many cores (the virtual cluster on a 2-core host): work
   stretches by the ranks that want a core, idle ones counting ``idle_share`` each (they poll and yield);
-  otherwise each rank has its own core.
+  with ``cores_by_node``, the cores go evenly to the nodes first (a virtual node's ranks are one scheduler
+  group), then to each node's ranks; otherwise each rank has its own core.
 * **MPI's unexpected-message queue**: a payload that arrives when every receive slot MailRail posted
   is taken waits in MPI's memory (``unexpected_overhead_bytes`` beyond its payload), and matching a
   message costs ``match_per_entry_s`` per message waiting (list matching, Flajslik et al., ISC 2016):
@@ -321,6 +322,9 @@ class Simulation:
         for rank in self.ranks:
             self.node_ranks.setdefault(rank.node, []).append(rank)
         self.node_unexpected = [0] * load.nodes  # bytes of unexpected messages per node
+        self.by_node = bool(params.cores_by_node)
+        self.node_size = [len(self.node_ranks.get(node, ())) for node in range(load.nodes)]
+        self.node_waiting = [0] * load.nodes  # each node's waiting ranks (cores_by_node)
         self.unfinished = load.ranks
         self.ending = False  # the trial's end is scheduled (every rank finished, out of memory, or time is up)
         self.delivered = 0
@@ -431,15 +435,21 @@ class Simulation:
         else:
             heappush(self.queue, (self.now + seconds, NORMAL, self.next_id(), self._step, (rank,)))
 
-    def _work(self, seconds: float) -> float:
-        """*seconds* of this rank's CPU, as its process yields them.  On a host of ``host_cores`` cores,
+    def _work(self, seconds: float, node: int) -> float:
+        """*seconds* of CPU of a rank on *node*, as its process yields them.  On a host of ``host_cores`` cores,
         processor sharing: it takes longer by the ranks that want a core now (the busy ones, and ``idle_share``
-        of each idle one, which polls and yields) over the cores, counted as it starts."""
+        of each idle one, which polls and yields) over the cores, counted as it starts.  With
+        ``cores_by_node``, the cores are first split evenly among the nodes (each node's ranks are one
+        scheduler group, every node's always runnable: its idle ranks poll), then among the node's ranks."""
         self.events += 1
         cores = self.cores
         if cores is not None:
-            waiting = self.waiting
-            load = len(self.ranks) - waiting + self.params.idle_share * waiting
+            if self.by_node:
+                waiting = self.node_waiting[node]
+                load = (self.node_size[node] - waiting + self.params.idle_share * waiting) * self.workload.nodes
+            else:
+                waiting = self.waiting
+                load = len(self.ranks) - waiting + self.params.idle_share * waiting
             if load > cores:
                 seconds *= load / cores
         return seconds
@@ -447,30 +457,30 @@ class Simulation:
     def _rank_loop(self, rank: _Rank) -> Generator[float | None, None, None]:
         send_cpu_s, credit_cpu_s = self.params.send_cpu_s, self.params.credit_cpu_s
         datagram_size = self.workload.datagram_size
-        work = self._work
+        work, node = self._work, rank.node
         endpoint, plan = rank.endpoint, rank.plan
         planned = len(plan)
         silent = endpoint.flow.credits_change_silently  # a credit wakes only the ranks it could serve
         while True:
             busy = False
             if rank.context:
-                yield work(self._ingest(rank))
+                yield work(self._ingest(rank), node)
             while rank.inbox:
                 busy = True
                 item = rank.inbox.popleft()
-                yield work(self._matched(rank, item))
+                yield work(self._matched(rank, item), node)
                 self._received(rank, item)
                 if rank.context:  # each receive is a progress call: it takes what arrived meanwhile
-                    yield work(self._ingest(rank))
+                    yield work(self._ingest(rank), node)
             if endpoint.deferred.total:
                 for dest, nbytes, slot, tag, _ in list(endpoint.drain_ready(now=0.0)):
                     busy = True
                     self._transmit(rank, dest, nbytes, slot, tag)
-                    yield work(send_cpu_s)
+                    yield work(send_cpu_s, node)
             while endpoint.credit_messages_due():
                 busy = True
                 target, tag = endpoint.next_credit_message()
-                yield work(credit_cpu_s)
+                yield work(credit_cpu_s, node)
                 self._send_credit(rank, target, tag)
             if rank.sent < planned:
                 slot = endpoint.reserve()
@@ -480,7 +490,7 @@ class Simulation:
                     dest, nbytes, slot, tag, _ = endpoint.submit(dest, slot, datagram_size)
                     if slot != NO_SLOT:
                         self._transmit(rank, dest, nbytes, slot, tag)
-                    yield work(send_cpu_s)
+                    yield work(send_cpu_s, node)
                     continue
             if not rank.finished and self._finished(rank):
                 rank.finished = True
@@ -491,8 +501,10 @@ class Simulation:
                 if silent and endpoint.deferred.total and self._could_drain(endpoint):
                     continue  # its drain's window (NODE_DRAIN_WINDOW) had not reached the destination with credit
                 self.waiting += 1
+                self.node_waiting[node] += 1
                 yield None  # asleep until a wake
                 self.waiting -= 1
+                self.node_waiting[node] -= 1
 
     def _finished(self, rank: _Rank) -> bool:
         return rank.sent == len(rank.plan) and rank.endpoint.pending_sends() == 0 and rank.received == rank.expected

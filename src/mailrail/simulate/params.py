@@ -72,6 +72,9 @@ class ModelParams:
     # with nothing to do still takes this share of what a busy rank takes (it polls, then yields)
     host_cores: int | None = None
     idle_share: float = 0.0
+    # 1: the host's cores go evenly to the nodes first, then to each node's ranks (a virtual cluster's node is
+    # one scheduler group: its ranks share a session, and the kernel's autogroup makes a session one group)
+    cores_by_node: int = 0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -87,7 +90,8 @@ class ModelParams:
             positive = field.name in ("link_Bps", "shm_Bps", "eager_limit_bytes")
             if value < 0 or (positive and value == 0):
                 raise ParamsError(f"{field.name}={value!r}: must be {'> 0' if positive else '>= 0'}")
-
+        if self.cores_by_node not in (0, 1):
+            raise ParamsError(f"cores_by_node={self.cores_by_node!r}: 0 (shared by rank) or 1 (by node first)")
         self._check_loss()
 
     def _check_loss(self) -> None:
