@@ -288,13 +288,18 @@ def _json_line(path: str, number: int, text: str) -> Any:
         raise CpuDataError(f"{path}:{number}: not a JSON line ({error})") from None
 
 
-def _load_samples(directory: str) -> tuple[dict[str, Any], list[tuple[int, dict[str, Any]]]]:
-    path = os.path.join(directory, SAMPLES)
+def _read_lines(directory: str, name: str) -> tuple[str, list[str]]:
+    """The path of cpu-sample's file *name* in *directory*, and its lines."""
+    path = os.path.join(directory, name)
     try:
         with open(path) as source:
-            lines = source.read().splitlines()
+            return path, source.read().splitlines()
     except OSError as error:
         raise CpuDataError(f"{path}: {error.strerror or error} (mailrail simulate cpu-sample writes it)") from None
+
+
+def _load_samples(directory: str) -> tuple[dict[str, Any], list[tuple[int, dict[str, Any]]]]:
+    path, lines = _read_lines(directory, SAMPLES)
     if not lines:
         raise CpuDataError(f"{path}:1: empty")
     header = _json_line(path, 1, lines[0])
@@ -328,12 +333,7 @@ TRIAL = re.compile(r"^\s*trial (\d+)/(\d+): ([\d.]+) s, goodput")
 
 def _trial_lines(directory: str) -> list[tuple[int | None, str, int, float]]:
     """(run, mode, trial, time its line was read) from the command's output, in order."""
-    path = os.path.join(directory, OUTPUT)
-    try:
-        with open(path) as source:
-            lines = source.read().splitlines()
-    except OSError as error:
-        raise CpuDataError(f"{path}: {error.strerror or error} (mailrail simulate cpu-sample writes it)") from None
+    path, lines = _read_lines(directory, OUTPUT)
     run: int | None = None
     mode: str | None = None
     trials = []
