@@ -69,7 +69,8 @@ MAX_ATTEMPTS = 100_000
 #: Event priorities, SimPy's: a process's start comes before the other events due at the same time.
 URGENT, NORMAL = 0, 1
 #: The compiled Endpoint and credit ledgers (MailRail's compiled transport runs them): the same decisions as the
-#: Python specification (tests/test_protocol_compiled.py feeds both the same events), in a third of the time here.
+#: Python specification (tests/test_protocol_compiled.py feeds both the same events), faster: 1.2-1.8x on the
+#: node-shared modes at 4,096 ranks here.
 COMPILED = ("mailrail._protocol", "mailrail.flow._ledger")
 
 
