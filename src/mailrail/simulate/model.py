@@ -324,7 +324,8 @@ class Simulation:
             self.node_ranks.setdefault(rank.node, []).append(rank)
         self.node_unexpected = [0] * load.nodes  # bytes of unexpected messages per node
         self.by_node = bool(params.cores_by_node)
-        self.node_size = [len(self.node_ranks.get(node, ())) for node in range(load.nodes)]
+        self.node_count = load.nodes  # (a property of the workload's: computed once, not on each step)
+        self.node_size = [len(self.node_ranks.get(node, ())) for node in range(self.node_count)]
         self.node_waiting = [0] * load.nodes  # each node's waiting ranks (cores_by_node)
         self.unfinished = load.ranks
         self.ending = False  # the trial's end is scheduled (every rank finished, out of memory, or time is up)
@@ -447,7 +448,7 @@ class Simulation:
         if cores is not None:
             if self.by_node:
                 waiting = self.node_waiting[node]
-                load = (self.node_size[node] - waiting + self.params.idle_share * waiting) * self.workload.nodes
+                load = (self.node_size[node] - waiting + self.params.idle_share * waiting) * self.node_count
             else:
                 waiting = self.waiting
                 load = len(self.ranks) - waiting + self.params.idle_share * waiting
