@@ -17,7 +17,7 @@ COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mail
 	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd \
 	src/mailrail/transport/_compiled.pyx src/mailrail/containers/_hot.pyx
 
-.PHONY: demo test test-fast lint docs docs-check chromium checks environments test-main test-python-transport test-other-mpi site-mpi-packages \
+.PHONY: demo test test-fast lint docs docs-check chromium checks environments test-main test-uptime test-python-transport test-other-mpi site-mpi-packages \
 	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-lossy-runs simulate-calibration simulate-paper clean
 
 $(VENV)/.installed: $(COMPILED_SOURCES)
@@ -137,7 +137,7 @@ MAIN_PARALLEL ?= $(if $(PARALLEL),-n 3,)
 test: $(VENV)/.installed
 	$(MAKE) --no-print-directory chromium site-mpi-packages
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks environments
-	$(MAKE) --no-print-directory test-main test-python-transport test-other-mpi test-site-mpi
+	$(MAKE) --no-print-directory test-main test-uptime test-python-transport test-other-mpi test-site-mpi
 
 # (each lane one target at a time: a make of its own, outside the parent's job slots)
 checks: $(VENV)/.installed
@@ -153,6 +153,21 @@ test-fast: $(VENV)/.installed
 test-main: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q $(MAIN_PARALLEL) -m "not cluster" --durations=15
 	$(VENV)/bin/python -m pytest -q -m cluster --durations=5
+
+# The sans-I/O core's tests again with the machine's monotonic clock just started (5 s) and long running
+# (10^8 s), each in a time namespace of its own (unshare --time: root or user namespaces): a test that reads the
+# machine's clock where it should read the one it injects gives another result at one of them (issue 48).
+UPTIME_TESTS = tests/test_protocol.py tests/test_protocol_compiled.py tests/test_protocol_properties.py tests/flow \
+	tests/test_deferred.py tests/test_quiescence.py
+test-uptime: $(VENV)/.installed
+	@if ! unshare --time --monotonic=1 true 2>/dev/null; then \
+		echo "test-uptime: skipped, unshare --time is refused here (it needs root or user namespaces)"; exit 0; fi; \
+	up=$$(cut -d. -f1 /proc/uptime); \
+	for offset in $$((5 - up)) 100000000; do \
+		unshare --time --monotonic=$$offset --boottime=$$offset sh -c 'echo "test-uptime: monotonic clock at $$(cut -d" " -f1 /proc/uptime) s"' && \
+		unshare --time --monotonic=$$offset --boottime=$$offset $(VENV)/bin/python -m pytest -q $(PARALLEL) \
+			-p no:cacheprovider -m "not mpi" $(UPTIME_TESTS) || exit 1; \
+	done
 
 # (tests that pick their transport themselves, and the job runner's, ran on both in test-main: left out)
 test-python-transport: $(VENV)/.installed

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from helpers import (
     BINARY_TRACE,
@@ -16,6 +17,13 @@ from helpers import (
     present_job_files,
     unclaimed_job_files,
 )
+
+# Hypothesis: CI (.ci/run sets MAILRAIL_HYPOTHESIS_PROFILE=ci) draws the same examples on every run, so a red run
+# is red again on any machine; elsewhere each run explores new ones.  Both print the blob that replays a failure
+# (CONTRIBUTING.md, "A Hypothesis failure").  Loaded here, before any test module makes its settings.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile(os.environ.get("MAILRAIL_HYPOTHESIS_PROFILE", "explore"))
 
 #: What was in node-local shared memory, and MPI launchers' files in /tmp, when the session started (see
 #: pytest_sessionfinish).

@@ -290,3 +290,13 @@ def payload(source: int, dest: int, number: int, nbytes: int) -> bytes:
     head = np.array([source, dest, number & 0xFFFF, number >> 16], dtype="<u2").tobytes()
     body = bytes((source * 31 + dest * 17 + number * 7 + i) & 0xFF for i in range(max(0, nbytes - len(head))))
     return (head + body)[:nbytes]
+
+
+class FakeClock:
+    """An Endpoint's time source (its ``clock``): seconds that pass only when a test says so."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

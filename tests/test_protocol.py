@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import FakeClock
 from mailrail.counters import COUNTERS
 from mailrail.errors import (
     BufferOwnershipError,
@@ -57,7 +58,20 @@ def endpoint(flow=None, *, rank=0, size=SIZE, slots=8, stall_timeout=0.0, recv_s
         **{**TUNING, **tuning},
         stall_timeout=stall_timeout,
         recv_slots=recv_slots,
+        clock=FakeClock(),
     )
+
+
+def check_stall_at(ep: Endpoint, now: float) -> None:
+    """The stall check with the Endpoint's clock at *now*."""
+    ep.clock.now = now
+    ep.check_stall()
+
+
+def drain_at(ep: Endpoint, now: float) -> list[tuple[int, int, int, int, int]]:
+    """Every send a drain lets leave (then its stall check), with the Endpoint's clock at *now*."""
+    ep.clock.now = now
+    return list(ep.drain_ready())
 
 
 def rank_endpoint(per_pair=1, threshold=1, piggyback=True, **kwargs) -> Endpoint:
@@ -79,8 +93,10 @@ def send(ep: Endpoint, dest: int, nbytes: int = 8):
 
 
 def drained(ep: Endpoint, now: float | None = None) -> list[tuple[int, int, int]]:
-    """``(dest, slot, nbytes)`` of each send drain_ready() lets leave."""
-    return [(dest, slot, nbytes) for dest, nbytes, slot, _, _ in list(ep.drain_ready(now))]
+    """``(dest, slot, nbytes)`` of each send drain_ready() lets leave (with the clock at *now*, if given)."""
+    if now is not None:
+        ep.clock.now = now
+    return [(dest, slot, nbytes) for dest, nbytes, slot, _, _ in list(ep.drain_ready())]
 
 
 def arrive(ep: Endpoint, source: int, tag: int = 0, nbytes: int = 8, slot: int = 0) -> Message:
@@ -847,10 +863,10 @@ def stalled_endpoint(timeout: float) -> Endpoint:
 
 def test_stall_raises_naming_the_starved_destination_and_queued_count():
     ep = stalled_endpoint(5.0)
-    ep.check_stall(100.0)  # the clock starts
-    ep.check_stall(104.9)
+    check_stall_at(ep, 100.0)  # the clock starts
+    check_stall_at(ep, 104.9)
     with pytest.raises(CreditStallError) as info:
-        ep.check_stall(105.5)
+        check_stall_at(ep, 105.5)
     message = str(info.value)
     assert "rank 0" in message
     assert "2 deferred message(s)" in message
@@ -861,11 +877,11 @@ def test_stall_raises_naming_the_starved_destination_and_queued_count():
 
 def test_drain_ready_checks_for_a_stall_at_the_time_it_is_given():
     ep = stalled_endpoint(5.0)
-    assert list(ep.drain_ready(now=100.0)) == []
-    assert list(ep.drain_ready(now=104.0)) == []
+    assert drain_at(ep, 100.0) == []
+    assert drain_at(ep, 104.0) == []
     with pytest.raises(CreditStallError, match="destination 2: 2 queued"):
-        list(ep.drain_ready(now=106.0))
-    assert list(ep.drain_ready(now=110.0)) == []  # catchable: the clock restarted at 106
+        drain_at(ep, 106.0)
+    assert drain_at(ep, 110.0) == []  # catchable: the clock restarted at 106
 
 
 def test_the_stall_report_tells_this_ranks_own_counters():
@@ -881,9 +897,9 @@ def test_the_stall_report_tells_this_ranks_own_counters():
     arrive(ep, 2)
     arrive(ep, 3)  # 7 received, 5 released
     reserve_buf(ep)
-    ep.check_stall(0.0)
+    check_stall_at(ep, 0.0)
     with pytest.raises(CreditStallError) as info:
-        ep.check_stall(2.0)
+        check_stall_at(ep, 2.0)
     assert (
         "this rank received 7 message(s), released 5, got 3 credit message(s), "
         "holds 1 reserved send buffer(s) not yet sent"
@@ -892,41 +908,41 @@ def test_the_stall_report_tells_this_ranks_own_counters():
 
 def test_no_stall_error_when_stall_timeout_is_zero():
     ep = stalled_endpoint(0.0)
-    ep.check_stall(0.0)
-    ep.check_stall(1e9)
-    assert list(ep.drain_ready(now=1e10)) == []
+    check_stall_at(ep, 0.0)
+    check_stall_at(ep, 1e9)
+    assert drain_at(ep, 1e10) == []
 
 
 def test_no_stall_error_without_deferred_sends():
     ep = rank_endpoint(per_pair=1, stall_timeout=1.0)
     send(ep, 1)
-    ep.check_stall(0.0)
-    ep.check_stall(1000.0)
+    check_stall_at(ep, 0.0)
+    check_stall_at(ep, 1000.0)
 
 
 def test_progress_restarts_the_stall_clock():
     ep = stalled_endpoint(5.0)
-    ep.check_stall(0.0)
+    check_stall_at(ep, 0.0)
     ep.credits_arrived(2, grant(1))
     assert len(drained(ep, now=10.0)) == 1  # progress: one message left; the clock restarts here
-    ep.check_stall(14.0)  # no error although 14 s passed since 0
+    check_stall_at(ep, 14.0)  # no error although 14 s passed since 0
     with pytest.raises(CreditStallError, match="destination 2: 1 queued"):
-        ep.check_stall(15.5)
+        check_stall_at(ep, 15.5)
 
 
 def test_stall_clock_restarts_when_a_new_deferral_episode_begins():
     ep = rank_endpoint(per_pair=1, stall_timeout=5.0)
     send(ep, 1)
     send(ep, 1)
-    ep.check_stall(0.0)
+    check_stall_at(ep, 0.0)
     ep.credits_arrived(1, grant(1))
     drained(ep, now=1.0)  # queue empty again
-    ep.check_stall(3.0)  # nothing deferred: no clock
+    check_stall_at(ep, 3.0)  # nothing deferred: no clock
     send(ep, 1)  # deferred: a new episode
-    ep.check_stall(20.0)
-    ep.check_stall(24.0)
+    check_stall_at(ep, 20.0)
+    check_stall_at(ep, 24.0)
     with pytest.raises(CreditStallError):
-        ep.check_stall(26.0)
+        check_stall_at(ep, 26.0)
 
 
 # -- counters ----------------------------------------------------------------------------
@@ -989,9 +1005,9 @@ def test_the_stall_report_of_adaptive_mode_tells_what_was_asked_and_what_is_lent
     ep = adaptive_endpoint(stall_timeout=1.0)
     send(ep, 3)
     ep.credits_arrived(1, credit_tag(REQUEST, 5))  # rank 1 (this node) asks this rank: a lease of 2 lent
-    ep.check_stall(0.0)
+    check_stall_at(ep, 0.0)
     with pytest.raises(CreditStallError) as info:
-        ep.check_stall(2.0)
+        check_stall_at(ep, 2.0)
     report = str(info.value)
     assert "(adaptive flow control, 2 credits per pair, return threshold 2)" in report
     assert "destination 3: 1 queued, 0 credit(s) available" in report

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import adaptive_state
+from helpers import FakeClock, adaptive_state
 from mailrail import protocol
 from mailrail.counters import COUNTERS
 from mailrail.flow import AdaptiveCredits, NodeCredits, RankCredits, Unconstrained
@@ -137,8 +137,8 @@ class World:
     endpoint: Any
     flow: Any
     message_type: type
+    clock: FakeClock
     asked: Any = None  # adaptive mode: dest -> whether this node's request to it awaits its answer
-    clock: float = 100.0
     messages: list[Any] = dataclasses.field(default_factory=list)
 
     def buffer(self, spec: tuple[Any, str], last_reserved: int) -> Any:
@@ -225,15 +225,15 @@ def apply(world: World, event: tuple[Any, ...], last: dict[str, Any]) -> Any:
             return endpoint.credits_arrived(target, (held - unreturned) << KIND_BITS | GIVE_BACK)
         return apply(world, ("arrived", target, 0, args[1]), last)
     if kind == "drain_ready":  # a generator: every send it hands out, then its stall check
-        world.clock += args[0]
-        return list(endpoint.drain_ready(now=world.clock))
+        world.clock.now += args[0]
+        return list(endpoint.drain_ready())
     if kind == "drain_some":  # a transport whose MPI call failed stops iterating: the rest stay queued
-        world.clock += 0.5
-        drain = endpoint.drain_ready(now=world.clock)
+        world.clock.now += 0.5
+        drain = endpoint.drain_ready()
         return [next(drain, None) for _ in range(args[0])]
     if kind == "check_stall":
-        world.clock += args[0]
-        return endpoint.check_stall(world.clock)
+        world.clock.now += args[0]
+        return endpoint.check_stall()
     if kind == "stall_report":
         return endpoint.stall_report(3.25)
     return getattr(endpoint, kind)(*args)
@@ -358,14 +358,18 @@ def worlds(
 ) -> tuple[World, World]:
     knobs = {"recv_slots": 4, **knobs}
     knobs["posted_receives"] = min(knobs.get("posted_receives", 4), knobs["recv_slots"])
-    python = protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), reference_flow, **knobs)
-    native = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), compiled_flow, **knobs)
+    clocks = (
+        FakeClock(100.0),
+        FakeClock(100.0),
+    )  # one each: a step's time passes on both, and no other time reaches them
+    python = protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), reference_flow, clock=clocks[0], **knobs)
+    native = compiled_protocol.Endpoint(ME, RANKS, SlotPool(SLOTS, DATAGRAM), compiled_flow, clock=clocks[1], **knobs)
     for endpoint in (python, native):  # as a transport posts its receives
         while endpoint.post_parked() != protocol.NO_SLOT:
             pass
     return (
-        World(python, reference_flow, protocol.Message, asked[0]),
-        World(native, compiled_flow, compiled_protocol.Message, asked[1]),
+        World(python, reference_flow, protocol.Message, clocks[0], asked[0]),
+        World(native, compiled_flow, compiled_protocol.Message, clocks[1], asked[1]),
     )
 
 
@@ -435,6 +439,13 @@ def placement_of(node_of_rank: list[int], virtual: bool) -> tuple[list[int], dic
 def test_adaptive_endpoint_decides_like_the_specification(
     recv_slots, lease, threshold, node_of_rank, virtual, knobs, data
 ):
+    run_adaptive(
+        recv_slots, lease, threshold, node_of_rank, virtual, knobs, data.draw(event_scripts(lease, adaptive=True))
+    )
+
+
+def run_adaptive(recv_slots, lease, threshold, node_of_rank, virtual, knobs, script):
+    """*script* on both Endpoints in adaptive mode, then the node's counters compared."""
     node_map, placement = placement_of(node_of_rank, virtual)
     lease = min(lease, recv_slots)
     references = reference_pool, reference_tokens, reference_demand = (
@@ -459,9 +470,38 @@ def test_adaptive_endpoint_decides_like_the_specification(
         **placement,
     )
     asked = (lambda dest: reference_tokens.load(dest) == 0, lambda dest: tokens[dest] == 0)
-    run_both(*worlds(reference, ledger, knobs, asked), data.draw(event_scripts(lease, adaptive=True)))
+    run_both(*worlds(reference, ledger, knobs, asked), script)
     for array, values in zip((pool, tokens, demand), references):  # the ledger counts in the node's counters
         assert array.tolist() == list(values.values)
+
+
+def test_the_adaptive_stall_case_hypothesis_found_decides_alike():
+    """The case of a red CI run (issue 48): a receive step after a stall check read the machine's monotonic
+    clock, not the Endpoint's, so whether it raised depended on the machine's uptime."""
+    knobs = {
+        "posted_receives": 1,
+        "head_patience": 2,
+        "credit_poll_interval": 2,
+        "tag_ub": 31,
+        "stall_timeout": 1.0,
+        "idle_spins": 1,
+        "recv_slots": 1,
+    }
+    script = [
+        ("receive", None, False, None),
+        ("arrived", 3, 0, 1),
+        ("drain_some", 2),
+        ("lease_arrival", 0, 16),
+        ("abandon_in_flight",),
+        ("next_credit_message",),
+        ("send", 0, 5),
+        ("next_credit_message",),
+        ("credit_message", 0, 2, 2),
+        ("check_stall", 1.5),  # the stall clock starts at 102.0 on the Endpoint's clock
+        ("receive", None, False, None),  # still 102.0: no stall in either
+        ("check_stall", 1.5),  # 103.5: a stall in both
+    ]
+    run_adaptive(5, 1, 3, [2, 2, 0, 0], True, knobs, script)
 
 
 KNOBS = {"tag_ub": 15, "head_patience": 2, "credit_poll_interval": 2, "idle_spins": 1}
@@ -499,6 +539,18 @@ SCRIPTS = {
         ("head_reposted",),
         ("take_posted",),
         ("receive", (1, 0, 1), False, None),
+    ],
+    # A receive step's stall check reads the Endpoint's clock, as check_stall() does (a receive step once read
+    # the machine's monotonic clock: the case Hypothesis found raised or not by how long the machine had run).
+    "a receive step stalls on the endpoint's clock": [
+        ("send", 0, 5),
+        ("send", 0, 5),  # deferred: one credit per pair
+        ("check_stall", 0.0),  # the stall clock starts
+        ("receive", None, False, None),  # no time passed: no stall
+        ("check_stall", 0.5),
+        ("receive", None, False, None),
+        ("drain_ready", 0.75),  # 1.25 s without progress: the drain's check raises
+        ("receive", None, False, None),  # the clock restarted: no stall
     ],
     # A drain that moves a deferred send restarts the stall clock.
     "progress restarts the stall clock": [

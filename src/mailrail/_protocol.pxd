@@ -51,6 +51,7 @@ cdef class Endpoint:
     cdef readonly Py_ssize_t datagram_size
     cdef readonly long long tag_ub
     cdef public double stall_timeout
+    cdef public object clock  # the one time source of the stall check (the specification's Endpoint.clock)
     cdef readonly bint has_credits, stopped
     cdef readonly object send_pool, flow, deferred
     cdef object flow_outbox           # unconstrained flow control's outbox (always empty); read only here
@@ -81,7 +82,7 @@ cdef class Endpoint:
     cdef int deferred_count
     cdef bint has_last_progress
     cdef double last_progress
-    cdef object drain_candidates, drain_now  # the drain in progress: its candidates() iterator, its clock
+    cdef object drain_candidates  # the drain in progress: its candidates() iterator
     cdef int calls_since_credit_poll, idle_calls
     # receive slots: the posted ones in posting order (a ring, its head tested next), the parked ones (a stack)
     cdef readonly int recv_slots, posted_receives, posted_count
@@ -102,7 +103,7 @@ cdef class Endpoint:
     cdef int c_credits_arrived(self, int source, long long tag) except -1
     cdef int c_next_credit_message(self, int *target, long long *tag) except -1
     cdef long queued_for(self, int dest) except -1
-    cdef int c_drain_begin(self, object now) except -1
+    cdef int c_drain_begin(self) except -1
     cdef int c_drain_next(self) except -2
     cdef int pool_attached(self) except -1
     cdef int checked_slot(self, object slot) except -1
@@ -278,7 +279,7 @@ cdef class Endpoint:
         if self.c_credit_poll_due():
             io.poll_credits()
         if self.deferred_count:
-            self.c_drain_begin(None)
+            self.c_drain_begin()
             slot = self.c_drain_next()
             while slot != NO_SLOT:  # a failed start raises: the rest stay queued
                 io.start_send(self.out_dest, self.out_nbytes, slot, self.out_tag, self.out_action, True)

@@ -152,7 +152,7 @@ cdef class Endpoint:
     """
 
     def __init__(self, rank, size, send_pool, flow, *, tag_ub, head_patience, credit_poll_interval, idle_spins,
-                 stall_timeout=0.0, recv_slots=0, posted_receives=None):
+                 stall_timeout=0.0, recv_slots=0, posted_receives=None, clock=time.monotonic):
         if self.state != NULL:
             raise RuntimeError("Endpoint is initialized once")
         _specification.check_settings(size, tag_ub, head_patience, credit_poll_interval, idle_spins)
@@ -182,6 +182,7 @@ cdef class Endpoint:
         self.credit_poll_interval = credit_poll_interval
         self.idle_spins = idle_spins
         self.stall_timeout = stall_timeout
+        self.clock = clock
         self.send_views = list(send_pool.views)
         self.slot_by_id = send_pool.slot_by_id
         cdef int slots = send_pool.slots, slot
@@ -438,21 +439,20 @@ cdef class Endpoint:
     def deferred_total(self):
         return self.deferred_count
 
-    def drain_ready(self, now=None):
+    def drain_ready(self):
         """Deferred sends that have credit now, at most one per destination, oldest first, each as submit()
-        hands out a send that leaves; then the stall check (at *now*, default the monotonic clock).
+        hands out a send that leaves; then the stall check (check_stall()).
 
         A generator, as the specification's: each send is taken from its queue as it is handed out."""
-        self.c_drain_begin(now)
+        self.c_drain_begin()
         cdef int slot = self.c_drain_next()
         while slot != NO_SLOT:
             yield self.out_dest, self.out_nbytes, slot, self.out_tag, self.out_action
             slot = self.c_drain_next()
 
-    cdef int c_drain_begin(self, object now) except -1:
+    cdef int c_drain_begin(self) except -1:
         """Start a drain: c_drain_next() then hands out its sends one by one (the transport's loop)."""
         self.drain_candidates = iter(self.deferred.candidates()) if self.deferred_count else None
-        self.drain_now = now
         return 0
 
     cdef int c_drain_next(self) except -2:
@@ -476,8 +476,7 @@ cdef class Endpoint:
                     self.ledger.ask_for(dest, self.queued_for(dest))
             self.drain_candidates = None
         if self.stall_timeout and self.deferred_count:
-            now, self.drain_now = self.drain_now, None
-            self.check_stall(time.monotonic() if now is None else now)
+            self.check_stall()
         return NO_SLOT
 
     def stop(self):
@@ -644,11 +643,12 @@ cdef class Endpoint:
 
     # -- diagnostics -------------------------------------------------------
 
-    def check_stall(self, double now):
-        """Raise :class:`CreditStallError` if deferred sends made no progress for ``stall_timeout`` s."""
+    def check_stall(self):
+        """Raise :class:`CreditStallError` if deferred sends made no progress for ``stall_timeout`` s of
+        ``clock`` (the Endpoint's one time source, as the specification's)."""
         if not self.stall_timeout or not self.deferred_count:
             return
-        cdef double waited
+        cdef double waited, now = self.clock()
         if not self.has_last_progress:
             self.last_progress = now
             self.has_last_progress = True

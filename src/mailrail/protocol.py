@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from .counters import COUNTERS
@@ -121,7 +121,8 @@ class Endpoint:
 
     *flow*: the flow-control strategy (:mod:`mailrail.flow`, or the compiled ledger with its interface);
     *tag_ub*: the largest tag, which caps one credit message; *head_patience*, *credit_poll_interval*,
-    *idle_spins*: the progress rules (see :class:`~mailrail.transport.base.Tuning`).
+    *idle_spins*: the progress rules (see :class:`~mailrail.transport.base.Tuning`); *stall_timeout*: seconds
+    of *clock* (default :func:`time.monotonic`) that deferred sends may wait without progress.
     """
 
     def __init__(
@@ -138,6 +139,7 @@ class Endpoint:
         stall_timeout: float = 0.0,
         recv_slots: int = 0,
         posted_receives: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         check_settings(size, tag_ub, head_patience, credit_poll_interval, idle_spins)
         posted_receives = check_receive_settings(recv_slots, posted_receives)
@@ -155,6 +157,7 @@ class Endpoint:
         self.credit_poll_interval = credit_poll_interval
         self.idle_spins = idle_spins
         self.stall_timeout = stall_timeout
+        self.clock = clock
         self.stopped = False
         # Send slots: state per slot, a free stack (lowest slot on top: hot slots stay in cache),
         # the in-flight slots oldest first, and per slot the stream it sent last.
@@ -363,9 +366,9 @@ class Endpoint:
     def deferred_total(self) -> int:
         return self.deferred.total
 
-    def drain_ready(self, now: float | None = None) -> Iterator[tuple[int, int, int, int, int]]:
+    def drain_ready(self) -> Iterator[tuple[int, int, int, int, int]]:
         """Deferred sends that have credit now, at most one per destination, oldest first, each as submit()
-        hands out a send that leaves; then the stall check (at *now*, default the monotonic clock):
+        hands out a send that leaves; then the stall check (:meth:`check_stall`):
         :class:`~mailrail.errors.CreditStallError` when they made no progress for the stall timeout.
 
         A generator: each send is taken from its queue as it is handed out, so a transport whose MPI call
@@ -386,7 +389,7 @@ class Endpoint:
                 elif flow.asks_for_credit:
                     flow.ask(dest, deferred.queued_for(dest))
         if self.stall_timeout and deferred.total:
-            self.check_stall(time.monotonic() if now is None else now)
+            self.check_stall()
 
     def stop(self) -> int:
         """finalize(): the application's calls raise from now on; the deferred sends are dropped (their
@@ -590,10 +593,12 @@ class Endpoint:
 
     # -- diagnostics -------------------------------------------------------
 
-    def check_stall(self, now: float) -> None:
-        """Raise :class:`CreditStallError` if deferred sends made no progress for ``stall_timeout`` s."""
+    def check_stall(self) -> None:
+        """Raise :class:`CreditStallError` if deferred sends made no progress for ``stall_timeout`` s of
+        :attr:`clock` (the Endpoint's one time source: every stall decision reads it, and only it)."""
         if not self.stall_timeout or not self.deferred.total:
             return
+        now = self.clock()
         if self._last_progress is None:
             self._last_progress = now
         elif now - self._last_progress > self.stall_timeout:

@@ -475,7 +475,7 @@ class Simulation:
                 if rank.context:  # each receive is a progress call: it takes what arrived meanwhile
                     yield work(self._ingest(rank), node)
             if endpoint.deferred.total:
-                for dest, nbytes, slot, tag, _ in list(endpoint.drain_ready(now=0.0)):
+                for dest, nbytes, slot, tag, _ in list(endpoint.drain_ready()):
                     busy = True
                     self._transmit(rank, dest, nbytes, slot, tag)
                     yield work(send_cpu_s, node)
