@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import textwrap
 import tomllib
 
 import pytest
@@ -212,3 +213,48 @@ def test_the_readme_keeps_exactly_its_two_commands_on_top():
     first_block = re.search(r"```sh\n(.*?)```", readme, re.S).group(1).splitlines()
     assert [line.split("#")[0].strip() for line in first_block] == ["make demo", "make test"]
     assert "exec make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_import_the_documentation_shows_imports():
+    """Each ``from mailrail... import NAMES`` in the pages (code blocks and inline code) and the README works."""
+    pages = [*DOCS.glob("*.md"), *DOCS.glob("containers/*.md"), ROOT / "README.md"]
+    imports = {
+        (module, name.strip())
+        for page in pages
+        for module, names in re.findall(r"from (mailrail[\w.]*) import ([\w, ]+)", page.read_text())
+        for name in names.split(",")
+        if name.strip()
+    }
+    assert ("mailrail.containers", "HashPartitioner") in imports
+    for module, name in sorted(imports):
+        assert hasattr(importlib.import_module(module), name), f"from {module} import {name}"
+
+
+def test_the_container_pages_give_an_import_path_for_every_name_of_mailrail_containers_they_use():
+    """``HashPartitioner`` was named on the containers page with no way to import it."""
+    import mailrail.containers
+
+    pages = "\n".join(page.read_text() for page in [DOCS / "containers.md", *DOCS.glob("containers/*.md")])
+    for name in mailrail.containers.__all__:
+        if re.search(rf"\b{name}\b", pages):
+            imported = (
+                rf"from mailrail\.containers(\.\w+)? import [\w, ]*\b{name}\b|mailrail\.containers(\.\w+)?\.{name}\b"
+            )
+            assert re.search(imported, pages), f"the container pages name {name} but not where to import it from"
+
+
+def test_the_containers_page_s_partitioner_example_gives_what_it_says():
+    from mailrail.containers import partition
+
+    page = (DOCS / "containers.md").read_text()
+    block = next(block for block in re.findall(r"```python\n(.*?)```", page, re.S) if "HashPartitioner(" in block)
+    namespace: dict = {}
+    checked = 0
+    for line in textwrap.dedent(block).splitlines():
+        code, _, shown = line.partition("  # ")
+        if shown.startswith("array("):
+            assert repr(eval(code, namespace)) == shown, code
+            checked += 1
+        else:
+            exec(code, namespace)
+    assert checked == 2 and namespace["HashPartitioner"] is partition.HashPartitioner
