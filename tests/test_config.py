@@ -127,7 +127,7 @@ def test_the_non_knob_variables_do_not_warn():
         NON_KNOB_VARIABLES
     )
     # and those mailrail run sets in every rank's environment
-    assert {control.JOB_VARIABLE, failure.FAILURES_VARIABLE} <= set(NON_KNOB_VARIABLES)
+    assert {control.JOB_VARIABLE, failure.FAILURES_VARIABLE, failure.TRACEBACKS_VARIABLE} <= set(NON_KNOB_VARIABLES)
 
 
 def test_config_warning_can_be_made_an_error_by_the_warnings_filter():

@@ -264,7 +264,7 @@ def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluste
     last = failed.stderr.strip().splitlines()[-1]
     assert re.match(
         r"mailrail run: the job failed with exit status \d+: rank 1 raised RuntimeError: injected failure in a "
-        r"mailrail command( \[the MPI's messages: \S+; -v shows them\])?$",
+        r"mailrail command \[the traceback in full( and the MPI's messages)?: \S+; -v shows them\]$",
         last,
     ), failed.stderr
     assert new_job_files(shared_memory) == set()

@@ -320,19 +320,31 @@ def test_the_watchdog_runs_what_is_registered_when_its_owner_dies(ending, tmp_pa
 MPI_MESSAGE_MARKS = ("-" * 74, "=" * 40, "MPI_ABORT was invoked", "application called MPI_Abort", "BAD TERMINATION")
 
 
-def summary_of(stderr: str) -> tuple[str, str]:
-    """``mailrail run``'s last line without the name of the log it kept the MPI's messages in, and that log's
-    text (which the test then removes); the MPI's messages must not be in *stderr* itself."""
+#: ``mailrail run``'s last line: the summary, then what it kept in a log, and where.
+KEPT = re.compile(
+    r"(.*) \[((?:the (?:\d+ tracebacks|traceback) in full)?(?: and )?(?:the MPI's messages)?): (\S+); -v shows them\]"
+)
+
+
+def summary_and_log(stderr: str) -> tuple[str, str | None]:
+    """``mailrail run``'s last line without the name of the log it kept the failing ranks' tracebacks and the MPI's
+    messages in, and that log's path (None without one); the MPI's messages must not be in *stderr* itself."""
     last = stderr.strip().splitlines()[-1].strip()
     for mark in MPI_MESSAGE_MARKS:
         assert mark not in stderr, stderr
-    found = re.fullmatch(r"(.*) \[the MPI's messages: (\S+); -v shows them\]", last)
-    if found is None:
+    found = KEPT.fullmatch(last)
+    return (last, None) if found is None else (found.group(1), found.group(3))
+
+
+def summary_of(stderr: str) -> tuple[str, str]:
+    """:func:`summary_and_log`, with the log's text (which the test then removes) instead of its path."""
+    last, path = summary_and_log(stderr)
+    if path is None:
         return last, ""
-    with open(found.group(2), encoding="utf-8") as log:
+    with open(path, encoding="utf-8") as log:
         text = log.read()
-    os.unlink(found.group(2))
-    return found.group(1), text
+    os.unlink(path)
+    return last, text
 
 
 @pytest.mark.mpi
@@ -347,12 +359,12 @@ def test_an_exception_on_one_rank_ends_the_job_with_its_traceback_once(tmp_path)
         assert job.stderr.count("] RuntimeError: injected failure on this rank") == 1, job.stderr
         assert "[rank 0 on " in job.stderr
         assert "runpy" not in job.stderr  # the traceback starts at the program, not the runner
-        # after all that, mailrail run says it in one line; the MPI's abort notices are in the log it names
+        # after all that, mailrail run says it in one line; the traceback in full and the MPI's abort notices
+        # (if any: MPICH's abort line is lost now and then, when Hydra ends the job first) are in the log it names
         last, log = summary_of(job.stderr)
         said = "the job failed with exit status 1: rank 0 raised RuntimeError: injected failure on this rank"
         assert last == f"mailrail run: {said}", job.stderr
-        assert "Traceback" not in log and "RuntimeError" not in log, log  # (the MPI's own lines only, if any:
-        # MPICH's abort line is lost now and then, when Hydra ends the job first)
+        assert log.count("Traceback") == 1 and log.count("] RuntimeError: injected failure on this rank") == 1, log
         job.assert_nothing_left()
 
 
@@ -379,9 +391,117 @@ def test_a_configuration_error_is_said_once_for_the_job(tmp_path):
         assert "Traceback" not in job.stderr and "ConfigWarning" not in job.stderr, job.stderr
         error = "ConfigError: MAILRAIL_RECV_POOL_SLOTS must be an integer, got 'abc'"
         assert job.stderr.count(error) == 1, job.stderr
-        last, _ = summary_of(job.stderr)
+        last, log = summary_of(job.stderr)
         assert last == f"mailrail run: the job failed with exit status 1: every rank (3) raised {error}"
+        assert log.count("Traceback (most recent call last)") == 3, log  # (each rank's, in the log)
         job.assert_nothing_left()
+
+
+# --- one traceback per failure: the first failing rank's, trimmed to the user's frames ---------------------------
+
+#: Ranks 2 and 1 fail, in that order, each from a user function nested two deep (tests/programs).
+FAIL_DEEP = program_path("fail_deep_in_library.py")
+#: What rank 2 and rank 1 raise inside the library, the exception's last line.
+RANK_2_RAISES = "mailrail.errors.InvalidDestinationError: destination 5 is out of range: valid ranks are 0..2"
+RANK_2_SAID = RANK_2_RAISES.removeprefix("mailrail.errors.")  # (as the summary says it)
+RANK_1_RAISES = "TypeError: Map.insert(): keys of dtype <U12 for a container of dtype uint64"
+
+
+def lines_of(text: str, rank: int) -> tuple[str, list[str]]:
+    """The label ``[rank R on HOST] `` of rank *rank*'s lines in *text*, and those lines without it."""
+    lines = re.findall(rf"^(\[rank {rank} on \S+\] )(.*)$", text, re.M)
+    assert lines, text
+    assert len({label for label, _ in lines}) == 1, lines
+    return lines[0][0], [line for _, line in lines]
+
+
+def frames(lines: list[str]) -> list[str]:
+    """Where each frame of a traceback's *lines* is (``FILE:FUNCTION``), and the lines standing for frames left out."""
+    found = []
+    for line in lines:
+        frame = re.fullmatch(r'  File "(.*)", line \d+, in (\S+)', line)
+        if frame:
+            found.append(f"{os.path.basename(frame.group(1))}:{frame.group(2)}")
+        elif line.startswith("  ... "):
+            found.append(line)
+    return found
+
+
+@pytest.mark.mpi
+@pytest.mark.smoke
+def test_one_traceback_the_first_failing_rank_s_trimmed_to_the_user_s_frames():
+    """Ranks 2 and 1 raise deep inside library calls (rank 2 first); rank 0, in the barrier, is ended by their abort:
+    the terminal shows rank 2's traceback alone, the user's frames, the library's frames left out in one line
+    naming the log, the frame that raised, the exception intact; then the summary, naming the same log, which holds
+    both tracebacks in full."""
+    with launched("--", "python", FAIL_DEEP, ranks=3) as job:
+        assert job.finish(START_BOUND) == 1, job.stderr
+        assert job.stderr.count("Traceback (most recent call last)") == 1, job.stderr
+        assert "[rank 1 on " not in job.stderr and "[rank 0 on " not in job.stderr, job.stderr
+        _, shown = lines_of(job.stderr, 2)
+        user = [
+            "fail_deep_in_library.py:<module>",
+            "fail_deep_in_library.py:fan_out",
+            "fail_deep_in_library.py:deliver",
+        ]
+        where = frames(shown)
+        assert where[:3] == user and where[4:] == ["protocol.py:checked_rank"], shown
+        left_out = re.fullmatch(r"  \.\.\. (\d+) library frames? \(full traceback in (\S+)\)", where[3])
+        assert left_out, shown
+        assert shown[-1] == RANK_2_RAISES
+        last, path = summary_and_log(job.stderr)
+        # (a collateral rank may record an MPI error of its own as the job ends: it comes after these two)
+        assert last.startswith(
+            f"mailrail run: the job failed with exit status 1: rank 2 raised {RANK_2_SAID}; "
+            f"rank 1 raised {RANK_1_RAISES}"
+        ), job.stderr
+        assert path == left_out.group(2) and path.startswith(tempfile.gettempdir() + os.sep)
+        with open(path, encoding="utf-8") as kept:
+            log = kept.read()
+        os.unlink(path)
+        # the log: every failing rank's traceback in full, rank 2's first; rank 2's holds the frames left out
+        assert log.index("[rank 2 on ") < log.index("[rank 1 on "), log
+        _, full_2 = lines_of(log, 2)
+        assert len(frames(full_2)) == 3 + int(left_out.group(1)) + 1 and frames(full_2)[:3] == user, log
+        assert full_2[-1] == RANK_2_RAISES and "library frames" not in log
+        _, full_1 = lines_of(log, 1)
+        assert frames(full_1)[:3] == user and frames(full_1)[-1] == "base.py:as_keys" and full_1[-1] == RANK_1_RAISES
+        job.assert_nothing_left()
+
+
+@pytest.mark.mpi
+def test_an_error_raised_in_user_code_shows_no_library_frame():
+    with launched("--", "python", FAIL_DEEP, "user", ranks=3) as job:
+        assert job.finish(START_BOUND) == 1, job.stderr
+        assert job.stderr.count("Traceback (most recent call last)") == 1, job.stderr
+        _, shown = lines_of(job.stderr, 2)
+        assert frames(shown) == [
+            "fail_deep_in_library.py:<module>",
+            "fail_deep_in_library.py:fan_out",
+            "fail_deep_in_library.py:deliver",
+        ]
+        assert shown[-1] == "ValueError: rank 2's own check failed"
+        last, log = summary_of(job.stderr)
+        assert last.startswith(
+            "mailrail run: the job failed with exit status 1: rank 2 raised ValueError: rank 2's own check failed; "
+            "rank 1 raised ValueError: rank 1's own check failed"
+        ), job.stderr
+        assert lines_of(log, 2)[1] == shown  # nothing was left out
+        assert lines_of(log, 1)[1][-1] == "ValueError: rank 1's own check failed"
+
+
+@pytest.mark.mpi
+def test_verbose_shows_the_tracebacks_in_full_where_they_came(tmp_path):
+    """``-v``: the ranks print their own tracebacks, untrimmed, as under a bare mpiexec; no log is kept (the MPI's
+    messages are shown where they came too: test_verbose_shows_the_mpi_s_messages_where_they_came)."""
+    with launched("-v", "--", "python", FAIL_DEEP, ranks=3) as job:
+        assert job.finish(START_BOUND) == 1, job.stderr
+        _, shown = lines_of(job.stderr, 2)  # (rank 1's too, unless rank 2's abort ended it first, as it may)
+        assert len(frames(shown)) > 4 and frames(shown)[-1] == "protocol.py:checked_rank", shown
+        assert shown[-1] == RANK_2_RAISES and "library frames" not in job.stderr
+        last = job.stderr.strip().splitlines()[-1]
+        assert last.startswith("mailrail run: the job failed with exit status 1: rank 2 raised ") and "[" not in last
+        assert not list(tmp_path.glob("mailrail-run-*.log"))
 
 
 @pytest.mark.mpi

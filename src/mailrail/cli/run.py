@@ -60,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-v",
         "--verbose",
         action="store_true",
-        help="say every MPI variable mailrail sets for the job (else how many)",
+        help="say every MPI variable mailrail sets for the job (else how many); show every failing rank's traceback "
+        "in full and the MPI's messages where they come (else the first failing rank's traceback, trimmed to your "
+        "frames, and a log of the rest)",
     )
     parser.add_argument(
         "--tag-output",
@@ -191,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
     with FailureReport(args.ranks, verbose=args.verbose) as report:
         ran = run_job(job, report=report)
         if ran.timed_out:
+            report.show_first_traceback()
             print(f"mailrail run: killed after {args.timeout} s{report.kept()}", file=sys.stderr)
             return 124
         report.say("mailrail run", ran.returncode)

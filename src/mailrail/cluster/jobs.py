@@ -64,10 +64,11 @@ def run_and_report(
             assert isinstance(job, ClusterJob)  # (what a virtual cluster's run returns)
         for line in outcome(job, timeout):
             print(f"{command}: {line}", file=sys.stderr)
-        if job.timed_out or job.out_of_memory_node is not None:  # (said above: what the MPI printed then, kept)
+        if job.timed_out or job.out_of_memory_node is not None:  # (said above: what the job printed then, kept)
+            report.show_first_traceback()
             kept = report.kept()
             if kept:
-                print(f"{command}: the MPI printed messages{kept}", file=sys.stderr)
+                print(f"{command}: kept in a log{kept}", file=sys.stderr)
         else:
             report.say(command, exit_status(job))
     return exit_status(job)

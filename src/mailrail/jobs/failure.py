@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from ..config import launcher_rank
 from ..segments import append_to, record_own_segments
+from .tracebacks import brief_traceback
 
 #: Seconds an aborting rank waits at most for its launcher to take what it wrote (see end_job).
 OUTPUT_DRAIN_BOUND = 2.0
@@ -73,8 +74,16 @@ def describe_ranks(ranks: list[int]) -> str:
 
 def format_failure(error: BaseException, label: str) -> str:
     """*error*'s traceback, every line prefixed ``[LABEL] ``, ending in a newline."""
-    lines = "".join(traceback.format_exception(type(error), error, error.__traceback__)).splitlines()
-    return "".join(f"[{label}] {line}\n" for line in lines)
+    return labelled(_full_traceback(error), label)
+
+
+def labelled(text: str, label: str) -> str:
+    """Every line of *text* prefixed ``[LABEL] ``, each ending in a newline."""
+    return "".join(f"[{label}] {line}\n" for line in text.splitlines())
+
+
+def _full_traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
 
 
 #: Environment variable naming the file where ``mailrail run`` collects its ranks' failures (one JSON line
@@ -83,10 +92,15 @@ FAILURES_VARIABLE = "MAILRAIL_FAILURES"
 #: Exceptions every rank raises alike, from the same configuration (a bad knob): under ``mailrail run``
 #: the ranks print no traceback for them, and ``mailrail run`` says the error once for the job.
 SAME_ON_EVERY_RANK = ("ConfigError",)
+#: Environment variable that ``mailrail run`` (unless ``-v``) sets to :data:`SHOWN_BY_RUNNER`: a failing rank
+#: prints no traceback, ``mailrail run`` shows the first failing rank's, trimmed, and keeps all in its log.
+TRACEBACKS_VARIABLE = "MAILRAIL_FAILURE_TRACEBACKS"
+SHOWN_BY_RUNNER = "runner"
 
 
 def record_failure(error: BaseException | None, exit_code: int, comm: Any | None = None) -> bool:
-    """Add this rank's failure (*error*, or a bare *exit_code*) to ``mailrail run``'s list; False outside one."""
+    """Add this rank's failure (*error*, with its traceback in full and trimmed, or a bare *exit_code*) to
+    ``mailrail run``'s list, in one write (the list's order is the order the ranks failed in); False outside one."""
     path = os.environ.get(FAILURES_VARIABLE)
     if not path:
         return False
@@ -98,6 +112,10 @@ def record_failure(error: BaseException | None, exit_code: int, comm: Any | None
         "message": str(error) if error is not None else None,
         "exit_code": exit_code,
     }
+    if error is not None:  # what the runner shows (the first failing rank's, trimmed) and keeps in its log
+        record["traceback"] = _full_traceback(error)
+        with contextlib.suppress(Exception):  # (the full one serves if trimming fails: the job must still end)
+            record["brief"] = brief_traceback(error)
     return append_to(path, (json.dumps(record) + "\n").encode())
 
 
@@ -137,15 +155,17 @@ def _wait_for_peers_recorded(comm: Any | None, bound: float) -> None:
 def abort_job(error: BaseException, *, comm: Any | None = None, exit_code: int = 1) -> NoReturn:
     """Print *error*'s traceback once, prefixed by the rank, and end the whole job (``MPI_Abort``).
 
-    Under ``mailrail run`` the failure is also recorded for its one-line summary, and an error every rank
-    raises alike (:data:`SAME_ON_EVERY_RANK`) is left to that summary: one line for the job, not a
-    traceback per rank.  Without an initialized MPI (or after ``MPI_Finalize``) only this process ends,
-    with *exit_code*.
+    Under ``mailrail run`` the failure is also recorded, its traceback with it, for its one-line summary;
+    the rank then prints nothing (unless ``mailrail run -v``): ``mailrail run`` shows the traceback of the
+    first rank that recorded one, trimmed to the user's frames (:mod:`mailrail.jobs.tracebacks`), and keeps
+    every rank's in full in its log.  An error every rank raises alike (:data:`SAME_ON_EVERY_RANK`) is left
+    to that summary: one line for the job, not a traceback per rank.  Without an initialized MPI (or after
+    ``MPI_Finalize``) only this process ends, with *exit_code*.
     """
     recorded = record_failure(error, exit_code, comm)
     if recorded and type(error).__name__ in SAME_ON_EVERY_RANK:
         _wait_for_peers_recorded(comm, PEERS_RECORDED_BOUND)
-    else:
+    elif not (recorded and os.environ.get(TRACEBACKS_VARIABLE) == SHOWN_BY_RUNNER):
         sys.stderr.write(format_failure(error, rank_label(comm)))
     end_job(exit_code, comm=comm)
 

@@ -6,7 +6,8 @@
 * A Python program (``python3 -u prog.py ARGS``, ``-m MODULE ARGS``, ``-c CODE ARGS``) runs in
   this interpreter as ``python -m mpi4py`` runs it, with one difference: an exception that
   escapes it ends the whole job through :func:`mailrail.jobs.failure.abort_job` (its traceback once,
-  each line prefixed by the rank, then ``MPI_Abort``), so no peer is left waiting in a collective.
+  each line prefixed by the rank, or recorded for ``mailrail run`` to show; then ``MPI_Abort``), so no
+  peer is left waiting in a collective.
   ``sys.exit(N)`` with N other than 0 ends the job the same way, without a traceback.
 * Any other program is exec'd (after the parent-death signal is set); a mailrail command
   (``--command bench stream ...``) runs in this interpreter exactly as ``python -m mailrail`` runs it.
