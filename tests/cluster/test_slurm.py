@@ -18,15 +18,15 @@ import pytest
 
 from helpers import (
     ROOT,
+    OwnClusters,
     alive,
     assert_exactly_once,
+    assert_left_nothing,
     assert_succeeded,
-    leftovers,
     mailrail,
     new_job_files,
     program_path,
     result_of,
-    settled_leftovers,
     unclaimed_job_files,
 )
 from mailrail.cluster import namespaces, slurm, state
@@ -73,14 +73,15 @@ def slurm_cluster(cluster_support) -> str:
     if reason:
         pytest.skip(reason)
     name = f"sl{os.getpid():x}"[:12]
-    before = leftovers()
-    pids = up(name, NODES)
-    try:
-        yield name
-    finally:
-        down(name)
-    assert not [pid for pid in pids.values() if alive(pid)]
-    assert settled_leftovers(before) == before
+    with OwnClusters() as own:
+        pids = up(name, NODES)
+        try:
+            yield name
+        finally:
+            down(name)
+        assert not [pid for pid in pids.values() if alive(pid)]
+        assert own.ids() == {name}
+        assert_left_nothing(own)
 
 
 def on_head(name: str, *command: str, env: dict[str, str] | None = None):
@@ -92,17 +93,18 @@ def test_cluster_up_runs_the_daemons_and_down_ends_them(cluster_support):
     if reason:
         pytest.skip(reason)
     name = f"sd{os.getpid():x}"[:12]
-    before = leftovers()
-    pids = up(name, 1)
-    try:
-        assert set(pids) == {"munged", "slurmctld", f"slurmd {name}-n0"}
-        assert all(alive(pid) for pid in pids.values())
-        status = json.loads(mailrail("cluster", "status", "--json").stdout)
-        assert [e["scheduler"] for e in status if e["name"] == name] == ["slurm"]
-    finally:
-        down(name)
-    assert not [pid for pid in pids.values() if alive(pid)]
-    assert settled_leftovers(before) == before
+    with OwnClusters() as own:
+        pids = up(name, 1)
+        try:
+            assert set(pids) == {"munged", "slurmctld", f"slurmd {name}-n0"}
+            assert all(alive(pid) for pid in pids.values())
+            status = json.loads(mailrail("cluster", "status", "--json").stdout)
+            assert [e["scheduler"] for e in status if e["name"] == name] == ["slurm"]
+        finally:
+            down(name)
+        assert not [pid for pid in pids.values() if alive(pid)]
+        assert own.ids() == {name}
+        assert_left_nothing(own, bound=0)
 
 
 def test_the_head_is_a_login_node_for_sinfo_and_srun(slurm_cluster):

@@ -217,12 +217,3 @@ def end_processes(find: Callable[[], set[int]]) -> set[int]:
     """SIGKILL the processes ``find()`` returns (asked again until none is left; no grace: every
     process of a cluster is ours); returns those still there after the job runner's bound (mailrail.jobs.control)."""
     return control.end_processes(find, grace=0.0)
-
-
-def process_start_time(pid: int) -> int | None:
-    """The start time of *pid* in clock ticks since boot (tells a reused pid from its first owner)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None

@@ -142,6 +142,52 @@ def is_alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+#: The index of the start time in :func:`_stat_fields` (field 22 of ``/proc/PID/stat``).
+_START_FIELD = 19
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of *pid* in clock ticks since boot (tells a reused pid from its first owner), or None
+    when there is no such process (a zombie still has one)."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[_START_FIELD]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def is_running(pid: int, start: int | None) -> bool:
+    """The process *pid* that started at *start* (None: whichever has that pid) still runs: it exists, is not a
+    zombie (it has exited; only its parent's collection is left), and is not another process that reused the pid."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return False
+    return start is None or process_start_time(pid) == start
+
+
+def is_present(pid: int, start: int | None) -> bool:
+    """The process *pid* that started at *start* is still in the process table: running, or exited and not yet
+    collected by its parent (``pgrep`` and ``ps`` still list it then)."""
+    found = process_start_time(pid)
+    return found is not None and (start is None or found == start)
+
+
+def ancestry(pid: int) -> list[tuple[int, int | None]]:
+    """The processes *pid* was started from, nearest first, up to the first process (init), each as its pid and
+    start time (:func:`process_start_time`); an orphan's ancestry is that of whoever adopted it."""
+    found: list[tuple[int, int | None]] = []
+    fields = _stat_fields(pid)
+    while fields is not None and int(fields[1]) > 0 and len(found) < _ANCESTRY_LIMIT:
+        parent = int(fields[1])
+        found.append((parent, process_start_time(parent)))
+        fields = _stat_fields(parent)
+    return found
+
+
+#: More parents than a process tree has (a bound against a /proc that changes under the walk).
+_ANCESTRY_LIMIT = 256
+
+
 def _parents() -> dict[int, int]:
     """Every live (non-zombie) process's parent."""
     parents = {}
