@@ -1,4 +1,5 @@
-"""A cluster job ended from outside at any moment of its life, and a node running out of memory.
+"""A cluster job ended from outside at any moment of its life, an owner that exits without removing its cluster,
+and a node running out of memory.
 
 Each test starts ``mailrail`` as its own process and checks, by the names of the clusters it made and the
 process ids it knows, that nothing is left (the ``leaves_nothing`` fixture, and the ranks' own pids), within a
@@ -235,6 +236,46 @@ def gone_within(own: OwnClusters, pids: list[int], bound: float) -> dict:
         time.sleep(0.1)
 
 
+OWNER_WITHOUT_REMOVAL = """
+import os, sys
+from mailrail.cluster import ClusterSpec, VirtualCluster
+cluster = VirtualCluster(ClusterSpec(nodes=1))
+cluster.up()
+print(cluster.layout.cluster_id, flush=True)
+if sys.argv[1] == "os._exit":
+    os._exit(0)  # as a crash: no atexit, only the watchdog is left to remove it
+sys.exit(0)  # a normal exit with the cluster up: atexit removes it (run_pending_cleanups)
+"""
+
+
+@pytest.mark.parametrize("ending", ["os._exit"])
+def test_an_owner_that_exits_without_removing_its_cluster_leaves_nothing(ending, admin, leaves_nothing):
+    """A normal exit removes the cluster before the process is gone; an exit that skips Python's (os._exit) leaves
+    it to the watchdog, which must remove it while the owner is a zombie its parent (this test) has not
+    collected: an exited owner is gone, whether or not collected (the watchdog used to run ``cluster down``
+    while its owner was still exiting, or not yet collected, and that refused: "belongs to the running job")."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER_WITHOUT_REMOVAL, ending], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        cluster_id = owner.stdout.readline().strip()
+        assert cluster_id, owner.stderr.read()
+        names = f"{PREFIX}{cluster_id}"
+        if ending == "exit":
+            owner.wait(timeout=END_BOUND_S)
+            assert not namespaces.list_netns(names + "-") and names not in state.known_names(PREFIX)
+        else:
+            deadline = time.monotonic() + GONE_BOUND_S
+            while namespaces.list_netns(names + "-") or names in state.known_names(PREFIX):
+                assert time.monotonic() < deadline, f"{GONE_BOUND_S:.0f} s after its owner ended: {names} still there"
+                time.sleep(0.05)
+            assert not control.is_running(owner.pid, None) and control.is_present(owner.pid, None)  # a zombie
+        assert "belongs to the running job" not in owner.stderr.read()
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 def compare_args(out) -> list[str]:
     # enough messages that the mode still runs when the test signals it
     return [
@@ -286,25 +327,45 @@ def test_sigint_to_compare_is_one_line_and_keeps_the_last_results(tmp_path, star
     assert (out / "compare.png").read_bytes() == b"earlier"
 
 
-def test_cluster_down_removes_a_stale_cluster(leaves_nothing):
-    """A cluster whose recorded owner is gone (what a killed run without a watchdog would leave) is stale."""
+@pytest.mark.parametrize("owner", ["exited", "not collected", "pid reused"])
+def test_cluster_down_removes_a_cluster_whose_owner_is_gone(owner, admin, leaves_nothing):
+    """A cluster whose recorded owner is gone is stale, and ``cluster down`` removes it: an owner that exited and
+    was collected, one that exited and that its parent has not collected yet (a zombie: what a watchdog's
+    ``cluster down`` met right after the owner ended), and a live process that has the owner's pid but
+    started at another time."""
     cluster = VirtualCluster(ClusterSpec(nodes=1))
     cluster.up()
+    ended = subprocess.Popen(["true"])
+    ended_start = control.process_start_time(ended.pid)  # (read before it is collected: a zombie keeps it)
     try:
-        finished = subprocess.Popen(["true"])
-        finished.wait()
         record = state.load(cluster.state_dir)
-        record.owner_pid, record.owner_start = finished.pid, None  # an owner that has exited
+        if owner == "pid reused":  # a running process of the owner's pid, another start time
+            record.owner_pid, record.owner_start = os.getpid(), control.process_start_time(os.getpid()) + 1
+        else:
+            while control.is_running(ended.pid, None):
+                time.sleep(0.01)
+            if owner == "exited":
+                ended.wait()
+            record.owner_pid, record.owner_start = ended.pid, ended_start
         state.save(cluster.state_dir, record)
         status = json.loads(mailrail("cluster", "status", "--json").stdout)
         entry = next(e for e in status if e["name"] == cluster.layout.cluster_id)
         assert entry["state"] == "stale (owner gone)"
         down = mailrail("cluster", "down", "--name", cluster.layout.cluster_id)
-        assert down.returncode == 0
+        assert down.returncode == 0, down.stderr
         assert f"removed virtual cluster {cluster.layout.cluster_id} (stale (owner gone))" in down.stdout
         assert not namespaces.list_netns(f"{cluster.layout.name}-") and not os.path.exists(cluster.state_dir)
     finally:
+        ended.wait()
         cluster.down()  # nothing left to remove; cancels this process's watchdog removal
+
+
+def test_cluster_down_refuses_a_running_jobs_cluster(admin, leaves_nothing):
+    with VirtualCluster(ClusterSpec(nodes=1)) as cluster:
+        down = mailrail("cluster", "down", "--name", cluster.layout.cluster_id)
+        assert down.returncode == 2
+        assert f"belongs to the running job of process {os.getpid()}" in down.stderr
+        assert namespaces.list_netns(f"{cluster.layout.name}-")
 
 
 # --- leftover checks count the test's own clusters only -------------------------------------------------------

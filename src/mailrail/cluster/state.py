@@ -19,7 +19,7 @@ import shutil
 import time
 from typing import Any
 
-from ..jobs.control import ancestry, process_start_time
+from ..jobs.control import ancestry, is_running, process_start_time
 
 STATE_ROOT = "/run/mailrail"
 RECORD = "owner.json"
@@ -51,11 +51,11 @@ class OwnerRecord:
 
     @property
     def stale(self) -> bool:
-        """A job cluster whose owner has exited (a persistent one never is)."""
+        """A job cluster whose owner has exited (a persistent one never is): no process of its pid and start time
+        runs.  An owner that has exited and is not yet collected by its parent (a zombie) is gone."""
         if self.kind != "job":
             return False
-        start = process_start_time(self.owner_pid)
-        return start is None or (self.owner_start is not None and start != self.owner_start)
+        return not is_running(self.owner_pid, self.owner_start)
 
 
 def state_dir(name: str) -> str:

@@ -28,9 +28,9 @@ Open MPI wheel, ``.venv``, and the MPICH wheel, ``.venv-mpich``):
   (a program run by ``mpiexec`` directly, a virtual cluster) :func:`on_owner_death` keeps a watchdog:
   a small process in its own session (a terminal's Ctrl-C to the foreground group does not reach
   it) that holds a pipe from its owner; at end-of-file, i.e. when the owner exits for any reason,
-  SIGKILL included, it runs the commands still registered, each bounded, and exits.  A job
-  registers ``python -m mailrail.jobs.control end-job DIR``, which ends the processes marked with the
-  job's directory and removes it.
+  SIGKILL included, it waits until the owner is gone (not only exiting, or a zombie) and runs the
+  commands still registered, each bounded, and exits.  A job registers ``python -m mailrail.jobs.control
+  end-job DIR``, which ends the processes marked with the job's directory and removes it.
 * **Signals.** :func:`handle_termination_signals` turns SIGINT, SIGTERM and SIGHUP into
   :class:`Terminated`.  A background job of a non-interactive shell starts with SIGINT ignored
   (``sh -c 'python3 -c "import signal; print(signal.getsignal(signal.SIGINT))" & wait'`` prints 1);
@@ -71,6 +71,9 @@ GONE_S = 10.0
 WATCHDOG_COMMAND_S = 60.0
 #: Seconds an exiting owner waits for its watchdog to finish (it has nothing to run after a clean exit).
 WATCHDOG_EXIT_WAIT_S = 2.0
+#: Seconds a watchdog waits, after its owner closed the pipe, for the owner to be gone before it runs what is
+#: registered (an owner that exec'd another program closes the pipe and lives on).
+WATCHDOG_OWNER_GONE_S = 30.0
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -450,19 +453,28 @@ class _Watchdog:
         self.process: subprocess.Popen[bytes] | None = None
         self.owner = 0
         self.next_id = 0
+        self.registered: set[int] = set()  # what the running watchdog holds
 
-    def send(self, message: dict[str, object]) -> None:
+    def send(self, ident: int, argv: list[str] | None) -> None:
+        """Register *argv* as command *ident*, or with None withdraw command *ident*."""
+        message: dict[str, object] = {"add": ident, "argv": argv} if argv is not None else {"remove": ident}
         with self.lock:
             if self.process is None or self.owner != os.getpid() or self.process.poll() is not None:
                 self.process = self._start()
                 self.owner = os.getpid()
+                self.registered = set()
             assert self.process.stdin is not None
             self.process.stdin.write(json.dumps(message).encode() + b"\n")
             self.process.stdin.flush()
+            if argv is not None:
+                self.registered.add(ident)
+            else:
+                self.registered.discard(ident)
 
     def close(self) -> None:
-        """At exit: end-of-file tells the watchdog to run what is still registered (normally nothing) and
-        exit; waiting for it briefly reaps it (no process left behind, no ResourceWarning at shutdown)."""
+        """At exit: end-of-file tells the watchdog to run what is still registered (normally nothing) once this
+        process is gone, and exit.  With nothing registered, waiting for it briefly reaps it (no process left
+        behind, no ResourceWarning at shutdown); with something, it waits for this process: no wait here."""
         with self.lock:
             process, self.process = self.process, None
             if process is None or self.owner != os.getpid():
@@ -470,6 +482,8 @@ class _Watchdog:
             assert process.stdin is not None
             with contextlib.suppress(OSError):
                 process.stdin.close()
+            if self.registered:
+                return
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=WATCHDOG_EXIT_WAIT_S)
 
@@ -483,8 +497,9 @@ class _Watchdog:
         # Own session: a terminal's Ctrl-C and hang-up do not reach it.  Not in any job (JOB_VARIABLE
         # dropped): a sweep of a job this process runs in must not take its cleanup away.
         env = {k: v for k, v in os.environ.items() if k != JOB_VARIABLE}
+        start = process_start_time(os.getpid())
         return subprocess.Popen(
-            [sys.executable, "-m", "mailrail.jobs.control", _WATCHDOG_ARG],
+            [sys.executable, "-m", "mailrail.jobs.control", _WATCHDOG_ARG, str(os.getpid()), str(start or "")],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -500,7 +515,7 @@ def on_owner_death(argv: Sequence[str]) -> Callable[[], None]:
     """Run *argv* if this process dies (SIGKILL included) before calling the returned unregister function."""
     command = [str(arg) for arg in argv]
     ident = _watchdog.new_id()
-    _watchdog.send({"add": ident, "argv": command})
+    _watchdog.send(ident, command)
     done = False
 
     def unregister() -> None:
@@ -508,7 +523,7 @@ def on_owner_death(argv: Sequence[str]) -> Callable[[], None]:
         if not done:
             done = True
             with contextlib.suppress(OSError, ValueError):
-                _watchdog.send({"remove": ident})
+                _watchdog.send(ident, None)
 
     return unregister
 
@@ -518,8 +533,13 @@ def end_job_on_owner_death(job_dir: str) -> Callable[[], None]:
     return on_owner_death([sys.executable, "-m", "mailrail.jobs.control", "end-job", job_dir])
 
 
-def _watch(stream: Iterable[bytes]) -> None:
-    """The watchdog's body: keep the registry until end-of-file, then run what is still registered."""
+def _watch(stream: Iterable[bytes], owner: int, owner_start: int | None) -> None:
+    """The watchdog's body: keep the registry until end-of-file, then, once the owner (*owner*, started at
+    *owner_start*) is gone, run what is still registered.
+
+    End-of-file comes while the owner exits, before it is gone (an exiting Python closes the pipe in its
+    ``atexit``; a killed one is a zombie until its parent collects it): a command that asks whether the owner
+    still runs (``mailrail cluster down`` refuses a running job's cluster) must find it gone."""
     for signum in TERMINATION_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     commands: dict[int, list[str]] = {}
@@ -529,6 +549,9 @@ def _watch(stream: Iterable[bytes]) -> None:
             commands[int(message["add"])] = list(message["argv"])
         else:
             commands.pop(int(message["remove"]), None)
+    deadline = time.monotonic() + WATCHDOG_OWNER_GONE_S
+    while commands and is_running(owner, owner_start) and time.monotonic() < deadline:
+        time.sleep(0.01)
     for _, argv in sorted(commands.items()):
         try:
             subprocess.run(argv, timeout=WATCHDOG_COMMAND_S, stdin=subprocess.DEVNULL, check=False)
@@ -537,16 +560,16 @@ def _watch(stream: Iterable[bytes]) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``python -m mailrail.jobs.control watchdog`` | ``end-job DIR``."""
-    if list(argv) == [_WATCHDOG_ARG]:
-        _watch(sys.stdin.buffer)
+    """``python -m mailrail.jobs.control watchdog OWNER_PID OWNER_START`` | ``end-job DIR``."""
+    if len(argv) == 3 and argv[0] == _WATCHDOG_ARG:
+        _watch(sys.stdin.buffer, int(argv[1]), int(argv[2]) if argv[2] else None)
         return 0
     if len(argv) == 2 and argv[0] == "end-job":
         left = end_job(argv[1])
         if left:
             print(f"mailrail: processes of job {argv[1]} still alive: {sorted(left)}", file=sys.stderr)
         return 1 if left else 0
-    print("usage: python -m mailrail.jobs.control watchdog | end-job DIR", file=sys.stderr)
+    print("usage: python -m mailrail.jobs.control watchdog OWNER_PID OWNER_START | end-job DIR", file=sys.stderr)
     return 2
 
 
