@@ -3,7 +3,8 @@ and a node running out of memory.
 
 Each test starts ``mailrail`` as its own process and checks, by the names of the clusters it made and the
 process ids it knows, that nothing is left (the ``leaves_nothing`` fixture, and the ranks' own pids), within a
-bound: a time-out is the test failing, not a measurement.
+bound: a time-out is the test failing, not a measurement.  A command interrupted by a signal must have removed
+its cluster when it exits; a SIGKILLed one leaves it to its watchdog.
 """
 
 from __future__ import annotations
@@ -172,8 +173,8 @@ MOMENTS = ("build", "start-up", "running", "teardown")
 
 def interrupt(start, moment: str, signum: int, *, delay: float = 0.0, sigint_ignored: bool = False) -> Command:
     """``mailrail run -n 4 --cluster 2`` sent *signum* *delay* seconds after *moment*; checks that it ended
-    within the bound, said so in one line, and that no rank is left running (the rest: the ``leaves_nothing``
-    fixture)."""
+    within the bound, said so in one line, and that when it had exited nothing of its cluster was left: its
+    namespaces, state directory, cgroups and launcher processes, and no rank running."""
     ranks = 4
     job = program("sleeper.py") if moment != "teardown" else ["true"]
     command = start(["run", "-n", str(ranks), "--cluster", "2", "--", *job], sigint_ignored=sigint_ignored)
@@ -183,9 +184,11 @@ def interrupt(start, moment: str, signum: int, *, delay: float = 0.0, sigint_ign
     command.process.send_signal(signum)
     sent = time.monotonic()
     err = command.ended_within(END_BOUND_S)
+    at_exit = command.own.leftovers()
     assert time.monotonic() - sent < END_BOUND_S
     returncode = command.process.returncode
     what = f"{signal.Signals(signum).name} {delay:g} s after {moment}"
+    assert not at_exit, f"{what}: when the command had exited its cluster had left {at_exit}\n{command.output()}"
     assert not any(alive(pid) for pid in pids), f"{what}: ranks still running when the command had exited"
     if not landed:  # the job had ended by itself
         return command
@@ -209,6 +212,72 @@ SIGNALS = [
 @pytest.mark.parametrize("moment", MOMENTS)
 def test_a_signal_at_any_moment_ends_the_job_and_leaves_nothing(moment, signum, sigint_ignored, start):
     interrupt(start, moment, signum, sigint_ignored=sigint_ignored)
+
+
+def test_a_signal_at_any_step_between_the_build_and_the_removal_leaves_nothing(admin, leaves_nothing):
+    """In this process, SIGINT raised at each bytecode of MailRail's own code from the end of the build's last step
+    to the start of the removal (every step, a superset of where Python runs a signal handler).  At 18 of those
+    steps it used to escape both the build's cleanup and the ``with`` block's: the end of up() outside its
+    ``try``, __enter__ after up() returned, and __exit__ and down() before they held the signals; the cluster
+    stayed.  mailrail removes what was left so at the command's end (control.run_pending_cleanups, which this
+    test calls as mailrail.cli does)."""
+    source = os.path.dirname(os.path.dirname(control.__file__))
+    steps: int | None = None  # counted from the end of the build's last step (its own length varies)
+    removal_starts: list[int | None] = []
+    raise_at = None
+    raised_in: set[str] = set()
+
+    def local(frame, event, arg):
+        nonlocal steps
+        if event == "opcode" and steps is not None:
+            steps += 1
+            if steps == raise_at:
+                raised_in.add(frame.f_code.co_name)
+                signal.raise_signal(signal.SIGINT)  # the handler runs here, at this step of this frame
+        elif event == "return" and frame.f_code.co_name == "_write_agent":
+            steps = 0
+        return local
+
+    def tracer(frame, event, arg):
+        if not frame.f_code.co_filename.startswith(source):
+            return None
+        if frame.f_code.co_name == "remove_cluster":
+            removal_starts.append(steps)
+        frame.f_trace_opcodes = True
+        return local
+
+    def lifecycle() -> VirtualCluster:
+        nonlocal steps
+        steps = None
+        control.handle_termination_signals()
+        cluster = VirtualCluster(ClusterSpec(nodes=1))
+        sys.settrace(tracer)
+        try:
+            try:
+                with cluster:
+                    pass
+            finally:
+                sys.settrace(None)
+                control.run_pending_cleanups()
+        except control.Terminated:
+            pass
+        return cluster
+
+    previous = {signum: signal.getsignal(signum) for signum in control.TERMINATION_SIGNALS}
+    try:
+        lifecycle()
+        removal = removal_starts[0]
+        for raise_at in range(1, removal + 6):
+            cluster = lifecycle()
+            left = namespaces.list_netns(cluster.layout.name + "-") + [
+                path for path in (cluster.state_dir,) if os.path.exists(path)
+            ]
+            assert not left, f"SIGINT at step {raise_at} after the build (the removal at {removal}): {left} left"
+    finally:
+        sys.settrace(None)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert {"up", "__enter__", "__exit__", "down", "remove_cluster"} <= raised_in  # the steps it was about
 
 
 def test_sigkill_of_the_owner_removes_its_cluster(start):
@@ -248,7 +317,7 @@ sys.exit(0)  # a normal exit with the cluster up: atexit removes it (run_pending
 """
 
 
-@pytest.mark.parametrize("ending", ["os._exit"])
+@pytest.mark.parametrize("ending", ["exit", "os._exit"])
 def test_an_owner_that_exits_without_removing_its_cluster_leaves_nothing(ending, admin, leaves_nothing):
     """A normal exit removes the cluster before the process is gone; an exit that skips Python's (os._exit) leaves
     it to the watchdog, which must remove it while the owner is a zombie its parent (this test) has not
@@ -321,6 +390,7 @@ def test_sigint_to_compare_is_one_line_and_keeps_the_last_results(tmp_path, star
     time.sleep(1.0)
     command.process.send_signal(signal.SIGINT)
     err = command.ended_within(END_BOUND_S)
+    assert command.own.leftovers() == {}  # removed before it exited
     assert command.process.returncode == 130, command.output()
     assert "mailrail compare: interrupted by SIGINT" in err and "Traceback" not in err, command.output()
     assert json.loads((out / "compare.json").read_text()) == {"earlier": True}

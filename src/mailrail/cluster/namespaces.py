@@ -48,10 +48,13 @@ def run(argv: Sequence[str], step: str) -> str:
 
     A termination signal waits for the command to finish: interrupted inside ``Popen`` or half-way
     through ``ip netns add``, it would leave a namespace (or a child) that the teardown's listing missed.
+    The command runs in a process group of its own, so a signal to this command's group (a terminal's
+    Ctrl-C) reaches this process alone, which holds it until the command is done.
     """
     argv = [tool(argv[0]), *argv[1:]]
     with control.deferred_signals():
-        completed = subprocess.run(argv, capture_output=True, text=True)
+        # a process group of its own: a terminal's Ctrl-C (to the foreground group) does not kill it midway
+        completed = subprocess.run(argv, capture_output=True, text=True, process_group=0)
     if completed.returncode != 0:
         detail = (completed.stderr or completed.stdout).strip() or f"exit status {completed.returncode}"
         raise ClusterError(f"{step}: `{' '.join(argv)}` failed: {detail}")

@@ -111,11 +111,16 @@ class VirtualCluster:
         self._launcher: Launcher | None = None
         #: Cancels the removal the owner-death watchdog would do (a job's cluster, from up() to down()).
         self._unregister_removal: Callable[[], None] | None = None
+        #: Cancels the removal at the command's end (from up() to down(); a persistent one's to the end of up()).
+        self._forget_at_command_end: Callable[[], None] | None = None
 
     # -- life cycle ------------------------------------------------------------------
     # Signals: mailrail.cli.main turns SIGINT/SIGTERM/SIGHUP into control.Terminated (one mechanism
     # for every command); here each build command and the whole teardown defer them, so a signal never
-    # splits a step in two, and the owner-death watchdog removes a cluster whose owner never got here.
+    # splits a step in two.  A signal can still land where no block removes the cluster: after up() and
+    # before the `with` holds it (in __enter__), or as down() starts, before it defers signals.  So the
+    # cluster is also registered with the command's end (control.at_command_end: mailrail removes it
+    # before it exits), and the owner-death watchdog removes one whose owner never got there (SIGKILL).
 
     def __enter__(self) -> VirtualCluster:
         self.up()
@@ -141,7 +146,9 @@ class VirtualCluster:
         )
         try:
             with control.deferred_signals():
-                if not self.persistent:  # first: whenever this process dies from here on, the cluster goes
+                # first: however this command ends or this process dies from here on, the cluster goes
+                self._forget_at_command_end = control.at_command_end(self.down)
+                if not self.persistent:
                     self._unregister_removal = control.on_owner_death(removal_command(self.layout.cluster_id))
                 state.save(self.state_dir, self.record)  # before anything exists: a killed run stays removable
             self._make_cgroups()
@@ -155,6 +162,8 @@ class VirtualCluster:
         except BaseException:
             self.down()
             raise
+        if self.persistent:  # built: from here on it outlives the command
+            self._forget_command_end()
 
     def down(self) -> None:
         """Remove the cluster: end its processes (by id), delete namespaces, links, cgroups, state.
@@ -162,10 +171,18 @@ class VirtualCluster:
         Termination signals wait until it is done.  If it fails, the owner-death watchdog tries again
         when this process exits."""
         with control.deferred_signals():
-            remove_cluster(self.layout.cluster_id)
+            try:
+                remove_cluster(self.layout.cluster_id)
+            finally:
+                self._forget_command_end()  # (tried once; what is left was said)
             if self._unregister_removal is not None:
                 self._unregister_removal()
                 self._unregister_removal = None
+
+    def _forget_command_end(self) -> None:
+        if self._forget_at_command_end is not None:
+            self._forget_at_command_end()
+            self._forget_at_command_end = None
 
     @classmethod
     def attach(cls, name: str) -> VirtualCluster:

@@ -31,6 +31,9 @@ Open MPI wheel, ``.venv``, and the MPICH wheel, ``.venv-mpich``):
   SIGKILL included, it waits until the owner is gone (not only exiting, or a zombie) and runs the
   commands still registered, each bounded, and exits.  A job registers ``python -m mailrail.jobs.control
   end-job DIR``, which ends the processes marked with the job's directory and removes it.
+* **At the command's end.** A signal can be raised between any two steps of Python, also between making
+  a thing and entering the block that removes it: :func:`at_command_end` registers what must be removed
+  however the command ends, and ``mailrail`` calls :func:`run_pending_cleanups` before it exits.
 * **Signals.** :func:`handle_termination_signals` turns SIGINT, SIGTERM and SIGHUP into
   :class:`Terminated`.  A background job of a non-interactive shell starts with SIGINT ignored
   (``sh -c 'python3 -c "import signal; print(signal.getsignal(signal.SIGINT))" & wait'`` prints 1);
@@ -509,6 +512,53 @@ class _Watchdog:
 
 _watchdog = _Watchdog()
 atexit.register(_watchdog.close)
+
+
+# --- what a command removes at its end --------------------------------------------------------------
+
+_cleanups: dict[int, Callable[[], None]] = {}
+_cleanups_lock = threading.Lock()
+_next_cleanup = 0
+
+
+def at_command_end(cleanup: Callable[[], None]) -> Callable[[], None]:
+    """Call *cleanup* when the command ends (:func:`run_pending_cleanups`: at the end of ``mailrail``'s command,
+    or at this process's exit), unless the returned function is called first.
+
+    For what must not outlive the command however it ends.  A termination signal is raised between any two
+    steps of Python: also after a thing is made and before the ``with`` block (or ``try``) that removes it is
+    entered, or just as that removal starts, before it holds the signals.  What is registered here is
+    removed all the same, before the command exits; the watchdog (:func:`on_owner_death`) covers a SIGKILL."""
+    global _next_cleanup
+    with _cleanups_lock:
+        _next_cleanup += 1
+        ident = _next_cleanup
+        _cleanups[ident] = cleanup
+
+    def forget() -> None:
+        with _cleanups_lock:
+            _cleanups.pop(ident, None)
+
+    return forget
+
+
+def run_pending_cleanups() -> None:
+    """Call what :func:`at_command_end` registered and is still pending, newest first, termination signals held
+    until all are done; a cleanup that fails is said in one line on standard error, and the others still run."""
+    with deferred_signals():
+        while True:
+            with _cleanups_lock:
+                if not _cleanups:
+                    return
+                _, cleanup = _cleanups.popitem()
+            try:
+                cleanup()
+            except Exception as error:
+                print(f"mailrail: {error}", file=sys.stderr, flush=True)
+
+
+# (registered after the watchdog's close, so run before it: what they remove is then unregistered from it)
+atexit.register(run_pending_cleanups)
 
 
 def on_owner_death(argv: Sequence[str]) -> Callable[[], None]:
