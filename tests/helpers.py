@@ -237,16 +237,26 @@ def assert_left_nothing(own: OwnClusters, bound: float = SETTLE_S) -> None:
 def named_job_files(cluster_ids: set[str]) -> set[str]:
     """The :func:`unclaimed_job_files` named after one of *cluster_ids* (Open MPI names its segments after the
     node, whose host name is ``<id>-n<k>``)."""
-    named = {path for path in present_job_files() if any(i in os.path.basename(path) for i in cluster_ids)}
+    named = naming(present_job_files(), cluster_ids)
     return named & unclaimed_job_files() if named else set()
 
 
-def new_job_files(before: set[str], bound: float = SETTLE_S) -> set[str]:
-    """What :func:`unclaimed_job_files` holds beyond *before*, once that is nothing or after *bound* s."""
+def naming(paths: set[str], words: set[str]) -> set[str]:
+    """Those of *paths* whose file name contains one of *words*."""
+    return {path for path in paths if any(word in os.path.basename(path) for word in words)}
+
+
+def new_job_files(before: set[str], bound: float = SETTLE_S, *, named: set[str] | None = None) -> set[str]:
+    """What :func:`unclaimed_job_files` holds beyond *before* (with *named*, only the files named after one of
+    those: a cluster's job's, not another job's on the machine), once that is nothing or after *bound* s."""
     deadline = time.monotonic() + bound
-    while (new := unclaimed_job_files() - before) and time.monotonic() < deadline:
+    while True:
+        new = unclaimed_job_files() - before
+        if named is not None:
+            new = naming(new, named)
+        if not new or time.monotonic() >= deadline:
+            return new
         time.sleep(0.1)
-    return new
 
 
 def present_job_files() -> set[str]:

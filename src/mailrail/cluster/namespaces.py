@@ -217,6 +217,9 @@ def _is_mount_point(path: str) -> bool:
 
 
 def end_processes(find: Callable[[], set[int]]) -> set[int]:
-    """SIGKILL the processes ``find()`` returns (asked again until none is left; no grace: every
-    process of a cluster is ours); returns those still there after the job runner's bound (mailrail.jobs.control)."""
+    """SIGKILL the processes ``find()`` returns (asked again until none is left; no grace: every process of a
+    cluster is ours), and wait until each is out of the process table: ``find()`` stops finding a killed
+    process as soon as it leaves its namespaces and cgroups, while it is still exiting, and a daemon orphaned
+    to init is a zombie until init collects it (``pgrep`` lists it until then).  Returns those still there
+    after the job runner's bound (:func:`mailrail.jobs.control.end_processes`)."""
     return control.end_processes(find, grace=0.0)

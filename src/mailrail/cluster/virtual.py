@@ -166,7 +166,9 @@ class VirtualCluster:
             self._forget_command_end()
 
     def down(self) -> None:
-        """Remove the cluster: end its processes (by id), delete namespaces, links, cgroups, state.
+        """Remove the cluster: end its processes (by id) and wait until they are gone, delete namespaces,
+        links, cgroups, state; returns once nothing of it is left, or raises ClusterError saying what is
+        left and why.
 
         Termination signals wait until it is done.  If it fails, the owner-death watchdog tries again
         when this process exits."""
@@ -576,20 +578,22 @@ def removal_command(cluster_id: str) -> list[str]:
 
 
 def remove_cluster(cluster_id: str) -> None:
-    """Remove everything of cluster *cluster_id* that exists, from its record and its names.
+    """Remove everything of cluster *cluster_id* that exists, from its record and its names, and return once
+    it is all gone: its processes out of the process table (the Slurm daemons and the ranks included), its
+    namespaces, cgroups and state directory.
 
-    Raises ClusterError listing what could not be removed.  Safe to call on a half-built
+    Raises ClusterError naming what is left and why (each wait is bounded: :data:`~mailrail.jobs.control.GONE_S`
+    for the processes to end and be collected, 10 s for each cgroup to empty).  Safe to call on a half-built
     cluster, twice, or on one whose owner was killed.
     """
     name = PREFIX + cluster_id
     directory = state.state_dir(name)
     record = state.load(directory)
-    netns = namespaces.list_netns(name + "-")
     group = record.cgroup_group if record else None
 
     def processes() -> set[int]:
         pids = set()
-        for ns in netns:
+        for ns in namespaces.list_netns(name + "-"):  # listed each time: none is missed, however made
             pids.update(namespaces.pids_in_netns(ns))
         if group and os.path.isdir(group):
             for entry in os.listdir(group):
@@ -600,8 +604,8 @@ def remove_cluster(cluster_id: str) -> None:
     problems = []
     left = namespaces.end_processes(processes)
     if left:
-        problems.append(f"processes {sorted(left)} did not end")
-    for ns in netns:
+        problems.append("processes still there: " + ", ".join(control.why_present(pid) for pid in sorted(left)))
+    for ns in namespaces.list_netns(name + "-"):
         try:
             namespaces.delete_netns(ns)
         except ClusterError as error:
@@ -621,3 +625,6 @@ def remove_cluster(cluster_id: str) -> None:
     if problems:
         raise ClusterError(f"cluster {cluster_id} was not removed completely: " + "; ".join(problems))
     state.remove_dir(directory)
+    still = namespaces.list_netns(name + "-") + ([directory] if os.path.exists(directory) else [])
+    if still:
+        raise ClusterError(f"cluster {cluster_id} was not removed completely: {', '.join(still)} still there")

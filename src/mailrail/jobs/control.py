@@ -54,7 +54,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import FrameType
 
 from ..segments import (
@@ -194,6 +194,21 @@ def ancestry(pid: int) -> list[tuple[int, int | None]]:
 _ANCESTRY_LIMIT = 256
 
 
+def why_present(pid: int) -> str:
+    """Why *pid* is still there, in words: ``123 (slurmd) still running, state D`` or ``123 (slurmd) exited;
+    its parent 1 has not collected it``."""
+    try:
+        with open(f"/proc/{pid}/stat") as source:
+            text = source.read()
+    except OSError:
+        return f"{pid} gone"
+    name = text[text.find("(") + 1 : text.rfind(")")]
+    fields = text.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return f"{pid} ({name}) exited; its parent {fields[1]} has not collected it"
+    return f"{pid} ({name}) still running, state {fields[0]}"
+
+
 def _parents() -> dict[int, int]:
     """Every live (non-zombie) process's parent."""
     parents = {}
@@ -318,21 +333,31 @@ def end_processes(
     """End the processes ``find()`` returns (called again at every step, so late ones are found too).
 
     SIGTERM to process group *group* and to each process, up to *grace* seconds for them to exit,
-    SIGKILL to what remains, then up to *gone* seconds for them to be gone.  Watchdogs
-    (:func:`on_owner_death`) are left to finish their commands and only SIGKILLed at the end.
-    Returns the processes still alive after all that (normally none).
+    SIGKILL to what remains, then up to *gone* seconds for them to be gone: no longer found, and each one
+    ever found out of the process table (:func:`wait_until_gone`: a process that init, not we, collects
+    is a zombie a while after ``find()`` stops finding it).  Watchdogs (:func:`on_owner_death`) are left to
+    finish their commands and only SIGKILLed at the end.  Returns the processes still there after all
+    that (normally none).
     """
+    ended: dict[int, int | None] = {}  # every process found, with its start time
+
+    def finding() -> set[int]:
+        pids = find()
+        for pid in pids - ended.keys():
+            ended[pid] = process_start_time(pid)
+        return pids
+
     with deferred_signals():
         if group is not None:
             with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGTERM)
-        found = find()
+        found = finding()
         _signal((pid for pid in found if not is_watchdog(pid)), signal.SIGTERM)
         deadline = time.monotonic() + grace
         while found and time.monotonic() < deadline:
             time.sleep(0.05)
             _reap(found)
-            found = find()
+            found = finding()
             _signal((pid for pid in found if not is_watchdog(pid)), signal.SIGTERM)
         deadline = time.monotonic() + gone
         while True:
@@ -343,10 +368,29 @@ def end_processes(
             # a watchdog whose owner is gone runs its commands and exits; SIGKILL only the overdue
             _signal(workers if time.monotonic() < deadline - gone / 2 else found, signal.SIGKILL)
             _reap(found)
-            found = find()
+            found = finding()
             if not found or time.monotonic() >= deadline:
-                return found
+                break
             time.sleep(0.05)
+        waiting = {pid: start for pid, start in ended.items() if pid not in found}
+        return found | wait_until_gone(waiting, max(0.0, deadline - time.monotonic()))
+
+
+def wait_until_gone(processes: Mapping[int, int | None], bound: float = GONE_S) -> set[int]:
+    """Wait until each of *processes* (pid: start time) is out of the process table, collecting those that are our
+    exited children, for at most *bound* seconds; returns those still there then.
+
+    A killed process leaves its namespaces and cgroups, and ``/proc``'s parent links, before it is gone: it exits,
+    then stays a zombie until its parent collects it (``pgrep`` lists it until then), so no longer finding it
+    there is not yet its end."""
+    deadline = time.monotonic() + bound
+    while True:
+        left = {pid for pid, start in processes.items() if is_present(pid, start)}
+        _reap(left)
+        left = {pid for pid in left if is_present(pid, processes[pid])}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)
 
 
 def shared_memory_dir(job_dir: str) -> str:
