@@ -120,9 +120,8 @@ chromium:
 
 # The MPI jobs' tests two at a time: a job leaves a core idle a quarter of the time (starting, waiting on a
 # peer, a time-out test's sleep), and two workers took the main run from 15.8 to 10.5 minutes here.  The
-# virtual-cluster tests run after the others, one at a time: their namespaces, cgroups and state share one
-# prefix, and each checks that nothing of that prefix is left (pytest-xdist's xdist_group marks do not
-# group under pytest 9 here).  The main stage runs three at a time: two kept the cores 80% busy there (its
+# virtual-cluster tests run after the others, one at a time (pytest-xdist's xdist_group marks do not group
+# under pytest 9 here); each checks what its own clusters left, never another job's (helpers.OwnClusters).  The main stage runs three at a time: two kept the cores 80% busy there (its
 # time-out tests and 32-rank jobs wait), three 91%, and it went from 541 to 475 s; the smoke stages are
 # CPU-bound (three workers: 73 s against 70 s).  PARALLEL= runs everything one by one.
 PARALLEL ?= -n 2

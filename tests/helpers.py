@@ -8,7 +8,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -140,40 +142,121 @@ def assert_credit_requests_accounted(stats: list[dict], nodes: int) -> None:
     assert 0 < received <= sent <= received + nodes * len(stats), (sent, received)
 
 
-def leftovers() -> dict[str, list[str]]:
-    """Every trace a cluster leaves on the machine: named namespaces, state directories, cgroups, processes."""
-    hierarchy = cgroups.find_hierarchy()
-    groups = []
-    if hierarchy and os.path.isdir(hierarchy.base):
-        groups = sorted(n for n in os.listdir(hierarchy.base) if n.startswith(PREFIX))
-    return {
-        "netns": namespaces.list_netns(PREFIX),
-        "state": state.known_names(PREFIX),
-        "cgroups": groups,
-        "processes": processes_mentioning(state.STATE_ROOT + "/" + PREFIX),
-        "job files": sorted(unclaimed_job_files()),
-    }
-
-
+#: Seconds between two looks at the owner records while an :class:`OwnClusters` is open (a cluster's record
+#: lives far longer: its build alone runs several commands).
+RECORD_POLL_S = 0.05
 #: Seconds what a job leaves may take to go once its processes are gone (a SIGKILLed command's watchdog, a
 #: job beside this one between its end and its cleanup).
 SETTLE_S = 5.0
 
 
-def settled_leftovers(expected: dict[str, list[str]], bound: float = SETTLE_S) -> dict[str, list[str]]:
-    """:func:`leftovers` once they equal *expected*, or as they are after *bound* seconds."""
-    deadline = time.monotonic() + bound
-    while (now := leftovers()) != expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return now
+class OwnClusters:
+    """The virtual clusters one test makes, and what of them is left: leftover checks look at these only.
+
+    A cluster is the test's when its owner is *origin* (this process unless given: a process the test started)
+    or was started from it: the owner record keeps the owner's ancestors, pid and start time (a reused pid is
+    not the same process).  So a cluster another process makes meanwhile (an unrelated job, another test run)
+    is never counted, whatever it leaves.  Clusters of the origin's that were there when this object was made
+    are not the test's either (an earlier test's, or a fixture's that outlives the test).  The records are read
+    every :data:`RECORD_POLL_S` while it is open: a record lives from before the cluster's first namespace to the
+    end of its removal, so the test's clusters are all known, also the ones whose record has gone and that left
+    something named after them (a launcher's process, an MPI's segment named after a node)."""
+
+    def __init__(self, origin: int | None = None) -> None:
+        pid = os.getpid() if origin is None else origin
+        self.origin = (pid, control.process_start_time(pid))
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self.before = self._records()
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="own-clusters", daemon=True)
+        self._poller.start()
+
+    def _records(self) -> set[str]:
+        """The ids of the clusters whose record says the origin made them (those there now)."""
+        made = set()
+        for name in state.known_names(PREFIX):
+            record = state.load(state.state_dir(name))
+            if record is not None and record.made_by(*self.origin):
+                made.add(name[len(PREFIX) :])
+        return made
+
+    def _poll(self) -> None:
+        while not self._stop.wait(RECORD_POLL_S):
+            self.ids()
+
+    def ids(self) -> set[str]:
+        """The ids of this test's clusters (made since this object was, whether still there or not)."""
+        found = self._records() - self.before
+        with self._lock:
+            self._seen |= found
+            return set(self._seen)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._poller.join()
+
+    def __enter__(self) -> OwnClusters:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """What the test's clusters left on the machine, by kind; only kinds with something in them."""
+        names = {PREFIX + cluster_id for cluster_id in self.ids()}
+        if not names:
+            return {}
+        hierarchy = cgroups.find_hierarchy()
+        groups = os.listdir(hierarchy.base) if hierarchy and os.path.isdir(hierarchy.base) else []
+        left = {
+            "netns": [n for n in namespaces.list_netns(PREFIX) if n.rsplit("-", 1)[0] in names],
+            "state": [n for n in state.known_names(PREFIX) if n in names],
+            "cgroups": sorted(n for n in groups if n in names),
+            "processes": processes_mentioning(
+                *(os.path.join(state.STATE_ROOT, n) + "/" for n in sorted(names)), any_worker=True
+            ),
+            "job files": sorted(named_job_files({n[len(PREFIX) :] for n in names})),
+        }
+        return {kind: found for kind, found in left.items() if found}
+
+    def settled(self, bound: float = SETTLE_S) -> dict[str, list[str]]:
+        """:meth:`leftovers` once there are none, or as they are after *bound* seconds."""
+        deadline = time.monotonic() + bound
+        while (left := self.leftovers()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return left
 
 
-def new_job_files(before: set[str], bound: float = SETTLE_S) -> set[str]:
-    """What :func:`unclaimed_job_files` holds beyond *before*, once that is nothing or after *bound* s."""
+def assert_left_nothing(own: OwnClusters, bound: float = SETTLE_S) -> None:
+    """The test's clusters left nothing (after up to *bound* seconds for a watchdog's removal to finish)."""
+    left = own.settled(bound)
+    assert not left, f"the test's clusters {sorted(own.ids())} left behind: {left}"
+
+
+def named_job_files(cluster_ids: set[str]) -> set[str]:
+    """The :func:`unclaimed_job_files` named after one of *cluster_ids* (Open MPI names its segments after the
+    node, whose host name is ``<id>-n<k>``)."""
+    named = naming(present_job_files(), cluster_ids)
+    return named & unclaimed_job_files() if named else set()
+
+
+def naming(paths: set[str], words: set[str]) -> set[str]:
+    """Those of *paths* whose file name contains one of *words*."""
+    return {path for path in paths if any(word in os.path.basename(path) for word in words)}
+
+
+def new_job_files(before: set[str], bound: float = SETTLE_S, *, named: set[str] | None = None) -> set[str]:
+    """What :func:`unclaimed_job_files` holds beyond *before* (with *named*, only the files named after one of
+    those: a cluster's job's, not another job's on the machine), once that is nothing or after *bound* s."""
     deadline = time.monotonic() + bound
-    while (new := unclaimed_job_files() - before) and time.monotonic() < deadline:
+    while True:
+        new = unclaimed_job_files() - before
+        if named is not None:
+            new = naming(new, named)
+        if not new or time.monotonic() >= deadline:
+            return new
         time.sleep(0.1)
-    return new
 
 
 def present_job_files() -> set[str]:
@@ -201,29 +284,43 @@ def unclaimed_job_files() -> set[str]:
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 
-def processes_mentioning(text: str) -> list[str]:
-    """Processes of this test run (this xdist worker's, under ``-n``) whose command line names *text* (every
-    launcher daemon names its cluster's ssh stand-in)."""
+def processes_mentioning(*texts: str, any_worker: bool = False) -> list[str]:
+    """Processes (not this one) whose command line names one of *texts*: this test run's (this xdist worker's,
+    under ``-n``), or with *any_worker* whoever's (for names only one test makes, a cluster's: its Slurm daemons
+    start with an environment of their own, without the worker's variable)."""
     found = []
+    worker = None if any_worker else _WORKER
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as source:
                     cmdline = source.read().replace(b"\0", b" ").decode(errors="replace")
-                if text in cmdline and _WORKER is not None:
+                if not any(text in cmdline for text in texts):
+                    continue
+                if worker is not None:
                     with open(f"/proc/{entry}/environ", "rb") as source:
-                        if f"PYTEST_XDIST_WORKER={_WORKER}".encode() not in source.read().split(b"\0"):
+                        if f"PYTEST_XDIST_WORKER={worker}".encode() not in source.read().split(b"\0"):
                             continue
             except OSError:
                 continue
-            if text in cmdline:
-                found.append(f"{entry}: {cmdline[:200]}")
+            found.append(f"{entry}: {cmdline[:200]}")
     return found
 
 
 def alive(pid: int) -> bool:
     """*pid* exists and is not a zombie."""
     return control.is_alive(pid)
+
+
+def started_at(pids: Iterable[int]) -> dict[int, int | None]:
+    """Each of *pids* with its start time: what :func:`still_present` tells from a later process of the same pid."""
+    return {pid: control.process_start_time(pid) for pid in pids}
+
+
+def still_present(started: dict[int, int | None]) -> list[int]:
+    """Those of *started* (pid: start time) still in the process table: running, or exited and not yet collected
+    by their parent (``pgrep`` and ``ps`` list them then)."""
+    return sorted(pid for pid, start in started.items() if control.is_present(pid, start))
 
 
 def ready_pids(stdout: str) -> list[int]:

@@ -10,16 +10,16 @@ import subprocess
 import pytest
 
 from helpers import (
+    OwnClusters,
     alive,
     assert_credit_requests_accounted,
     assert_exactly_once,
+    assert_left_nothing,
     job_environment,
-    leftovers,
     mailrail,
     program,
     ready_pids,
     result_of,
-    settled_leftovers,
 )
 from mailrail.cluster import ClusterSpec, Link, VirtualCluster, namespaces
 from mailrail.flow import MODE_NAMES
@@ -67,10 +67,10 @@ def test_two_clusters_at_once_do_not_collide(leaves_nothing):
 
 @pytest.fixture(scope="module")
 def four_nodes(cluster_support):
-    before = leftovers()
-    with VirtualCluster(ClusterSpec(nodes=4)) as cluster:
-        yield cluster
-    assert settled_leftovers(before) == before
+    with OwnClusters() as own:
+        with VirtualCluster(ClusterSpec(nodes=4)) as cluster:
+            yield cluster
+        assert_left_nothing(own)
 
 
 @pytest.mark.parametrize("pattern", ["uniform", "incast"])

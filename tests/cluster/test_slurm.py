@@ -12,21 +12,25 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
 
 from helpers import (
     ROOT,
+    OwnClusters,
     alive,
     assert_exactly_once,
+    assert_left_nothing,
     assert_succeeded,
-    leftovers,
+    job_environment,
     mailrail,
     new_job_files,
     program_path,
     result_of,
-    settled_leftovers,
+    started_at,
+    still_present,
     unclaimed_job_files,
 )
 from mailrail.cluster import namespaces, slurm, state
@@ -56,14 +60,22 @@ def daemon_pids(name: str) -> dict[str, int]:
 
 def up(name: str, nodes: int) -> dict[str, int]:
     """``mailrail cluster up --scheduler slurm``; the daemons' pids it recorded."""
-    assert_succeeded(
-        mailrail("cluster", "up", "--nodes", str(nodes), "--scheduler", "slurm", "--name", name, timeout=UP_TIMEOUT_S)
-    )
+    up = ("cluster", "up", "--nodes", str(nodes), "--scheduler", "slurm", "--name", name)
+    assert_succeeded(outside_a_job(*up, timeout=UP_TIMEOUT_S))
     return daemon_pids(name)
 
 
 def down(name: str) -> None:
-    assert_succeeded(mailrail("cluster", "down", "--name", name, timeout=120))
+    assert_succeeded(outside_a_job("cluster", "down", "--name", name, timeout=120))
+
+
+def outside_a_job(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python -m mailrail ARGS`` as a plain child of this process, not as a job (:func:`helpers.mailrail`).  A job's
+    runner is a subreaper while it runs: this process would adopt the daemons ``cluster up`` leaves running, and
+    what the daemons leave when ``cluster down`` ends them, and only it could collect them, for which ``cluster
+    down`` waits.  Started so, they go to init, as from a shell."""
+    argv = [sys.executable, "-m", "mailrail", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=job_environment(), timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +85,15 @@ def slurm_cluster(cluster_support) -> str:
     if reason:
         pytest.skip(reason)
     name = f"sl{os.getpid():x}"[:12]
-    before = leftovers()
-    pids = up(name, NODES)
-    try:
-        yield name
-    finally:
-        down(name)
-    assert not [pid for pid in pids.values() if alive(pid)]
-    assert settled_leftovers(before) == before
+    with OwnClusters() as own:
+        daemons = started_at(up(name, NODES).values())
+        try:
+            yield name
+        finally:
+            down(name)
+        assert still_present(daemons) == [], "cluster down returned before its daemons were gone"
+        assert own.ids() == {name}
+        assert_left_nothing(own)
 
 
 def on_head(name: str, *command: str, env: dict[str, str] | None = None):
@@ -92,17 +105,20 @@ def test_cluster_up_runs_the_daemons_and_down_ends_them(cluster_support):
     if reason:
         pytest.skip(reason)
     name = f"sd{os.getpid():x}"[:12]
-    before = leftovers()
-    pids = up(name, 1)
-    try:
-        assert set(pids) == {"munged", "slurmctld", f"slurmd {name}-n0"}
-        assert all(alive(pid) for pid in pids.values())
-        status = json.loads(mailrail("cluster", "status", "--json").stdout)
-        assert [e["scheduler"] for e in status if e["name"] == name] == ["slurm"]
-    finally:
-        down(name)
-    assert not [pid for pid in pids.values() if alive(pid)]
-    assert settled_leftovers(before) == before
+    with OwnClusters() as own:
+        pids = up(name, 1)
+        daemons = started_at(pids.values())
+        try:
+            assert set(pids) == {"munged", "slurmctld", f"slurmd {name}-n0"}
+            assert all(alive(pid) for pid in pids.values())
+            status = json.loads(mailrail("cluster", "status", "--json").stdout)
+            assert [e["scheduler"] for e in status if e["name"] == name] == ["slurm"]
+        finally:
+            down(name)
+        # gone when down returns, not only out of the namespaces: pgrep would still list a zombie
+        assert still_present(daemons) == [], "cluster down returned before its daemons were gone"
+        assert own.ids() == {name}
+        assert_left_nothing(own, bound=0)
 
 
 def test_the_head_is_a_login_node_for_sinfo_and_srun(slurm_cluster):
@@ -244,7 +260,8 @@ def test_compare_runs_its_modes_through_srun(slurm_cluster, tmp_path):
 
 def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluster):
     """A job that fails is ended on every node, as on a cluster without Slurm, says so in one line and leaves
-    nothing in /dev/shm; the daemons stay for the next."""
+    nothing in /dev/shm (of its own: another job on the machine may leave its segments); the daemons stay for
+    the next."""
     pids = daemon_pids(slurm_cluster)
     shared_memory = unclaimed_job_files()
     failed = mailrail(
@@ -267,7 +284,7 @@ def test_a_failed_job_ends_its_ranks_and_leaves_the_daemons_running(slurm_cluste
         r"mailrail command \[the traceback in full( and the MPI's messages)?: \S+; -v shows them\]$",
         last,
     ), failed.stderr
-    assert new_job_files(shared_memory) == set()
+    assert new_job_files(shared_memory, named={slurm_cluster}) == set()  # (its nodes name its segments)
     assert daemon_pids(slurm_cluster) == pids and all(alive(pid) for pid in pids.values())
     ran = on_head(slurm_cluster, "srun", f"--nodes={NODES}", "hostname")
     assert_succeeded(ran)

@@ -314,6 +314,41 @@ def test_the_watchdog_runs_what_is_registered_when_its_owner_dies(ending, tmp_pa
         owner.wait()
 
 
+OWNER_LEAVING = """
+import os, sys
+from mailrail.jobs import control
+check = "import sys; from mailrail.jobs import control; open(sys.argv[1], 'w').write(repr(control.is_running("
+check += "int(sys.argv[2]), int(sys.argv[3]))))"
+me = os.getpid()
+control.on_owner_death([sys.executable, "-c", check, sys.argv[1], str(me), str(control.process_start_time(me))])
+print("REGISTERED", flush=True)
+if sys.argv[2] == "exec":  # the pipe closes at exec; the process, same pid and start time, runs on a second
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(1)"])
+sys.exit(0)  # a normal exit with the command still registered
+"""
+
+
+@pytest.mark.parametrize("leaving", ["exit", "exec"])
+def test_the_watchdog_runs_what_is_left_registered_once_its_owner_is_gone(leaving, tmp_path):
+    """End-of-file reaches the watchdog while its owner exits (it closes the pipe in its atexit) or once it has
+    exec'd another program, before it is gone: a command that asks whether the owner runs (``mailrail cluster
+    down`` refuses a running job's cluster) must find it gone, and it did not (issue 48)."""
+    marker = tmp_path / "owner-running"
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER_LEAVING, str(marker), leaving],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert owner.stdout.readline().strip() == "REGISTERED"
+        _, stderr = owner.communicate(timeout=END_BOUND)  # (its stderr is the watchdog's too: done once it is)
+        assert marker.read_text() == "False", stderr
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 # --- faults of a job under mailrail run -----------------------------------------------------------
 
 #: The MPI's messages (Open MPI's and Hydra's boxes, MPICH's abort line): kept out of a failed job's output.

@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ClusterError
-from ..jobs.control import TERMINATION_SIGNALS, Terminated, handle_termination_signals, ignore_termination_signals
+from ..jobs.control import (
+    TERMINATION_SIGNALS,
+    Terminated,
+    handle_termination_signals,
+    ignore_termination_signals,
+    run_pending_cleanups,
+)
 from ..jobs.failure import abort_job
 from ..jobs.launchers import LaunchError
 from ..support.flags import one_line_errors
@@ -259,7 +265,11 @@ def _run_command(argv: list[str]) -> int:
     try:
         args = parse_command(argv)
         prog = args.prog
-        return int(args.run(args) or 0)
+        try:
+            return int(args.run(args) or 0)
+        finally:
+            # what a signal kept from its own removal (a virtual cluster): removed before the command ends
+            run_pending_cleanups()
     except Terminated as stop:
         sys.stderr.write(f"{prog}: {stop}\n")  # one write: a launcher may splice another rank's line in
         sys.stderr.flush()

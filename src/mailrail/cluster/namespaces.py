@@ -48,10 +48,13 @@ def run(argv: Sequence[str], step: str) -> str:
 
     A termination signal waits for the command to finish: interrupted inside ``Popen`` or half-way
     through ``ip netns add``, it would leave a namespace (or a child) that the teardown's listing missed.
+    The command runs in a process group of its own, so a signal to this command's group (a terminal's
+    Ctrl-C) reaches this process alone, which holds it until the command is done.
     """
     argv = [tool(argv[0]), *argv[1:]]
     with control.deferred_signals():
-        completed = subprocess.run(argv, capture_output=True, text=True)
+        # a process group of its own: a terminal's Ctrl-C (to the foreground group) does not kill it midway
+        completed = subprocess.run(argv, capture_output=True, text=True, process_group=0)
     if completed.returncode != 0:
         detail = (completed.stderr or completed.stdout).strip() or f"exit status {completed.returncode}"
         raise ClusterError(f"{step}: `{' '.join(argv)}` failed: {detail}")
@@ -214,15 +217,9 @@ def _is_mount_point(path: str) -> bool:
 
 
 def end_processes(find: Callable[[], set[int]]) -> set[int]:
-    """SIGKILL the processes ``find()`` returns (asked again until none is left; no grace: every
-    process of a cluster is ours); returns those still there after the job runner's bound (mailrail.jobs.control)."""
+    """SIGKILL the processes ``find()`` returns (asked again until none is left; no grace: every process of a
+    cluster is ours), and wait until each is out of the process table: ``find()`` stops finding a killed
+    process as soon as it leaves its namespaces and cgroups, while it is still exiting, and a daemon orphaned
+    to init is a zombie until init collects it (``pgrep`` lists it until then).  Returns those still there
+    after the job runner's bound (:func:`mailrail.jobs.control.end_processes`)."""
     return control.end_processes(find, grace=0.0)
-
-
-def process_start_time(pid: int) -> int | None:
-    """The start time of *pid* in clock ticks since boot (tells a reused pid from its first owner)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None

@@ -5,7 +5,9 @@ first namespace is made, so a run killed at any point leaves enough behind for
 ``mailrail cluster down`` to remove everything.  A job's cluster is stale once
 its owner process is gone (a pid reused by another process does not count: the
 record keeps the owner's start time too); a cluster made by ``mailrail cluster
-up`` lives until ``mailrail cluster down``.
+up`` lives until ``mailrail cluster down``.  The record also keeps the processes
+the owner was started from (a shell, a batch script, a test), so what made a
+cluster is known after they have exited.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import shutil
 import time
 from typing import Any
 
-from .namespaces import process_start_time
+from ..jobs.control import ancestry, is_running, process_start_time
 
 STATE_ROOT = "/run/mailrail"
 RECORD = "owner.json"
@@ -33,18 +35,27 @@ class OwnerRecord:
     spec: dict[str, Any]  # ClusterSpec.describe()
     cgroup_version: int | None = None
     cgroup_group: str | None = None  # the cluster's cgroup directory, None without cgroups
+    #: The processes the owner was started from, nearest first, each [pid, start time] (control.ancestry).
+    ancestors: list[list[int | None]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def for_this_process(cls, cluster_id: str, kind: str, spec: dict[str, Any]) -> OwnerRecord:
-        return cls(cluster_id, kind, os.getpid(), process_start_time(os.getpid()), time.time(), spec)
+        me = os.getpid()
+        started_from = [[pid, start] for pid, start in ancestry(me)]
+        return cls(cluster_id, kind, me, process_start_time(me), time.time(), spec, ancestors=started_from)
+
+    def made_by(self, pid: int, start: int | None) -> bool:
+        """The process *pid* that started at *start* made this cluster: it is the owner, or the owner was
+        started from it."""
+        return [pid, start] == [self.owner_pid, self.owner_start] or [pid, start] in self.ancestors
 
     @property
     def stale(self) -> bool:
-        """A job cluster whose owner has exited (a persistent one never is)."""
+        """A job cluster whose owner has exited (a persistent one never is): no process of its pid and start time
+        runs.  An owner that has exited and is not yet collected by its parent (a zombie) is gone."""
         if self.kind != "job":
             return False
-        start = process_start_time(self.owner_pid)
-        return start is None or (self.owner_start is not None and start != self.owner_start)
+        return not is_running(self.owner_pid, self.owner_start)
 
 
 def state_dir(name: str) -> str:

@@ -111,11 +111,16 @@ class VirtualCluster:
         self._launcher: Launcher | None = None
         #: Cancels the removal the owner-death watchdog would do (a job's cluster, from up() to down()).
         self._unregister_removal: Callable[[], None] | None = None
+        #: Cancels the removal at the command's end (from up() to down(); a persistent one's to the end of up()).
+        self._forget_at_command_end: Callable[[], None] | None = None
 
     # -- life cycle ------------------------------------------------------------------
     # Signals: mailrail.cli.main turns SIGINT/SIGTERM/SIGHUP into control.Terminated (one mechanism
     # for every command); here each build command and the whole teardown defer them, so a signal never
-    # splits a step in two, and the owner-death watchdog removes a cluster whose owner never got here.
+    # splits a step in two.  A signal can still land where no block removes the cluster: after up() and
+    # before the `with` holds it (in __enter__), or as down() starts, before it defers signals.  So the
+    # cluster is also registered with the command's end (control.at_command_end: mailrail removes it
+    # before it exits), and the owner-death watchdog removes one whose owner never got there (SIGKILL).
 
     def __enter__(self) -> VirtualCluster:
         self.up()
@@ -141,7 +146,9 @@ class VirtualCluster:
         )
         try:
             with control.deferred_signals():
-                if not self.persistent:  # first: whenever this process dies from here on, the cluster goes
+                # first: however this command ends or this process dies from here on, the cluster goes
+                self._forget_at_command_end = control.at_command_end(self.down)
+                if not self.persistent:
                     self._unregister_removal = control.on_owner_death(removal_command(self.layout.cluster_id))
                 state.save(self.state_dir, self.record)  # before anything exists: a killed run stays removable
             self._make_cgroups()
@@ -155,17 +162,29 @@ class VirtualCluster:
         except BaseException:
             self.down()
             raise
+        if self.persistent:  # built: from here on it outlives the command
+            self._forget_command_end()
 
     def down(self) -> None:
-        """Remove the cluster: end its processes (by id), delete namespaces, links, cgroups, state.
+        """Remove the cluster: end its processes (by id) and wait until they are gone, delete namespaces,
+        links, cgroups, state; returns once nothing of it is left, or raises ClusterError saying what is
+        left and why.
 
         Termination signals wait until it is done.  If it fails, the owner-death watchdog tries again
         when this process exits."""
         with control.deferred_signals():
-            remove_cluster(self.layout.cluster_id)
+            try:
+                remove_cluster(self.layout.cluster_id)
+            finally:
+                self._forget_command_end()  # (tried once; what is left was said)
             if self._unregister_removal is not None:
                 self._unregister_removal()
                 self._unregister_removal = None
+
+    def _forget_command_end(self) -> None:
+        if self._forget_at_command_end is not None:
+            self._forget_at_command_end()
+            self._forget_at_command_end = None
 
     @classmethod
     def attach(cls, name: str) -> VirtualCluster:
@@ -559,20 +578,22 @@ def removal_command(cluster_id: str) -> list[str]:
 
 
 def remove_cluster(cluster_id: str) -> None:
-    """Remove everything of cluster *cluster_id* that exists, from its record and its names.
+    """Remove everything of cluster *cluster_id* that exists, from its record and its names, and return once
+    it is all gone: its processes out of the process table (the Slurm daemons and the ranks included), its
+    namespaces, cgroups and state directory.
 
-    Raises ClusterError listing what could not be removed.  Safe to call on a half-built
+    Raises ClusterError naming what is left and why (each wait is bounded: :data:`~mailrail.jobs.control.GONE_S`
+    for the processes to end and be collected, 10 s for each cgroup to empty).  Safe to call on a half-built
     cluster, twice, or on one whose owner was killed.
     """
     name = PREFIX + cluster_id
     directory = state.state_dir(name)
     record = state.load(directory)
-    netns = namespaces.list_netns(name + "-")
     group = record.cgroup_group if record else None
 
     def processes() -> set[int]:
         pids = set()
-        for ns in netns:
+        for ns in namespaces.list_netns(name + "-"):  # listed each time: none is missed, however made
             pids.update(namespaces.pids_in_netns(ns))
         if group and os.path.isdir(group):
             for entry in os.listdir(group):
@@ -583,8 +604,8 @@ def remove_cluster(cluster_id: str) -> None:
     problems = []
     left = namespaces.end_processes(processes)
     if left:
-        problems.append(f"processes {sorted(left)} did not end")
-    for ns in netns:
+        problems.append("processes still there: " + ", ".join(control.why_present(pid) for pid in sorted(left)))
+    for ns in namespaces.list_netns(name + "-"):
         try:
             namespaces.delete_netns(ns)
         except ClusterError as error:
@@ -604,3 +625,6 @@ def remove_cluster(cluster_id: str) -> None:
     if problems:
         raise ClusterError(f"cluster {cluster_id} was not removed completely: " + "; ".join(problems))
     state.remove_dir(directory)
+    still = namespaces.list_netns(name + "-") + ([directory] if os.path.exists(directory) else [])
+    if still:
+        raise ClusterError(f"cluster {cluster_id} was not removed completely: {', '.join(still)} still there")

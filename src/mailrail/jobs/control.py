@@ -28,9 +28,12 @@ Open MPI wheel, ``.venv``, and the MPICH wheel, ``.venv-mpich``):
   (a program run by ``mpiexec`` directly, a virtual cluster) :func:`on_owner_death` keeps a watchdog:
   a small process in its own session (a terminal's Ctrl-C to the foreground group does not reach
   it) that holds a pipe from its owner; at end-of-file, i.e. when the owner exits for any reason,
-  SIGKILL included, it runs the commands still registered, each bounded, and exits.  A job
-  registers ``python -m mailrail.jobs.control end-job DIR``, which ends the processes marked with the
-  job's directory and removes it.
+  SIGKILL included, it waits until the owner is gone (not only exiting, or a zombie) and runs the
+  commands still registered, each bounded, and exits.  A job registers ``python -m mailrail.jobs.control
+  end-job DIR``, which ends the processes marked with the job's directory and removes it.
+* **At the command's end.** A signal can be raised between any two steps of Python, also between making
+  a thing and entering the block that removes it: :func:`at_command_end` registers what must be removed
+  however the command ends, and ``mailrail`` calls :func:`run_pending_cleanups` before it exits.
 * **Signals.** :func:`handle_termination_signals` turns SIGINT, SIGTERM and SIGHUP into
   :class:`Terminated`.  A background job of a non-interactive shell starts with SIGINT ignored
   (``sh -c 'python3 -c "import signal; print(signal.getsignal(signal.SIGINT))" & wait'`` prints 1);
@@ -51,7 +54,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import FrameType
 
 from ..segments import (
@@ -71,6 +74,9 @@ GONE_S = 10.0
 WATCHDOG_COMMAND_S = 60.0
 #: Seconds an exiting owner waits for its watchdog to finish (it has nothing to run after a clean exit).
 WATCHDOG_EXIT_WAIT_S = 2.0
+#: Seconds a watchdog waits, after its owner closed the pipe, for the owner to be gone before it runs what is
+#: registered (an owner that exec'd another program closes the pipe and lives on).
+WATCHDOG_OWNER_GONE_S = 30.0
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -140,6 +146,67 @@ def is_alive(pid: int) -> bool:
     """*pid* exists and is not a zombie."""
     fields = _stat_fields(pid)
     return fields is not None and fields[0] != "Z"
+
+
+#: The index of the start time in :func:`_stat_fields` (field 22 of ``/proc/PID/stat``).
+_START_FIELD = 19
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of *pid* in clock ticks since boot (tells a reused pid from its first owner), or None
+    when there is no such process (a zombie still has one)."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[_START_FIELD]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def is_running(pid: int, start: int | None) -> bool:
+    """The process *pid* that started at *start* (None: whichever has that pid) still runs: it exists, is not a
+    zombie (it has exited; only its parent's collection is left), and is not another process that reused the pid."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return False
+    return start is None or process_start_time(pid) == start
+
+
+def is_present(pid: int, start: int | None) -> bool:
+    """The process *pid* that started at *start* is still in the process table: running, or exited and not yet
+    collected by its parent (``pgrep`` and ``ps`` still list it then)."""
+    found = process_start_time(pid)
+    return found is not None and (start is None or found == start)
+
+
+def ancestry(pid: int) -> list[tuple[int, int | None]]:
+    """The processes *pid* was started from, nearest first, up to the first process (init), each as its pid and
+    start time (:func:`process_start_time`); an orphan's ancestry is that of whoever adopted it."""
+    found: list[tuple[int, int | None]] = []
+    fields = _stat_fields(pid)
+    while fields is not None and int(fields[1]) > 0 and len(found) < _ANCESTRY_LIMIT:
+        parent = int(fields[1])
+        found.append((parent, process_start_time(parent)))
+        fields = _stat_fields(parent)
+    return found
+
+
+#: More parents than a process tree has (a bound against a /proc that changes under the walk).
+_ANCESTRY_LIMIT = 256
+
+
+def why_present(pid: int) -> str:
+    """Why *pid* is still there, in words: ``123 (slurmd) still running, state D`` or ``123 (slurmd) exited;
+    its parent 1 has not collected it``."""
+    try:
+        with open(f"/proc/{pid}/stat") as source:
+            text = source.read()
+    except OSError:
+        return f"{pid} gone"
+    name = text[text.find("(") + 1 : text.rfind(")")]
+    fields = text.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return f"{pid} ({name}) exited; its parent {fields[1]} has not collected it"
+    return f"{pid} ({name}) still running, state {fields[0]}"
 
 
 def _parents() -> dict[int, int]:
@@ -266,21 +333,31 @@ def end_processes(
     """End the processes ``find()`` returns (called again at every step, so late ones are found too).
 
     SIGTERM to process group *group* and to each process, up to *grace* seconds for them to exit,
-    SIGKILL to what remains, then up to *gone* seconds for them to be gone.  Watchdogs
-    (:func:`on_owner_death`) are left to finish their commands and only SIGKILLed at the end.
-    Returns the processes still alive after all that (normally none).
+    SIGKILL to what remains, then up to *gone* seconds for them to be gone: no longer found, and each one
+    ever found out of the process table (:func:`wait_until_gone`: a process that init, not we, collects
+    is a zombie a while after ``find()`` stops finding it).  Watchdogs (:func:`on_owner_death`) are left to
+    finish their commands and only SIGKILLed at the end.  Returns the processes still there after all
+    that (normally none).
     """
+    ended: dict[int, int | None] = {}  # every process found, with its start time
+
+    def finding() -> set[int]:
+        pids = find()
+        for pid in pids - ended.keys():
+            ended[pid] = process_start_time(pid)
+        return pids
+
     with deferred_signals():
         if group is not None:
             with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGTERM)
-        found = find()
+        found = finding()
         _signal((pid for pid in found if not is_watchdog(pid)), signal.SIGTERM)
         deadline = time.monotonic() + grace
         while found and time.monotonic() < deadline:
             time.sleep(0.05)
             _reap(found)
-            found = find()
+            found = finding()
             _signal((pid for pid in found if not is_watchdog(pid)), signal.SIGTERM)
         deadline = time.monotonic() + gone
         while True:
@@ -291,10 +368,29 @@ def end_processes(
             # a watchdog whose owner is gone runs its commands and exits; SIGKILL only the overdue
             _signal(workers if time.monotonic() < deadline - gone / 2 else found, signal.SIGKILL)
             _reap(found)
-            found = find()
+            found = finding()
             if not found or time.monotonic() >= deadline:
-                return found
+                break
             time.sleep(0.05)
+        waiting = {pid: start for pid, start in ended.items() if pid not in found}
+        return found | wait_until_gone(waiting, max(0.0, deadline - time.monotonic()))
+
+
+def wait_until_gone(processes: Mapping[int, int | None], bound: float = GONE_S) -> set[int]:
+    """Wait until each of *processes* (pid: start time) is out of the process table, collecting those that are our
+    exited children, for at most *bound* seconds; returns those still there then.
+
+    A killed process leaves its namespaces and cgroups, and ``/proc``'s parent links, before it is gone: it exits,
+    then stays a zombie until its parent collects it (``pgrep`` lists it until then), so no longer finding it
+    there is not yet its end."""
+    deadline = time.monotonic() + bound
+    while True:
+        left = {pid for pid, start in processes.items() if is_present(pid, start)}
+        _reap(left)
+        left = {pid for pid in left if is_present(pid, processes[pid])}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)
 
 
 def shared_memory_dir(job_dir: str) -> str:
@@ -404,19 +500,28 @@ class _Watchdog:
         self.process: subprocess.Popen[bytes] | None = None
         self.owner = 0
         self.next_id = 0
+        self.registered: set[int] = set()  # what the running watchdog holds
 
-    def send(self, message: dict[str, object]) -> None:
+    def send(self, ident: int, argv: list[str] | None) -> None:
+        """Register *argv* as command *ident*, or with None withdraw command *ident*."""
+        message: dict[str, object] = {"add": ident, "argv": argv} if argv is not None else {"remove": ident}
         with self.lock:
             if self.process is None or self.owner != os.getpid() or self.process.poll() is not None:
                 self.process = self._start()
                 self.owner = os.getpid()
+                self.registered = set()
             assert self.process.stdin is not None
             self.process.stdin.write(json.dumps(message).encode() + b"\n")
             self.process.stdin.flush()
+            if argv is not None:
+                self.registered.add(ident)
+            else:
+                self.registered.discard(ident)
 
     def close(self) -> None:
-        """At exit: end-of-file tells the watchdog to run what is still registered (normally nothing) and
-        exit; waiting for it briefly reaps it (no process left behind, no ResourceWarning at shutdown)."""
+        """At exit: end-of-file tells the watchdog to run what is still registered (normally nothing) once this
+        process is gone, and exit.  With nothing registered, waiting for it briefly reaps it (no process left
+        behind, no ResourceWarning at shutdown); with something, it waits for this process: no wait here."""
         with self.lock:
             process, self.process = self.process, None
             if process is None or self.owner != os.getpid():
@@ -424,6 +529,8 @@ class _Watchdog:
             assert process.stdin is not None
             with contextlib.suppress(OSError):
                 process.stdin.close()
+            if self.registered:
+                return
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=WATCHDOG_EXIT_WAIT_S)
 
@@ -437,8 +544,9 @@ class _Watchdog:
         # Own session: a terminal's Ctrl-C and hang-up do not reach it.  Not in any job (JOB_VARIABLE
         # dropped): a sweep of a job this process runs in must not take its cleanup away.
         env = {k: v for k, v in os.environ.items() if k != JOB_VARIABLE}
+        start = process_start_time(os.getpid())
         return subprocess.Popen(
-            [sys.executable, "-m", "mailrail.jobs.control", _WATCHDOG_ARG],
+            [sys.executable, "-m", "mailrail.jobs.control", _WATCHDOG_ARG, str(os.getpid()), str(start or "")],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -450,11 +558,58 @@ _watchdog = _Watchdog()
 atexit.register(_watchdog.close)
 
 
+# --- what a command removes at its end --------------------------------------------------------------
+
+_cleanups: dict[int, Callable[[], None]] = {}
+_cleanups_lock = threading.Lock()
+_next_cleanup = 0
+
+
+def at_command_end(cleanup: Callable[[], None]) -> Callable[[], None]:
+    """Call *cleanup* when the command ends (:func:`run_pending_cleanups`: at the end of ``mailrail``'s command,
+    or at this process's exit), unless the returned function is called first.
+
+    For what must not outlive the command however it ends.  A termination signal is raised between any two
+    steps of Python: also after a thing is made and before the ``with`` block (or ``try``) that removes it is
+    entered, or just as that removal starts, before it holds the signals.  What is registered here is
+    removed all the same, before the command exits; the watchdog (:func:`on_owner_death`) covers a SIGKILL."""
+    global _next_cleanup
+    with _cleanups_lock:
+        _next_cleanup += 1
+        ident = _next_cleanup
+        _cleanups[ident] = cleanup
+
+    def forget() -> None:
+        with _cleanups_lock:
+            _cleanups.pop(ident, None)
+
+    return forget
+
+
+def run_pending_cleanups() -> None:
+    """Call what :func:`at_command_end` registered and is still pending, newest first, termination signals held
+    until all are done; a cleanup that fails is said in one line on standard error, and the others still run."""
+    with deferred_signals():
+        while True:
+            with _cleanups_lock:
+                if not _cleanups:
+                    return
+                _, cleanup = _cleanups.popitem()
+            try:
+                cleanup()
+            except Exception as error:
+                print(f"mailrail: {error}", file=sys.stderr, flush=True)
+
+
+# (registered after the watchdog's close, so run before it: what they remove is then unregistered from it)
+atexit.register(run_pending_cleanups)
+
+
 def on_owner_death(argv: Sequence[str]) -> Callable[[], None]:
     """Run *argv* if this process dies (SIGKILL included) before calling the returned unregister function."""
     command = [str(arg) for arg in argv]
     ident = _watchdog.new_id()
-    _watchdog.send({"add": ident, "argv": command})
+    _watchdog.send(ident, command)
     done = False
 
     def unregister() -> None:
@@ -462,7 +617,7 @@ def on_owner_death(argv: Sequence[str]) -> Callable[[], None]:
         if not done:
             done = True
             with contextlib.suppress(OSError, ValueError):
-                _watchdog.send({"remove": ident})
+                _watchdog.send(ident, None)
 
     return unregister
 
@@ -472,8 +627,13 @@ def end_job_on_owner_death(job_dir: str) -> Callable[[], None]:
     return on_owner_death([sys.executable, "-m", "mailrail.jobs.control", "end-job", job_dir])
 
 
-def _watch(stream: Iterable[bytes]) -> None:
-    """The watchdog's body: keep the registry until end-of-file, then run what is still registered."""
+def _watch(stream: Iterable[bytes], owner: int, owner_start: int | None) -> None:
+    """The watchdog's body: keep the registry until end-of-file, then, once the owner (*owner*, started at
+    *owner_start*) is gone, run what is still registered.
+
+    End-of-file comes while the owner exits, before it is gone (an exiting Python closes the pipe in its
+    ``atexit``; a killed one is a zombie until its parent collects it): a command that asks whether the owner
+    still runs (``mailrail cluster down`` refuses a running job's cluster) must find it gone."""
     for signum in TERMINATION_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     commands: dict[int, list[str]] = {}
@@ -483,6 +643,9 @@ def _watch(stream: Iterable[bytes]) -> None:
             commands[int(message["add"])] = list(message["argv"])
         else:
             commands.pop(int(message["remove"]), None)
+    deadline = time.monotonic() + WATCHDOG_OWNER_GONE_S
+    while commands and is_running(owner, owner_start) and time.monotonic() < deadline:
+        time.sleep(0.01)
     for _, argv in sorted(commands.items()):
         try:
             subprocess.run(argv, timeout=WATCHDOG_COMMAND_S, stdin=subprocess.DEVNULL, check=False)
@@ -491,16 +654,16 @@ def _watch(stream: Iterable[bytes]) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``python -m mailrail.jobs.control watchdog`` | ``end-job DIR``."""
-    if list(argv) == [_WATCHDOG_ARG]:
-        _watch(sys.stdin.buffer)
+    """``python -m mailrail.jobs.control watchdog OWNER_PID OWNER_START`` | ``end-job DIR``."""
+    if len(argv) == 3 and argv[0] == _WATCHDOG_ARG:
+        _watch(sys.stdin.buffer, int(argv[1]), int(argv[2]) if argv[2] else None)
         return 0
     if len(argv) == 2 and argv[0] == "end-job":
         left = end_job(argv[1])
         if left:
             print(f"mailrail: processes of job {argv[1]} still alive: {sorted(left)}", file=sys.stderr)
         return 1 if left else 0
-    print("usage: python -m mailrail.jobs.control watchdog | end-job DIR", file=sys.stderr)
+    print("usage: python -m mailrail.jobs.control watchdog OWNER_PID OWNER_START | end-job DIR", file=sys.stderr)
     return 2
 
 
