@@ -40,6 +40,7 @@ def test_defaults_with_an_empty_environment():
     assert config.ranks_per_node is None
     assert config.credits_per_pair is None
     assert config.stall_timeout == 0.0
+    assert config.slow_rank_warning == 60.0
     assert config.idle_sleep_us == 0.0
     assert config.atomics == "auto"
     assert config.implementation == "auto"
@@ -68,6 +69,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "MAILRAIL_RANKS_PER_NODE": "8",
         "MAILRAIL_CREDITS_PER_PAIR": "3",
         "MAILRAIL_STALL_TIMEOUT": "2.5",
+        "MAILRAIL_SLOW_RANK_WARNING": "0.5",
         "MAILRAIL_IDLE_SLEEP_US": "25",
         "MAILRAIL_ATOMICS": "cpu",
         "MAILRAIL_IMPLEMENTATION": "python",
@@ -87,6 +89,7 @@ def test_every_knob_is_read_from_its_environment_variable():
         "ranks_per_node": 8,
         "credits_per_pair": 3,
         "stall_timeout": 2.5,
+        "slow_rank_warning": 0.5,
         "idle_sleep_us": 25.0,
         "atomics": "cpu",
         "implementation": "python",
@@ -318,6 +321,8 @@ INVALID_KEYWORDS = [
     ("credits_per_pair", 0),
     ("stall_timeout", -0.1),
     ("stall_timeout", float("inf")),
+    ("slow_rank_warning", -1),
+    ("slow_rank_warning", "soon"),
     ("idle_sleep_us", "slow"),
     ("atomics", "quantum"),
     ("implementation", "jit"),

@@ -6,12 +6,26 @@ abort runs under plain ``python`` (not ``python -m mpi4py``), so nothing else ca
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from helpers import MPI_TIMEOUT, job_environment, mpirun, processes_mentioning, program_path, run_program
+from helpers import (
+    MPI_TIMEOUT,
+    job_environment,
+    mailrail,
+    mpirun,
+    new_job_files,
+    processes_mentioning,
+    program_path,
+    result_of,
+    run_program,
+    unclaimed_job_files,
+)
 from mailrail.flow import MODE_NAMES
 from mailrail.jobs.launch import run_bounded
 from mailrail.jobs.launchers import mpi_environment, mpiexec_argv
@@ -180,3 +194,127 @@ def test_a_truncating_message_mid_run_raises_and_the_job_recovers_on_the_python_
     assert result["error"].startswith("MailRailError: a message longer than this rank's datagram_size (1024 bytes)")
     assert result["after"] == [0, 4, 7]
     assert not any(result["finalize"].values()), result["finalize"]
+
+
+# -- ranks in different collectives, and ranks late to one -----------------------------------------------------------
+
+#: The program of these tests, and no stall timeout: only the judge may end a mismatched job.
+MISMATCH = "collective_mismatch.py"
+NO_STALL_TIMEOUT = {"MAILRAIL_STALL_TIMEOUT": "0"}
+
+
+def site_of(what: str) -> str:
+    """``PATH:LINE`` of the call marked ``# CALL: what`` in the program, as the ranks say it: the path relative to
+    the working directory (the job's too) when it is inside it."""
+    path = program_path(MISMATCH)
+    line = next(
+        number for number, text in enumerate(Path(path).read_text().splitlines(), 1) if text.endswith(f"# CALL: {what}")
+    )
+    relative = os.path.relpath(path)
+    return f"{path if relative.startswith(os.pardir) else relative}:{line}"
+
+
+def at_the_end_of_with() -> str:
+    return f"finalize() at the end of the `with` block opened at {site_of('with')}"
+
+
+MISMATCHES = {
+    # case: ranks, (rank 0's call, the others' call)
+    "total_finalize": (2, f"CountingSet.total() at {site_of('total')}", at_the_end_of_with()),
+    "finalize_total": (2, at_the_end_of_with(), f"CountingSet.total() at {site_of('total')}"),
+    "barrier_size": (
+        3,
+        f"barrier() at {site_of('barrier on rank 0')}",
+        f"CountingSet.size() at {site_of('size on the others')}",
+    ),
+    "size_barrier": (
+        3,
+        f"CountingSet.size() at {site_of('size on rank 0')}",
+        f"barrier() at {site_of('barrier on the others')}",
+    ),
+}
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("case", list(MISMATCHES))
+def test_ranks_in_different_collectives_end_the_job_at_once_naming_each_call(case, transport):
+    """No stall timeout: the job would hang to the test's bound if rank 0, the judge, did not end it."""
+    ranks, zeroth, others = MISMATCHES[case]
+    before = unclaimed_job_files()
+    completed = run_plain(ranks, MISMATCH, case, env={**NO_STALL_TIMEOUT, "MAILRAIL_IMPLEMENTATION": transport})
+    assert completed.returncode != 0
+    said = failure_lines(completed, "CollectiveMismatchError:")
+    assert len(said) == 1 and said[0].startswith("[rank 0 on "), completed.stderr
+    rest = "1" if ranks == 2 else f"1-{ranks - 1}"
+    expected = (
+        f"ranks called different collectives (collective #2 of this rail): rank 0 called {zeroth}; "
+        f"rank{'s' if ranks > 2 else ''} {rest} called {others}."
+    )
+    assert expected in said[0], said[0]
+    assert not failure_lines(completed, "UNREACHABLE")
+    assert new_job_files(before) == set()  # (run_plain: and no process of the job is left)
+
+
+@pytest.mark.smoke
+def test_under_mailrail_run_the_mismatch_ends_the_job_before_its_timeout():
+    """The user's case: ``mailrail run --timeout`` used to end this job; now the judge does, with the calls' names."""
+    completed = mailrail(
+        "run", "-n", "2", "--timeout", "200", "--", "python", program_path(MISMATCH), "total_finalize",
+        env=NO_STALL_TIMEOUT, timeout=240,
+    )  # fmt: skip
+    assert completed.returncode == 1, completed.stderr  # the exception's status, not the timeout's
+    assert f"rank 0 called CountingSet.total() at {site_of('total')}; rank 1 called {at_the_end_of_with()}" in (
+        completed.stderr
+    )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_on_error_raise_has_every_rank_raise_the_verdict_and_go_on(transport):
+    everyone = mpirun(3, MISMATCH, "raise", env={**NO_STALL_TIMEOUT, "MAILRAIL_IMPLEMENTATION": transport})
+    errors = {outcome["error"] for outcome in everyone}
+    assert len(errors) == 1, errors
+    assert f"rank 0 called CountingSet.total() at {site_of('total')}; ranks 1-2 called {at_the_end_of_with()}" in (
+        errors.pop()
+    )
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("late", [0, 2])
+def test_a_rank_late_to_a_collective_is_waited_for_and_said_once(late):
+    """One rank computes 6 s before CountingSet.total(); the warning's delay is 1 s, shortened by its knob: one
+    warning for the job (rank 0 names the late rank; when rank 0 is the late one, rank 1 says so after twice the
+    delay), and the job ends normally, every rank's results right."""
+    env = {**NO_STALL_TIMEOUT, "MAILRAIL_SLOW_RANK_WARNING": "1"}
+    completed = run_program(3, MISMATCH, "slow", "6", str(late), env=env)
+    assert result_of(completed) == [{"total": 30, "size": 30}] * 3
+    warned = [line for line in completed.stderr.splitlines() if "SlowRankWarning: " in line]
+    assert len(warned) == 1, completed.stderr
+    text = warned[0]
+    total = re.escape(f"in CountingSet.total() at {site_of('slow total')} (collective #3 of this rail)")
+    if late == 2:
+        said = rf"rank 0: waited \d+ s {total} for rank 2; rank 1 is there too \(rank 2 last entered collective #2, "
+    else:
+        said = rf"rank 1: waited \d+ s {total}, and rank 0, which names the ranks awaited, has not come"
+    assert re.search(said, text), text
+    assert "waiting on (MAILRAIL_SLOW_RANK_WARNING=1" in text
+
+
+def test_by_default_a_late_rank_is_waited_for_in_silence():
+    completed = run_program(2, MISMATCH, "slow", "3", env=NO_STALL_TIMEOUT)
+    assert result_of(completed) == [{"total": 20, "size": 20}] * 2
+    assert "SlowRankWarning" not in completed.stderr
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_stall_in_a_container_collective_names_the_call_not_its_barrier(transport):
+    completed = run_plain(
+        3, MISMATCH, "slow", "300", env={"MAILRAIL_STALL_TIMEOUT": "2", "MAILRAIL_IMPLEMENTATION": transport}
+    )
+    assert completed.returncode != 0
+    said = failure_lines(completed, "StallError:")
+    assert len(said) == 1 and said[0].startswith("[rank 0 on "), completed.stderr
+    text = said[0]
+    assert f"rank 0: CountingSet.total() at {site_of('slow total')} (this rail's collective #3, its barrier #" in text
+    awaited = "rank 2 has not called CountingSet.total() (rank 2 last entered collective #2, CountingSet.barrier() at "
+    assert awaited in text

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 from .config import Config
 from .errors import (
     BufferOwnershipError,
+    CollectiveMismatchError,
     ConfigError,
     ConfigWarning,
     CreditStallError,
@@ -16,6 +17,7 @@ from .errors import (
     MessageSizeError,
     ProtocolError,
     ReleaseError,
+    SlowRankWarning,
     StallError,
     UndeliveredError,
     UndeliveredWarning,
@@ -43,6 +45,8 @@ __all__ = [
     "FinalizedError",
     "StallError",
     "CreditStallError",
+    "CollectiveMismatchError",
+    "SlowRankWarning",
     "ProtocolError",
     "UndeliveredWarning",
     "UndeliveredError",

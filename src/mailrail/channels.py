@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from .collectives import collective
 from .errors import InvalidDestinationError, MailRailError, MessageSizeError, ProtocolError
 
 __all__ = ["Channel", "Channels", "HEADER_SIZE", "ALIGNMENT", "check_by_reference", "name_of"]
@@ -155,9 +156,11 @@ class Channels:
     """The multiplexer of one rail: its channels, its calls, its dispatch of arrivals (see the module).
 
     Made by the rail on first use of ``rail.channels`` (not collective: a rank may make calls alone).
-    *comm* carries the containers' collectives: the rail's own control communicator, never the
-    application's.  Channels are numbered in the order they are opened, which must be the same on
-    every rank (as containers are constructed collectively); :meth:`open` checks it.
+    *comm* carries the containers' collectives (its ``allgather(value)`` and ``allreduce(value)``, a sum): the
+    rail's own control communicator, never the application's.  Each public collective here is one collective
+    call of the rail (:func:`~mailrail.collectives.collective`), or part of the container's call that runs it.
+    Channels are numbered in the order they are opened, which must be the same on every rank (as containers are
+    constructed collectively); :meth:`open` checks it.
     """
 
     def __init__(self, rail: Any, comm: Any) -> None:
@@ -197,6 +200,7 @@ class Channels:
 
     # -- opening -----------------------------------------------------------
 
+    @collective
     def open(
         self, dtype: np.dtype | type | str, handler: Callable[[int, np.ndarray], object], name: str | None = None
     ) -> Channel:
@@ -258,13 +262,15 @@ class Channels:
                 f"outside handlers); a handler may send records, visits and calls, which the next barrier completes"
             )
 
+    @collective
     def allgather(self, value: Any) -> list[Any]:
         """Collective: every rank's *value*, in rank order (pickled: for small values)."""
         return list(self._comm.allgather(value))
 
+    @collective
     def allreduce_sum(self, value: int) -> int:
-        """Collective: the sum of an integer over the ranks."""
-        return int(sum(self._comm.allgather(int(value))))
+        """Collective: the sum of an integer over the ranks (each fits 64 bits)."""
+        return int(self._comm.allreduce(int(value)))
 
     # -- sending -------------------------------------------------------------
 
@@ -795,6 +801,7 @@ class Channels:
         """Records and calls accepted and not sent yet (staged, or waiting behind a running send)."""
         return self._staged_records + self._nested_items + sum(held() for _, held in self._caches)
 
+    @collective
     def barrier(self) -> int:
         """Collective (``rail.barrier()`` calls it): flush, then dispatch arrivals until global quiescence.
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .channels import Channel
+from .collectives import collective
 from .rail import MailRail, Message
 
 __all__ = ["Coalescer"]
@@ -41,6 +42,7 @@ class Coalescer:
     strict): call :meth:`flush` or :meth:`barrier` first.
     """
 
+    @collective
     def __init__(
         self, rail: MailRail, dtype: np.dtype | type | str, handler: Callable[[int, np.ndarray], object]
     ) -> None:
@@ -93,6 +95,7 @@ class Coalescer:
         """Hand the records of *message* to their handlers (for custom receive loops)."""
         self.rail.channels.dispatch(message)
 
+    @collective
     def barrier(self) -> None:
         """Flush, then wait for global quiescence while delivering arrivals (collective): ``rail.barrier()``."""
         self.rail.barrier()

@@ -210,6 +210,13 @@ class Config:
         "raise `CreditStallError` after S seconds of deferred sends without progress (0: never)",
         shown="0 (off)",
     )
+    slow_rank_warning: float = knob(
+        60.0,
+        _float(0.0, STALL_TIMEOUT_MAX),
+        "after S seconds in a collective, rank 0 warns once which ranks it waits for and where the others are, "
+        "and waits on (0: never)",
+        shown="60",
+    )
     idle_sleep_us: float = knob(
         0.0,
         _float(0.0, IDLE_SLEEP_US_MAX),

@@ -41,6 +41,15 @@ class StallError(MailRailError):
     """
 
 
+class CollectiveMismatchError(MailRailError):
+    """Ranks called different collectives of one rail (``CountingSet.total()`` on one, ``finalize()`` on another).
+
+    Raised by the judge, rank 0, as soon as it sees the calls (while it waits in a collective, or when it enters
+    one), naming each rank's call as the program wrote it and where; leaving ``with MailRail(...)`` it ends the
+    job (``on_error="abort"``).  The in-memory world of :mod:`mailrail.testing` raises it from ``World.run``.
+    """
+
+
 class CreditStallError(StallError):
     """Deferred messages made no progress for ``MAILRAIL_STALL_TIMEOUT`` seconds."""
 
@@ -66,6 +75,11 @@ class DeprecatedKnobWarning(ConfigWarning, FutureWarning):
     switch that makes a misspelled variable fatal (``-W error::mailrail.ConfigWarning``) catches
     old names as well.
     """
+
+
+class SlowRankWarning(UserWarning):
+    """A collective has waited ``MAILRAIL_SLOW_RANK_WARNING`` seconds for ranks that have not come: said once per
+    collective (by rank 0, naming them and where the others are), and the wait goes on."""
 
 
 class UndeliveredWarning(UserWarning):

@@ -15,8 +15,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
+import os
+import pickle
+import struct
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,14 +28,17 @@ import numpy as np
 
 from ._mpi import MPI
 from .channels import Channels
+from .collectives import BARRIER, WITH_BLOCK_END, Call, CollectiveCalls, Judge, call_site, program_frame
 from .config import DEPRECATED_KNOBS, KNOBS, Config
 from .counters import Stats
 from .errors import (
+    CollectiveMismatchError,
     ConfigError,
     ConfigWarning,
     DeprecatedKnobWarning,
     FinalizedError,
     MailRailError,
+    SlowRankWarning,
     StallError,
     nested_barrier_error,
     report_undelivered,
@@ -98,6 +105,7 @@ class MailRail:
         ranks_per_node: int | None = None,
         credits_per_pair: int | None = None,
         stall_timeout: float | None = None,
+        slow_rank_warning: float | None = None,
         idle_sleep_us: float | None = None,
         atomics: str | None = None,
         implementation: str | None = None,
@@ -137,6 +145,13 @@ class MailRail:
         self._channels: Channels | None = None  # its channels and containers, made on first use
         self._in_barrier = False
         self._barriers = 0
+        # The program's collective calls on this rail (see mailrail.collectives): each is numbered and told to
+        # rank 0, which judges whether the ranks are in the same one.
+        self._calls = CollectiveCalls()
+        self._call_started = 0.0  # when the running call started (time.monotonic())
+        self._settled = 0  # rank 0: the last call whose every rank's note came (the others: the last call entered)
+        self._warned = 0  # the last call this rank said (or chose not to say) it waits in too long
+        self._exiting = False  # finalize() called by leaving `with MailRail(...)`: its site says so
         # From here on MPI objects exist: each registers its release, undone in reverse if a later
         # step fails (and at finalize()).
         with contextlib.ExitStack() as resources:
@@ -165,7 +180,7 @@ class MailRail:
             )
             self._send_pool, self._recv_pool, self._endpoint = stack.send_pool, stack.recv_pool, stack.endpoint
             self._transport: Transport = stack.transport
-            self._arrivals = ArrivalNotes(self._control, self.rank, self.size, self.tag_ub)
+            self._arrivals = ArrivalNotes(self._control, self.rank, self.size)
             self._resources = resources.pop_all()
         # The four per-message calls go straight to the transport: no extra frame per message (the
         # methods below document them and serve a rail whose instance attributes are gone).  A traced
@@ -239,7 +254,7 @@ class MailRail:
         if self._channels is None:
             if self._finalized:
                 raise FinalizedError("channels used after finalize()")
-            self._channels = Channels(self, self._control)
+            self._channels = Channels(self, ControlCollectives(self))
         return self._channels
 
     def call(self, dest: int, fn: Callable[..., object], *args: Any) -> None:
@@ -316,29 +331,39 @@ class MailRail:
         With ``stall_timeout`` set, a barrier that makes no progress for that long
         raises :class:`~mailrail.errors.StallError` naming (on rank 0) the ranks that
         have not called it.  Called from inside a barrier handler: :class:`MailRailError`.
+        Ranks in different collectives (this barrier on one, ``finalize()`` or a container's collective on
+        another) raise :class:`~mailrail.errors.CollectiveMismatchError` on rank 0, naming each rank's call.
         """
         if self._finalized:
             raise FinalizedError("barrier() called after finalize()")
-        if handler is None:
-            return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
-        if self._in_barrier:  # the outer barrier's collectives would interleave with this one's: a hang
-            raise nested_barrier_error()
-        self._in_barrier = True
+        called = not self._calls.depth  # the program's own call (else part of a container's, or of this one)
+        if called:
+            if self._channels is not None:  # from a handler: refused before anything is said to the judge
+                self._channels.check_collective("barrier()")
+            self._enter_collective("barrier()", BARRIER)
         try:
-            return self._barrier(handler)
+            if handler is None:
+                return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
+            if self._in_barrier:  # the outer barrier's collectives would interleave with this one's: a hang
+                raise nested_barrier_error()
+            self._in_barrier = True
+            try:
+                return self._barrier(handler)
+            finally:
+                self._in_barrier = False
         finally:
-            self._in_barrier = False
+            if called:
+                self._leave_collective()
 
     def _barrier(self, handler: Callable[[Message], object]) -> int:
         if self._trace is not None:
             self._trace.barrier_begin(*self._sent_and_released())
         self._barriers += 1
-        tag = self._arrivals.barrier_tag(self._barriers)
-        self._arrivals.announce(tag)
         stall_timeout = self._wait_timeout()
         last_progress = time.monotonic()
         detector = TerminationDetector()
         handled = 0
+        idle = 0
         local = np.zeros(2, dtype=np.int64)
         total = np.zeros(2, dtype=np.int64)
         receive, release = self.receive, self.release_receive_buffer
@@ -355,36 +380,192 @@ class MailRail:
                     handled += 1
                     if stall_timeout:
                         last_progress = time.monotonic()
-                elif stall_timeout and time.monotonic() - last_progress > stall_timeout:
-                    raise StallError(self._barrier_stall_report(tag, time.monotonic() - last_progress, detector))
+                else:
+                    idle += 1
+                    if not idle % JUDGE_EVERY:
+                        self._while_waiting()
+                    elif self._settled < self._calls.number:  # rank 0: the notes judged while idle, not after
+                        self._judge_early()
+                    if stall_timeout and time.monotonic() - last_progress > stall_timeout:
+                        raise StallError(self._barrier_stall_report(time.monotonic() - last_progress, detector))
                 if request.Test():
                     break
+            if self._settled < self._calls.number:  # rank 0, after the call's first round: every rank's note
+                self._settle()
             if detector.round_finished(int(total[0]), int(total[1])):
                 break
             if stall_timeout and detector.progressed:
                 last_progress = time.monotonic()
-        self._arrivals.collect(finished=tag)
         if self._trace is not None:
             self._trace.barrier_end(*self._sent_and_released())
         return handled
 
-    def _barrier_stall_report(self, tag: int, waited: float, detector: TerminationDetector) -> str:
+    def _barrier_stall_report(self, waited: float, detector: TerminationDetector) -> str:
+        call = self._calls.current
+        assert call is not None
         head = (
-            f"rank {self.rank}: barrier() (this rail's barrier #{self._barriers}) made no progress for {waited:.1f} s"
+            f"rank {self.rank}: {call.described} (this rail's collective #{call.number}, its barrier "
+            f"#{self._barriers}) made no progress for {waited:.1f} s"
         )
-        missing = self._arrivals.missing(tag)
-        if missing is None:
-            who = "rank 0's report names the ranks that have not called barrier()"
-        elif missing:
-            who = f"{describe_ranks(missing)} {'has' if len(missing) == 1 else 'have'} not called barrier()"
-        else:
-            who = "every rank has called barrier()"
         sent, released = detector.last_counts
         return (
-            f"{head} (MAILRAIL_STALL_TIMEOUT={self.config.stall_timeout:g}): {who}; the last completed round "
-            f"counted {sent} message(s) sent and {released} released; this rank holds {self._endpoint.held} "
-            f"received message(s) not released and {self.pending_sends()} send(s) pending"
+            f"{head} (MAILRAIL_STALL_TIMEOUT={self.config.stall_timeout:g}): {self._who_is_missing(call)}; the last "
+            f"completed round counted {sent} message(s) sent and {released} released; this rank holds "
+            f"{self._endpoint.held} received message(s) not released and {self.pending_sends()} send(s) pending"
         )
+
+    def _who_is_missing(self, call: Call) -> str:
+        """For a stall report: the ranks that have not entered *call* (rank 0 knows; the others say so)."""
+        judge = self._arrivals.judge
+        if judge is None:
+            return f"rank 0's report names the ranks that have not called {call.name}"
+        self._arrivals.collect()
+        missing = judge.missing(call.number)
+        if not missing:
+            return f"every rank has called {call.name}"
+        verb = "has" if len(missing) == 1 else "have"
+        return f"{describe_ranks(missing)} {verb} not called {call.name} ({judge.whereabouts(missing)})"
+
+    # -- collective calls: their notes, the judge, the warning ------------------------------------
+
+    def _enter_collective(self, name: str, key: str | None = None, site: str | None = None) -> None:
+        """A collective call starts (*name* as the program wrote it; see :class:`~mailrail.collectives.Call`): told
+        to rank 0, which judges the calls while it waits in the call's first step, and after it.  Inside another
+        call: nothing."""
+        call = self._calls.enter(name, key, site)
+        if call is None:
+            return
+        self._call_started = time.monotonic()
+        try:
+            self._arrivals.announce(call)
+        except BaseException:
+            self._calls.leave()
+            raise
+
+    def _leave_collective(self) -> None:
+        self._calls.leave()
+
+    def _judge(self) -> None:
+        """Rank 0: take the notes that came, and raise :class:`CollectiveMismatchError` when two ranks' calls of one
+        number differ.  The others: raise the judge's verdict when it sent one (its ``on_error`` is ``raise``)."""
+        verdict = self._arrivals.verdict()
+        if verdict is None:
+            return
+        if self.rank == 0 and self.config.on_error == "raise":  # no abort ends the others: tell them
+            self._arrivals.tell_verdict(verdict)
+        if self._finalized:  # in finalize(): as its StallError, the local clean-up first
+            self._release_locally()
+        raise CollectiveMismatchError(verdict)
+
+    def _while_waiting(self) -> None:
+        """What a rank does every :data:`JUDGE_EVERY` idle polls of a collective's wait: judge, and say once when the
+        wait is long (:meth:`_slow_rank_text`)."""
+        self._judge()
+        delay = self.config.slow_rank_warning
+        call = self._calls.current
+        if not delay or self.rank > 1 or call is None or self._warned == call.number:
+            return
+        waited = time.monotonic() - self._call_started
+        if waited < (delay if self.rank == 0 else 2 * delay):
+            return
+        self._warned = call.number
+        text = self._slow_rank_text(call, waited)
+        if text is not None:
+            filename, line = program_frame()
+            warnings.warn_explicit(text, SlowRankWarning, filename, line)
+
+    def _slow_rank_text(self, call: Call, waited: float) -> str | None:
+        """The warning of a long wait in *call*, or None when there is nothing to say.
+
+        One for the job: rank 0, after ``slow_rank_warning`` seconds, names the ranks it waits for and where they
+        were last (nothing when every rank is there: the collective is working, not waiting) and tells rank 1 it
+        looked.  Rank 1, after twice that, speaks for it when rank 0 did not: rank 0 is late itself.  The other
+        ranks only wait (a thousand ranks, one line)."""
+        delay = self.config.slow_rank_warning
+        knob = f"MAILRAIL_SLOW_RANK_WARNING={delay:g}"
+        head = f"rank {self.rank}: waited {waited:.0f} s in {call.described} (collective #{call.number} of this rail)"
+        judge = self._arrivals.judge
+        if judge is None:
+            if self._arrivals.judged(call.number):
+                return None
+            return (
+                f"{head}, and rank 0, which names the ranks awaited, has not come: it is late itself; waiting on "
+                f"({knob}: rank 0 warns after that long, rank 1 after twice that when rank 0 has not)"
+            )
+        missing = judge.missing(call.number)
+        if 1 not in missing:
+            self._arrivals.tell_judged(call.number)
+        if not missing:
+            return None
+        there = [rank for rank in range(1, self.size) if rank not in missing]
+        too = f"; {describe_ranks(there)} {'is' if len(there) == 1 else 'are'} there too" if there else ""
+        return f"{head} for {describe_ranks(missing)}{too} ({judge.whereabouts(missing)}); waiting on ({knob})"
+
+    def _judge_early(self) -> None:
+        """Rank 0, idle in the first step of a call: judge the notes as they come, so that :meth:`_settle` after the
+        step usually finds them all (the others: nothing)."""
+        judge = self._arrivals.judge
+        if judge is None:
+            self._settled = self._calls.number  # (nothing to judge here)
+        elif not judge.complete(self._calls.number):
+            self._judge()
+
+    def _settle(self) -> None:
+        """Rank 0, once a wait of the running call completed (every rank has sent its note of the call by then):
+        wait for the notes still on their way and judge them, so that no second step of a call runs on ranks
+        whose calls differ."""
+        call = self._calls.current
+        judge = self._arrivals.judge
+        if judge is None or call is None:  # (the other ranks: nothing to judge)
+            self._settled = self._calls.number
+            return
+        if self._settled >= call.number:
+            return
+        idle = 0
+        deadline = None
+        while True:
+            self._judge()
+            if judge.complete(call.number):
+                break
+            idle += 1
+            if not idle % JUDGE_EVERY:
+                self._while_waiting()
+                deadline = deadline or _Deadline(self._wait_timeout())
+                waited = deadline.expired()
+                if waited is not None:  # (a rank that abandoned an earlier collective, its StallError caught)
+                    missing = describe_ranks(judge.missing(call.number))
+                    raise StallError(
+                        f"rank 0: {call.described} (this rail's collective #{call.number}) completed, and the note "
+                        f"of it from {missing} has not come in {waited:.1f} s (MAILRAIL_STALL_TIMEOUT="
+                        f"{self.config.stall_timeout:g})"
+                    )
+            self._idle(idle)
+        judge.settle(call.number)
+        self._settled = call.number
+
+    def _wait(self, request: MPI.Request) -> None:
+        """Complete *request*, a collective's, polling: rank 0 judges meanwhile, and a long wait is said once."""
+        idle = 0
+        while not request.Test():
+            idle += 1
+            if not idle % JUDGE_EVERY:
+                self._while_waiting()
+            elif self._settled < self._calls.number:
+                self._judge_early()
+            self._idle(idle)
+        if self._settled < self._calls.number:
+            self._settle()
+
+    def _idle(self, polls: int) -> None:
+        """After *polls* empty polls of a wait: as the transport's receive, yield the core (or sleep
+        ``idle_sleep_us``) once a few found nothing."""
+        tuning = self._tuning
+        if polls < tuning.idle_spins:
+            return
+        if tuning.idle_sleep_ns:
+            time.sleep(tuning.idle_sleep_ns * 1e-9)
+        else:
+            os.sched_yield()
 
     def _sent_and_released(self) -> tuple[int, int]:
         """Messages this rank handed to send() (deferred ones included), and messages it released."""
@@ -442,19 +623,27 @@ class MailRail:
 
         With ``stall_timeout`` set, waiting that long for the other ranks raises
         :class:`~mailrail.errors.StallError` (rank 0 names the ranks that have not
-        called finalize()), after a local clean-up.
+        called finalize()), after a local clean-up.  Ranks in another collective meanwhile (a
+        container's collective, a barrier) make rank 0 raise :class:`~mailrail.errors.CollectiveMismatchError`.
         """
         if self._finalized:
             raise FinalizedError("finalize() called twice")
         if self._in_barrier:
             raise MailRailError("finalize() called from inside a barrier() handler: it is collective")
+        site = WITH_BLOCK_END.format(call_site()) if self._exiting else None
+        self._enter_collective("finalize()", site=site)
+        try:
+            return self._finalize(strict)
+        finally:
+            self._leave_collective()
+
+    def _finalize(self, strict: bool) -> dict[str, int]:
         self._finalized = True
         transport, endpoint = self._transport, self._endpoint
         reserved = endpoint.reserved
         staged = self._channels.close() if self._channels is not None else 0
         unreleased = endpoint.held
         dropped_deferred = endpoint.stop()  # the application's calls raise from now on
-        self._arrivals.announce(FINALIZE_TAG)
         deadline = _Deadline(self._wait_timeout())
         unreceived = 0
         # 1: everyone stops sending; 2: every rank's sends completed.  Meanwhile keep
@@ -469,7 +658,9 @@ class MailRail:
                 transport.reclaim_sends()
                 unreceived += transport.discard_arrivals()
                 time.sleep(1e-4)
+                self._while_waiting()
                 self._check_finalize(deadline, phase)
+            self._settle()
         unreceived += transport.discard_arrivals()
         unreceived += transport.cancel_receives()
         unreceived += _receive_unmatched(self._data, self.datagram_size)
@@ -499,11 +690,11 @@ class MailRail:
         waited = deadline.expired()
         if waited is None:
             return
-        missing = self._arrivals.missing(FINALIZE_TAG)
-        if missing is None:
-            who = "rank 0's report names the ranks that have not called finalize()"
-        elif missing:
-            who = f"{describe_ranks(missing)} {'has' if len(missing) == 1 else 'have'} not called finalize()"
+        call = self._calls.current
+        assert call is not None
+        missing = self._arrivals.missing(call.number)
+        if missing is None or missing:
+            who = self._who_is_missing(call)
         elif phase == 1:
             who = "every rank has called finalize(), the ranks' exit barrier did not complete"
         else:
@@ -539,6 +730,7 @@ class MailRail:
         # come, and the traceback would never be printed.  SystemExit(0) is a normal exit.
         if error is None or (isinstance(error, SystemExit) and exit_code_of(error) == 0):
             if not self._finalized:
+                self._exiting = True  # its call's site: the end of the block
                 try:
                     self.finalize()
                 except BaseException as failure:  # e.g. a StallError: finalize timed out
@@ -650,74 +842,168 @@ REPORT_GRACE_S = 2.0
 #: Most seconds finalize() spends receiving (rank 0) or completing (the others) the arrival notes.
 NOTES_CLOSE_S = 5.0
 
-#: Tag of the finalize() arrival note; barrier() notes use 1.. (see :meth:`ArrivalNotes.barrier_tag`).
-FINALIZE_TAG = 0
+#: Tags on the control communicator: a rank's note of a collective call it entered, to rank 0; rank 0's word to rank 1
+#: that it looked at a long wait (the number of the call), and its verdict on ranks in different collectives, to all.
+NOTE_TAG, JUDGED_TAG, VERDICT_TAG = 1, 2, 3
+#: Most seconds rank 0 waits for the notes still on their way before it says ranks are in different collectives.
+VERDICT_WAIT_S = 1.0
+#: Idle polls of a collective's wait between two looks at the notes (and at the slow-rank warning's clock).
+JUDGE_EVERY = 32
+_NUMBER = struct.Struct("<Q")
 
 
 class ArrivalNotes:
-    """Zero-byte notes to rank 0 on the control communicator: which ranks entered a finalize() or barrier().
+    """Notes to rank 0 on the control communicator: each collective call a rank enters (its
+    :class:`~mailrail.collectives.Call`: number, name as the program wrote it, site).
 
-    Every rank but 0 sends one note per call; rank 0 reads them only to name the missing ranks when a
-    wait times out, and receives the rest at finalize().  A collective alone cannot say who is missing.
+    Rank 0, the judge, notes its own calls and receives the others' into its :attr:`judge`, which finds ranks in
+    different collectives and the ranks a wait awaits; O(ranks) notes per collective, all to rank 0.  A collective
+    alone cannot say who is missing, nor which call each rank made.  Rank 0 answers only rank 1 on a long wait
+    (:meth:`tell_judged`) and, when its ``on_error`` is ``raise``, everyone with its verdict (:meth:`tell_verdict`).
     """
 
-    def __init__(self, comm: MPI.Comm, rank: int, size: int, tag_ub: int) -> None:
-        self._comm, self._rank, self._size, self._tag_ub = comm, rank, size, tag_ub
-        self._empty = np.empty(0, np.uint8)
-        self._sends: list[MPI.Request] = []
-        self._seen: dict[int, set[int]] = {}
+    def __init__(self, comm: MPI.Comm, rank: int, size: int) -> None:
+        self._comm, self._rank, self._size = comm, rank, size
+        #: Rank 0's judge of the ranks' calls (None on the other ranks).
+        self.judge = Judge(size) if rank == 0 else None
+        self._sends: deque[tuple[MPI.Request, bytes]] = deque()  # with their bytes, alive until sent
+        self._status = MPI.Status()
         self._expected = 0  # notes rank 0 is owed
         self._received = 0
 
-    def barrier_tag(self, number: int) -> int:
-        return 1 + (number - 1) % max(self._tag_ub - 1, 1)
-
-    def announce(self, tag: int) -> None:
-        if self._size == 1:
-            return
-        if self._rank == 0:
+    def announce(self, call: Call) -> None:
+        """This rank entered *call*: rank 0 notes it, the others send it to rank 0."""
+        if self.judge is not None:
+            self.judge.note(0, call)
             self._expected += self._size - 1
-            return
-        self._sends = [request for request in self._sends if not request.Test()]
-        self._sends.append(self._comm.Isend(self._empty, 0, tag))
+        elif self._size > 1:
+            self._send(call.encode(), 0, NOTE_TAG)
 
-    def collect(self, finished: int | None = None) -> None:
-        """Rank 0: receive the notes that arrived (forgetting *finished*'s, once all came)."""
-        if self._rank != 0 or self._size == 1:
+    def _send(self, data: bytes, dest: int, tag: int) -> None:
+        sends = self._sends
+        while sends and sends[0][0].Test():  # oldest first: they complete in about that order
+            sends.popleft()
+        sends.append((self._comm.Isend(data, dest, tag), data))
+
+    def _receive(self, source: int, tag: int) -> tuple[int, bytearray] | None:
+        """A message of *tag* from *source* (or any) that came, with its source; None when none did."""
+        status = self._status
+        if not self._comm.Iprobe(source, tag, status):
+            return None
+        data = bytearray(status.Get_count(MPI.BYTE))
+        source = status.Get_source()
+        self._comm.Recv([data, MPI.BYTE], source, tag)
+        return source, data
+
+    def collect(self) -> None:
+        """Rank 0: take the notes that came into the judge."""
+        if self.judge is None:
             return
-        status = MPI.Status()
-        while self._comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
-            source, tag = status.Get_source(), status.Get_tag()
-            self._comm.Recv(self._empty, source, tag)
+        while (note := self._receive(MPI.ANY_SOURCE, NOTE_TAG)) is not None:
             self._received += 1
-            self._seen.setdefault(tag, set()).add(source)
-        if finished is not None and len(self._seen.get(finished, ())) == self._size - 1:
-            del self._seen[finished]
+            self.judge.note(note[0], Call.decode(note[1]))
 
-    def missing(self, tag: int) -> list[int] | None:
-        """Rank 0: the ranks whose note for *tag* has not come; None on other ranks (they cannot know)."""
-        if self._rank != 0:
+    def verdict(self) -> str | None:
+        """Rank 0: the judge's verdict on the notes so far; the other ranks: the verdict rank 0 sent, or None.
+
+        Rank 0 words a mismatch once every rank's call of its number came, or after :data:`VERDICT_WAIT_S`: the
+        ranks in a collective have sent theirs, so it names all of them, not only the first two."""
+        judge = self.judge
+        if judge is not None:
+            self.collect()
+            if judge.mismatch is not None:
+                give_up = time.monotonic() + VERDICT_WAIT_S
+                while not judge.complete(judge.mismatch) and time.monotonic() < give_up:
+                    time.sleep(1e-3)
+                    self.collect()
+            return judge.verdict
+        if self._size == 1:
+            return None
+        sent = self._receive(0, VERDICT_TAG)
+        return None if sent is None else sent[1].decode(errors="replace")
+
+    def missing(self, number: int) -> list[int] | None:
+        """Rank 0: the ranks whose note of call *number* has not come; None on other ranks (they cannot know)."""
+        if self.judge is None:
             return None
         self.collect()
-        seen = self._seen.get(tag, set())
-        return [rank for rank in range(1, self._size) if rank not in seen]
+        return [rank for rank in self.judge.missing(number) if rank != 0]
+
+    def tell_judged(self, number: int) -> None:
+        """Rank 0 has looked at its long wait in call *number*: rank 1, in it too, need not warn of it."""
+        self._send(_NUMBER.pack(number), 1, JUDGED_TAG)
+
+    def judged(self, number: int) -> bool:
+        """Whether rank 0 said it has looked at this rank's long wait in call *number* (earlier words are dropped)."""
+        said = False
+        while (word := self._receive(0, JUDGED_TAG)) is not None:
+            said = said or _NUMBER.unpack(word[1])[0] == number
+        return said
+
+    def tell_verdict(self, verdict: str) -> None:
+        """Rank 0: send *verdict* to every other rank, and wait (bounded) until it left."""
+        data = verdict.encode()
+        for rank in range(1, self._size):
+            self._send(data, rank, VERDICT_TAG)
+        self._complete_sends()
+
+    def _complete_sends(self) -> None:
+        give_up = time.monotonic() + NOTES_CLOSE_S
+        requests = [request for request, _ in self._sends]
+        while not MPI.Request.Testall(requests) and time.monotonic() < give_up:
+            time.sleep(1e-4)
 
     def close(self) -> None:
         """After finalize()'s exit barrier (every rank sent all its notes): receive or complete them all.
 
-        Bounded: notes of a barrier that some rank abandoned (a caught StallError) never come, and
-        a note left unreceived is harmless once the communicator is freed."""
+        Bounded: notes of a call that some rank abandoned (a caught StallError) never come, and a note left
+        unreceived is harmless once the communicator is freed."""
         give_up = time.monotonic() + NOTES_CLOSE_S
-        if self._rank == 0:
+        if self.judge is not None:
             while self._received < self._expected and time.monotonic() < give_up:
                 self.collect()
         else:
-            while not MPI.Request.Testall(self._sends) and time.monotonic() < give_up:
-                time.sleep(1e-4)
-            for request in self._sends:
-                if request != MPI.REQUEST_NULL:
-                    request.Free()  # completes in the background, as MPI allows for a send
-        self._sends = []
+            while self._receive(0, JUDGED_TAG) is not None:  # words of long waits this rank did not ask for
+                pass
+        self._complete_sends()
+        for request, _ in self._sends:
+            if request != MPI.REQUEST_NULL:
+                request.Free()  # completes in the background, as MPI allows for a send
+        self._sends.clear()
+
+
+class ControlCollectives:
+    """The channels' collectives (``allgather``, ``allreduce``: a sum) on the rail's control communicator.
+
+    Nonblocking, waited for by polling (:meth:`MailRail._wait`): rank 0 keeps judging the ranks' calls
+    meanwhile, so a rank waiting here for ranks in another collective hears of it, and a long wait is said.
+    """
+
+    def __init__(self, rail: MailRail) -> None:
+        self._rail = rail
+        self._comm: MPI.Comm = rail._control
+
+    def allreduce(self, value: int) -> int:
+        """The sum of the ranks' integers (each fits 64 bits)."""
+        # Two numbers, as a barrier's rounds: one rank here and another in a barrier complete a round alike, and
+        # rank 0 judges their calls after it, instead of MPI seeing reductions of different sizes.
+        local = np.array([value, 0], dtype=np.int64)
+        total = np.zeros(2, dtype=np.int64)
+        self._rail._wait(self._comm.Iallreduce(local, total, MPI.SUM))
+        return int(total[0])
+
+    def allgather(self, value: Any) -> list[Any]:
+        """Every rank's *value* (pickled), in rank order."""
+        data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        lengths = np.zeros(self._rail.size, dtype=np.int64)
+        self._rail._wait(self._comm.Iallgather(np.array([len(data)], dtype=np.int64), lengths))
+        offsets = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        gathered = bytearray(int(lengths.sum()))
+        self._rail._wait(self._comm.Iallgatherv(data, [gathered, lengths, offsets, MPI.BYTE]))
+        view = memoryview(gathered)
+        spans = zip(offsets.tolist(), lengths.tolist(), strict=True)
+        return [pickle.loads(view[start : start + length]) for start, length in spans]
 
 
 class _Deadline:

@@ -16,8 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mailrail.containers import CountingSet, Map
 from mailrail.errors import (
     BufferOwnershipError,
+    CollectiveMismatchError,
     ConfigError,
     FinalizedError,
     InvalidDestinationError,
@@ -605,6 +607,61 @@ def test_mismatched_collectives_are_a_deadlock_naming_each_rank():
     assert "rank 0 is in barrier() (barrier #1)" in text
     assert "rank 1 is in rail.comm.allgather() (collective #1 on rail.comm)" in text
     assert "rank 2 returned from its program" in text
+
+
+def _total_on_rank_0(rail):
+    """Rank 0 calls a container's collective; the others leave the ``with`` block: finalize()."""
+    with rail:  # WITH-LINE
+        counts = CountingSet(rail, np.int64)
+        counts.add(np.arange(4, dtype=np.int64))
+        if rail.rank == 0:
+            counts.total()  # TOTAL-LINE
+
+
+def _line_of(marker: str) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    return next(number for number, line in enumerate(lines, 1) if line.endswith(f"# {marker}"))
+
+
+@pytest.mark.parametrize("backend", ["model", "python/rank"])
+def test_ranks_in_different_collectives_raise_at_once_naming_each_call(backend):
+    site = Path(__file__).relative_to(Path.cwd()) if Path(__file__).is_relative_to(Path.cwd()) else Path(__file__)
+    messages = set()
+    for seed in range(4):
+        with pytest.raises(CollectiveMismatchError) as caught:
+            make_world(backend, size=2, seed=seed).run(_total_on_rank_0)
+        messages.add(str(caught.value))
+    assert messages == {  # the same words whatever the order the ranks ran in
+        f"mailrail.testing: ranks called different collectives (collective #2 of this rail): rank 0 called "
+        f"CountingSet.total() at {site}:{_line_of('TOTAL-LINE')}; rank 1 called finalize() at the end of the `with` "
+        f"block opened at {site}:{_line_of('WITH-LINE')}. Every rank calls the rail's collectives (barrier(), "
+        f"finalize(), the containers' collectives and constructors) in the same order"
+    }
+
+
+def test_a_barrier_beside_another_container_collective_is_a_mismatch_and_barriers_agree():
+    def program(rail):
+        counts = CountingSet(rail, np.int64)
+        table = Map(rail, np.int64, np.int64)
+        (rail.barrier if rail.rank % 2 else counts.barrier)()  # every spelling of a barrier is one collective
+        table.barrier()
+        if rail.rank == 1:
+            table.size()
+        else:
+            rail.barrier()
+        return rail.finalize()
+
+    messages = set()
+    for seed in range(4):
+        with pytest.raises(CollectiveMismatchError) as caught:
+            World(3, seed=seed).run(program)
+        messages.add(str(caught.value))
+    assert len(messages) == 1, messages
+    text = messages.pop()
+    assert "(collective #5 of this rail)" in text
+    assert re.search(r"ranks 0, 2 called barrier\(\) at \S+test_world.py:\d+; rank 1 called Map\.size\(\) at ", text), (
+        text
+    )
 
 
 def test_different_collectives_on_one_communicator_are_refused():

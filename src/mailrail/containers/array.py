@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..collectives import collective
 from .base import REDUCTIONS, Container, Lookup, ufunc_of
 from .partition import BlockPartitioner
 
@@ -71,6 +72,7 @@ class Array(Container):
 
     kind = "Array"
 
+    @collective
     def __init__(self, rail: Any, length: int, dtype: Any = np.float64) -> None:
         super().__init__(rail)
         try:
@@ -200,6 +202,7 @@ class Array(Container):
 
     # -- collective reads ------------------------------------------------------
 
+    @collective
     def gather(self, indices: Any) -> np.ndarray:
         """Collective: the current value of each index, as ``(n, *element_shape)`` values of the element dtype.
 

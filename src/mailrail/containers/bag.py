@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..collectives import collective
 from .base import Container
 from .counting_set import canonical
 
@@ -29,6 +30,7 @@ class Bag(Container):
 
     kind = "Bag"
 
+    @collective
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
@@ -97,11 +99,13 @@ class Bag(Container):
 
     # -- collective ----------------------------------------------------------
 
+    @collective
     def size(self) -> int:
         """Collective: how many items the bag holds on all ranks (YGM's ``size``)."""
         self._collective("size")
         return self.channels.allreduce_sum(self._length)
 
+    @collective
     def rebalance(self) -> int:
         """Collective: even out the items over the ranks: afterwards each rank holds ``total // ranks`` or one more
         (YGM's ``rebalance``).  The ranks holding the most keep the extra ones, so the fewest items move; they

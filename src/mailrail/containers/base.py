@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..channels import Channel, Channels
+from ..collectives import collective
 from .partition import HashPartitioner
 
 __all__ = ["Container", "Lookup", "as_keys", "ufunc_of", "REDUCTIONS"]
@@ -97,6 +98,7 @@ class Container:
         self.channels.check_collective(f"{self.kind}.{operation}()")
         self.rail.barrier()
 
+    @collective
     def barrier(self) -> None:
         """Collective: every asynchronous operation on the rail's containers, by any rank, is applied."""
         self.channels.check_collective(f"{self.kind}.barrier()")

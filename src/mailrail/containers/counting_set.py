@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ..collectives import collective
 from .base import Container, Lookup, as_keys
 from .hot import split_hot
 from .partition import HASH_SEED, has_padding, hash_words, key_words, words_per_key
@@ -267,6 +268,7 @@ class CountingSet(Container):
     #: The most hot keys a sender combines between samples.
     hot_keys_max = 1 << 12
 
+    @collective
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
@@ -673,6 +675,7 @@ class CountingSet(Container):
             counts[inside] = self._dense[(blocks[inside] - low).view(np.int64)]
         return counts
 
+    @collective
     def count(self, keys: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Collective: the count of each key of the 1-D batch *keys*, wherever it lives, in the caller's order
         (``int64``; 0 for a key never added).  Each rank asks about its own batch (empty if it has none).
@@ -681,6 +684,7 @@ class CountingSet(Container):
         self._collective("count")
         return self._counter.ask(keys, self.partitioner.owner(keys))
 
+    @collective
     def top(self, k: int) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
         """Collective: the *k* keys with the highest counts and their counts, ``(keys, counts)``, in descending
         order of count, ties in ascending order of the keys' bytes: the same arrays on every rank (fewer than
@@ -715,18 +719,21 @@ class CountingSet(Container):
         best = _ranked(keys, counts)[:k]
         return keys[best].copy(), counts[best].copy()
 
+    @collective
     def size(self) -> int:
         """Collective: how many distinct keys the set holds (YGM's ``size``)."""
         self._collective("size")
         self._settle()
         return self.channels.allreduce_sum(self._distinct())
 
+    @collective
     def total(self) -> int:
         """Collective: the sum of all counts: how many keys were added in all (YGM: a ``for_all`` sum)."""
         self._collective("total")
         self._settle()
         return self.channels.allreduce_sum(self._total())
 
+    @collective
     def clear(self) -> None:
         """Collective: empty the set on every rank (YGM's ``clear``), keeping its memory for what comes next.
 

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..collectives import collective
 from .base import Container, Lookup, as_keys
 from .partition import key_words
 from .table import KeyTable
@@ -195,6 +196,7 @@ class DisjointSet(Container):
 
     kind = "DisjointSet"
 
+    @collective
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
@@ -335,6 +337,7 @@ class DisjointSet(Container):
 
     # -- collective ----------------------------------------------------------
 
+    @collective
     def find(self, items: npt.ArrayLike) -> npt.NDArray[Any]:
         """Collective: the root (the smallest item of its set) of each item of the 1-D batch *items*, in the
         caller's order, as an array of the container's dtype (YGM's ``all_find``).
@@ -380,6 +383,7 @@ class DisjointSet(Container):
         assert self._found is not None, "a find reply arrived outside find()"
         self._found[replies["position"]] = replies["root"]
 
+    @collective
     def compress(self) -> None:
         """Collective: afterwards every item's parent is its root (YGM's ``all_compress``).
 
@@ -412,17 +416,20 @@ class DisjointSet(Container):
         answers["parent_is_root"] = grandparents == parents
         return answers
 
+    @collective
     def num_sets(self) -> int:
         """Collective: how many sets the items named by unions form (YGM's ``num_sets``)."""
         self._collective("num_sets")
         size = len(self._table)
         return self.channels.allreduce_sum(int(np.count_nonzero(self._parent[:size] == self._table.keys)))
 
+    @collective
     def size(self) -> int:
         """Collective: how many distinct items unions named, on all ranks (YGM's ``size``)."""
         self._collective("size")
         return self.channels.allreduce_sum(len(self._table))
 
+    @collective
     def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """Collective: this rank's items and their parents as they are (copies; no YGM peer).
 
@@ -439,6 +446,7 @@ class DisjointSet(Container):
         size = len(self._table)
         return self.order.items(np.array(self._table.keys)), self.order.items(self._parent[:size].copy())
 
+    @collective
     def roots(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """Collective: :meth:`compress`, then this rank's items and the root of each (copies; what YGM's
         ``for_all`` visits)."""
@@ -446,6 +454,7 @@ class DisjointSet(Container):
         self.compress()
         return self._local()
 
+    @collective
     def clear(self) -> None:
         """Collective: forget every item (YGM's ``clear``); pending unions are applied first, then dropped."""
         self._collective("clear")

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, check_by_reference, name_of
+from ..collectives import collective
 from ..errors import MailRailError, MessageSizeError
 from .base import Container, Lookup, as_keys, ufunc_of
 from .partition import key_words
@@ -140,6 +141,7 @@ class Map(Container):
     #: Arrived records buffered before the table applies them in one batch (a read or a visit applies them at once).
     pending_limit = 1 << 16
 
+    @collective
     def __init__(self, rail: Any, key_dtype: npt.DTypeLike, value_dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.key_dtype: np.dtype[Any] = np.dtype(key_dtype)
@@ -514,6 +516,7 @@ class Map(Container):
 
     # -- collective ----------------------------------------------------------------
 
+    @collective
     def get(self, keys: npt.ArrayLike) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
         """Collective: ``(values, found)`` for the 1-D batch *keys*, in the caller's order: each key's value
         (zero where not found) and whether the map holds it.  Each rank asks about its own batch (empty if it
@@ -524,6 +527,7 @@ class Map(Container):
         answers = self._getter.ask(keys, self.partitioner.owner(keys))
         return answers["value"].copy(), answers["found"].copy()
 
+    @collective
     def size(self) -> int:
         """Collective: how many keys the map holds, on all ranks (YGM's ``size``)."""
         self._collective("size")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..collectives import collective
 from .base import Container, Lookup, as_keys
 from .counting_set import distinct_keys
 from .table import KeyTable
@@ -35,6 +36,7 @@ class Set(Container):
     #: Arrived keys buffered before one table operation applies them (a read applies them at once).
     pending_limit = 1 << 16
 
+    @collective
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
@@ -109,6 +111,7 @@ class Set(Container):
         found: npt.NDArray[np.bool_] = self._table.lookup(keys) >= 0
         return found
 
+    @collective
     def contains(self, keys: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Collective: whether each key of the 1-D batch *keys* is in the set, in the caller's order (``bool``).
         Each rank asks about its own batch (empty if it has none).  YGM's ``count`` (0 or 1, collective)."""
@@ -116,6 +119,7 @@ class Set(Container):
         self._collective("contains")
         return self._finder.ask(keys, self.partitioner.owner(keys))
 
+    @collective
     def size(self) -> int:
         """Collective: how many keys the set holds (YGM's ``size``)."""
         self._collective("size")

@@ -31,10 +31,14 @@ containers and :meth:`Rail.call` run unchanged) and the lowercase collectives of
 eager/rendezvous sends), and time.  The real rail is tested under ``mpiexec``.
 
 **Failures end the run.**  An exception on a rank stops every other rank and is re-raised by
-:meth:`World.run`, with a note naming the rank.  When no rank can proceed (a barrier some rank never
-joins, collectives that do not match, a rank that returned while the others wait),
-:class:`DeadlockError` names what each rank is doing; a run that makes no progress for
-``max_idle_steps`` switch points, or takes more than ``max_steps``, raises :class:`LivelockError`.
+:meth:`World.run`, with a note naming the rank.  Ranks that enter different collectives of their rails
+(``CountingSet.total()`` on one, ``finalize()`` on another) raise
+:class:`~mailrail.errors.CollectiveMismatchError`, naming each rank's call and where, as the real rail's judge
+does: the ranks that reach the mismatched call stop there, and the run ends once no rank can go on.  When no
+rank can proceed otherwise (a barrier some rank never joins, collectives of :attr:`Rail.comm` that do not
+match, a rank that returned while the others wait), :class:`DeadlockError` names what each rank is doing; a run
+that makes no progress for ``max_idle_steps`` switch points, or takes more than ``max_steps``, raises
+:class:`LivelockError`.
 """
 
 from __future__ import annotations
@@ -52,8 +56,15 @@ from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 import numpy as np
 
 from ..channels import Channels
+from ..collectives import BARRIER, WITH_BLOCK_END, Call, CollectiveCalls, Judge, call_site
 from ..config import default
-from ..errors import FinalizedError, MailRailError, nested_barrier_error, report_undelivered
+from ..errors import (
+    CollectiveMismatchError,
+    FinalizedError,
+    MailRailError,
+    nested_barrier_error,
+    report_undelivered,
+)
 from ..flow.modes import UNCONSTRAINED
 from ..pool import SlotPool
 from ..protocol import (
@@ -412,6 +423,8 @@ class Rail:
         self._in_barrier = False
         self._barriers = 0
         self._finalized = False
+        self._calls = CollectiveCalls()  # its collective calls, judged by the run as they are entered
+        self._exiting = False  # finalize() called by leaving `with`: its site says so
 
     # -- the application's API ---------------------------------------------------
 
@@ -517,15 +530,35 @@ class Rail:
         """
         if self._finalized:
             raise FinalizedError("barrier() called after finalize()")
-        if handler is None:
-            return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
-        if self._in_barrier:
-            raise nested_barrier_error()
-        self._in_barrier = True
+        if self._channels is not None:  # from a handler: refused before the call is entered
+            self._channels.check_collective("barrier()")
+        self._enter_collective("barrier()", BARRIER)
         try:
-            return self._barrier(handler)
+            if handler is None:
+                return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
+            if self._in_barrier:
+                raise nested_barrier_error()
+            self._in_barrier = True
+            try:
+                return self._barrier(handler)
+            finally:
+                self._in_barrier = False
         finally:
-            self._in_barrier = False
+            self._leave_collective()
+
+    def _enter_collective(self, name: str, key: str | None = None, site: str | None = None) -> None:
+        """A collective call starts (see the real rail's): the run compares it with the other ranks' of its number at
+        once.  Inside another call: nothing."""
+        call = self._calls.enter(name, key, site)
+        if call is not None:
+            try:
+                self._run.enter_call(self.rank, call)
+            except BaseException:
+                self._calls.leave()
+                raise
+
+    def _leave_collective(self) -> None:
+        self._calls.leave()
 
     def _barrier(self, handler: Callable[[Message], object]) -> int:
         run = self._run
@@ -565,9 +598,20 @@ class Rail:
             raise FinalizedError("finalize() called twice")
         if self._in_barrier:
             raise MailRailError("finalize() called from inside a barrier() handler: it is collective")
-        self._finalized = True
-        staged = self._channels.close() if self._channels is not None else 0
-        report = {"deferred": 0, "unreleased": 0, "unreceived": 0, "reserved": 0, **self._finish(), "staged": staged}
+        self._enter_collective("finalize()", site=WITH_BLOCK_END.format(call_site()) if self._exiting else None)
+        try:
+            self._finalized = True
+            staged = self._channels.close() if self._channels is not None else 0
+            report = {
+                "deferred": 0,
+                "unreleased": 0,
+                "unreceived": 0,
+                "reserved": 0,
+                **self._finish(),
+                "staged": staged,
+            }
+        finally:
+            self._leave_collective()
         report_undelivered(f"Rail.finalize() on rank {self.rank}", report, strict)
         return report
 
@@ -592,6 +636,7 @@ class Rail:
         # As the real rail: a normal exit finalizes (collective); an exception never enters a collective.
         if error is None or _normal_exit(error):
             if not self._finalized:
+                self._exiting = True  # its call's site: the end of the block
                 self.finalize()
             return
         self._finalized = True
@@ -827,6 +872,7 @@ class _Run:
         self.barriers_completed = 0
         self.calls: dict[int, dict[str, int]] = {rank: {} for rank in range(size)}  # collectives per comm
         self.gatherings: dict[tuple[str, int], _Gathering] = {}
+        self.judge = Judge(size)  # the rails' collective calls
 
     # -- the run ----------------------------------------------------------------
 
@@ -904,7 +950,9 @@ class _Run:
         else:
             chosen.wake.release()
 
-    def fail(self, error: WorldError) -> NoReturn:
+    def fail(self, error: MailRailError) -> NoReturn:
+        if self.judge.mismatch is not None:  # what stopped the run: ranks in different collectives
+            error = CollectiveMismatchError(f"mailrail.testing: {self.judge.verdict}")
         if self.failure is None:
             self.failure = (None, error)
         self.aborting = True
@@ -1041,6 +1089,20 @@ class _Run:
         return count
 
     # -- collectives ----------------------------------------------------------------
+
+    def enter_call(self, rank: int, call: Call) -> None:
+        """*rank*'s rail enters the collective *call*: ranks whose calls of one number differ end the run with
+        :class:`~mailrail.errors.CollectiveMismatchError`, in the real rail's judge's words.
+
+        Once two calls differ, every rank that reaches that call stops there, and the run ends when no rank can go
+        on: the error names every rank's call that the program makes, whatever the order the ranks ran in."""
+        judge = self.judge
+        judge.note(rank, call)
+        self.progress()
+        if judge.mismatch is not None and call.number >= judge.mismatch:
+            self.block(rank, f"{call.name} (ranks called different collectives)", lambda: False)
+        if judge.complete(call.number):
+            judge.settle(call.number)
 
     def enter_barrier(self, rank: int) -> int:
         """*rank* enters the next barrier; its number (barrier #1 is the first).  The barrier completes, at a
