@@ -13,7 +13,7 @@ OTHER_MPI_WHEEL ?= mpich
 # What the checks run over.
 SOURCES = src tests examples docs
 # What the editable install compiles (setup.py): a change rebuilds the environments.
-COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mailrail/flow/_ledger.pyx \
+COMPILED_SOURCES = pyproject.toml simulate/pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mailrail/flow/_ledger.pyx \
 	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd \
 	src/mailrail/transport/_compiled.pyx src/mailrail/containers/_hot.pyx
 
@@ -23,13 +23,13 @@ COMPILED_SOURCES = pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mail
 $(VENV)/.installed: $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[$(MPI_WHEEL),test,plot,apps,simulate,docs,dev]"
+	$(VENV)/bin/python -m pip install -q -e ".[$(MPI_WHEEL),test,plot,apps,simulate,docs,dev]" -e ./simulate
 	touch $@
 
 $(VENV_MPICH)/.installed: $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV_MPICH)
 	$(VENV_MPICH)/bin/python -m pip install -q --upgrade pip
-	$(VENV_MPICH)/bin/python -m pip install -q -e ".[$(OTHER_MPI_WHEEL),test]"
+	$(VENV_MPICH)/bin/python -m pip install -q -e ".[$(OTHER_MPI_WHEEL),test]" -e ./simulate
 	touch $@
 
 # Debian's MPI packages, installed when missing (as root, with apt-get), else a clear refusal.
@@ -75,8 +75,8 @@ MPI4PY_CACHE ?= $(HOME)/.cache/mailrail/mpi4py
 # ... then MailRail and its test extras (not the wheel extras) whenever its compiled sources change, and
 # a check, by MailRail's own detection, that mpi4py loads that MPI and not a wheel.
 .venv-site-%/.installed: .venv-site-%/.mpi4py $(COMPILED_SOURCES)
-	.venv-site-$*/bin/python -m pip install -q -e ".[test]"
-	.venv-site-$*/bin/python -c "from mailrail.jobs.launchers import mpi_origin; o = mpi_origin(); \
+	.venv-site-$*/bin/python -m pip install -q -e ".[test]" -e ./simulate
+	.venv-site-$*/bin/python -c "from mailrail_tools.jobs.which_mpi import mpi_origin; o = mpi_origin(); \
 		assert o is not None and o.flavor == '$*' and o.wheel is None, o; print(o.describe())"
 	touch $@
 
@@ -156,8 +156,8 @@ test-main: $(VENV)/.installed
 # The sans-I/O core's tests again with the machine's monotonic clock just started (5 s) and long running
 # (10^8 s), each in a time namespace of its own (unshare --time: root or user namespaces): a test that reads the
 # machine's clock where it should read the one it injects gives another result at one of them (issue 48).
-UPTIME_TESTS = tests/test_protocol.py tests/test_protocol_compiled.py tests/test_protocol_properties.py tests/flow \
-	tests/test_deferred.py tests/test_quiescence.py
+UPTIME_TESTS = tests/library/test_protocol.py tests/library/test_protocol_compiled.py tests/library/test_protocol_properties.py tests/library/flow \
+	tests/library/test_deferred.py tests/library/test_quiescence.py
 test-uptime: $(VENV)/.installed
 	@if ! unshare --time --monotonic=1 true 2>/dev/null; then \
 		echo "test-uptime: skipped, unshare --time is refused here (it needs root or user namespaces)"; exit 0; fi; \
@@ -178,8 +178,8 @@ test-other-mpi: $(VENV_MPICH)/.installed
 	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q $(PARALLEL) -m "smoke and not cluster" --durations=5
 	PYTHONUNBUFFERED=1 $(VENV_MPICH)/bin/python -m pytest -q -m "smoke and cluster" --durations=5
 
-# The smoke set under each site MPI's own mpiexec (MailRail finds it: mailrail.jobs.launchers.find_mpiexec)
-# and with none of the wheels' settings (mailrail.jobs.launchers.launch_settings).  What a site user sets
+# The smoke set under each site MPI's own mpiexec (MailRail finds it: mailrail_tools.jobs.which_mpi.find_mpiexec)
+# and with none of the wheels' settings (mailrail_tools.jobs.which_mpi.launch_settings).  What a site user sets
 # themselves is set here for this machine: CI runs as root on 2 cores, which Open MPI refuses unless
 # told.  The virtual-cluster tests are left out: its launchers know the wheels' Open MPI 5 and MPICH
 # with OFI, and Debian's MPICH has UCX only.
@@ -195,7 +195,7 @@ test-site-mpich: .venv-site-mpich/.installed
 # The model's evidence (docs: "The model at scale"), as root, with nothing else running: the runs it is
 # fitted to and the held-out runs it must predict (compare.json kept, without per-rank details), then the
 # fit and the validation.  About 20 minutes here.
-SIMULATE_DATA = src/mailrail/simulate/data
+SIMULATE_DATA = simulate/src/mailrail_simulate/data
 SIMULATE_SCRATCH = mailrail-results/simulate-runs
 COMPARE_RUN = $(VENV)/bin/mailrail compare --trials 3 --time-limit 300
 simulate-runs: $(VENV)/.installed
@@ -212,7 +212,7 @@ simulate-runs: $(VENV)/.installed
 		--out $(SIMULATE_SCRATCH)/held-out/work-50us-nodes-2
 	$(COMPARE_RUN) -n 16 --nodes 4 --receive-work-us 50 --victim-node-memory 256M \
 		--out $(SIMULATE_SCRATCH)/held-out/memory-cap-work-50us
-	$(VENV)/bin/python -m mailrail.simulate.runs --keep $(SIMULATE_SCRATCH) $(SIMULATE_DATA)/runs
+	$(VENV)/bin/python -m mailrail_simulate.runs --keep $(SIMULATE_SCRATCH) $(SIMULATE_DATA)/runs
 
 # Where loss happens: shallow link queues (500 Mb/s, 16-64 KiB), as root with nothing else running; about
 # 14 minutes here. The TCP set's window is chosen on runs/lossy/fit, the rest are held out. 64 ranks on 16
@@ -231,7 +231,7 @@ simulate-lossy-runs: $(VENV)/.installed
 	$(LOSSY_RUN) -n 48 --nodes 12 --link-queue 16kb --out $(LOSSY_SCRATCH)/held-out/queue-16kb-nodes-12 || [ $$? -eq 1 ]
 	$(LOSSY_COMPARE) --messages 500 -n 64 --nodes 16 --link-queue 16kb \
 		--out $(LOSSY_SCRATCH)/held-out/queue-16kb-nodes-16-messages-500 || [ $$? -eq 1 ]
-	$(VENV)/bin/python -m mailrail.simulate.runs --keep $(LOSSY_SCRATCH) $(SIMULATE_DATA)/runs/lossy
+	$(VENV)/bin/python -m mailrail_simulate.runs --keep $(LOSSY_SCRATCH) $(SIMULATE_DATA)/runs/lossy
 
 simulate-calibration: $(VENV)/.installed
 	$(VENV)/bin/mailrail simulate calibrate --runs $(SIMULATE_DATA)/runs/fit --out $(SIMULATE_DATA)/calibrated.json

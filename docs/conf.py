@@ -3,7 +3,7 @@
 Pages are MyST Markdown; the API reference comes from the docstrings (autodoc,
 which reads the reST roles the code's docstrings use).  The knob, counter and
 command tables are written at build time from the code that defines them
-(:mod:`mailrail.config`, :mod:`mailrail.counters`, :mod:`mailrail.cli`), into
+(:mod:`mailrail.config`, :mod:`mailrail.counters`, :mod:`mailrail_tools.cli`), into
 ``_generated/``, so the documentation cannot drift from it.
 """
 

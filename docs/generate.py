@@ -75,8 +75,8 @@ def _size(nbytes: int) -> str:
 
 
 def command_reference() -> str:
-    """Every ``mailrail`` command with the help its parser prints (from :data:`mailrail.cli.COMMANDS`)."""
-    from mailrail.cli import COMMANDS, build_parser
+    """Every ``mailrail`` command with the help its parser prints (from :data:`mailrail_tools.cli.COMMANDS`)."""
+    from mailrail_tools.cli import COMMANDS, build_parser
 
     parts = []
     columns = os.environ.get("COLUMNS")
@@ -94,8 +94,8 @@ def command_reference() -> str:
 
 
 def simulation_report(part: str) -> str:
-    """The model's calibration, validation or projections, from the JSON the package ships (mailrail.simulate)."""
-    from mailrail.simulate import report
+    """The model's calibration, validation or projections, from the JSON the package ships (mailrail_simulate)."""
+    from mailrail_simulate import report
 
     return {
         "calibration": report.calibration_markdown,

@@ -9,7 +9,7 @@ import sys
 from mpi4py import MPI
 
 from mailrail import MailRail
-from mailrail.apps import cc
+from mailrail_tools.apps import cc
 
 parser = argparse.ArgumentParser()
 parser.add_argument("edges", help="'u v' lines (plain or .gz) or an (m, 2) .npy array")

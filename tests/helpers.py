@@ -18,20 +18,20 @@ import numpy as np
 import pytest
 
 from mailrail import segments
-from mailrail.cluster import cgroups, namespaces, state
-from mailrail.cluster.spec import PREFIX
 from mailrail.config import DEPRECATED_KNOBS, env_name
 from mailrail.flow import AdaptiveCredits
-from mailrail.jobs import control
-from mailrail.jobs.launch import run_bounded
-from mailrail.jobs.launchers import mpi_environment, mpiexec_argv
+from mailrail_tools.cluster import cgroups, namespaces, state
+from mailrail_tools.cluster.spec import PREFIX
+from mailrail_tools.jobs import control
+from mailrail_tools.jobs.bounded import run_bounded
+from mailrail_tools.jobs.which_mpi import mpi_environment, mpiexec_argv
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 ROOT = Path(__file__).resolve().parent.parent
 #: Real traces written by YGM: the project's copy of ../shared/traces (ygm-traces/README.md describes the
 #: formats), so the tests never depend on what lies beside the repository.  The library's trace tests
 #: and the trace tools' tests both read them.
-YGM_TRACES = Path(__file__).resolve().parent / "trace" / "ygm-traces"
+YGM_TRACES = Path(__file__).resolve().parent / "library" / "trace" / "ygm-traces"
 BINARY_TRACE = YGM_TRACES / "ygm-histogram-binary-2ranks"
 JSON_TRACE = YGM_TRACES / "ygm-histogram-json-2ranks"
 #: Seconds before a hung job is killed (all its ranks) and its test fails with the output.
@@ -85,17 +85,17 @@ def _bounded(
 def mailrail(
     *args: str, timeout: float = 240, prefix: list[str] | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """``python -m mailrail ARGS`` (*env*: variables added to the job environment), bounded by *timeout*."""
-    argv = [*(prefix or []), sys.executable, "-m", "mailrail", *args]
+    """``python -m mailrail_tools ARGS`` (*env*: variables added to the job environment), bounded by *timeout*."""
+    argv = [*(prefix or []), sys.executable, "-m", "mailrail_tools", *args]
     return _bounded(f"mailrail {' '.join(args)}", argv, job_environment(**(env or {})), timeout)
 
 
 def mailrail_job(
     ranks: int, *args: object, env: dict[str, str] | None = None, timeout: float = MPI_TIMEOUT
 ) -> subprocess.CompletedProcess:
-    """``mpiexec -n RANKS python -m mailrail ARGS`` in the test's job environment, bounded by *timeout*."""
+    """``mpiexec -n RANKS python -m mailrail_tools ARGS`` in the test's job environment, bounded by *timeout*."""
     argv = [str(arg) for arg in args]
-    launch = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail", *argv])
+    launch = mpiexec_argv(ranks, [sys.executable, "-m", "mailrail_tools", *argv])
     return _bounded(f"mailrail {' '.join(argv)} on {ranks} ranks", launch, _mpi_job_environment(env), timeout, True)
 
 

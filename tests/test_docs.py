@@ -17,8 +17,8 @@ import pytest
 
 from helpers import ROOT
 from mailrail import counters
-from mailrail.cli import COMMANDS
 from mailrail.config import knobs
+from mailrail_tools.cli import COMMANDS
 
 DOCS = ROOT / "docs"
 

@@ -78,7 +78,7 @@ def test_the_sdist_carries_a_test_suite_that_runs(distributions, tmp_path):
         "tests/conftest.py",
         "tests/helpers.py",
         "tests/programs/traffic.py",
-        "tests/trace/ygm-traces/ygm-histogram-binary-2ranks",
+        "tests/library/trace/ygm-traces/ygm-histogram-binary-2ranks",
         "examples/first_program.py",
         "docs/conf.py",
         "docs/_static/compare.png",
@@ -93,7 +93,7 @@ def test_the_sdist_carries_a_test_suite_that_runs(distributions, tmp_path):
     # and data found there.  test_packaging.py is left out: it would build again.
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not mpi and not cluster",
-         "tests/test_cli.py", "tests/test_config.py", "tests/trace", "tests/test_docs.py"],
+         "tests/tools/cli/test_cli.py", "tests/library/test_config.py", "tests/library/trace", "tests/test_docs.py"],
         cwd=root, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]

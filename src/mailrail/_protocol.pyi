@@ -5,9 +5,9 @@ from typing import Any, final
 
 from typing_extensions import disjoint_base
 
-from mailrail.deferred import DeferredSends
-from mailrail.errors import MailRailError
-from mailrail.pool import SlotPool
+from .deferred import DeferredSends
+from .errors import MailRailError
+from .pool import SlotPool
 
 @final
 class Message:

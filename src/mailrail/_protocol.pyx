@@ -4,7 +4,7 @@
 :mod:`mailrail.protocol` is the specification; this module makes the same
 decisions with the same results, errors (same texts) and counters, the way
 :mod:`mailrail.flow._ledger` compiles :mod:`mailrail.flow`.
-``tests/test_protocol_compiled.py`` feeds both the same random events and
+``tests/library/test_protocol_compiled.py`` feeds both the same random events and
 compares every result and every piece of observable state.
 
 The per-message paths have ``cdef`` versions (declared in ``_protocol.pxd``)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .jobs.failure import describe_ranks
+from .failure import describe_ranks
 
 __all__ = [
     "BARRIER",

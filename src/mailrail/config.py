@@ -36,9 +36,9 @@ STALL_TIMEOUT_MAX = 86_400.0
 #: ``MAILRAIL_*`` variables the project reads that are not knobs: no "unknown variable" warning for them.
 NON_KNOB_VARIABLES = (
     "MAILRAIL_CLUSTER_USERNS",  # the virtual cluster: user namespaces instead of root
-    "MAILRAIL_JOB_DIRS",  # mailrail.jobs.control: marks the processes of a job (set in every rank's environment)
-    "MAILRAIL_FAILURES",  # mailrail.jobs.failure: where a rank under mailrail run records why it failed
-    "MAILRAIL_FAILURE_TRACEBACKS",  # mailrail.jobs.failure: mailrail run shows the ranks' tracebacks, not they
+    "MAILRAIL_JOB_DIRS",  # mailrail_tools.jobs.control: marks the processes of a job (set in every rank's environment)
+    "MAILRAIL_FAILURES",  # mailrail.failure: where a rank under mailrail run records why it failed
+    "MAILRAIL_FAILURE_TRACEBACKS",  # mailrail.failure: mailrail run shows the ranks' tracebacks, not they
     "MAILRAIL_TEST_IMPLEMENTATION",  # the test suite: the implementation of jobs whose test does not choose one
     "MAILRAIL_TEST_TIMEOUT",  # the test suite: seconds before a hung job is killed
     "MAILRAIL_TEST_MPI",  # the test suite: the MPI its environment must run (wheel, site-openmpi, site-mpich)

@@ -43,11 +43,11 @@ from .errors import (
     nested_barrier_error,
     report_undelivered,
 )
+from .failure import abort_job, describe_ranks, exit_code_of
 from .flow.base import FlowControl
 from .flow.modes import FlowParts, NodeLayout, flow_mode
 from .flow.node_memory import NodeTopology, SharedWindowCounters
 from .flow.sizing import CreditBudget
-from .jobs.failure import abort_job, describe_ranks, exit_code_of
 from .quiescence import TerminationDetector
 from .transport import choose
 from .transport import implementation as implementation_named

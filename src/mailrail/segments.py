@@ -3,8 +3,9 @@ ends the job finds them, and removed with it (no MPI here: the ranks, the launch
 
 A rank killed before its MPI unlinks its segments leaves them in ``/dev/shm`` until a reboot, and a dead
 process's maps can no longer be read.  So they are read while the job lives: by each rank itself once MPI
-has started (:mod:`mailrail._mpi`) and before it aborts (:mod:`mailrail.jobs.failure`), by the rank runner's
-output forwarder (:mod:`mailrail.jobs.rank_runner`), and by the job runner (:func:`mailrail.jobs.launch.run_bounded`).
+has started (:mod:`mailrail._mpi`) and before it aborts (:mod:`mailrail.failure`), by the rank runner's
+output forwarder (:mod:`mailrail_tools.jobs.rank_runner`), and by the job runner
+(:func:`mailrail_tools.jobs.bounded.run_bounded`).
 """
 
 from __future__ import annotations

@@ -18,9 +18,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from mailrail import MailRail
+from mailrail import MailRail, failure
 from mailrail.containers import Map
-from mailrail.jobs import failure
 
 #: The failing ranks, in the order they fail.
 FAILING = (2, 1)

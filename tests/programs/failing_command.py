@@ -1,10 +1,10 @@
-"""A mailrail command that raises on rank 1 while rank 0 waits in Barrier, run through ``mailrail.cli.main``."""
+"""A mailrail command that raises on rank 1 while rank 0 waits in Barrier, run through ``mailrail_tools.cli.main``."""
 
 import sys
 
 from mpi4py import MPI
 
-from mailrail import cli
+from mailrail_tools import cli
 
 
 def add_arguments(parser):

@@ -11,6 +11,6 @@ for name in list(sys.modules):
         del sys.modules[name]
 sys.modules.update(dict.fromkeys(hidden.split(",")))
 
-from mailrail.cli import main  # noqa: E402 (after the module is hidden)
+from mailrail_tools.cli import main  # noqa: E402 (after the module is hidden)
 
 sys.exit(main(command))

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mailrail.cli import main
-from mailrail.simulate import cpu
-from mailrail.simulate.cpu import CpuDataError, implied_idle_share, split
+from mailrail_simulate import cpu
+from mailrail_simulate.cpu import CpuDataError, implied_idle_share, split
+from mailrail_tools.cli import main
 
 DATA = Path(cpu.__file__).parent / "data" / "cpu"
 SIXTEEN = DATA / "queue-16kb-nodes-4"
@@ -250,7 +250,7 @@ def test_cpu_sample_passes_sigterm_to_the_command_and_waits_for_it(tmp_path):
         [
             sys.executable,
             "-m",
-            "mailrail",
+            "mailrail_tools",
             "simulate",
             "cpu-sample",
             "--out",

@@ -11,14 +11,14 @@ import json
 
 import pytest
 
-from mailrail.cli import main
 from mailrail.flow import MODE_NAMES as MODES
 from mailrail.flow.modes import flow_mode
-from mailrail.simulate import paper
-from mailrail.simulate.fluid import FluidResult, compare, fluid, relative_error
-from mailrail.simulate.fluid import main as fluid_main
-from mailrail.simulate.model import Result, Workload, simulate
-from mailrail.simulate.params import OMNIPATH, ParamsError, load_params
+from mailrail_simulate import paper
+from mailrail_simulate.fluid import FluidResult, compare, fluid, relative_error
+from mailrail_simulate.fluid import main as fluid_main
+from mailrail_simulate.model import Result, Workload, simulate
+from mailrail_simulate.params import OMNIPATH, ParamsError, load_params
+from mailrail_tools.cli import main
 
 PARAMS, _ = load_params(OMNIPATH)
 #: (ranks, messages per rank): 2 and 4 nodes, whole counts (a few thousand messages per victim and mode).

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from mailrail.errors import ConfigError
 from mailrail.flow import MODE_NAMES as MODES
-from mailrail.simulate.model import IMPLEMENTATIONS, Workload, simulate
-from mailrail.simulate.params import CALIBRATED, ModelParams, ParamsError, load_params
+from mailrail_simulate.model import IMPLEMENTATIONS, Workload, simulate
+from mailrail_simulate.params import CALIBRATED, ModelParams, ParamsError, load_params
 
 FAST = ModelParams(
     send_cpu_s=2e-6, recv_cpu_s=3e-6, credit_cpu_s=1e-6, match_per_entry_s=1e-9, unexpected_overhead_bytes=1000
@@ -111,7 +111,7 @@ def test_the_same_seed_gives_the_same_result_and_another_seed_another():
 def test_every_victim_is_reached_with_fewer_messages_per_rank_than_victims(mode):
     """The victim sweep's shape: 3 messages per rank, 16 victims of 64 ranks.  The model used to send only
     to the first 3 victims; it now sends the benchmark's plan (support.incast), whose spread it reports."""
-    from mailrail.support.incast import choose_victims, destinations
+    from mailrail_tools.incast import choose_victims, destinations
 
     load = Workload(ranks=64, ranks_per_node=8, victims=16, messages_per_rank=3, mode=mode, recv_slots=64 * 4)
     result = simulate(load, FAST, check_invariants=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mailrail.simulate.network import Network
-from mailrail.simulate.params import ModelParams
+from mailrail_simulate.network import Network
+from mailrail_simulate.params import ModelParams
 
 RATE = 1e9  # bytes/s
 PARAMS = ModelParams(link_Bps=RATE, link_latency_s=5e-6, header_bytes=0, switch_queue_bytes=1 << 20)

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mailrail.flow import MODE_NAMES
-from mailrail.simulate.model import Workload, simulate
-from mailrail.simulate.network import Network
-from mailrail.simulate.params import ModelParams, ParamsError
-from mailrail.simulate.reliability import (
+from mailrail_simulate.model import Workload, simulate
+from mailrail_simulate.network import Network
+from mailrail_simulate.params import ModelParams, ParamsError
+from mailrail_simulate.reliability import (
     ACCEPT,
     ACK,
     DUPLICATE,

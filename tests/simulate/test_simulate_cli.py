@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mailrail.cli import main
 from mailrail.flow import MODE_NAMES
-from mailrail.simulate.calibrate import WINDOWS
-from mailrail.simulate.params import CALIBRATED, OMNIPATH, ParamsError, load_params
-from mailrail.simulate.runs import read_runs
+from mailrail_simulate.calibrate import WINDOWS
+from mailrail_simulate.params import CALIBRATED, OMNIPATH, ParamsError, load_params
+from mailrail_simulate.runs import read_runs
+from mailrail_tools.cli import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "shared-memory-8"
 REQUIRED = {"ranks", "mode", "runtime_s", "goodput_bps", "victim_peak_bytes", "credit_messages", "wall_s"}
@@ -204,8 +204,8 @@ def test_the_model_and_its_flags_default_to_mailrail_s_knobs():
     import argparse
 
     from mailrail.config import Config, default
-    from mailrail.simulate import cli
-    from mailrail.simulate.model import Workload
+    from mailrail_simulate import command as cli
+    from mailrail_simulate.model import Workload
 
     knobs = Config()
     load = Workload(ranks=2, ranks_per_node=1, victims=1, messages_per_rank=1, mode="none")
@@ -307,7 +307,7 @@ def test_a_scaled_point_agrees_with_the_whole_one_on_what_scaling_keeps(tmp_path
 
 
 def test_a_point_out_of_memory_at_the_bytes_asked_has_no_goodput_to_compare():
-    from mailrail.simulate.cli import compare_with_paper
+    from mailrail_simulate.command import compare_with_paper
 
     def point(ranks, mode, goodput, status="ok"):
         return {"ranks": ranks, "mode": mode, "goodput_bps": goodput, "status": "ok", "status_at_bytes_asked": status}

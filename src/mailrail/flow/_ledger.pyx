@@ -5,7 +5,7 @@
 :class:`~mailrail.flow.rank.RankCredits`, :class:`~mailrail.flow.node.NodeCredits` and
 :class:`~mailrail.flow.adaptive.AdaptiveCredits` (the sans-I/O reference, which the
 Python transport runs), with the same errors, and puts the same credit messages in
-the same order into its :class:`Outbox`; ``tests/flow/test_ledger.py`` drives both
+the same order into its :class:`Outbox`; ``tests/library/flow/test_ledger.py`` drives both
 with the same random events and compares every result.  The compiled Endpoint
 (``mailrail._protocol``) calls the ``cdef`` methods per message and pops the outbox
 in C; Python calls the :class:`~mailrail.flow.base.FlowControl` methods, which

@@ -37,7 +37,7 @@ and nodes the job has.  Credits are *leased* to sending nodes, not owned by pair
     node that kept some (for its waiting sends) is looked at again after its next
     arrival.
 
-Invariants (checked as they are used; ``tests/flow/test_flow_adaptive.py`` and the
+Invariants (checked as they are used; ``tests/library/flow/test_flow_adaptive.py`` and the
 cluster simulation check them after every event):
 
 * ``free + sum(held) == R`` at the receiver, and ``unreturned <= held`` per node,

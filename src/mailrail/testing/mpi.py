@@ -375,7 +375,7 @@ class InMemoryMPI:
             ANY_TAG=ANY_TAG,
             ERR_TRUNCATE=ERR_TRUNCATE,
             # no request here ever equals it: a persistent request that completed with an error stays
-            # usable, as in MPICH and Open MPI 5 (Open MPI 4 frees it; tests/test_rail_faults.py runs that)
+            # usable, as in MPICH and Open MPI 5 (Open MPI 4 frees it; tests/library/test_rail_faults.py runs that)
             REQUEST_NULL=REQUEST_NULL,
             Exception=MPI.Exception,
             Is_initialized=lambda: True,

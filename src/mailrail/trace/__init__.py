@@ -8,7 +8,7 @@
   MailRail application run with ``MAILRAIL_TRACE=DIR`` writes its own sends as a trace.
 
 This is the library side of traces.  The commands that use them (``mailrail replay``,
-``mailrail trace stats``, ``mailrail trace generate``) are tools, in :mod:`mailrail.replay`.
+``mailrail trace stats``, ``mailrail trace generate``) are tools, in :mod:`mailrail_tools.replay`.
 
 Corrupt input raises :class:`~mailrail.errors.TraceFormatError` naming the file and the
 byte offset or line.  Nothing here imports MPI.

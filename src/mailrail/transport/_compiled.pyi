@@ -4,10 +4,10 @@ from typing import Any, final
 
 import numpy as np
 
-from mailrail._protocol import Endpoint, Message, ProgressIO
-from mailrail.pool import SlotPool
-from mailrail.transport.base import Tuning
-from mailrail.transport.compiled import MPILibrary
+from .._protocol import Endpoint, Message, ProgressIO
+from ..pool import SlotPool
+from .base import Tuning
+from .compiled import MPILibrary
 
 @final
 class CompiledTransport(ProgressIO):

@@ -1,1 +1,0 @@
-"""``mailrail simulate``: a calibrated discrete-event model of MailRail jobs at any size (see :mod:`.model`)."""

@@ -1,0 +1,154 @@
+"""``mailrail bench calls``: active messages with Python objects, ``rail.call`` vs mpi4py's pickled ``isend``.
+
+Ranks pair up (0->1, 2->3, ...); each sender makes ``--calls`` calls of a module-level function with a
+small tuple of arguments (an int, a short string, a float) on its partner, then ``rail.barrier()``
+completes them.  In the same run, a raw mpi4py loop moves the same tuples the way an mpi4py user
+sends Python objects: ``comm.isend(obj)``, one object per message (requests completed in windows of
+``RAW_WINDOW``), ``comm.recv()`` on the partner.  Every receiver checks that each call arrived once:
+the count and the sum of the numbers.  Run with ``mailrail run -n 2 bench calls`` (any even count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from ..flags import MPI_INT_MAX, add_rail_arguments, int_in, one_line_errors, rail_options, usage_error
+from ..mpi_facts import mpi_library
+from ..output import format_table, write_json
+
+#: isend requests completed together in the raw loop.
+RAW_WINDOW = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    one_line_errors(parser)
+    parser.add_argument(
+        "--calls", type=int_in(1, MPI_INT_MAX), default=100_000, help="calls per sender (default 100000)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int_in(1, 1000),
+        default=3,
+        help="runs of each measurement, interleaved; the median is reported (default %(default)s)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_rail_arguments(parser)
+
+
+class _Tally:
+    """What this rank's calls received: their count and the sum of their numbers."""
+
+    count = 0
+    total = 0
+
+
+def record(number: int, word: str, weight: float) -> None:
+    """The called function: counts the call (module level, so it travels by reference)."""
+    _Tally.count += 1
+    _Tally.total += number
+
+
+def run(args: argparse.Namespace) -> int:
+    options = rail_options(args)
+    from mailrail._mpi import MPI
+    from mailrail.rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size < 2 or size % 2:
+        return usage_error(
+            "bench calls", f"needs an even number of ranks >= 2, got {size}: mailrail run -n 2 bench calls", comm
+        )
+    peer = rank + 1 if rank % 2 == 0 else rank - 1
+    sender = rank % 2 == 0
+    n = args.calls
+    runs: list[tuple[float, float]] = []
+    with MailRail(comm, **options) as rail:
+        for _ in range(args.repeats):  # interleaved, so drift of the machine hits both alike
+            runs.append((_call_rate(comm, rail, peer, sender, n), _isend_rate(comm, peer, sender, n)))
+        stats = rail.stats()
+        datagrams = rail.channels.datagrams_sent
+    call_rate, isend_rate = (statistics.median(column) for column in zip(*runs))
+    calls_per_datagram = comm.allreduce(n * args.repeats if sender else 0) / max(1, comm.allreduce(datagrams))
+    if rank == 0:
+        document: dict[str, Any] = {
+            "benchmark": "calls",
+            "mpi": mpi_library(),
+            "ranks": size,
+            "calls": n,
+            "repeats": args.repeats,
+            "flow_control": stats["flow_control"],
+            "implementation": stats["implementation"],
+            "call_per_s": call_rate,
+            "isend_per_s": isend_rate,
+            "ratio": call_rate / isend_rate,
+            "calls_per_datagram": calls_per_datagram,
+            "runs": [{"call_per_s": a, "isend_per_s": b} for a, b in runs],
+            "config": options,
+        }
+        write_json(args.json, document)
+        print(
+            format_table(
+                ["rail.call/s", "comm.isend/s", "ratio", "calls per datagram"],
+                [(call_rate, isend_rate, call_rate / isend_rate, calls_per_datagram)],
+            )
+        )
+        print(
+            f"median of {args.repeats} interleaved runs, {n} calls per sender of record(int, str, float); "
+            "comm.isend: one pickled tuple per MPI message, as mpi4py users send objects"
+        )
+    return 0
+
+
+def _check(comm: Any, sender: bool, n: int, what: str) -> None:
+    """Every receiver got each of its partner's *n* calls once (count and sum of the numbers)."""
+    count, total = _Tally.count, _Tally.total
+    _Tally.count = _Tally.total = 0
+    if not sender and (count, total) != (n, n * (n - 1) // 2):
+        raise AssertionError(
+            f"{what}: received {count} calls summing to {total}, expected {n} summing to {n * (n - 1) // 2}"
+        )
+
+
+def _call_rate(comm: Any, rail: Any, peer: int, sender: bool, n: int) -> float:
+    """Calls per second for one pair, from the first call to the end of the barrier that completes them."""
+    from mailrail._mpi import MPI
+
+    comm.Barrier()
+    start = time.perf_counter()
+    if sender:
+        call = rail.call
+        for number in range(n):
+            call(peer, record, number, "word", 1.5)
+    rail.barrier()
+    elapsed = time.perf_counter() - start
+    _check(comm, sender, n, "rail.call")
+    return float(n / comm.allreduce(elapsed, op=MPI.MAX))
+
+
+def _isend_rate(comm: Any, peer: int, sender: bool, n: int) -> float:
+    """The same objects with mpi4py's pickled point-to-point: ``isend`` one tuple per message, ``recv``."""
+    from mailrail._mpi import MPI
+
+    raw = comm.Dup()
+    raw.Barrier()
+    start = time.perf_counter()
+    if sender:
+        window: list[Any] = []
+        for number in range(n):
+            window.append(raw.isend((number, "word", 1.5), peer, 0))
+            if len(window) == RAW_WINDOW:
+                MPI.Request.waitall(window)
+                window = []
+        MPI.Request.waitall(window)
+    else:
+        for _ in range(n):
+            record(*raw.recv(source=peer, tag=0))
+    raw.Barrier()
+    elapsed = time.perf_counter() - start
+    raw.Free()
+    _check(comm, sender, n, "comm.isend")
+    return float(n / comm.allreduce(elapsed, op=MPI.MAX))

@@ -1,0 +1,20 @@
+"""The knob flags every benchmark shares (no MPI)."""
+
+import argparse
+
+from mailrail_tools.flags import add_rail_arguments, rail_options
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_rail_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_a_commands_defaults_yield_to_flags_and_to_the_environment(clean_environment, monkeypatch):
+    defaults = {"datagram_size": 131072, "recv_pool_slots": 64}
+    assert rail_options(parsed(), defaults) == defaults
+    assert rail_options(parsed("--datagram-size", "4096"), defaults) == {"datagram_size": "4096", "recv_pool_slots": 64}
+    monkeypatch.setenv("MAILRAIL_RECV_POOL_SLOTS", "512")
+    assert rail_options(parsed(), defaults) == {"datagram_size": 131072}
+    assert rail_options(parsed("--flow-control", "node")) == {"flow_control": "node"}
