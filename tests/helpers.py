@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mailrail import segments
-from mailrail.config import DEPRECATED_KNOBS, env_name
+from mailrail.config import env_name
 from mailrail.flow import AdaptiveCredits
 from mailrail_tools.cluster import cgroups, namespaces, state
 from mailrail_tools.cluster.spec import PREFIX
@@ -51,18 +51,13 @@ def program(name: str) -> list[str]:
 #: The implementation of jobs whose test does not choose one: unset, MailRail's own choice (compiled
 #: when built); ``make test`` runs the smoke set a second time with ``python``.
 TEST_IMPLEMENTATION = os.environ.get("MAILRAIL_TEST_IMPLEMENTATION")
-#: The variables that choose the implementation: its own and its deprecated old names (MAILRAIL_TRANSPORT,
-#: MAILRAIL_ENGINE).
-IMPLEMENTATION_VARIABLES = {env_name("implementation")} | {
-    env_name(old) for old, new in DEPRECATED_KNOBS.items() if new == "implementation"
-}
 
 
 def job_environment(**extra: str) -> dict[str, str]:
     """The environment of a test's job: no MAILRAIL_* of the caller's, a stall timeout, the test implementation."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILRAIL_")}
     env["MAILRAIL_STALL_TIMEOUT"] = "30"  # starvation fails loudly, not as a hang
-    if TEST_IMPLEMENTATION and not IMPLEMENTATION_VARIABLES & set(extra):  # a test that chooses one keeps it
+    if TEST_IMPLEMENTATION and env_name("implementation") not in extra:  # a test that chooses one keeps it
         env["MAILRAIL_IMPLEMENTATION"] = TEST_IMPLEMENTATION
     env.update(extra)
     return env

@@ -5,10 +5,8 @@ argument (``<name>``).  Values are validated once, at construction, and a bad
 value raises :class:`~mailrail.errors.ConfigError` naming the variable and the
 value.  The fields of :class:`Config` are the single source of every knob: their
 metadata (see :func:`knob`) gives the parser, the default as documented, the
-meaning and the knob's old names, from which the benchmarks' flags and the
-documentation's table are made.  A renamed knob keeps its old name as a
-deprecated alias (:data:`DEPRECATED_KNOBS`): read as variable, keyword and
-attribute alike, with a :class:`DeprecatedKnobWarning`, so no user's script breaks.
+meaning, from which the benchmarks' flags and the
+documentation's table are made.
 """
 
 from __future__ import annotations
@@ -18,9 +16,9 @@ import difflib
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import ConfigError, ConfigWarning, DeprecatedKnobWarning
+from .errors import ConfigError, ConfigWarning
 
 #: The flow_control knob's values: the names of the modes in their table, in its order (flow/modes.py checks
 #: that they agree when it is imported).
@@ -156,18 +154,14 @@ def knob(
     *,
     shown: str | None = None,
     flag: bool = True,
-    aliases: tuple[str, ...] = (),
 ) -> Any:
     """A :class:`Config` field: its *default*, its parser and its meaning (*help*, one line).
 
     *shown*: the default as the documentation states it, when the value alone would not say it
-    (``None`` meaning "derived", say); *flag*: whether benchmarks take it as a ``--flag``;
-    *aliases*: the knob's old names, still read (keyword ``old=``, variable ``MAILRAIL_OLD``,
-    attribute ``config.old``) with a :class:`DeprecatedKnobWarning`: renaming a knob is renaming its
-    field and naming the old name here.
+    (``None`` meaning "derived", say); *flag*: whether benchmarks take it as a ``--flag``.
     """
     text = shown if shown is not None else (f"`{default}`" if isinstance(default, str) else str(default))
-    metadata = {"parse": parse, "help": help, "shown": text, "flag": flag, "aliases": aliases}
+    metadata = {"parse": parse, "help": help, "shown": text, "flag": flag}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -236,7 +230,6 @@ class Config:
         "the implementation of the protocol and its transport: `compiled` (Cython), `python`, or `auto` "
         "(compiled when built)",
         flag=False,
-        aliases=("transport", "engine"),
     )
     trace: str | None = knob(
         None, _path, "directory: record this rank's sends as a YGM-format binary trace", shown="unset", flag=False
@@ -264,7 +257,7 @@ class Config:
                 warnings.simplefilter("ignore", ConfigWarning)
                 return cls.from_env(environ, **overrides)
         environ = os.environ if environ is None else environ
-        unknown = set(overrides) - set(KNOBS) - set(DEPRECATED_KNOBS)
+        unknown = set(overrides) - set(KNOBS)
         if unknown:
             raise ConfigError(
                 f"unknown MailRail option(s): {', '.join(sorted(unknown))}; valid options: {', '.join(KNOBS)}"
@@ -297,71 +290,28 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would otherwise accept any attribute of a Config
-
-        def __getattr__(self, name: str) -> Any:
-            """``config.<old name>`` (only called for names that are not attributes): the renamed knob."""
-            if name not in DEPRECATED_KNOBS:
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            new = DEPRECATED_KNOBS[name]
-            warnings.warn(
-                f"Config.{name} is deprecated: the knob was renamed {new} (read config.{new})",
-                DeprecatedKnobWarning,
-                stacklevel=2,
-            )
-            return getattr(self, new)
-
 
 def _read_knob(name: str, environ: Mapping[str, str], overrides: Mapping[str, Any]) -> tuple[Any, ...]:
-    """``(value,)`` of knob *name* as the keywords or else the environment set it, or ``()`` if unset.
+    """``(value,)`` of knob *name* as the keyword or else the environment set it, or ``()`` if unset.
 
-    The knob's old names count as its own (a keyword with a :class:`DeprecatedKnobWarning` here, a
-    variable in :func:`warn_unknown_variables`), and two spellings that set different values are a
-    :class:`ConfigError` naming both: neither is silently preferred.
+    A keyword wins; a variable that says otherwise is named in a :class:`ConfigWarning`, not silently ignored.
     """
-    spellings = (name, *KNOB_ALIASES[name])
     parse = KNOBS[name]
-    # (the spelling used, "implementation=" or "MAILRAIL_IMPLEMENTATION"; as written, with the raw value; parsed)
-    found: list[tuple[str, str, Any]] = []
-    for spelling in spellings:
-        if overrides.get(spelling) is not None:
-            if spelling != name:
-                warnings.warn(
-                    f"keyword {spelling}= is deprecated: it was renamed {name}= (same values); pass {name}= instead",
-                    DeprecatedKnobWarning,
-                    stacklevel=3,  # the caller of Config.from_env
-                )
-            raw = overrides[spelling]
-            found.append((f"{spelling}=", f"{spelling}={raw!r}", parse(env_name(spelling), raw, spelling)))
-    current = f"{name}="
-    if found:  # a keyword wins: a variable that says otherwise is named, not silently ignored
-        for spelling in spellings:
-            variable = env_name(spelling)
-            raw = environ.get(variable, "")
-            if raw.strip() != "" and _parsed_or_none(parse, variable, raw) != found[0][2]:
-                warnings.warn(
-                    f"{found[0][1]} (a keyword) overrides {variable}={raw!r} from the environment",
-                    ConfigWarning,
-                    stacklevel=3,  # the caller of Config.from_env
-                )
-                break
-    if not found:  # a keyword wins: the variables are not even parsed
-        current = env_name(name)
-        for spelling in spellings:
-            variable = env_name(spelling)
-            if variable in environ and environ[variable].strip() != "":
-                raw = environ[variable]
-                found.append((variable, f"{variable}={raw!r}", parse(variable, raw, None)))
-    if not found:
-        return ()
-    (_, shown, value), *others = found  # the current name's, when it is set
-    for other, other_shown, other_value in others:
-        if other_value != value:
-            raise ConfigError(
-                f"{shown} and {other_shown} disagree: {other} is the deprecated old name of {current}; "
-                f"set only {current}"
+    variable = env_name(name)
+    raw_variable = environ.get(variable, "")
+    if overrides.get(name) is not None:
+        raw = overrides[name]
+        value = parse(variable, raw, name)
+        if raw_variable.strip() != "" and _parsed_or_none(parse, variable, raw_variable) != value:
+            warnings.warn(
+                f"{name}={raw!r} (a keyword) overrides {variable}={raw_variable!r} from the environment",
+                ConfigWarning,
+                stacklevel=3,  # the caller of Config.from_env
             )
-    return (value,)
+        return (value,)
+    if raw_variable.strip() != "":  # a keyword wins: the variable is not even parsed
+        return (parse(variable, raw_variable, None),)
+    return ()
 
 
 def _parsed_or_none(parse: Callable[..., Any], variable: str, raw: str) -> Any:
@@ -381,15 +331,12 @@ class Knob:
     default_text: str  #: the default, as documented
     help: str  #: its meaning, one line
     flag: bool  #: whether benchmarks take it as ``--name``
-    aliases: tuple[str, ...] = ()  #: old names, deprecated: still read (``old=``, ``MAILRAIL_OLD``) with a warning
 
 
 def knobs() -> list[Knob]:
     """Every knob, in the order of :class:`Config`'s fields."""
     return [
-        Knob(
-            f.name, env_name(f.name), f.metadata["shown"], f.metadata["help"], f.metadata["flag"], f.metadata["aliases"]
-        )
+        Knob(f.name, env_name(f.name), f.metadata["shown"], f.metadata["help"], f.metadata["flag"])
         for f in dataclasses.fields(Config)
     ]
 
@@ -406,12 +353,6 @@ def default(name: str) -> Any:
     return field.default
 
 
-#: Each knob's old names (deprecated aliases), by name.
-KNOB_ALIASES: dict[str, tuple[str, ...]] = {f.name: f.metadata["aliases"] for f in dataclasses.fields(Config)}
-#: Each old knob name still accepted, mapped to the knob's name (from the fields' ``aliases``).
-DEPRECATED_KNOBS: dict[str, str] = {alias: name for name, aliases in KNOB_ALIASES.items() for alias in aliases}
-
-
 def physical_memory() -> int | None:
     """Bytes of physical memory of this machine, or None where the system does not say."""
     try:
@@ -422,20 +363,9 @@ def physical_memory() -> int | None:
 
 def warn_unknown_variables(environ: Mapping[str, str]) -> None:
     """A :class:`~mailrail.errors.ConfigWarning` for each ``MAILRAIL_*`` variable that is neither a knob nor
-    in :data:`NON_KNOB_VARIABLES`, naming the closest knob (``-W error::mailrail.ConfigWarning`` makes it fatal);
-    a :class:`DeprecatedKnobWarning` instead for a knob's old name that is set, naming the new one."""
+    in :data:`NON_KNOB_VARIABLES`, naming the closest knob (``-W error::mailrail.ConfigWarning`` makes it fatal)."""
     known = [env_name(name) for name in KNOBS]
-    renamed = {env_name(alias): env_name(name) for alias, name in DEPRECATED_KNOBS.items()}
     for variable in sorted(environ):
-        if variable in renamed:
-            if environ[variable].strip() != "":  # blank is unset, as for every knob
-                warnings.warn(
-                    f"environment variable {variable} is deprecated: it was renamed {renamed[variable]} "
-                    f"(same values); set that instead",
-                    DeprecatedKnobWarning,
-                    stacklevel=3,
-                )
-            continue
         if not variable.startswith("MAILRAIL_") or variable in known or variable in NON_KNOB_VARIABLES:
             continue
         # Compared without the shared prefix, which would make every name look close.

@@ -8,11 +8,6 @@ describe the rail.  The documentation's counter table is generated from them.
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
-from .errors import DeprecatedKnobWarning
-
 #: The messages and buffers of this rank.
 MESSAGE_COUNTERS: dict[str, str] = {
     "messages_sent": "messages the application handed to send(), deferred ones included",
@@ -61,19 +56,3 @@ RAIL_FACTS: dict[str, str] = {
     "nodes": "nodes the ranks form (node and adaptive modes)",
     "atomics": "how node credits are updated: cpu or mpi (node and adaptive modes)",
 }
-
-#: Entries of ``stats()`` that were renamed: old name -> new name (read by the old name, with a warning).
-RENAMED: dict[str, str] = {"transport": "implementation"}
-
-
-class Stats(dict[str, Any]):
-    """``stats()``'s dictionary: an entry read by its old name (:data:`RENAMED`) warns, and gives the new one."""
-
-    def __missing__(self, key: str) -> Any:
-        new = RENAMED.get(key)
-        if new is None:
-            raise KeyError(key)
-        warnings.warn(
-            f"stats()[{key!r}] is deprecated: the entry was renamed {new!r}", DeprecatedKnobWarning, stacklevel=2
-        )
-        return self[new]

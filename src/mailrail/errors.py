@@ -65,18 +65,6 @@ class ConfigWarning(UserWarning):
     """
 
 
-class DeprecatedKnobWarning(ConfigWarning, FutureWarning):
-    """A knob was set by its old name, a deprecated alias: it still works, and says its new name.
-
-    A :class:`FutureWarning` rather than a :class:`DeprecationWarning` because Python shows it by
-    default: a ``MAILRAIL_*`` variable is set by whoever runs the job, and Python hides a
-    DeprecationWarning unless ``__main__`` triggers it, so they would never learn of the rename
-    before the old name is removed.  A :class:`ConfigWarning` too, so the one
-    switch that makes a misspelled variable fatal (``-W error::mailrail.ConfigWarning``) catches
-    old names as well.
-    """
-
-
 class SlowRankWarning(UserWarning):
     """A collective has waited ``MAILRAIL_SLOW_RANK_WARNING`` seconds for ranks that have not come: said once per
     collective (by rank 0, naming them and where the others are), and the wait goes on."""

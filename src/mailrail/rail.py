@@ -29,13 +29,11 @@ import numpy as np
 from ._mpi import MPI
 from .channels import Channels
 from .collectives import BARRIER, WITH_BLOCK_END, Call, CollectiveCalls, Judge, call_site, program_frame
-from .config import DEPRECATED_KNOBS, KNOBS, Config
-from .counters import Stats
+from .config import KNOBS, Config
 from .errors import (
     CollectiveMismatchError,
     ConfigError,
     ConfigWarning,
-    DeprecatedKnobWarning,
     FinalizedError,
     MailRailError,
     SlowRankWarning,
@@ -111,16 +109,10 @@ class MailRail:
         implementation: str | None = None,
         trace: str | None = None,
         on_error: str | None = None,
-        transport: str | None = None,
-        engine: str | None = None,
     ) -> None:
-        # The keywords are Config's fields and their deprecated aliases (a test checks they stay so):
-        # None leaves a knob to its MAILRAIL_* variable, then to its default.
-        options = {
-            name: value
-            for name, value in locals().items()
-            if (name in KNOBS or name in DEPRECATED_KNOBS) and value is not None
-        }
+        # The keywords are Config's fields (a test checks they stay so): None leaves a knob to its MAILRAIL_*
+        # variable, then to its default.
+        options = {name: value for name, value in locals().items() if name in KNOBS and value is not None}
         comm = MPI.COMM_WORLD if comm is None else comm
         self._comm = comm  # the user's: MPI_Abort goes to it (on_error="abort")
         #: This process's rank in :attr:`comm`: the ``dest`` other ranks send to it with.
@@ -576,7 +568,7 @@ class MailRail:
 
     def stats(self) -> dict[str, Any]:
         """Counters of this rank (each defined in :mod:`mailrail.counters`)."""
-        stats: dict[str, Any] = Stats(self._endpoint.counters())
+        stats: dict[str, Any] = dict(self._endpoint.counters())
         stats["implementation"] = self._transport.name
         stats["flow_control"] = self.flow.name
         stats["credits_per_pair"] = self.flow.credits_per_pair
@@ -594,20 +586,6 @@ class MailRail:
             f"<MailRail rank {self.rank} of {self.size}, flow_control={self.config.flow_control!r}, "
             f"implementation={self.implementation!r}{state}>"
         )
-
-    @property
-    def transport(self) -> str:
-        """Deprecated name of :attr:`implementation` (``"compiled"`` or ``"python"``)."""
-        warnings.warn(
-            "MailRail.transport is deprecated: use MailRail.implementation", DeprecatedKnobWarning, stacklevel=2
-        )
-        return self.implementation
-
-    @property
-    def engine(self) -> str:
-        """Deprecated name of :attr:`implementation` (``"compiled"`` or ``"python"``)."""
-        warnings.warn("MailRail.engine is deprecated: use MailRail.implementation", DeprecatedKnobWarning, stacklevel=2)
-        return self.implementation
 
     # -- shutdown ----------------------------------------------------------
 
@@ -811,7 +789,7 @@ def _agreed_configuration(comm: MPI.Comm, options: dict[str, Any]) -> tuple[Conf
 #: The configuration warnings this process has said (or, on ranks other than 0, kept quiet).
 _SAID: set[str] = set()
 #: The configuration warnings a rank may raise, by name (they travel between ranks as text).
-_CONFIG_WARNINGS = {category.__name__: category for category in (ConfigWarning, DeprecatedKnobWarning)}
+_CONFIG_WARNINGS = {category.__name__: category for category in (ConfigWarning,)}
 
 
 def _warn_once_for_the_job(rank: int, size: int, warned: Sequence[list[tuple[str, str]]]) -> None:

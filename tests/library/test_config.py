@@ -11,12 +11,10 @@ import pytest
 
 from mailrail import failure
 from mailrail.config import (
-    DEPRECATED_KNOBS,
     KNOBS,
     MPI_INT_MAX,
     NON_KNOB_VARIABLES,
     Config,
-    DeprecatedKnobWarning,
     env_name,
     knobs,
     physical_memory,
@@ -267,7 +265,6 @@ def test_unknown_keyword_raises_config_error_naming_it_and_listing_valid_options
     message = str(info.value)
     assert "datagram_sise" in message
     assert "datagram_size" in message  # the list of valid options
-    assert all(alias not in message for alias in DEPRECATED_KNOBS)  # old names are not advertised
 
 
 # -- invalid values ------------------------------------------------------------
@@ -422,137 +419,6 @@ def test_implementation_accepts_each_documented_mode(mode):
     assert Config.from_env({}, implementation=mode).implementation == mode
 
 
-# -- renamed knobs: the old names are deprecated aliases -----------------------
-
-#: A value other than the default for every knob that has an old name (a rename adds its knob here).
-RENAMED_SAMPLES = {"implementation": "python"}
-RENAMES = sorted(DEPRECATED_KNOBS.items())
-
-
-def test_the_renames_are_the_fields_aliases_and_none_is_a_current_knob():
-    assert DEPRECATED_KNOBS == {"transport": "implementation", "engine": "implementation"}
-    assert {alias: knob.name for knob in knobs() for alias in knob.aliases} == DEPRECATED_KNOBS
-    assert not set(DEPRECATED_KNOBS) & set(KNOBS)
-    assert set(DEPRECATED_KNOBS.values()) == set(RENAMED_SAMPLES), "every renamed knob needs a sample value"
-    assert all(RENAMED_SAMPLES[name] != getattr(Config(), name) for name in RENAMED_SAMPLES)
-
-
-def test_the_deprecation_warning_is_shown_by_default_and_is_a_config_warning():
-    # FutureWarning: shown by Python's default filters (a DeprecationWarning raised inside a library is not).
-    assert issubclass(DeprecatedKnobWarning, FutureWarning) and not issubclass(
-        DeprecatedKnobWarning, DeprecationWarning
-    )
-    assert issubclass(DeprecatedKnobWarning, ConfigWarning)
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_an_old_variable_sets_its_knob_with_a_deprecation_warning_and_no_unknown_warning(old, new):
-    with pytest.warns(ConfigWarning) as caught:
-        config = Config.from_env({env_name(old): RENAMED_SAMPLES[new]})
-    assert getattr(config, new) == RENAMED_SAMPLES[new]
-    assert [(warning.category, str(warning.message)) for warning in caught] == [
-        (
-            DeprecatedKnobWarning,
-            f"environment variable {env_name(old)} is deprecated: it was renamed {env_name(new)} (same values); "
-            "set that instead",
-        )
-    ]
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_an_old_keyword_sets_its_knob_with_a_deprecation_warning_pointing_at_the_caller(old, new):
-    with pytest.warns(DeprecatedKnobWarning) as caught:
-        config = Config.from_env({}, **{old: RENAMED_SAMPLES[new]})
-    assert getattr(config, new) == RENAMED_SAMPLES[new]
-    assert len(caught) == 1
-    assert (
-        str(caught[0].message)
-        == f"keyword {old}= is deprecated: it was renamed {new}= (same values); pass {new}= instead"
-    )
-    assert caught[0].filename == __file__  # the line that passed the old keyword, not mailrail's
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_a_blank_old_variable_is_unset_and_does_not_warn(old, new):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert Config.from_env({env_name(old): "  "}) == Config()
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_old_and_new_names_that_agree_are_accepted(old, new):
-    sample = RENAMED_SAMPLES[new]
-    with pytest.warns(DeprecatedKnobWarning):
-        config = Config.from_env({env_name(new): sample, env_name(old): f" {sample.upper()} "})
-    assert getattr(config, new) == sample
-    with pytest.warns(DeprecatedKnobWarning):
-        assert getattr(Config.from_env({}, **{new: sample, old: sample}), new) == sample
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_old_and_new_variables_that_disagree_are_a_config_error_naming_both(old, new):
-    environ = {env_name(new): RENAMED_SAMPLES[new], env_name(old): getattr(Config(), new)}
-    with pytest.warns(DeprecatedKnobWarning), pytest.raises(ConfigError) as info:
-        Config.from_env(environ)
-    assert str(info.value) == (
-        f"{env_name(new)}={environ[env_name(new)]!r} and {env_name(old)}={environ[env_name(old)]!r} disagree: "
-        f"{env_name(old)} is the deprecated old name of {env_name(new)}; set only {env_name(new)}"
-    )
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_old_and_new_keywords_that_disagree_are_a_config_error_naming_both(old, new):
-    keywords = {new: RENAMED_SAMPLES[new], old: getattr(Config(), new)}
-    with pytest.warns(DeprecatedKnobWarning), pytest.raises(ConfigError) as info:
-        Config.from_env({}, **keywords)
-    assert str(info.value) == (
-        f"{new}={keywords[new]!r} and {old}={keywords[old]!r} disagree: "
-        f"{old}= is the deprecated old name of {new}=; set only {new}="
-    )
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_a_keyword_by_either_name_wins_over_a_variable_by_either_name(old, new):
-    sample, default = RENAMED_SAMPLES[new], getattr(Config(), new)
-    with pytest.warns(ConfigWarning) as caught:  # the old variable is set: it still says so, and is overridden
-        assert getattr(Config.from_env({env_name(old): default}, **{new: sample}), new) == sample
-    assert {w.category for w in caught} == {DeprecatedKnobWarning, ConfigWarning}
-    with pytest.warns(ConfigWarning) as caught:
-        assert getattr(Config.from_env({env_name(new): default}, **{old: sample}), new) == sample
-    assert {w.category for w in caught} == {DeprecatedKnobWarning, ConfigWarning}
-    with pytest.warns(ConfigWarning) as caught:  # an invalid variable: named, not an error
-        assert getattr(Config.from_env({env_name(old): "garbage"}, **{new: sample}), new) == sample
-    assert DeprecatedKnobWarning in {w.category for w in caught}
-    assert any("overrides" in str(w.message) for w in caught)
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_an_invalid_value_under_an_old_name_names_that_name(old, new):
-    with pytest.warns(DeprecatedKnobWarning), pytest.raises(ConfigError) as info:
-        Config.from_env({env_name(old): "turbo"})
-    assert str(info.value).startswith(f"{env_name(old)} must be") and "'turbo'" in str(info.value)
-    with pytest.warns(DeprecatedKnobWarning), pytest.raises(ConfigError) as info:
-        Config.from_env({}, **{old: "jit"})
-    assert str(info.value).startswith(f"{old}= (keyword for {env_name(old)}) must be") and "'jit'" in str(info.value)
-
-
-@pytest.mark.parametrize("old, new", RENAMES)
-def test_the_old_attribute_reads_the_renamed_knob_with_a_deprecation_warning(old, new):
-    config = Config.from_env({}, **{new: RENAMED_SAMPLES[new]})
-    with pytest.warns(DeprecatedKnobWarning, match=f"Config.{old} is deprecated: the knob was renamed {new}"):
-        assert getattr(config, old) == RENAMED_SAMPLES[new]
-    assert old not in config.as_dict()
-    with pytest.raises(AttributeError, match="'Config' object has no attribute 'transprt'"):
-        config.transprt  # noqa: B018  (a misspelling is still an AttributeError)
-
-
-def test_a_deprecated_name_is_an_error_under_the_config_warning_filter():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ConfigWarning)
-        with pytest.raises(DeprecatedKnobWarning):
-            Config.from_env({"MAILRAIL_ENGINE": "python"})
-
-
 def test_config_is_immutable():
     config = Config.from_env({})
     with pytest.raises(AttributeError):
@@ -565,11 +431,11 @@ def test_every_knob_is_a_keyword_only_parameter_of_mailrail_with_its_type():
     parameters = inspect.signature(MailRail.__init__).parameters
     keyword_only = {name: p for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
     fields = dataclasses.fields(Config)
-    # The knobs, then their deprecated old names (so no caller breaks), each typed as its knob.
-    assert list(keyword_only) == [field.name for field in fields] + list(DEPRECATED_KNOBS)
+    # The knobs, in their order, each typed as its knob.
+    assert list(keyword_only) == [field.name for field in fields]
     types = {field.name: field.type for field in fields}
     for name, parameter in keyword_only.items():
-        knob_type = types[DEPRECATED_KNOBS.get(name, name)]
+        knob_type = types[name]
         optional = knob_type if knob_type.endswith("| None") else f"{knob_type} | None"
         assert parameter.annotation == optional, name
         assert parameter.default is None  # None: left to MAILRAIL_* and the default

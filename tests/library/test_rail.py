@@ -129,17 +129,6 @@ def test_stats_and_the_rail_name_the_implementation_and_why(errors):
     assert errors["implementation_reason"] == expected
 
 
-def test_the_old_implementation_names_still_work_with_a_warning(errors):
-    old = errors["deprecated_engine"]
-    assert old["transport"] == old["engine"] == old["stats_transport"] == errors["implementation"]
-    assert len(old["warnings"]) == 4, old["warnings"]
-    keyword, transport, engine, stats = old["warnings"]
-    assert "keyword engine= is deprecated" in keyword and "implementation=" in keyword
-    assert transport == "MailRail.transport is deprecated: use MailRail.implementation"
-    assert engine == "MailRail.engine is deprecated: use MailRail.implementation"
-    assert stats == "stats()['transport'] is deprecated: the entry was renamed 'implementation'"
-
-
 @pytest.mark.smoke
 def test_a_send_that_raises_gives_the_reserved_buffer_back(errors):
     assert errors["reserved_counted"] == [1, 1]  # counted, and pending

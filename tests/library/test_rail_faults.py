@@ -128,11 +128,6 @@ def test_a_barrier_inside_a_barrier_handler_is_refused_at_once(transport):
             "implementation",
             ["implementation (MAILRAIL_IMPLEMENTATION) is 'compiled' on ranks 0, 2 and 'python' on rank 1"],
         ),
-        # The deprecated keyword engine= sets the same knob: its value takes part in the agreement.
-        (
-            "engine_alias",
-            ["implementation (MAILRAIL_IMPLEMENTATION) is 'compiled' on ranks 0, 2 and 'python' on rank 1"],
-        ),
         ("invalid", ["rank 1: datagram_size= (keyword for MAILRAIL_DATAGRAM_SIZE)", "got 0"]),
     ],
 )

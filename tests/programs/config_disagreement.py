@@ -23,7 +23,6 @@ ODD = {
         {"flow_control": "rank", "recv_pool_slots": 4},
     ),
     "implementation": ({"implementation": "compiled"}, {"implementation": "python"}),
-    "engine_alias": ({"implementation": "compiled"}, {"engine": "python"}),  # the deprecated keyword, same knob
     "invalid": ({}, {"datagram_size": 0}),
 }
 

@@ -46,17 +46,6 @@ rail = MailRail(comm, datagram_size=64, send_pool_slots=4, recv_pool_slots=4)
 cases["implementation"] = rail.stats()["implementation"]
 cases["implementation_reason"] = rail.implementation_reason
 cases["stats_keys"] = sorted(rail.stats())
-# The deprecated old names of the implementation knob still work, each with a FutureWarning naming the new one.
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    old_names = MailRail(comm, engine=cases["implementation"], datagram_size=64)
-    cases["deprecated_engine"] = {
-        "transport": old_names.transport,
-        "engine": old_names.engine,
-        "stats_transport": old_names.stats()["transport"],
-        "warnings": [str(w.message) for w in caught if issubclass(w.category, FutureWarning)],
-    }
-old_names.finalize(strict=True)
 held_buffers = [rail.reserve_send_buffer() for _ in range(4)]
 cases["pool_exhausted"] = [repr(rail.reserve_send_buffer()), rail.stats()["reserve_failures"]]
 for spare in held_buffers[1:]:  # sent to ourselves and consumed, so the pool refills
