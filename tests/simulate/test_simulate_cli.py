@@ -47,6 +47,23 @@ def test_adversarial_writes_every_point_with_its_figures_and_a_figure(tmp_path, 
     assert "[8/8] 12 ranks" in printed.err  # progress
 
 
+def test_a_projection_needs_no_command_line_and_is_what_the_command_writes(tmp_path):
+    """`project` takes the workload as parameters: the points `simulate adversarial` writes are its points,
+    field for field but the wall time."""
+    from mailrail_simulate.projection import project
+
+    out = tmp_path / "sim.json"
+    status = run(
+        "simulate", "adversarial", "--ranks", "8", "--ranks-per-node", "4", "--victims", "1", "--modes", "node,none",
+        "--bytes-per-rank", "204800", "--credits-per-pair", "4", "--json", str(out),
+    )  # fmt: skip
+    assert status == 0
+    params, _ = load_params(CALIBRATED)
+    points = project(params, [(8, 1)], ["node", "none"], 204800, ranks_per_node=4, credits_per_pair=4)
+    written = json.loads(out.read_text())["points"]
+    assert [{**p, "wall_s": 0} for p in written] == [{**p, "wall_s": 0} for p in json.loads(json.dumps(points))]
+
+
 def test_adversarial_scales_bytes_down_to_its_message_budget_and_says_so(tmp_path, capsys):
     out = tmp_path / "sim.json"
     assert (
@@ -188,8 +205,8 @@ def test_runs_that_are_not_results_are_refused(tmp_path, capsys):
 
 
 def test_a_point_is_scaled_down_to_fit_its_time_limit(tmp_path):
-    """A pilot run measures what a message costs: with 50 ms for a point of 8,000 messages (about 0.4 s
-    here), the point models fewer messages per rank, says so, and scales its runtime back."""
+    """A pilot run measures what a message costs: with 50 ms for a point of 8,000 messages (less than all of
+    them take), the point models fewer messages per rank, says so, and scales its runtime back."""
     out = tmp_path / "sim.json"
     argv = ["simulate", "adversarial", "--ranks", "8", "--ranks-per-node", "4", "--victims", "1", "--modes", "none"]
     argv += ["--bytes-per-rank", str(1000 * 4096), "--point-time-limit", "0.05", "--json", str(out)]
@@ -200,12 +217,14 @@ def test_a_point_is_scaled_down_to_fit_its_time_limit(tmp_path):
 
 
 def test_the_model_and_its_flags_default_to_mailrail_s_knobs():
-    """One owner of a knob's default (config.py): the model and `simulate`'s flags read it, never restate it."""
-    import argparse
+    """One owner of a knob's default (config.py): the model, its projections and `simulate`'s flags read it,
+    never restate it."""
+    import inspect
 
     from mailrail.config import Config, default
-    from mailrail_simulate import command as cli
     from mailrail_simulate.model import Workload
+    from mailrail_simulate.projection import project, recv_slots_for
+    from mailrail_tools.cli import build_parser
 
     knobs = Config()
     load = Workload(ranks=2, ranks_per_node=1, victims=1, messages_per_rank=1, mode="none")
@@ -216,15 +235,21 @@ def test_the_model_and_its_flags_default_to_mailrail_s_knobs():
         knobs.credit_threshold,
         knobs.piggyback,
     )
-    parser = argparse.ArgumentParser()
-    cli._workload_arguments(parser)
-    flags = parser.parse_args([])
+    argv = ["simulate", "adversarial"]
+    flags = build_parser(argv).parse_args(["--ranks", "8", "--json", "x.json"])
     assert (flags.datagram_size, flags.send_slots, flags.credit_threshold) == (
         knobs.datagram_size,
         knobs.send_pool_slots,
         knobs.credit_threshold,
     )
-    assert cli._slots(flags, "rank", 8) == knobs.recv_pool_slots
+    assert (flags.recv_slots, flags.credits_per_pair) == (None, None)
+    assert recv_slots_for("rank", 8, flags.ranks_per_node) == knobs.recv_pool_slots
+    defaults = {name: p.default for name, p in inspect.signature(project).parameters.items()}
+    assert (defaults["datagram_size"], defaults["send_slots"], defaults["credit_threshold"]) == (
+        knobs.datagram_size,
+        knobs.send_pool_slots,
+        knobs.credit_threshold,
+    )
     with pytest.raises(KeyError, match="no knob named 'recv_slots'"):
         default("recv_slots")
 
@@ -307,7 +332,7 @@ def test_a_scaled_point_agrees_with_the_whole_one_on_what_scaling_keeps(tmp_path
 
 
 def test_a_point_out_of_memory_at_the_bytes_asked_has_no_goodput_to_compare():
-    from mailrail_simulate.command import compare_with_paper
+    from mailrail_simulate.paper_comparison import compare_with_paper
 
     def point(ranks, mode, goodput, status="ok"):
         return {"ranks": ranks, "mode": mode, "goodput_bps": goodput, "status": "ok", "status_at_bytes_asked": status}

@@ -33,6 +33,23 @@ from .params import ModelParams
 from .runs import Case
 
 CPU_FIELDS = ("send_cpu_s", "recv_cpu_s", "credit_cpu_s")
+#: What the virtual cluster is, before fitting: TCP over veth pairs and a bridge at the host's speed (where each
+#: value comes from: docs/simulate.md, "Calibration").
+VIRTUAL_CLUSTER = {
+    "link_Bps": 2.5e9,  # veth at the host's speed: faster than the ranks can fill
+    "link_latency_s": 30e-6,  # half a TCP round trip over veth and a bridge
+    "switch_queue_bytes": 1000 * 1514,  # the bridge's port: a 1000-packet queue
+    "header_bytes": 66 + 32,  # Ethernet, IP and TCP headers, and Open MPI's match header
+    "eager_limit_bytes": 65536,  # Open MPI's TCP BTL
+    "shm_Bps": 4e9,
+    "shm_latency_s": 1e-6,
+    "send_cpu_s": 10e-6,
+    "recv_cpu_s": 10e-6,
+    "credit_cpu_s": 5e-6,
+    # each node's ranks are one scheduler group (its prted starts a session; autogroup, on by default, groups
+    # a session): the cores go evenly to the nodes, then to their ranks (measured: docs/simulate.md)
+    "cores_by_node": 1,
+}
 #: Where the fit of ``idle_share`` starts (on shared cores): an idle rank polls, then yields.
 IDLE_SHARE_START = 0.3
 #: The smallest growth (bytes) taken as MPI buffering, not RSS noise, when fitting memory.
@@ -58,6 +75,11 @@ def scaled(workload: Workload, max_messages: int | None) -> tuple[Workload, floa
     scale = workload.messages_per_rank / per_rank
     limit = workload.time_limit_s / scale if workload.time_limit_s else None  # the time a scaled trial may take
     return dataclasses.replace(workload, messages_per_rank=per_rank, time_limit_s=limit), scale
+
+
+def virtual_cluster(host_cores: int) -> ModelParams:
+    """Where :func:`fit` starts on the virtual cluster: :data:`VIRTUAL_CLUSTER`, its ranks sharing *host_cores*."""
+    return ModelParams(**{**VIRTUAL_CLUSTER, "host_cores": host_cores})
 
 
 def predict(case: Case, params: ModelParams, *, max_messages: int | None = None) -> Prediction:

@@ -6,47 +6,35 @@
 * ``simulate paper``: the MailRail paper's experiments at scale, beside the paper's numbers.
 * ``simulate cpu-sample`` and ``cpu-split``: where a run's CPU went (:mod:`.cpu`), what the shared-cores
   parameters stand for, measured.
+
+Each command parses its arguments, calls the package's modules and prints and writes what they return: the
+points come from :mod:`.projection`, the fit from :mod:`.calibrate`, the predictions from :mod:`.validation`,
+the comparison with the paper from :mod:`.paper_comparison`.  The MPI experiments that measure parameters are
+their own modules (:mod:`.measure`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
-import math
 import os
-import statistics
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from typing import Any
 
 from mailrail.config import default
 from mailrail.flow.modes import MODE_NAMES as MODES
-from mailrail.flow.modes import UNCONSTRAINED, flow_mode
 from mailrail_tools.figures import missing as figure_missing
 from mailrail_tools.figures import pyplot
 from mailrail_tools.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
 from mailrail_tools.output import format_table, write_json
 
+from .projection import DEFAULT_MAX_MESSAGES, DEFAULT_POINT_TIME_LIMIT, METHODS
 from .report import by_mode_rows, share_percent, signed_percent
 
-#: The modes with credits, each compared with the unconstrained one.
-CREDIT_MODES = tuple(mode for mode in MODES if flow_mode(mode).has_credits)
-
 MIB = 1 << 20
-#: Messages one projection point models at most unless told otherwise: about a minute here per million.
-DEFAULT_MAX_MESSAGES = 1_000_000
-#: What a projection point may take on this 2-core machine: within the 10 minutes asked of each.
-DEFAULT_POINT_TIME_LIMIT = 480.0
-#: A point's pilot models this fraction of its messages, and the point then takes at most this share of
-#: --point-time-limit by the pilot's cost per message (it grows a little with the messages in flight).
-PILOT_FRACTION = 20
-PILOT_MARGIN = 0.6
-#: The held-out runs shipped with the package (validate's default).
-HELD_OUT = os.path.join(os.path.dirname(__file__), "data", "runs", "held-out")
 #: The sampled compare runs shipped with the package (cpu-split takes them by name).
 CPU_RUNS = os.path.join(os.path.dirname(__file__), "data", "cpu")
 
@@ -73,7 +61,7 @@ def _params_argument(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
+def _load_params(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
     """The parameter set *args* name, with its --set changes (ParamsError naming a bad one)."""
     from .params import ParamsError, load_params, params_from_dict, resolve
 
@@ -167,131 +155,6 @@ def _time_limit_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _slots(args: argparse.Namespace, mode: str, ranks: int) -> int:
-    if args.recv_slots is not None:
-        return int(args.recv_slots)
-    slots = int(default("recv_pool_slots"))
-    if args.credits_per_pair is None:
-        return slots
-    senders = flow_mode(mode).senders(ranks, -(-ranks // args.ranks_per_node))
-    return slots if senders is None else args.credits_per_pair * senders  # a credit per pair for every sender
-
-
-def project(
-    args: argparse.Namespace,
-    params: Any,
-    sizes: list[tuple[int, int]],
-    modes: list[str],
-    bytes_per_rank: int,
-    label: str = "",
-) -> list[dict[str, Any]]:
-    """One point per (ranks, victims) of *sizes* and mode: the model's trial, scaled to --max-messages; or, with
-    ``args.method == "fluid"``, its fluid approximation (:mod:`.fluid`) at the whole bytes."""
-    from .fluid import fluid
-    from .model import Workload, simulate
-
-    whole = getattr(args, "method", "simulate") == "fluid"
-    points = []
-    total = len(sizes) * len(modes)
-    for index, ((ranks, victims), mode) in enumerate(((s, m) for s in sizes for m in modes), 1):
-        messages = max(1, -(-bytes_per_rank // args.datagram_size))
-        budget = messages if whole else max(1, args.max_messages // ranks)
-        modelled = min(messages, budget)
-        workload = Workload(
-            ranks=ranks,
-            ranks_per_node=min(args.ranks_per_node, ranks),
-            victims=victims,
-            messages_per_rank=modelled,
-            mode=mode,
-            datagram_size=args.datagram_size,
-            recv_slots=_slots(args, mode, ranks),
-            send_slots=args.send_slots,
-            credit_threshold=args.credit_threshold,
-            credits_per_pair=args.credits_per_pair,
-            partners=args.partners,
-            seed=args.seed,
-            link_Bps=args.link_rate / 8 if args.link_rate else None,
-        )
-        prefix = f"[{index}/{total}]{label} {ranks} ranks, {victims} victim(s), {mode}"
-        started = time.monotonic()
-        if args.point_time_limit and modelled >= 2 * PILOT_FRACTION and not whole:
-            # A pilot with a twentieth of the messages tells what one costs here in this mode at this size
-            # (adaptive credits at 16,384 ranks cost several times what the others do): fit the point in time.
-            pilot = dataclasses.replace(workload, messages_per_rank=max(1, modelled // PILOT_FRACTION))
-            pilot_started = time.monotonic()
-            simulate(pilot, params)
-            per_message = (time.monotonic() - pilot_started) / (pilot.messages_per_rank * ranks)
-            affordable = int(args.point_time_limit * PILOT_MARGIN / per_message / ranks)
-            if affordable < modelled:
-                modelled = max(1, affordable)
-                workload = dataclasses.replace(workload, messages_per_rank=modelled)
-        _progress(
-            f"{prefix}: {modelled} messages per rank" + (f" (of {messages}: scaled)" if modelled < messages else "")
-        )
-        if whole:
-            result: Any = fluid(workload, params)
-        else:
-            result = simulate(workload, params, progress=lambda line, p=prefix: _progress(f"{p}: {line}"))
-        wall = time.monotonic() - started
-        scale = messages / modelled
-        point = {
-            "ranks": ranks,
-            "mode": mode,
-            "runtime_s": result.runtime_s,
-            "goodput_bps": result.goodput_bps,
-            "victim_peak_bytes": result.victim_peak_bytes,
-            "credit_messages": result.credit_messages,
-            "wall_s": wall,
-            "method": "fluid" if whole else "simulate",
-            "status": result.status,
-            "nodes": workload.nodes,
-            "victims": victims,
-            "incast_ratio": (ranks - victims) / victims,
-            "recv_slots": workload.recv_slots,
-            "bytes_per_rank": modelled * args.datagram_size,
-            "bytes_per_rank_asked": bytes_per_rank,
-            "scaled": modelled < messages,
-            # Linear in the bytes: what the credit modes do once past their start; for none a lower bound,
-            # its matching cost growing with its queue.
-            "runtime_s_at_bytes_asked": result.runtime_s * scale,
-            "credit_messages_at_bytes_asked": int(result.credit_messages * scale),
-            # MPI's unexpected queue grows with the bytes; the pools and credit state do not.
-            "victim_peak_bytes_at_bytes_asked": int(
-                result.victim_peak_bytes + result.victim_unexpected_peak_bytes * (scale - 1)
-            ),
-            "victim_unexpected_peak_bytes": result.victim_unexpected_peak_bytes,
-            "victim_node_peak_bytes": result.victim_node_peak_bytes,
-            # its unexpected messages grow with the bytes: past the node's memory, the whole run would have died
-            "status_at_bytes_asked": _status_at_bytes_asked(result, params, workload, scale),
-            "victim_messages": result.victim_messages,  # modelled messages received per victim: min, median, max
-            "messages": result.messages,
-            "wire_bytes": result.wire_bytes,
-            "events": result.events,
-            "detail": result.detail,
-            # loss and recovery (parameter sets that bound a receive context): packets lost, sent again, timers
-            "dropped_packets": result.dropped_packets,
-            "retransmitted_packets": result.retransmitted_packets,
-            "retransmitted_fraction": result.retransmitted_packets / max(result.messages, 1),
-            "timeouts": result.timeouts,
-        }
-        points.append(point)
-        _progress(
-            f"{prefix}: {result.status}, {result.runtime_s:.4g} s simulated, {result.goodput_bps / 1e9:.3g} Gb/s, "
-            f"victim {result.victim_peak_bytes / MIB:.1f} MiB, {result.credit_messages} credit messages ({wall:.1f} s)"
-        )
-    return points
-
-
-def _status_at_bytes_asked(result: Any, params: Any, workload: Any, scale: float) -> str:
-    """A scaled point's outcome at the bytes asked: out of memory if its victim node's unexpected messages,
-    grown linearly with the bytes, pass the node's memory."""
-    cap = workload.victim_node_memory or params.node_memory_bytes
-    baselines = min(workload.ranks_per_node, workload.ranks) * params.rank_baseline_bytes
-    if result.status == "ok" and cap and baselines + (result.victim_node_peak_bytes - baselines) * scale > cap:
-        return "out_of_memory"
-    return str(result.status)
-
-
 def points_table(points: list[dict[str, Any]]) -> str:
     headers = [
         "ranks",
@@ -329,15 +192,33 @@ def points_table(points: list[dict[str, Any]]) -> str:
 
 def run_adversarial(args: argparse.Namespace) -> int:
     from .params import ParamsError
+    from .projection import project
 
     if args.victims >= min(args.ranks):
         return usage_error("simulate adversarial", f"--victims {args.victims} needs more ranks than {min(args.ranks)}")
     try:
-        params, _, path = _load(args)
+        params, _, path = _load_params(args)
     except ParamsError as error:
         return usage_error("simulate adversarial", str(error))
     started = time.monotonic()
-    points = project(args, params, [(r, args.victims) for r in args.ranks], args.modes, args.bytes_per_rank)
+    points = project(
+        params,
+        [(ranks, args.victims) for ranks in args.ranks],
+        args.modes,
+        args.bytes_per_rank,
+        ranks_per_node=args.ranks_per_node,
+        datagram_size=args.datagram_size,
+        credits_per_pair=args.credits_per_pair,
+        recv_slots=args.recv_slots,
+        send_slots=args.send_slots,
+        credit_threshold=args.credit_threshold,
+        partners=args.partners,
+        seed=args.seed,
+        link_rate_bps=args.link_rate,
+        max_messages=args.max_messages,
+        point_time_limit_s=args.point_time_limit,
+        progress=_progress,
+    )
     document = {
         "benchmark": "simulate-adversarial",
         "params_file": path,
@@ -405,38 +286,19 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-evaluations", type=int_in(1), default=100, help="of the CPU fit (default: %(default)s)")
 
 
-#: What the virtual cluster is, before fitting: TCP over veth pairs and a bridge at the host's speed.
-VIRTUAL_CLUSTER = {
-    "link_Bps": 2.5e9,  # veth at the host's speed: faster than 2 cores can fill
-    "link_latency_s": 30e-6,  # a TCP round trip over veth and a bridge is about 60 us here
-    "switch_queue_bytes": 1000 * 1514,  # the bridge's port: a 1000-packet queue
-    "header_bytes": 66 + 32,  # Ethernet, IP and TCP headers, and Open MPI's match header
-    "eager_limit_bytes": 65536,  # Open MPI's TCP BTL
-    "shm_Bps": 4e9,
-    "shm_latency_s": 1e-6,
-    "send_cpu_s": 10e-6,
-    "recv_cpu_s": 10e-6,
-    "credit_cpu_s": 5e-6,
-    # each node's ranks are one scheduler group (its prted starts a session; autogroup, on by default, groups
-    # a session): the cores go evenly to the nodes, then to their ranks (measured: each of 16 nodes got
-    # 0.111-0.124 of the 2 cores whatever its ranks did, docs/simulate.md)
-    "cores_by_node": 1,
-}
-
-
 def run_calibrate(args: argparse.Namespace) -> int:
     problem = missing_module("scipy", "mailrail simulate calibrate", "apps", purpose=" (the fit)")
     if problem:
         return usage_error("simulate calibrate", problem)
-    from .calibrate import fit
-    from .params import ModelParams, ParamsError
+    from .calibrate import fit, virtual_cluster
+    from .params import ParamsError
     from .runs import read_runs
 
     try:
         cases = read_runs(args.runs)
     except ParamsError as error:
         return usage_error("simulate calibrate", str(error))
-    base = ModelParams(**{**VIRTUAL_CLUSTER, "host_cores": args.host_cores})
+    base = virtual_cluster(args.host_cores)
     print(f"mailrail simulate calibrate: {len(cases)} runs from {', '.join(args.runs)}", flush=True)
     started = time.monotonic()
     try:
@@ -482,7 +344,7 @@ def run_fit_window(args: argparse.Namespace) -> int:
     from .runs import read_runs
 
     try:
-        params, document, path = _load(args)
+        params, document, path = _load_params(args)
         cases = read_runs(args.runs)
     except ParamsError as error:
         return usage_error("simulate fit-window", str(error))
@@ -538,118 +400,13 @@ def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def validate(cases: list[Any], params: Any, max_messages: int, progress: Callable[[str], None]) -> dict[str, Any]:
-    """Each case predicted: measured beside modelled, and the relative errors of goodput and victim memory."""
-    from .calibrate import predict, relative_error
-
-    rows = []
-    for index, case in enumerate(cases, 1):
-        started = time.monotonic()
-        prediction = predict(case, params, max_messages=max_messages)
-        goodput_error = relative_error(prediction.goodput_bps if prediction.status == "ok" else None, case.goodput_bps)
-        memory_error = relative_error(
-            prediction.victim_bytes if prediction.status == "ok" else None, case.victim_peak_bytes
-        )
-        result = prediction.result
-        predicted_resent = result.retransmitted_packets / result.flow_packets if result.flow_packets else None
-        if predicted_resent is None and case.retransmitted_per_packet is not None and not params.flows:
-            predicted_resent = 0.0  # a lossless parameter set predicts no loss
-        row = {
-            "name": case.name,
-            "figure": case.name.rpartition(":")[0],
-            "mode": case.workload.mode,
-            "ranks": case.workload.ranks,
-            "nodes": case.workload.nodes,
-            "victims": case.workload.victims,
-            "measured_status": case.status,
-            "predicted_status": prediction.status,
-            "outcome_agrees": case.status == prediction.status,
-            # loss: packets sent again per packet on the links between nodes (TCP segments, measured; the
-            # model's messages, ACKs and NAKs), and the difference (percentage points, not a ratio)
-            "measured_retransmitted_per_packet": case.retransmitted_per_packet,
-            "predicted_retransmitted_per_packet": predicted_resent,
-            "retransmitted_difference": (
-                predicted_resent - case.retransmitted_per_packet
-                if predicted_resent is not None and case.retransmitted_per_packet is not None
-                else None
-            ),
-            "measured_goodput_bps": case.goodput_bps,
-            "predicted_goodput_bps": prediction.goodput_bps,
-            "goodput_error": goodput_error,
-            "measured_victim_bytes": case.victim_peak_bytes,
-            "predicted_victim_bytes": prediction.victim_bytes,
-            "memory_error": memory_error,
-            "scale": prediction.scale,
-            "wall_s": time.monotonic() - started,
-        }
-        rows.append(row)
-        progress(
-            f"[{index}/{len(cases)}] {case.name}: goodput {_signed(goodput_error)}, memory {_signed(memory_error)}, "
-            f"outcome {'agrees' if row['outcome_agrees'] else 'differs'}"
-        )
-    errors = [abs(e) for row in rows for e in (row["goodput_error"], row["memory_error"]) if e is not None]
-    figures: dict[str, dict[str, Any]] = {}
-    for figure in dict.fromkeys(row["figure"] for row in rows):
-        mine = [row for row in rows if row["figure"] == figure]
-        summary = {}
-        for kind in ("goodput_error", "memory_error"):
-            values = [abs(row[kind]) for row in mine if row[kind] is not None]
-            summary[f"median_abs_{kind}"] = statistics.median(values) if values else None
-        summary["outcomes_agree"] = sum(row["outcome_agrees"] for row in mine)
-        summary["cases"] = len(mine)
-        figures[figure] = summary
-    return {
-        "cases": rows,
-        "figures": figures,
-        "median_abs_error": statistics.median(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
-        # The same apart: victim memory is mostly the process's own baseline in the credit modes, so the
-        # unconstrained runs (where MPI's queue holds the flood) are the test of the memory model.
-        "goodput": _spread([row["goodput_error"] for row in rows]),
-        "memory": _spread([row["memory_error"] for row in rows]),
-        "unconstrained_memory": _spread(
-            [row["memory_error"] for row in rows if not flow_mode(row["mode"]).has_credits]
-        ),
-        # each quantity apart, per mode: no figure that mixes one mode's errors with another's
-        "by_mode": {mode: _by_quantity([row for row in rows if row["mode"] == mode]) for mode in MODES},
-    }
-
-
-def _by_quantity(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "goodput": _spread([row["goodput_error"] for row in rows]),
-        "victim_memory": _spread([row["memory_error"] for row in rows]),
-        "retransmitted_per_packet": _spread([row["retransmitted_difference"] for row in rows]),
-        "outcomes_agree": sum(row["outcome_agrees"] for row in rows),
-        "cases": len(rows),
-    }
-
-
-def _spread(errors: list[float | None]) -> dict[str, float | None]:
-    values = [abs(e) for e in errors if e is not None]
-    return {
-        "median_abs_error": statistics.median(values) if values else None,
-        "max_abs_error": max(values) if values else None,
-        "cases": len(values),
-    }
-
-
-def _signed(error: float | None) -> str:
-    return signed_percent(error, "n/a")
-
-
-def _fall(fraction: float | None) -> str:
-    if fraction is None:
-        return "n/a"
-    return f"{fraction:.1%}" if fraction >= 0 else f"{fraction:.1%} (it rose {-fraction:.1%})"
-
-
 def run_validate(args: argparse.Namespace) -> int:
     from .params import ParamsError
     from .runs import read_runs
+    from .validation import HELD_OUT, validate
 
     try:
-        params, _, path = _load(args)
+        params, _, path = _load_params(args)
         cases = read_runs(args.runs or [HELD_OUT])
     except ParamsError as error:
         return usage_error("simulate validate", str(error))
@@ -664,12 +421,12 @@ def run_validate(args: argparse.Namespace) -> int:
             row["measured_status"]
             if row["measured_status"] == row["predicted_status"]
             else f"{row['measured_status']} / model {row['predicted_status']}",
-            _mbps(row["measured_goodput_bps"]),
-            _mbps(row["predicted_goodput_bps"] if row["predicted_status"] == "ok" else None),
-            _signed(row["goodput_error"]),
-            _mib(row["measured_victim_bytes"]),
-            _mib(row["predicted_victim_bytes"] if row["predicted_status"] == "ok" else None),
-            _signed(row["memory_error"]),
+            _as_mbps(row["measured_goodput_bps"]),
+            _as_mbps(row["predicted_goodput_bps"] if row["predicted_status"] == "ok" else None),
+            _signed_error(row["goodput_error"]),
+            _as_mib(row["measured_victim_bytes"]),
+            _as_mib(row["predicted_victim_bytes"] if row["predicted_status"] == "ok" else None),
+            _signed_error(row["memory_error"]),
             share_percent(row["measured_retransmitted_per_packet"]),
             share_percent(row["predicted_retransmitted_per_packet"]),
         ]
@@ -679,7 +436,7 @@ def run_validate(args: argparse.Namespace) -> int:
     print(format_table(headers, rows))
     headers = ["mode", "goodput |error|", "victim memory |error|", "resent |difference|", "outcome agrees"]
     print(format_table(headers, by_mode_rows(report["by_mode"])))
-    median, most = (_signed(report[key]).lstrip("+") for key in ("median_abs_error", "max_abs_error"))
+    median, most = (_signed_error(report[key]).lstrip("+") for key in ("median_abs_error", "max_abs_error"))
     agree = sum(row["outcome_agrees"] for row in report["cases"])
     print(
         f"median |error| {median}, max |error| {most} over goodput and victim memory; "
@@ -688,11 +445,16 @@ def run_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mbps(value: float | None) -> str:
+def _signed_error(error: float | None) -> str:
+    """A relative error as ``+12%`` (``n/a`` for None)."""
+    return signed_percent(error, "n/a")
+
+
+def _as_mbps(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e6:,.0f}"
 
 
-def _mib(value: float | None) -> str:
+def _as_mib(value: float | None) -> str:
     return "-" if value is None else f"{value / MIB:,.1f}"
 
 
@@ -724,7 +486,7 @@ def add_paper_arguments(parser: argparse.ArgumentParser) -> None:
     _time_limit_argument(parser)
     parser.add_argument(
         "--method",
-        choices=("simulate", "fluid"),
+        choices=METHODS,
         default="simulate",
         help="simulate: the discrete-event model, scaled to --max-messages; fluid: its fluid approximation at the "
         "whole bytes (seconds a point; goodput experiment's incast, see docs/simulate.md) (default: %(default)s)",
@@ -755,10 +517,9 @@ def _paper_command(args: argparse.Namespace) -> str:
     return " ".join(words + ["--json", os.path.basename(args.json)])
 
 
-def combine_paper(paths: list[str]) -> dict[str, Any]:
-    """One document from the ``simulate paper`` JSON of several runs: the same parameters, no point twice; each
-    experiment's points in its own order, compared with the paper again."""
-    from . import paper
+def _read_paper_runs(paths: list[str]) -> list[dict[str, Any]]:
+    """The ``simulate paper`` JSON of each of *paths*, all of one parameter set (ParamsError naming a file that
+    is not)."""
     from .params import ParamsError
 
     documents = []
@@ -772,46 +533,24 @@ def combine_paper(paths: list[str]) -> dict[str, Any]:
             raise ParamsError(f"--combine {path}: not the JSON of mailrail simulate paper")
         if documents[-1]["params"] != documents[0]["params"]:
             raise ParamsError(f"--combine {path}: other parameters than {paths[0]}'s; runs of one set only")
-    experiments: dict[str, Any] = {}
-    for experiment in paper.experiments():
-        parts = [d["experiments"][experiment.name] for d in documents if experiment.name in d["experiments"]]
-        if not parts:
-            continue
-        points = [p for part in parts for p in part["points"]]
-        keys = [(p["ranks"], p["victims"], p["mode"]) for p in points]
-        twice = sorted({key for key in keys if keys.count(key) > 1})
-        if twice:
-            raise ParamsError(f"--combine: {experiment.name} has these points twice (ranks, victims, mode): {twice}")
-        order = list(zip(experiment.ranks, experiment.victims, strict=True))
-        points.sort(key=lambda p: (order.index((p["ranks"], p["victims"])), list(MODES).index(p["mode"])))
-        experiments[experiment.name] = {
-            "title": experiment.title,
-            "max_messages": max(part["max_messages"] for part in parts),  # (each point says if it was scaled)
-            "points": points,
-            "paper": compare_with_paper(experiment.name, points),
-        }
-    return {
-        "benchmark": "simulate-paper",
-        "params_file": documents[0]["params_file"],
-        "params_set": documents[0].get("params_set", []),
-        "params": documents[0]["params"],
-        "max_messages": max(d["max_messages"] for d in documents),
-        "commands": [c for d in documents for c in d.get("commands", [])],
-        "experiments": experiments,
-        "points": [p for e in experiments.values() for p in e["points"]],
-        "wall_s": max(d["wall_s"] for d in documents),  # the runs' longest: they may run at once
-    }
+    return documents
 
 
 def run_paper(args: argparse.Namespace) -> int:
     from . import paper
+    from .paper_comparison import combine_paper, compare_with_paper
     from .params import ParamsError
+    from .projection import project
 
     if args.combine:
         try:
-            document = combine_paper(args.combine)
+            documents = _read_paper_runs(args.combine)
         except ParamsError as error:
             return usage_error("simulate paper", str(error))
+        try:
+            document = combine_paper(documents)
+        except ValueError as error:  # a point twice
+            return usage_error("simulate paper", f"--combine: {error}")
         for experiment in document["experiments"].values():
             print(f"\n{experiment['title']}\n{points_table(experiment['points'])}")
             for line in experiment["paper"]["lines"]:
@@ -819,34 +558,35 @@ def run_paper(args: argparse.Namespace) -> int:
         _write_paper(document, args)
         return 0
     try:
-        params, _, path = _load(args)
+        params, _, path = _load_params(args)
     except ParamsError as error:
         return usage_error("simulate paper", str(error))
-    settings = argparse.Namespace(
-        ranks_per_node=paper.RANKS_PER_NODE,
-        datagram_size=paper.DATAGRAM_SIZE,
-        credits_per_pair=paper.CREDITS_PER_PAIR,
-        recv_slots=None,
-        send_slots=default("send_pool_slots"),
-        credit_threshold=paper.CREDIT_THRESHOLD,
-        seed=args.seed,
-        link_rate=None,
-        max_messages=args.max_messages,
-        point_time_limit=args.point_time_limit,
-        partners=0,
-        method=args.method,
-    )
     started = time.monotonic()
     results: dict[str, Any] = {}
     chosen = [e for e in paper.experiments() if e.name in args.experiments]
     for experiment in chosen:
         print(f"\n{experiment.title}", flush=True)
-        settings.partners = experiment.partners
         sizes = [(r, v) for r, v in zip(experiment.ranks, experiment.victims, strict=True) if r in (args.ranks or [r])]
         if not sizes:
             continue
         try:
-            points = project(settings, params, sizes, args.modes, experiment.bytes_per_rank, f" {experiment.name}")
+            points = project(
+                params,
+                sizes,
+                args.modes,
+                experiment.bytes_per_rank,
+                ranks_per_node=paper.RANKS_PER_NODE,
+                datagram_size=paper.DATAGRAM_SIZE,
+                credits_per_pair=paper.CREDITS_PER_PAIR,
+                credit_threshold=paper.CREDIT_THRESHOLD,
+                partners=experiment.partners,
+                seed=args.seed,
+                max_messages=args.max_messages,
+                point_time_limit_s=args.point_time_limit,
+                method=args.method,
+                label=f" {experiment.name}",
+                progress=_progress,
+            )
         except ParamsError as error:  # what the fluid view does not cover (a shared host, partners)
             return usage_error("simulate paper", f"--method {args.method}, {experiment.name}: {error}")
         comparison = compare_with_paper(experiment.name, points)
@@ -881,128 +621,12 @@ def _write_paper(document: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"\nwrote {args.json}" + (f" and {figure}" if figure else "") + f" ({document['wall_s']:.0f} s)")
 
 
-def _finished(point: dict[str, Any]) -> bool:
-    """It finished, and would have at the bytes asked (a scaled point's victim node within its memory)."""
-    return bool(point.get("status_at_bytes_asked", point["status"]) == "ok")
-
-
-def _runtime(points: list[dict[str, Any]], ranks: int, mode: str, victims: int | None = None) -> float | None:
-    for p in points:
-        if p["ranks"] == ranks and p["mode"] == mode and _finished(p) and victims in (None, p["victims"]):
-            return float(p["runtime_s_at_bytes_asked"])
-    return None
-
-
-def _goodput(points: list[dict[str, Any]], ranks: int, mode: str) -> float | None:
-    """The point's goodput; None if it did not finish, or would not have at the bytes asked."""
-    for p in points:
-        if p["ranks"] == ranks and p["mode"] == mode and _finished(p):
-            return float(p["goodput_bps"])
-    return None
-
-
-def compare_with_paper(name: str, points: list[dict[str, Any]]) -> dict[str, Any]:
-    """The model's figures beside the paper's, as rows and as sentences (where they disagree, by how much)."""
-    from . import paper
-
-    rows: list[dict[str, Any]] = []
-    lines: list[str] = []
-    if name == "table1":
-        for ranks, measured in paper.TABLE_I.items():
-            row: dict[str, Any] = {"ranks": ranks}
-            for mode in MODES:
-                row[f"model_{mode}_s"] = _runtime(points, ranks, mode)
-            for mode in paper.MEASURED_MODES:
-                row[f"paper_{mode}_s"] = measured[mode]
-            for mode in CREDIT_MODES:
-                none, mine = row[f"model_{UNCONSTRAINED}_s"], row[f"model_{mode}_s"]
-                row[f"model_{mode}_speedup"] = none / mine if none and mine else None
-            for mode in paper.MEASURED_CREDIT_MODES:
-                row[f"paper_{mode}_speedup"] = measured[UNCONSTRAINED] / measured[mode]
-            rows.append(row)
-            model = " ".join(f"{mode} {_x(row[f'model_{mode}_speedup'])}" for mode in CREDIT_MODES)
-            measured_speedups = " ".join(
-                f"{mode} {_x(row[f'paper_{mode}_speedup'])}" for mode in paper.MEASURED_CREDIT_MODES
-            )
-            lines.append(f"{ranks} ranks: speedup over {UNCONSTRAINED}, model {model}; paper {measured_speedups}")
-        first, last = rows[0], rows[-1]
-        for mode in paper.MEASURED_MODES:
-            model = _ratio(last[f"model_{mode}_s"], first[f"model_{mode}_s"])
-            measured = last[f"paper_{mode}_s"] / first[f"paper_{mode}_s"]
-            lines.append(
-                f"{mode}: runtime grows {_x(model)} from 512 to 4096 ranks in the model, {_x(measured)} in the paper"
-                + (f" (model/paper {model / measured:.2g})" if model else "")
-            )
-    elif name == "goodput":
-        low, high = paper.GOODPUT_RANKS[0], paper.GOODPUT_RANKS[-1]
-        for mode in MODES:
-            a, b = _goodput(points, low, mode), _goodput(points, high, mode)
-            fall = 1 - b / a if a and b else None
-            row = {"mode": mode, "model_fall": fall, "paper_fall": paper.GOODPUT_FALL.get(mode)}
-            rows.append(row)
-            unfinished = [
-                p["ranks"] for p in points if p["mode"] == mode and _goodput(points, p["ranks"], mode) is None
-            ]
-            lines.append(
-                f"{mode}: goodput fell {_fall(fall)} from 128:1 to 4096:1 in the model"
-                + (f", {paper.GOODPUT_FALL[mode]:.1%} in the paper" if mode in paper.GOODPUT_FALL else "")
-                + (f" (out of memory or unfinished at {', '.join(map(str, unfinished))} ranks)" if unfinished else "")
-            )
-    elif name == "victims":
-        ratios = paper.SWEEP_RATIOS
-        for mode in MODES:
-            runtimes = [_runtime(points, paper.SWEEP_RANKS, mode, paper.SWEEP_RANKS // r) for r in ratios]
-            growth = [
-                _ratio(b, a) ** (1 / math.log2(rb / ra)) if _ratio(b, a) else None
-                for (a, ra), (b, rb) in zip(zip(runtimes, ratios), zip(runtimes[1:], ratios[1:]))
-            ]
-            rows.append(
-                {"mode": mode, "ratios": list(ratios), "model_runtime_s": runtimes, "growth_per_doubling": growth}
-            )
-            lines.append(
-                f"{mode}: runtime per doubling of work per victim between "
-                + ", ".join(f"{a}:1-{b}:1 {_x(g)}" for a, b, g in zip(ratios, ratios[1:], growth))
-                + (
-                    f" (paper: about {paper.SWEEP_NONE_GROWTH_PER_DOUBLING:g}x from 8:1 on)"
-                    if not flow_mode(mode).has_credits
-                    else ""
-                )
-            )
-        rank, node = (_runtime(points, paper.SWEEP_RANKS, m, 1) for m in paper.SWEEP_COMPARED_MODES)
-        lines.append(
-            f"node over rank at 4096:1: {_x(_ratio(rank, node))} in the model, "
-            f"{paper.SWEEP_NODE_OVER_RANK_AT_HIGH_RATIO:g}x in the paper"
-        )
-    elif name == "stranding":
-        ranks = points[0]["ranks"] if points else 0
-        rank, none = (_runtime(points, ranks, mode) for mode in paper.STRANDING_COMPARED_MODES)
-        credits = {p["mode"]: p["credit_messages_at_bytes_asked"] for p in points if p["status"] == "ok"}
-        rows.append({"model_rank_over_none": _ratio(rank, none), "credit_messages": credits})
-        lines.append(
-            f"rank runtime over none: {_x(_ratio(rank, none))} in the model; the paper's trace replay at 14,336 "
-            f"ranks: about {paper.STRANDING_RANK_OVER_NONE_RUNTIME:g}x"
-        )
-        lines.append(
-            "credit messages: "
-            + ", ".join(f"{mode} {count:,}" for mode, count in credits.items())
-            + "; the paper: rank 17.8-26.4 million, node 117k-435k per trial (another workload and size)"
-        )
-    return {"rows": rows, "lines": lines}
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
-
-
-def _x(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}x"
-
-
 def _plot_paper(results: dict[str, Any], path: str) -> str | None:
     if figure_missing():
         print(figure_missing())
         return None
     from . import paper
+    from .paper_comparison import finished_at_bytes_asked
 
     plt = pyplot()
     panels = [name for name in ("table1", "goodput", "victims", "stranding") if name in results]
@@ -1015,7 +639,7 @@ def _plot_paper(results: dict[str, Any], path: str) -> str | None:
         points = results[name]["points"]
         for mode in MODES:
             # a point whose victim node would have run out of memory at the bytes asked has no runtime to show
-            mine = [p for p in points if p["mode"] == mode and _finished(p)]
+            mine = [p for p in points if p["mode"] == mode and finished_at_bytes_asked(p)]
             if not mine:
                 continue
             lost = sorted({p["ranks"] for p in points if p["mode"] == mode} - {p["ranks"] for p in mine})

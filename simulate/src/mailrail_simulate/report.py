@@ -29,7 +29,8 @@ def _read(path: str) -> dict[str, Any] | None:
     return document
 
 
-def _value(value: Any) -> str:
+def _number_text(value: Any) -> str:
+    """A parameter's or a runtime's value as a table shows it: 3 significant digits, or an integer with commas."""
     if value is None:
         return "null"
     if isinstance(value, float):
@@ -39,11 +40,13 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def _scaled(value: float | None, unit: float) -> str:
+def _in_units(value: float | None, unit: float) -> str:
+    """*value* in *unit*s (1e6: Mb/s of bits/s; MIB: MiB of bytes), whole, with commas (``-`` for None)."""
     return "-" if value is None else f"{value / unit:,.0f}"
 
 
-def _abs_pct(value: float | None) -> str:
+def _abs_percent(value: float | None) -> str:
+    """An absolute relative error as ``12%`` (``-`` for None)."""
     return "-" if value is None else f"{value:.0%}"
 
 
@@ -76,7 +79,7 @@ def calibration_markdown() -> str:
     for name, value in calibrated["params"].items():
         other = own.get(name, value)
         source = sources.get(name, "inherited: calibrated here")
-        lines.append(f"| `{name}` | {_value(value)} | {_value(other)} | {source} |")
+        lines.append(f"| `{name}` | {_number_text(value)} | {_number_text(other)} | {source} |")
     return "\n".join(lines) + "\n"
 
 
@@ -97,7 +100,11 @@ def validation_markdown() -> str:
     lines += ["", "| figure (held-out run) | median abs. goodput error | median abs. memory error | outcomes agree |"]
     lines.append("|---|---|---|---|")
     for figure, summary in validation["figures"].items():
-        cells = [figure, _abs_pct(summary["median_abs_goodput_error"]), _abs_pct(summary["median_abs_memory_error"])]
+        cells = [
+            figure,
+            _abs_percent(summary["median_abs_goodput_error"]),
+            _abs_percent(summary["median_abs_memory_error"]),
+        ]
         lines.append("| " + " | ".join(cells) + f" | {summary['outcomes_agree']}/{summary['cases']} |")
     goodput, flood = validation["goodput"], validation["unconstrained_memory"]
     lines += [
@@ -107,7 +114,7 @@ def validation_markdown() -> str:
         f"median **{goodput['median_abs_error']:.0%}**, largest {goodput['max_abs_error']:.0%} "
         f"({goodput['cases']} runs); victim memory median {flood['median_abs_error']:.0%} and largest "
         f"{flood['max_abs_error']:.0%} in the {flood['cases']} unconstrained runs that finished "
-        f"(the credit modes' victims stay at their baseline, within {_abs_pct(_credit_memory(validation))}). "
+        f"(the credit modes' victims stay at their baseline, within {_abs_percent(_credit_memory(validation))}). "
         f"Outcomes (finished or out of memory) agree in {sum(r['outcome_agrees'] for r in validation['cases'])} "
         f"of {len(validation['cases'])}. {validation['wall_s']:.0f} s to predict them all.",
     ]
@@ -127,11 +134,11 @@ def _case_cells(row: dict[str, Any]) -> list[str]:
         row["figure"],
         row["mode"],
         outcome,
-        _scaled(row["measured_goodput_bps"], 1e6),
-        _scaled(row["predicted_goodput_bps"] if modelled else None, 1e6),
+        _in_units(row["measured_goodput_bps"], 1e6),
+        _in_units(row["predicted_goodput_bps"] if modelled else None, 1e6),
         signed_percent(row["goodput_error"]),
-        _scaled(row["measured_victim_bytes"], MIB),
-        _scaled(row["predicted_victim_bytes"] if modelled else None, MIB),
+        _in_units(row["measured_victim_bytes"], MIB),
+        _in_units(row["predicted_victim_bytes"] if modelled else None, MIB),
         signed_percent(row["memory_error"]),
     ]
 
@@ -297,7 +304,7 @@ def paper_markdown() -> str:
             if ok and p.get("status_at_bytes_asked") == "out_of_memory":  # its victim's node, grown to the bytes
                 runtime = "out of memory at the bytes asked"
             else:
-                runtime = _value(p["runtime_s_at_bytes_asked"]) if ok else p["status"].replace("_", " ")
+                runtime = _number_text(p["runtime_s_at_bytes_asked"]) if ok else p["status"].replace("_", " ")
             resent = p.get("retransmitted_fraction")
             cells = [
                 f"{p['ranks']:,}",
@@ -332,15 +339,16 @@ def _table_one(experiment: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in experiment["paper"]["rows"]:
-        lines.append(
-            f"| {row['ranks']:,} | {_value(row['paper_none_s'])} | {_value(row['model_none_s'])} | "
-            f"{_value(row['paper_rank_s'])} | {_value(row['model_rank_s'])} | {_value(row['paper_node_s'])} | "
-            f"{_value(row['model_node_s'])} | {_value(row['model_adaptive_s'])} | "
-            f"{_x(row['paper_rank_speedup'])} / {_x(row['model_rank_speedup'])} | "
-            f"{_x(row['paper_node_speedup'])} / {_x(row['model_node_speedup'])} |"
-        )
+        runtimes = ("paper_none_s", "model_none_s", "paper_rank_s", "model_rank_s", "paper_node_s", "model_node_s")
+        cells = [f"{row['ranks']:,}", *(_number_text(row[key]) for key in (*runtimes, "model_adaptive_s"))]
+        cells += [
+            f"{_times_text(row[f'paper_{mode}_speedup'])} / {_times_text(row[f'model_{mode}_speedup'])}"
+            for mode in ("rank", "node")
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
 
-def _x(value: float | None) -> str:
+def _times_text(value: float | None) -> str:
+    """A ratio as ``12x`` or ``2.5x`` (``-`` for None)."""
     return "-" if value is None else f"{value:,.0f}x" if value >= 10 else f"{value:.2g}x"
