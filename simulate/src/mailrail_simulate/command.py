@@ -9,8 +9,8 @@
 
 Each command parses its arguments, calls the package's modules and prints and writes what they return: the
 points come from :mod:`.projection`, the fit from :mod:`.calibrate`, the predictions from :mod:`.validation`,
-the comparison with the paper from :mod:`.paper_comparison`.  The MPI experiments that measure parameters are
-their own modules (:mod:`.measure`).
+the comparison with the paper from :mod:`.paper_comparison`.  The MPI experiments that measure parameters,
+``simulate measure-matching`` and ``measure-idle``, are their own modules (:mod:`.measure`).
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ class ModelParams:
     # CPU time of one rank (seconds)
     send_cpu_s: float = 2e-6  # one payload send: MailRail's send path and MPI's
     recv_cpu_s: float = 2e-6  # one payload received, handed to the application and released
-    # extra matching cost per message waiting in MPI's unexpected queue: 0 measured for MailRail's wildcard
-    # receives, about 2.2e-8 for a receive by tag (data/matching, ``mailrail bench matching``)
+    # extra matching cost per message waiting in MPI's unexpected queue: none measured for MailRail's wildcard
+    # receives, a scan of the queue for a receive by tag (data/matching, ``mailrail simulate measure-matching``;
+    # the figures: docs/simulate.md)
     match_per_entry_s: float = 0.0
     credit_cpu_s: float = 1e-6  # one credit message, at either end (sent or received)
     # memory

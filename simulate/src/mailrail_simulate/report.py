@@ -15,7 +15,7 @@ VALIDATION = os.path.join(DATA_DIR, "validation.json")
 #: The held-out runs with shallow link queues, predicted with the virtual cluster's TCP set (``tcp.json``).
 LOSSY_VALIDATION = os.path.join(DATA_DIR, "validation-lossy.json")
 TCP = os.path.join(DATA_DIR, "tcp.json")
-#: ``mailrail bench matching`` runs on this machine: what the model's matching and ingest terms rest on.
+#: ``mailrail simulate measure-matching`` runs on this machine: what the model's matching and ingest terms rest on.
 MATCHING_DIR = os.path.join(DATA_DIR, "matching")
 PAPER = os.path.join(DATA_DIR, "paper.json")
 MIB = 1 << 20
@@ -238,7 +238,7 @@ def _credit_memory(validation: dict[str, Any]) -> float | None:
 
 
 def matching_markdown() -> str:
-    """The recorded ``bench matching`` runs, one table each (microseconds per receive: medians)."""
+    """The recorded ``simulate measure-matching`` runs, one table each (microseconds per receive: medians)."""
     names = sorted(os.listdir(MATCHING_DIR)) if os.path.isdir(MATCHING_DIR) else []
     if not names:
         return "(no matching runs shipped)\n"

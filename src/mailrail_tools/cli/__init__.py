@@ -72,14 +72,6 @@ COMMANDS = {
         "CountingSet.add (uniform and Zipf keys) vs the Coalescer histogram it replaces",
     ),
     ("bench", "atomics"): ("mailrail_tools.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
-    ("bench", "matching"): (
-        "mailrail_simulate.measure.matching",
-        "a receive's cost as MPI's unexpected-message queue grows, 10^3 to 10^7 messages (mpiexec -n 2+)",
-    ),
-    ("bench", "idle-cost"): (
-        "mailrail_simulate.measure.idle",
-        "what idle ranks cost a busy one on shared cores, and a receive per connected peer (TCP, shared memory)",
-    ),
     ("bench", "adversarial"): (
         "mailrail_tools.bench.adversarial",
         "adversarial incast: every rank floods a few victims (mpiexec -n 2+)",
@@ -139,6 +131,14 @@ COMMANDS = {
     ("simulate", "cpu-split"): (
         "mailrail_simulate.command:cpu-split",
         "where a sampled compare run's CPU went, per trial: per message, per node, the implied idle share",
+    ),
+    ("simulate", "measure-matching"): (
+        "mailrail_simulate.measure.matching",
+        "a receive's cost as MPI's unexpected-message queue grows, 10^3 to 10^7 messages (mpiexec -n 2+)",
+    ),
+    ("simulate", "measure-idle"): (
+        "mailrail_simulate.measure.idle",
+        "what idle ranks cost a busy one on shared cores, and a receive per connected peer (TCP, shared memory)",
     ),
     ("trace", "stats"): ("mailrail_tools.replay.stats", "a trace's ranks, phases, messages, byte matrix and heatmap"),
     ("trace", "generate"): ("mailrail_tools.replay.generate", "write a synthetic binary trace: uniform, zipf or rmat"),

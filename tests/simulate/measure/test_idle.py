@@ -1,6 +1,6 @@
-"""``mailrail bench idle-cost`` end to end at a tiny size, under real mpiexec jobs over TCP and shared memory: every
-point finishes, every message is checked, the JSON has its figures and fits.  Correctness only: the figures
-themselves are the benchmark's."""
+"""``mailrail simulate measure-idle`` end to end at a tiny size, under real mpiexec jobs over TCP and shared
+memory: every point finishes, every message is checked, the JSON has its figures and fits.  Correctness only:
+the figures themselves are the experiment's."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.mpi
 def test_both_experiments_run_on_both_transports_and_report_their_figures(tmp_path):
     out = tmp_path / "idle.json"
     completed = mailrail(
-        "bench", "idle-cost", "--idle", "1,2", "--peers", "1,2", "--reps", "2", "--work-ms", "1",
+        "simulate", "measure-idle", "--idle", "1,2", "--peers", "1,2", "--reps", "2", "--work-ms", "1",
         "--messages", "300", "--time-limit", "60", "--json", str(out),
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -58,7 +58,7 @@ def test_the_fits_are_lines_through_what_was_measured():
 
 
 def test_it_refuses_to_run_inside_a_job():
-    completed = mailrail("bench", "idle-cost", env={"OMPI_COMM_WORLD_SIZE": "2"})
+    completed = mailrail("simulate", "measure-idle", env={"OMPI_COMM_WORLD_SIZE": "2"})
     assert completed.returncode == 2 and "run it without mpiexec" in completed.stderr
 
 

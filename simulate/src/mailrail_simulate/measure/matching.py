@@ -1,4 +1,4 @@
-"""``mailrail bench matching``: what a receive costs as MPI's unexpected-message queue grows.
+"""``mailrail simulate measure-matching``: what a receive costs as MPI's unexpected-message queue grows.
 
 The model of incast (``mailrail simulate``) needs to know whether a receive gets slower when many messages
 wait unexpected at the victim, and by how much.  This measures it on the MPI at hand, on the wire at hand
@@ -18,8 +18,9 @@ the receiver's resident memory and minor page faults per queued message.  Every 
 (the rest with the wildcard) and checked by its tag, source and size: each index exactly once.  ``K`` is at
 most the MPI's largest tag.
 
-Run it as ``mailrail run -n 2 bench matching`` (one sender), ``-n 4`` (three senders: any-source scans
-several queues), and ``mailrail run -n 2 --cluster 2 bench matching`` for TCP between two nodes.
+Run it as ``mailrail run -n 2 simulate measure-matching`` (one sender), ``-n 4`` (three senders: any-source
+scans several queues), and ``mailrail run -n 2 --cluster 2 simulate measure-matching`` for TCP between two
+nodes.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ from mailrail_tools.memory import memory_problem
 from mailrail_tools.mpi_facts import mpi_library
 from mailrail_tools.output import format_table, write_json
 
-#: Queue lengths measured by default: 10^3 to 10^6 (add 10000000 for the issue's 10^7; about 1 KiB each).
+#: Queue lengths measured by default: 10^3 to 10^6 (add 10000000 for the issue's 10^7, if the receiver has the
+#: memory: BYTES_PER_QUEUED_MESSAGE each is checked first).
 DEFAULT_QUEUES = [1_000, 10_000, 100_000, 1_000_000]
 #: A generous bound of a queued 8-byte message's cost to the receiver (MPI's descriptor and fragment),
 #: for the memory check before a run; the run measures the real figure.
 BYTES_PER_QUEUED_MESSAGE = 1024
+#: The command, as its errors name it.
+COMMAND = "simulate measure-matching"
 KINDS = ("head, wildcard", "tail, any source", "tail, specific")
 SENDER_WINDOW = 1024  # a sender's sends completed together
 
@@ -80,22 +84,22 @@ def run(args: argparse.Namespace) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     if size < 2:
         return usage_error(
-            "bench matching",
-            f"needs 2 or more ranks (one receiver), got {size}: mailrail run -n 2 bench matching",
+            COMMAND,
+            f"needs 2 or more ranks (one receiver), got {size}: mailrail run -n 2 {COMMAND}",
             comm,
         )
     tag_ub = int(comm.Get_attr(MPI.TAG_UB))
     largest = max(args.queue)
     if largest >= tag_ub:
         return usage_error(
-            "bench matching",
+            COMMAND,
             f"--queue {largest}: this MPI's tags stop at {tag_ub} (a message's tag is its index)",
             comm,
         )
     need = (BYTES_PER_QUEUED_MESSAGE + args.bytes) * largest if rank == 0 else 8 * largest
     problem = memory_problem(comm, need, f"a queue of {largest:,} messages")
     if problem:
-        return usage_error("bench matching", problem, comm)
+        return usage_error(COMMAND, problem, comm)
     wire = comm.Dup()  # the measured traffic alone on its communicator
     rows: list[dict[str, Any]] = []
     try:
@@ -187,13 +191,11 @@ def _measure(wire: Any, queue: int, receives: int, nbytes: int, tag_ub: int) -> 
         index = status.Get_tag()
         if not 0 <= index < queue or seen[index] or status.Get_source() != 1 + index % senders:
             raise AssertionError(
-                f"bench matching: message {index} from rank {status.Get_source()} received twice, out of range "
+                f"{COMMAND}: message {index} from rank {status.Get_source()} received twice, out of range "
                 f"0..{queue - 1} or from the wrong sender"
             )
         if status.Get_count(MPI.BYTE) != nbytes:
-            raise AssertionError(
-                f"bench matching: message {index} has {status.Get_count(MPI.BYTE)} bytes, not {nbytes}"
-            )
+            raise AssertionError(f"{COMMAND}: message {index} has {status.Get_count(MPI.BYTE)} bytes, not {nbytes}")
         seen[index] = True
         return took
 
@@ -214,7 +216,7 @@ def _measure(wire: Any, queue: int, receives: int, nbytes: int, tag_ub: int) -> 
     for _ in range(queue - 3 * receives):
         take(MPI.ANY_SOURCE, MPI.ANY_TAG)
     if not seen.all():
-        raise AssertionError(f"bench matching: {int((~seen).sum())} of {queue} messages never arrived")
+        raise AssertionError(f"{COMMAND}: {int((~seen).sum())} of {queue} messages never arrived")
     wire.Barrier()
     return {
         "queue": queue,
