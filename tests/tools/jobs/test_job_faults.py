@@ -701,8 +701,14 @@ def test_a_process_ending_itself_ignores_termination_signals(restored_signal_han
     Terminated"), once on MPICH's wheel."""
     control.handle_termination_signals()
     control.ignore_termination_signals()
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(0.2)  # (a raised Terminated would interrupt this)
+    slept = False
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to this thread before kill() returns
+        time.sleep(0.2)
+        slept = True
+    except control.Terminated as raised:
+        pytest.fail(f"the signal was raised while the process ends itself: {raised}")
+    assert slept and signal.SIGTERM not in signal.sigpending()
 
 
 def test_signals_in_a_deferred_block_are_raised_at_its_end(restored_signal_handlers):
