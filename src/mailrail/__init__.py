@@ -23,7 +23,9 @@ from .errors import (
 )
 
 if TYPE_CHECKING:  # the real classes for type checkers; at run time __getattr__ imports them on first use
+    from .channels import Rail
     from .coalesce import Coalescer
+    from .interfaces import DatagramRail
     from .rail import MailRail, Message
 
 __version__ = "0.1.0"
@@ -31,6 +33,8 @@ __version__ = "0.1.0"
 __all__ = [
     "MailRail",
     "Message",
+    "Rail",
+    "DatagramRail",
     "Coalescer",
     "Config",
     "MailRailError",
@@ -58,6 +62,14 @@ def __getattr__(name: str) -> Any:
         from . import rail
 
         return getattr(rail, name)
+    if name == "Rail":  # the types a program's own functions take a rail by (no MPI to import them)
+        from .channels import Rail
+
+        return Rail
+    if name == "DatagramRail":
+        from .interfaces import DatagramRail
+
+        return DatagramRail
     if name == "Coalescer":
         from .coalesce import Coalescer
 

@@ -44,14 +44,15 @@ import struct
 import types
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .collectives import collective
 from .errors import InvalidDestinationError, MailRailError, MessageSizeError, ProtocolError
+from .interfaces import DatagramRail
 
-__all__ = ["Channel", "Channels", "HEADER_SIZE", "ALIGNMENT", "check_by_reference", "name_of"]
+__all__ = ["Rail", "Channel", "Channels", "HEADER_SIZE", "ALIGNMENT", "check_by_reference", "name_of"]
 
 #: Segment header: channel number, magic, kind, payload bytes.
 HEADER = struct.Struct("<HBBI")
@@ -79,6 +80,22 @@ def _aligned(offset: int) -> int:
 def rank_sort_dtype(ranks: int) -> type:
     """The narrowest unsigned type for rank numbers: numpy's stable sort is a radix sort for it."""
     return np.uint16 if ranks <= 1 << 16 else np.uint32
+
+
+@runtime_checkable
+class Rail(DatagramRail, Protocol):
+    """A rail with channels: :class:`~mailrail.interfaces.DatagramRail`, and the :class:`Channels` its
+    containers, Coalescers and calls share.  What the containers take; :class:`~mailrail.rail.MailRail` and
+    :mod:`mailrail.testing`'s rails are ones."""
+
+    @property
+    def channels(self) -> Channels:
+        """The rail's multiplexer (made on first use)."""
+        ...
+
+    def call(self, dest: int, fn: Callable[..., object], *args: Any) -> None:
+        """Run ``fn(*args)`` on rank *dest*, asynchronously (an active message)."""
+        ...
 
 
 class Channel:
@@ -163,7 +180,7 @@ class Channels:
     constructed collectively); :meth:`open` checks it.
     """
 
-    def __init__(self, rail: Any, comm: Any) -> None:
+    def __init__(self, rail: DatagramRail, comm: Any) -> None:
         self.rail = rail
         self.rank: int = rail.rank
         self.size: int = rail.size
@@ -540,7 +557,7 @@ class Channels:
         while buf is None:  # backpressure: deliver what arrives until a send buffer frees up
             self._poll_once()
             buf = rail.reserve_send_buffer()
-        return buf  # type: ignore[no-any-return]
+        return buf
 
     def _send(self, dest: int, buf: np.ndarray, nbytes: int) -> None:
         self.rail.send(dest, buf, nbytes)

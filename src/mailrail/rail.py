@@ -46,10 +46,11 @@ from .flow.base import FlowControl
 from .flow.modes import FlowParts, NodeLayout, flow_mode
 from .flow.node_memory import NodeTopology, SharedWindowCounters
 from .flow.sizing import CreditBudget
+from .interfaces import Message
 from .quiescence import TerminationDetector
 from .transport import choose
 from .transport import implementation as implementation_named
-from .transport.base import Message, Transport, Tuning
+from .transport.base import Transport, Tuning
 
 __all__ = ["MailRail", "Message", "AGREED_KNOBS"]
 

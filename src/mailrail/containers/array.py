@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..channels import Rail
 from ..collectives import collective
 from .base import REDUCTIONS, Container, Lookup, ufunc_of
 from .partition import BlockPartitioner
@@ -73,7 +74,7 @@ class Array(Container):
     kind = "Array"
 
     @collective
-    def __init__(self, rail: Any, length: int, dtype: Any = np.float64) -> None:
+    def __init__(self, rail: Rail, length: int, dtype: Any = np.float64) -> None:
         super().__init__(rail)
         try:
             length = operator.index(length)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..channels import Rail
 from ..collectives import collective
 from .base import Container
 from .counting_set import canonical
@@ -31,7 +32,7 @@ class Bag(Container):
     kind = "Bag"
 
     @collective
-    def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
+    def __init__(self, rail: Rail, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
         if self.dtype.hasobject or self.dtype.itemsize == 0:

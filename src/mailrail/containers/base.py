@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..channels import Channel, Channels
+from ..channels import Channel, Channels, Rail
 from ..collectives import collective
 from .partition import HashPartitioner
 
@@ -76,7 +76,7 @@ class Container:
     #: The container's name in errors (its class name).
     kind = "Container"
 
-    def __init__(self, rail: Any) -> None:
+    def __init__(self, rail: Rail) -> None:
         self.rail = rail
         self.channels: Channels = rail.channels
         self.rank: int = rail.rank

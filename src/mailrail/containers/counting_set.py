@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ..channels import Rail
 from ..collectives import collective
 from .base import Container, Lookup, as_keys
 from .hot import split_hot
@@ -269,7 +270,7 @@ class CountingSet(Container):
     hot_keys_max = 1 << 12
 
     @collective
-    def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
+    def __init__(self, rail: Rail, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
         if self.dtype.hasobject or self.dtype.itemsize == 0:

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..channels import Rail
 from ..collectives import collective
 from .base import Container, Lookup, as_keys
 from .partition import key_words
@@ -197,7 +198,7 @@ class DisjointSet(Container):
     kind = "DisjointSet"
 
     @collective
-    def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
+    def __init__(self, rail: Rail, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
         if self.dtype.hasobject or self.dtype.itemsize == 0:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, check_by_reference, name_of
+from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, Rail, check_by_reference, name_of
 from ..collectives import collective
 from ..errors import MailRailError, MessageSizeError
 from .base import Container, Lookup, as_keys, ufunc_of
@@ -142,7 +142,7 @@ class Map(Container):
     pending_limit = 1 << 16
 
     @collective
-    def __init__(self, rail: Any, key_dtype: npt.DTypeLike, value_dtype: npt.DTypeLike) -> None:
+    def __init__(self, rail: Rail, key_dtype: npt.DTypeLike, value_dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.key_dtype: np.dtype[Any] = np.dtype(key_dtype)
         self.value_dtype: np.dtype[Any] = np.dtype(value_dtype)

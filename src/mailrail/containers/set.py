@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..channels import Rail
 from ..collectives import collective
 from .base import Container, Lookup, as_keys
 from .counting_set import distinct_keys
@@ -37,7 +38,7 @@ class Set(Container):
     pending_limit = 1 << 16
 
     @collective
-    def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
+    def __init__(self, rail: Rail, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
         if self.dtype.hasobject or self.dtype.itemsize == 0:

@@ -66,6 +66,7 @@ from ..errors import (
     report_undelivered,
 )
 from ..flow.modes import UNCONSTRAINED
+from ..interfaces import Message as ArrivedMessage
 from ..pool import SlotPool
 from ..protocol import (
     FREE,
@@ -497,7 +498,7 @@ class Rail:
             self._run.switch(self.rank, "receive() (it returned None)")
         return message
 
-    def release_receive_buffer(self, message: Message) -> None:
+    def release_receive_buffer(self, message: ArrivedMessage) -> None:
         """Give *message*'s receive slot back (its bytes are overwritten at once)."""
         if self._finalized:
             raise finalized("release_receive_buffer()")

@@ -12,9 +12,11 @@ Endpoint and which Transport (Python, or both compiled) is chosen once, in
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
+
+from ..interfaces import Message
 
 #: Most in-flight sends reclaimed per progress call, oldest first.
 SEND_TEST_WINDOW = 8
@@ -30,33 +32,6 @@ CREDIT_RECEIVES = 8
 #: that on an oversubscribed machine the rank that has work runs (credit modes of the incast
 #: benchmark, 16 ranks on 2 cores: 1.5x the goodput of 16 spins).
 IDLE_SPINS = 4
-
-
-@runtime_checkable
-class Message(Protocol):
-    """An arrived message: ``data`` is a read-only view of ``nbytes`` bytes from rank ``source``.
-
-    ``data`` lies in the receive pool and is valid until
-    :meth:`~mailrail.rail.MailRail.release_receive_buffer`; copy what must outlive it.  Each
-    implementation's Endpoint makes its own (:class:`mailrail.protocol.Message`, or the compiled
-    ``mailrail._protocol.Message``); both have these three attributes.
-    """
-
-    @property
-    def source(self) -> int:
-        """The rank that sent it (in :attr:`MailRail.comm <mailrail.rail.MailRail.comm>`)."""
-        ...
-
-    @property
-    def nbytes(self) -> int:
-        """Its length in bytes: the *nbytes* the sender passed to :meth:`~mailrail.rail.MailRail.send`."""
-        ...
-
-    @property
-    def data(self) -> np.ndarray:
-        """The *nbytes* bytes, a read-only ``uint8`` array viewing the receive pool (no copy); view it as
-        another dtype with ``message.data.view(dtype)``."""
-        ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from mailrail import Rail
+
 from ..alltoallv import alltoallv_exchange as exchange
 from ..flags import missing_module, usage_error
 from ..memory import memory_problem
@@ -160,7 +162,7 @@ class ConnectedComponents:
 
     # -- MailRail: asynchronous ---------------------------------------------
 
-    def run_mailrail(self, rail: Any) -> dict[str, Any]:
+    def run_mailrail(self, rail: Rail) -> dict[str, Any]:
         from mailrail.coalesce import Coalescer  # MailRail starts MPI: imported when the run begins, not to parse flags
 
         first = self.reset()

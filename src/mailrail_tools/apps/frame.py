@@ -15,6 +15,7 @@ import statistics
 import time
 from typing import Any, Protocol
 
+from mailrail import Rail
 from mailrail.config import FLOW_CONTROL_MODES
 
 from ..flags import SEED_MAX, add_rail_arguments, checked_rail_options, choice_list, int_in, one_line_errors
@@ -54,7 +55,7 @@ class App(Protocol):
     def workload(self) -> dict[str, Any]:
         """Collective: what was computed on what, the JSON document's ``workload``."""
 
-    def run_mailrail(self, rail: Any) -> dict[str, Any]:
+    def run_mailrail(self, rail: Rail) -> dict[str, Any]:
         """One trial on *rail*; returns its figures (besides the runtime) and leaves the result to check."""
 
     def run_alltoallv(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from mailrail import Rail
 from mailrail.config import Config
 from mailrail.containers.array import Array
 from mailrail.containers.partition import BlockPartitioner, hash_words
@@ -158,7 +159,7 @@ class FeatureAggregation:
 
     # -- MailRail: Array.gather -------------------------------------------------
 
-    def features_on(self, rail: Any) -> Array:
+    def features_on(self, rail: Rail) -> Array:
         """The features as an :class:`~mailrail.containers.array.Array` on *rail*, made (collectively) and filled
         by each rank in its own block in the first trial on it."""
         array = self._arrays.get(id(rail))
@@ -168,7 +169,7 @@ class FeatureAggregation:
             view[:] = self.block
         return array
 
-    def run_mailrail(self, rail: Any) -> dict[str, Any]:
+    def run_mailrail(self, rail: Rail) -> dict[str, Any]:
         self.output[:] = 0  # a value never gathered must not pass as the last trial's
         array = self.features_on(rail)
         sent_before = rail.stats()["messages_sent"]

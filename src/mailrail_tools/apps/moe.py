@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from mailrail import Rail
+
 from ..alltoallv import alltoallv_exchange as exchange
 from ..flags import float_in, int_in, usage_error
 from ..memory import memory_problem
@@ -153,7 +155,7 @@ class MixtureOfExperts:
 
     # -- MailRail: asynchronous dispatch and combine --------------------------
 
-    def run_mailrail(self, rail: Any) -> dict[str, Any]:
+    def run_mailrail(self, rail: Rail) -> dict[str, Any]:
         from mailrail.coalesce import Coalescer  # MailRail starts MPI: imported when the run begins, not to parse flags
 
         self.results[:] = 0  # a result that never came home must not pass as the last trial's

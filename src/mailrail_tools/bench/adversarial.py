@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from mailrail import Rail
 from mailrail.config import FLOW_CONTROL_MODES
 from mailrail.errors import ConfigError
 
@@ -408,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if document["summary"]["accounting_ok"] else 1
 
 
-def _finish_rail(rail: Any, victim: bool, rss_start: int, internode_bytes: int) -> dict[str, Any]:
+def _finish_rail(rail: Rail, victim: bool, rss_start: int, internode_bytes: int) -> dict[str, Any]:
     """Finalize *rail*; this rank's entry of ``ranks_detail`` (its counters, memory and what was undelivered)."""
     stats = rail.stats()
     undelivered = rail.finalize()

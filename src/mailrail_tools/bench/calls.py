@@ -15,6 +15,8 @@ import statistics
 import time
 from typing import Any
 
+from mailrail import Rail
+
 from ..flags import MPI_INT_MAX, add_rail_arguments, int_in, one_line_errors, rail_options, usage_error
 from ..mpi_facts import mpi_library
 from ..output import format_table, write_json
@@ -113,7 +115,7 @@ def _check(comm: Any, sender: bool, n: int, what: str) -> None:
         )
 
 
-def _call_rate(comm: Any, rail: Any, peer: int, sender: bool, n: int) -> float:
+def _call_rate(comm: Any, rail: Rail, peer: int, sender: bool, n: int) -> float:
     """Calls per second for one pair, from the first call to the end of the barrier that completes them."""
     from mailrail._mpi import MPI
 
