@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 import sys
@@ -30,29 +29,10 @@ from mailrail.errors import (
     UndeliveredError,
     UndeliveredWarning,
 )
-from mailrail.flow import MODE_NAMES, flow_mode
+from mailrail.flow import flow_mode
 from mailrail.testing import DeadlockError, LivelockError, World
-from mailrail.testing.stack import IMPLEMENTATIONS, unavailable
 from mailrail.testing.world import POISON
-
-#: What moves a World's messages: its model, or MailRail's real stack in an implementation and flow-control mode.
-BACKENDS = ("model", *(f"{implementation}/{mode}" for implementation in IMPLEMENTATIONS for mode in MODE_NAMES))
-
-
-def make_world(backend: str, size: int = 2, seed: int = 0, **knobs) -> World:
-    """A World on *backend*; in an implementation, with at least the receive slots the mode needs for *size* ranks
-    (a test's tiny pools are the model's; the real credit modes refuse fewer, as MailRail does)."""
-    if backend == "model":
-        return World(size, seed, **knobs)
-    implementation, mode = backend.split("/")
-    reason = unavailable(implementation)
-    if reason is not None:
-        pytest.skip(reason)
-    # Two credits per sender at least: with one, a handler that holds its message while it forwards others
-    # (as hops() does) waits for the credit its own message holds, a deadlock on MPI as here.
-    least = flow_mode(mode).least_recv_slots(ranks=size, nodes=1)
-    knobs["recv_pool_slots"] = max(knobs.get("recv_pool_slots", 64), 2 * least)
-    return World(size, seed, implementation=implementation, flow_control=mode, **knobs)
+from worlds import BACKENDS, make_world
 
 
 @pytest.fixture(params=BACKENDS)
@@ -303,173 +283,7 @@ def test_a_barrier_without_handler_dispatches_to_the_channels_and_refuses_other_
     assert "raised on rank 1" in "".join(caught.value.__notes__)
 
 
-# -- channels and calls ----------------------------------------------------------------------------
-
-#: A call's rank-local state: a MailRail process has one rank, so a module global is its rank's; in a World the
-#: ranks are threads of one process, and a threading.local() is what keeps them apart (and works on MPI too).
-STATE = threading.local()
-
-
-def visit(ttl: int, path: tuple[int, ...]) -> None:
-    """A call that calls on: it runs on the rank it was sent to, and forwards itself *ttl* more times."""
-    rail = STATE.rail
-    STATE.visits.append(path + (rail.rank,))
-    if ttl:
-        rail.call((rail.rank + ttl) % rail.size, visit, ttl - 1, path + (rail.rank,))
-
-
-def channels_and_calls(rail, keys_per_rank: int):
-    STATE.rail, STATE.visits = rail, []
-    received = []
-    channel = rail.channels.open(np.uint64, lambda source, records: received.extend(records.tolist()))
-    keys = np.arange(keys_per_rank, dtype=np.uint64) + np.uint64(1000 * rail.rank)
-    channel.send(keys % np.uint64(rail.size), keys)
-    rail.call((rail.rank + 1) % rail.size, visit, 3, ())
-    rail.barrier()  # delegated to the channels: flushes, dispatches, waits for calls made by calls
-    return sorted(received), STATE.visits, rail.finalize()
-
-
-@pytest.mark.parametrize("seed", [0, 5])
-def test_channel_records_and_calls_made_from_calls_all_arrive(seed, backend):
-    size, per_rank = 3, 700  # 700 records of 8 bytes: several 512-byte datagrams per destination
-    results = make_world(backend, size, seed, datagram_size=512, send_pool_slots=2, recv_pool_slots=2).run(
-        channels_and_calls, per_rank
-    )
-    everything = sorted(key for keys, _, _ in results for key in keys)
-    assert everything == sorted(1000 * r + i for r in range(size) for i in range(per_rank))
-    for rank, (keys, _, report) in enumerate(results):
-        assert all(key % size == rank for key in keys) and not any(report.values())
-    visits = sorted(path for _, paths, _ in results for path in paths)
-    assert len(visits) == 4 * size  # each rank's call ran, then called on three times
-    assert {len(path) for path in visits} == {1, 2, 3, 4}
-
-
-def requests_answered_by_fill(rail, asks_per_rank: int):
-    """Each rank asks every rank for values; the owners answer from their handlers with fill_to (records
-    written in send buffers while spare ones last, the rest through arrays), as Array.gather does."""
-    reply_dtype = np.dtype([("position", np.int64), ("value", np.float64, (3,))])
-    answers = np.full((asks_per_rank, 3), -1.0)
-    replies = rail.channels.open(reply_dtype, lambda source, got: answers.__setitem__(got["position"], got["value"]))
-
-    def answer(source, asked):
-        positions = asked.copy()  # the handler's view of the receive buffer: fill reads it before returning
-
-        def fill(view, start, stop):
-            view["position"] = positions[start:stop]
-            view["value"] = (positions[start:stop, None] + np.arange(3) + 10.0 * rail.rank).astype(np.float64)
-
-        replies.fill_to(source, len(asked), fill)
-
-    requests = rail.channels.open(np.int64, answer)
-    positions = np.arange(asks_per_rank, dtype=np.int64)
-    requests.send(positions % rail.size, positions)
-    replies.fill_to((rail.rank + 1) % rail.size, 0, lambda view, start, stop: None)  # nothing to send
-    rail.barrier()
-    return answers, rail.finalize()
-
-
-@pytest.mark.parametrize("seed, send_slots", [(0, 2), (1, 8), (2, 64)])
-def test_replies_filled_in_send_buffers_arrive_exactly_once(seed, send_slots):
-    size, asks = 3, 500  # 500 requests: several whole reply datagrams per owner, and partial ones
-    results = World(size, seed, datagram_size=1024, send_pool_slots=send_slots, recv_pool_slots=4).run(
-        requests_answered_by_fill, asks
-    )
-    for answers, report in results:
-        positions = np.arange(asks)
-        expected = positions[:, None] + np.arange(3) + 10.0 * (positions % size)[:, None]
-        assert np.array_equal(answers, expected) and not any(report.values())
-
-
-def requests_answered_in_pairs(rail, asks_per_rank: int, deferred: bool):
-    """Each rank asks every rank (itself too) for values; the owners answer with fill_pair_to: positions in
-    one channel's segment, values in the next one's, of the same datagram (from inside the request handler,
-    or deferred until it returns).  The positions handler must run right before the values handler."""
-    value_dtype = np.dtype([("value", np.float64, (3,))])
-    answers = np.full((asks_per_rank, 3), -1.0)
-    pending = []
-    order = []
-
-    def on_positions(source, positions):
-        assert not pending, "two position segments in a row"
-        pending.append(positions.copy())
-        order.append("positions")
-
-    def on_values(source, values):
-        positions = pending.pop()
-        assert len(positions) == len(values)
-        assert (answers[positions] == -1.0).all(), "a value arrived twice"
-        answers[positions] = values["value"]
-        order.append("values")
-
-    heads = rail.channels.open(np.int64, on_positions)
-    bodies = rail.channels.open(value_dtype, on_values)
-
-    def answer(source, positions):
-        def fill(head, body, start, stop):
-            head[:] = positions[start:stop]
-            body["value"] = (positions[start:stop, None] + np.arange(3) + 10.0 * rail.rank).astype(np.float64)
-
-        rail.channels.fill_pair_to(source, len(positions), heads, bodies, fill)
-
-    def on_request(source, asked):
-        if deferred:  # copies: the request's receive buffer is released once this handler returns
-            rail.channels.defer(functools.partial(answer, source, asked.copy()), 2 * len(asked))
-        else:
-            answer(source, asked)
-
-    requests = rail.channels.open(np.int64, on_request)
-    positions = np.arange(asks_per_rank, dtype=np.int64)
-    requests.send(positions % rail.size, positions)
-    rail.channels.fill_pair_to((rail.rank + 1) % rail.size, 0, heads, bodies, lambda *views: None)  # nothing to send
-    rail.barrier()
-    return answers, order, rail.finalize()
-
-
-@pytest.mark.parametrize("deferred", [False, True])
-@pytest.mark.parametrize("seed, send_slots", [(0, 2), (1, 8), (2, 64)])
-def test_paired_replies_arrive_exactly_once_positions_before_values(seed, send_slots, deferred, backend):
-    size, asks = 3, 500  # 500 requests: several whole reply datagrams of 31 pairs per owner, and partial ones
-    world = make_world(backend, size, seed, datagram_size=1024, send_pool_slots=send_slots, recv_pool_slots=4)
-    for answers, order, report in world.run(requests_answered_in_pairs, asks, deferred):
-        positions = np.arange(asks)
-        expected = positions[:, None] + np.arange(3) + 10.0 * (positions % size)[:, None]
-        assert np.array_equal(answers, expected) and not any(report.values())
-        assert order == ["positions", "values"] * (len(order) // 2)
-
-
-def test_a_pair_too_large_for_a_datagram_is_refused_naming_both_sizes():
-    def program(rail):
-        small = rail.channels.open(np.int64, lambda source, records: None)
-        large = rail.channels.open(np.dtype((np.void, 100)), lambda source, records: None)
-        with pytest.raises(MessageSizeError, match=r"\(8 bytes\) and one of .*\(100 bytes\).*128-byte datagram"):
-            rail.channels.fill_pair_to((rail.rank + 1) % rail.size, 1, small, large, lambda *views: None)
-        with pytest.raises(InvalidDestinationError, match="destination 2 is out of range"):
-            rail.channels.fill_pair_to(2, 1, small, small, lambda *views: None)
-        rail.barrier()
-        return rail.finalize()
-
-    for report in World(2, 0, datagram_size=128).run(program):
-        assert not any(report.values())
-
-
-def test_deferred_work_runs_after_the_handler_and_at_once_outside_handlers():
-    def program(rail):
-        events = []
-
-        def handler(source, records):
-            value = int(records[0])
-            rail.channels.defer(lambda: events.append(("deferred", value)))
-            events.append(("handler", value))
-
-        channel = rail.channels.open(np.int64, handler)
-        rail.channels.defer(lambda: events.append(("outside", rail.rank)))
-        assert events == [("outside", rail.rank)]
-        channel.send_to(rail.rank, np.array([7], dtype=np.int64))  # to itself: handled at once
-        rail.barrier()
-        return events, rail.finalize()
-
-    for rank, (events, report) in enumerate(World(2, 0).run(program)):
-        assert events == [("outside", rank), ("handler", 7), ("deferred", 7)] and not any(report.values())
+# -- what a rail reports and refuses -----------------------------------------------------------------
 
 
 def test_the_report_counts_what_was_left_staged_unreleased_reserved_and_unreceived():
