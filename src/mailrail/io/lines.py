@@ -14,6 +14,8 @@ that does not begin at 0), such as ``pyarrow.BufferReader``.
 
 from __future__ import annotations
 
+import mmap
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,8 @@ CHUNK_BYTES = 1 << 20
 #: Past the end of its range, a reader reads this much at a time to finish its last line.
 TAIL_BYTES = 64 << 10
 _NEWLINE_BYTE = np.array([NEWLINE], np.uint8)
+#: Batch buffers this large or larger are pages of their own (:func:`fresh_pages`).
+FRESH_PAGES_FROM = 1 << 20
 #: An Arrow string array's offsets are 32-bit: no block of lines may reach this.
 MAX_BLOCK_BYTES = 2**31 - 1
 
@@ -192,13 +196,27 @@ def decode_lines(block: Block) -> pa.StringArray:
     return text
 
 
+def fresh_pages(nbytes: int) -> np.ndarray:
+    """*nbytes* (``uint8``) of fresh anonymous memory for a batch: its untouched pages cost nothing, and it goes
+    back to the system when the last array over it is collected.  (``malloc`` keeps freed blocks of a batch's
+    size in its heap and hands them out again in pieces: a rank's memory grew to several batches.)"""
+    if nbytes < FRESH_PAGES_FROM:
+        return np.empty(nbytes, np.uint8)
+    return np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+
+
 class LineBatcher:
     """String arrays packed into batches of at most *batch_bytes* (data plus 4 bytes of offset a line).
 
     :meth:`add` copies lines into the batch being built and returns the batches it filled; :meth:`finish`
     returns the last one.  A line larger than *batch_bytes* is a batch of its own.  The batch being built
-    is allocated at full size but only its used part is ever written, so it costs what it holds.
+    is allocated at full size but only its used part is ever written, so it costs what it holds; once the
+    program has dropped a batch (no array over its buffers is left), its buffers build a later one, so a
+    rank that reads batch after batch touches two batches' memory, not one more each time.
     """
+
+    #: Emitted batches' buffers watched for reuse: the one the program holds, and the one before.
+    SPARES = 2
 
     def __init__(self, batch_bytes: int) -> None:
         if batch_bytes < 8:
@@ -208,16 +226,26 @@ class LineBatcher:
         self._offsets: np.ndarray | None = None
         self._lines = 0
         self._used = 0  # bytes of data written
+        # (data, offsets, and weak references to the views a batch exported: dead, the buffers are free)
+        self._spares: list[tuple[np.ndarray, np.ndarray, weakref.ref[np.ndarray], weakref.ref[np.ndarray]]] = []
+
+    def _buffers(self, data_bytes: int, lines: int) -> tuple[np.ndarray, np.ndarray]:
+        for index, (data, offsets, data_view, offsets_view) in enumerate(self._spares):
+            free = data_view() is None and offsets_view() is None
+            if free and len(data) >= data_bytes and len(offsets) > lines:
+                del self._spares[index]
+                return data, offsets
+        return fresh_pages(data_bytes), fresh_pages(4 * (lines + 1)).view(np.int32)
 
     def _cost(self) -> int:
         return self._used + 4 * self._lines
 
-    def add(self, lines: pa.StringArray) -> list[pa.StringArray]:
-        """Copy *lines* in; the batches that filled up meanwhile (often none)."""
-        full: list[pa.StringArray] = []
+    def add(self, lines: pa.StringArray) -> Iterator[pa.StringArray]:
+        """Copy *lines* in, handing out each batch as it fills up (often none): the next is begun only once the
+        program has taken this one, and dropped the one before (whose buffers it then reuses)."""
         count = len(lines)
         if not count:
-            return full
+            return
         _, offsets_buffer, data_buffer = lines.buffers()
         offsets = np.frombuffer(offsets_buffer, np.int32, count + 1, lines.offset * 4)
         data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
@@ -228,22 +256,21 @@ class LineBatcher:
             fits = int(np.searchsorted(cost, self.batch_bytes - self._cost(), side="right"))
             if fits == 0:
                 if self._lines:
-                    full.append(self._emit())
+                    yield self._emit()
                     continue
                 fits = 1  # a line larger than a batch: a batch of its own
             last = first + fits
             self._copy(offsets, data, first, last)
             first = last
             if self._cost() >= self.batch_bytes - 4:
-                full.append(self._emit())
-        return full
+                yield self._emit()
 
     def _copy(self, offsets: np.ndarray, data: np.ndarray, first: int, last: int) -> None:
         begin, stop = int(offsets[first]), int(offsets[last])
         if self._data is None:
-            capacity = max(self.batch_bytes, stop - begin)
-            self._data = np.empty(capacity, np.uint8)
-            self._offsets = np.empty(max(self.batch_bytes // 4, last - first) + 1, np.int32)
+            self._data, self._offsets = self._buffers(
+                max(self.batch_bytes, stop - begin), max(self.batch_bytes // 4, last - first)
+            )
             self._offsets[0] = 0
         assert self._offsets is not None
         self._data[self._used : self._used + stop - begin] = data[begin:stop]
@@ -255,11 +282,10 @@ class LineBatcher:
 
     def _emit(self) -> pa.StringArray:
         assert self._data is not None and self._offsets is not None
-        batch = pa.Array.from_buffers(
-            pa.string(),
-            self._lines,
-            [None, pa.py_buffer(self._offsets[: self._lines + 1]), pa.py_buffer(self._data[: self._used])],
-        )
+        offsets, data = self._offsets[: self._lines + 1], self._data[: self._used]
+        batch = pa.Array.from_buffers(pa.string(), self._lines, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        self._spares.append((self._data, self._offsets, weakref.ref(data), weakref.ref(offsets)))
+        del self._spares[: -self.SPARES]
         self._data = self._offsets = None
         self._lines = self._used = 0
         return batch

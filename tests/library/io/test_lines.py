@@ -93,3 +93,29 @@ def test_batches_hold_every_line_in_order_each_within_batch_bytes_but_a_line_lar
 def test_a_line_larger_than_a_batch_is_a_batch_of_its_own_and_the_next_starts_afresh():
     batches = batches_of([["a", "b" * 100, "c"]], 16)
     assert [b.to_pylist() for b in batches] == [["a"], ["b" * 100], ["c"]]
+
+
+def test_a_batch_s_buffers_are_reused_only_once_the_program_dropped_it(monkeypatch):
+    import mailrail.io.lines as lines_module
+
+    fresh = []
+    real = lines_module.fresh_pages
+    monkeypatch.setattr(lines_module, "fresh_pages", lambda nbytes: fresh.append(nbytes) or real(nbytes))
+    monkeypatch.setattr(lines_module, "FRESH_PAGES_FROM", 0)
+    chunks = [[f"{chunk}-{i}-" + "x" * (i % 17) for i in range(300)] for chunk in range(40)]
+    everything = [line for chunk in chunks for line in chunk]
+
+    batcher = LineBatcher(4096)
+    kept = [batch for chunk in chunks for batch in batcher.add(pa.array(chunk, pa.string()))]
+    kept.append(batcher.finish())
+    assert [line for batch in kept for line in batch.to_pylist()] == everything  # none overwritten while held
+    assert len(fresh) == 2 * len(kept)  # so nothing was reused
+
+    fresh.clear()
+    batcher = LineBatcher(4096)
+    seen = 0
+    for chunk in chunks:
+        for batch in batcher.add(pa.array(chunk, pa.string())):  # each dropped when the next arrives
+            assert batch.to_pylist() == everything[seen : seen + len(batch)]
+            seen += len(batch)
+    assert seen > 20 * 50 and len(fresh) == 2 * 2  # two batches' buffers, used in turn
