@@ -70,7 +70,9 @@ class InvalidUTF8(ValueError):
 
 def _read(stream: Any, head: np.ndarray, size: int) -> np.ndarray:
     """*head* followed by up to *size* bytes read from *stream* (fewer only at its end), as a new array."""
-    buffer = np.empty(len(head) + size, np.uint8)
+    total = len(head) + size
+    # (a large block is pages of its own, returned when it goes; read_lines' reads of CHUNK_BYTES stay in the heap)
+    buffer = fresh_pages(total) if total > 2 * CHUNK_BYTES else np.empty(total, np.uint8)
     buffer[: len(head)] = head
     filled = len(head)
     view = buffer.data
@@ -80,6 +82,15 @@ def _read(stream: Any, head: np.ndarray, size: int) -> np.ndarray:
             break
         filled += got
     return buffer[:filled]
+
+
+def _newlines(data: np.ndarray) -> np.ndarray:
+    """The positions of the newlines in *data* (``int64``), found a piece at a time: the comparison's
+    temporary array stays small however large the block."""
+    if len(data) <= CHUNK_BYTES:
+        return np.flatnonzero(data == NEWLINE)
+    pieces = [np.flatnonzero(data[at : at + CHUNK_BYTES] == NEWLINE) + at for at in range(0, len(data), CHUNK_BYTES)]
+    return np.concatenate(pieces)
 
 
 def _checked_size(size: int) -> int:
@@ -111,7 +122,7 @@ def line_blocks(
             chunk = _read(stream, empty, _checked_size(next_size()))
             if not len(chunk):
                 return  # the range is inside the stream's last line, which began before it
-            found = np.flatnonzero(chunk == NEWLINE)
+            found = _newlines(chunk)
             if len(found):
                 position = skipped + int(found[0]) + 1
                 if position >= end:
@@ -136,7 +147,7 @@ def line_blocks(
             if len(rest) > 1:
                 yield Block(position, rest, np.array([len(rest) - 1], np.int64))
             return
-        newlines = np.flatnonzero(buffer[scan_from:] == NEWLINE)
+        newlines = _newlines(buffer[scan_from:])
         if not len(newlines):
             pieces.append(buffer)
             pieces_bytes += len(buffer)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from ..errors import InputError
 from .batches import Batches
@@ -36,19 +37,22 @@ def _dataset() -> Any:
     return ds
 
 
-def _fragment(source: Source, path: str, partition: Any) -> Any:
-    parquet = _dataset().ParquetFileFormat()
-    if partition is None:
-        return parquet.make_fragment(path, source.filesystem)
-    return parquet.make_fragment(path, source.filesystem, partition_expression=partition)
+def _open(source: Source, path: str) -> Any:
+    """*path* as a ``pyarrow.parquet.ParquetFile`` (its footer read) and the file under it, to close."""
+    handle = source.filesystem.open_input_file(path)
+    try:
+        return pq.ParquetFile(handle, pre_buffer=False), handle
+    except BaseException:
+        handle.close()
+        raise
 
 
 def _partitions(
     sources: list[Source], entries: list[FileEntry], partitioning: str | None
-) -> tuple[pa.Schema, list[Any]]:
+) -> tuple[pa.Schema, list[dict[str, Any]]]:
     """The partition columns (Hive: ``key=value`` directories) of a directory given alone, and each file's
-    partition expression (None without); found from the paths alone, the same on every rank."""
-    none = pa.schema([]), [None] * len(entries)
+    values of them; found from the paths alone (no file opened), the same on every rank."""
+    none: tuple[pa.Schema, list[dict[str, Any]]] = (pa.schema([]), [{} for _ in entries])
     if partitioning is None or len(sources) != 1:
         return none
     source = sources[0]
@@ -59,12 +63,12 @@ def _partitions(
     options.partitioning_factory = ds.HivePartitioning.discover()
     paths = [entry.path for entry in entries]
     factory = ds.FileSystemDatasetFactory(source.filesystem, paths, ds.ParquetFileFormat(), options)
-    schema = factory.inspect(fragments=0)  # the partition columns: read from the paths, no file opened
+    schema = factory.inspect(fragments=0)  # the partition columns: read from the paths alone
     if not len(schema):
         return none
     scheme = ds.partitioning(schema, flavor="hive")
     base = source.path.rstrip("/")
-    return schema, [scheme.parse(entry.path[len(base) :]) for entry in entries]
+    return schema, [ds.get_partition_keys(scheme.parse(entry.path[len(base) :])) for entry in entries]
 
 
 def read_parquet(
@@ -99,28 +103,23 @@ def read_parquet(
     entries = expand_all(rail, sources)
     partition_schema, partitions = _partitions(sources, entries, partitioning)
 
-    def physical_schema(index: int) -> pa.Schema:
+    def footer(index: int) -> tuple[Any, pa.Schema]:
         entry = entries[index]
         try:
-            return _fragment(sources[entry.source], entry.path, None).physical_schema
+            parquet, handle = _open(sources[entry.source], entry.path)
+            handle.close()
+            return parquet.metadata, parquet.schema_arrow
         except _READ_ERRORS as error:
             raise InputError(f"{entry.path}: cannot read it as Parquet: {error}", path=entry.path) from error
 
     def footers() -> dict[int, tuple[list[tuple[int, int]], pa.Schema | None]]:
         """This rank's files: their row groups' (weight, rows), and their schema where it is not the first's."""
-        schema = physical_schema(0)
-        found = {}
+        _, schema = footer(0)
+        found: dict[int, tuple[list[tuple[int, int]], pa.Schema | None]] = {-1: ([], schema)}
         for index in range(rail.rank, len(entries), rail.size):
-            entry = entries[index]
-            try:
-                fragment = _fragment(sources[entry.source], entry.path, None)
-                metadata = fragment.metadata
-                own = fragment.physical_schema
-            except _READ_ERRORS as error:
-                raise InputError(f"{entry.path}: cannot read it as Parquet: {error}", path=entry.path) from error
+            metadata, own = footer(index)
             weights = [_weight(metadata, group, columns) for group in range(metadata.num_row_groups)]
             found[index] = (weights, None if own.equals(schema, check_metadata=False) else own)
-        found[-1] = ([], schema)
         return found
 
     gathered: dict[int, tuple[list[tuple[int, int]], pa.Schema | None]] = {}
@@ -144,37 +143,49 @@ def read_parquet(
             )
     read_columns = _read_columns(schema, partition_schema, columns, where, entries[reference].path)
     full = pa.schema([*schema, *partition_schema])
+    if len(full.names) != len(set(full.names)):
+        raise InputError(f"{where}: a partition directory's key is also a column of the files: {full.names}")
     out_schema = pa.schema([full.field(name) for name in read_columns])
     plan = plan_row_groups([[weight for weight, _ in groups[i]] for i in range(len(entries))], rail.size)[rail.rank]
     if not with_rows:
         plan = []
 
+    from_file = [name for name in read_columns if name in schema.names]
+
     def read(batches: Batches[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fragments: dict[int, Any] = {}
-        for item in plan:
-            entry = entries[item.file]
-            weight, rows = groups[item.file][item.group]
-            batch_rows = max(1, rows * batch_bytes // max(weight, 1)) if rows else 1
-            try:
-                if item.file not in fragments:
-                    fragments.clear()
-                    fragments[item.file] = _fragment(sources[entry.source], entry.path, partitions[item.file])
-                group = fragments[item.file].subset(row_group_ids=[item.group])
-                for batch in group.to_batches(
-                    schema=full,
-                    columns=read_columns,
-                    batch_size=batch_rows,
-                    batch_readahead=0,
-                    fragment_readahead=0,
-                    use_threads=False,
-                ):
-                    yield from cut(batch, batch_bytes)
-            except _READ_ERRORS as error:
-                raise InputError(
-                    f"{entry.path}: row group {item.group} cannot be read: {error}",
-                    path=entry.path,
-                    where=f"row group {item.group}",
-                ) from error
+        opened: tuple[int, Any, Any] | None = None  # (file, ParquetFile, handle): consecutive groups share it
+        try:
+            for item in plan:
+                entry = entries[item.file]
+                weight, rows = groups[item.file][item.group]
+                batch_rows = max(1, rows * batch_bytes // max(weight, 1)) if rows else 1
+                values = partitions[item.file]
+                try:
+                    if opened is None or opened[0] != item.file:
+                        if opened is not None:
+                            opened[2].close()
+                            opened = None
+                        opened = (item.file, *_open(sources[entry.source], entry.path))
+                    for batch in opened[1].iter_batches(
+                        batch_size=batch_rows, row_groups=[item.group], columns=from_file, use_threads=False
+                    ):
+                        count = batch.num_rows
+                        arrays = [
+                            batch.column(name)
+                            if name in from_file
+                            else pa.repeat(pa.scalar(values.get(name), out_schema.field(name).type), count)
+                            for name in read_columns
+                        ]
+                        yield from cut(pa.RecordBatch.from_arrays(arrays, schema=out_schema), batch_bytes)
+                except _READ_ERRORS as error:
+                    raise InputError(
+                        f"{entry.path}: row group {item.group} cannot be read: {error}",
+                        path=entry.path,
+                        where=f"row group {item.group}",
+                    ) from error
+        finally:
+            if opened is not None:
+                opened[2].close()
 
     share = [(entries[item.file].path, f"row group {item.group}") for item in plan]
     return Batches(where, [entry.path for entry in entries], share, out_schema, read)

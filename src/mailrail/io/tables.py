@@ -7,8 +7,10 @@ types.  A block that does not fit it (a value that does not convert, a field not
 too many fields) is an :class:`~mailrail.errors.InputError` naming the file and the byte offset of the row,
 found by bisecting the block: the slow path, taken only after pyarrow refused it.
 
-Each block of text is sized so that parsing it makes a record batch of about *batch_bytes*, from how much
-the previous block grew or shrank when parsed; a batch that comes out larger is cut (slices, no copy).
+A block of text is at most a quarter of *batch_bytes*, and smaller when the previous block grew when parsed,
+so that its record batch is about a quarter of *batch_bytes* too: pyarrow's parser takes some 3.5 times the
+text while it works (measured), and a rank must hold the batch the program has, the block, the parser's work
+and the new batch within about twice *batch_bytes*.  A batch that comes out larger is cut (slices, no copy).
 """
 
 from __future__ import annotations
@@ -279,9 +281,9 @@ def _adaptive_batches(
     blocks: Callable[[Piece, Callable[[], int]], Iterator[Block]],
     parser: _Parser,
 ) -> Iterator[pa.RecordBatch]:
-    """Each of this rank's pieces, its blocks parsed and cut to *batch_bytes*; each block's text sized by how
-    much the last grew when parsed."""
-    text_bytes = batch_bytes // 2
+    """Each of this rank's pieces, its blocks parsed and cut to *batch_bytes*; each block's text a quarter of
+    *batch_bytes*, less when the last block grew when parsed (see the module)."""
+    text_bytes = batch_bytes // 4
 
     def next_size() -> int:
         return text_bytes
@@ -293,7 +295,7 @@ def _adaptive_batches(
             table = parser.table(block, path, decompressed)
             if table.num_rows:
                 grown = max(table.nbytes, 1) / len(block.data)
-                text_bytes = int(min(max(batch_bytes / grown, MIN_BLOCK_BYTES), batch_bytes))
+                text_bytes = int(max(batch_bytes / 4 / max(grown, 1.0), MIN_BLOCK_BYTES))
             for batch in table.to_batches():
                 yield from cut(batch, batch_bytes)
 
