@@ -179,7 +179,7 @@ def decode_lines(block: Block) -> pa.StringArray:
     """
     count = block.lines
     if len(block.data) > MAX_BLOCK_BYTES:
-        raise ValueError(f"a block of {len(block.data):,} bytes: an Arrow string array holds less than 2 GiB")
+        raise ValueError(f"a line of {len(block.data):,} bytes or more: an Arrow string array holds less than 2 GiB")
     offsets = np.empty(count + 1, np.int32)
     offsets[0] = 0
     offsets[1:] = block.newlines + 1

@@ -19,13 +19,20 @@ __all__ = ["DEFAULT_BATCH_BYTES", "checked_batch_bytes", "describe", "RangePlan"
 
 #: The default bound of a batch: 16 MiB (see the documentation's "Memory per rank").
 DEFAULT_BATCH_BYTES = 16 << 20
-#: The smallest batch_bytes a reader takes.
+#: The smallest and the largest batch_bytes a reader takes (an Arrow string array holds less than 2 GiB).
 MIN_BATCH_BYTES = 1 << 10
+MAX_BATCH_BYTES = 1 << 30
 
 
 def checked_batch_bytes(batch_bytes: int, where: str) -> int:
-    if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes < MIN_BATCH_BYTES:
-        raise ValueError(f"{where}: batch_bytes={batch_bytes!r}: an integer >= {MIN_BATCH_BYTES}")
+    if (
+        isinstance(batch_bytes, bool)
+        or not isinstance(batch_bytes, int)
+        or not MIN_BATCH_BYTES <= batch_bytes <= MAX_BATCH_BYTES
+    ):
+        raise ValueError(
+            f"{where}: batch_bytes={batch_bytes!r}: an integer from {MIN_BATCH_BYTES:,} to {MAX_BATCH_BYTES:,}"
+        )
     return batch_bytes
 
 

@@ -29,8 +29,8 @@ def read_lines(
 
     *paths*: a file, a directory (its files, recursively, sorted), a glob pattern, a ``pyarrow.fs`` URI
     (``s3://...``), or a list of them (see :mod:`mailrail.io.files`); *filesystem*: a
-    ``pyarrow.fs.FileSystem`` that holds every path.  *batch_bytes*: the most bytes a batch holds (its
-    text plus 4 bytes a line; a line longer than that is a batch of its own).
+    ``pyarrow.fs.FileSystem`` that holds every path.  *batch_bytes* (1 KiB to 1 GiB): the most bytes a batch
+    holds (its text plus 4 bytes a line; a line longer than that is a batch of its own).
 
     The plan is made now (one ``rail.barrier()`` and one gather); the batches are read as they are
     iterated (:class:`~mailrail.io.Batches`).  Invalid UTF-8 raises :class:`~mailrail.errors.InputError`
@@ -48,6 +48,9 @@ def read_lines(
                     lines = decode_lines(block)
                 except InvalidUTF8 as error:
                     raise _invalid_utf8(plan, piece.file, block.offset + block.line_start(error.line), error) from None
+                except ValueError as error:  # a line of 2 GiB or more
+                    path = plan.entries[piece.file].path
+                    raise InputError(f"{path}: at byte {block.offset:,}: {error}", path=path) from None
                 yield from batcher.add(lines)
         last = batcher.finish()
         if last is not None:

@@ -168,7 +168,7 @@ def test_a_file_that_cannot_be_read_is_an_error_naming_it(tmp_path):
 def test_bad_arguments_are_refused_before_anything_is_read(tmp_path):
     def program(rail):
         errors = []
-        for kwargs in ({"batch_bytes": 10}, {"batch_bytes": True}, {"filesystem": "local"}):
+        for kwargs in ({"batch_bytes": 10}, {"batch_bytes": True}, {"filesystem": "local"}, {"batch_bytes": 1 << 31}):
             with pytest.raises((ValueError, TypeError)) as raised:
                 read_lines(rail, str(tmp_path), **kwargs)
             errors.append(str(raised.value))
@@ -178,6 +178,7 @@ def test_bad_arguments_are_refused_before_anything_is_read(tmp_path):
 
     errors = World(size=1).run(program)[0]
     assert "batch_bytes=10" in errors[0] and "batch_bytes=True" in errors[1] and "pyarrow.fs.FileSystem" in errors[2]
+    assert "from 1,024 to 1,073,741,824" in errors[3]
 
 
 CAUGHT: list[str] = []
