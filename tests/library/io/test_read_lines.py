@@ -194,6 +194,8 @@ def read_in_a_handler(path: str) -> None:
 
 def test_a_read_is_collective_and_refused_inside_a_handler(tmp_path):
     (tmp_path / "a.txt").write_text("a\n")
+    CAUGHT.clear()
+    RAILS.clear()
 
     def program(rail):
         RAILS.append(rail)

@@ -103,3 +103,13 @@ def test_a_file_with_another_schema_or_not_parquet_is_refused_naming_it(tmp_path
     (tmp_path / "b.parquet").write_bytes(b"not parquet")
     with pytest.raises(InputError, match=r"b\.parquet: cannot read it as Parquet"):
         gather_rows(3, str(tmp_path))
+
+
+def test_uris_name_files_and_datasets_on_pyarrow_s_file_systems(tmp_path):
+    from mailrail.io import write_parquet
+
+    uri = f"file://{tmp_path}/out"
+    World(size=2).run(lambda rail: write_parquet(table(100, rail.rank * 100), uri, rail=rail))
+    results = gather_rows(3, f"file://{tmp_path}/out/*.parquet")
+    expected = pa.concat_tables([table(100, 0), table(100, 100)])
+    assert Counter(row for rows, _ in results for row in rows) == Counter(row_text(r) for r in expected.to_pylist())
