@@ -86,6 +86,31 @@ class TraceFormatError(MailRailError, ValueError):
     """
 
 
+class InputError(MailRailError):
+    """Input that cannot be read as asked (:mod:`mailrail.io`): invalid UTF-8, a row that does not parse or
+    convert, a column or a schema that does not fit, a file that cannot be opened or read.
+
+    The message names the file and where in it (a byte offset, a row or a row group), and what to do;
+    :attr:`path` and :attr:`where` say the same for a program (None when the error concerns no one place).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, where: str | None = None) -> None:
+        super().__init__(message)
+        #: The file the error is in (None: no one file).
+        self.path = path
+        #: Where in it: ``"byte 1234"``, ``"row group 3"`` ... (None: the whole file, or no one place).
+        self.where = where
+
+
+class PathNotFoundError(InputError, FileNotFoundError):
+    """A path given to a reader of :mod:`mailrail.io` names nothing: no such file, or a directory or a glob
+    pattern without a file to read."""
+
+
+class SkippedRowsWarning(UserWarning):
+    """A reader asked to skip bad rows (``on_bad_lines="skip"``) skipped some: how many, and where the first was."""
+
+
 class ClusterError(MailRailError):
     """A virtual cluster cannot be built, used or removed as asked (bad option, missing privilege or tool).
 
