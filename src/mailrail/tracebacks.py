@@ -23,14 +23,17 @@ import traceback
 import types
 from typing import Any
 
-#: The top-level packages whose frames are the library's (by the module the frame's code belongs to).
-LIBRARY_PACKAGES = ("mailrail", "mpi4py", "runpy")
+#: The top-level packages whose frames are the library's (by the module the frame's code belongs to): MailRail and
+#: its tools (the rank runner, the command), mpi4py, runpy.
+LIBRARY_PACKAGES = ("mailrail", "mailrail_tools", "mpi4py", "runpy")
 #: Stands for the job's log in a trimmed traceback: only the job's runner knows where that is (:func:`with_log`).
 LOG_TOKEN = "\x00LOG\x00"
 #: The line that stands for a run of library frames left out.
 LEFT_OUT = "  ... {count} library frame{s} (full traceback in {log})\n"
 
-_MAILRAIL_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_MAILRAIL_DIRECTORY = os.path.dirname(os.path.abspath(__file__))
+#: The tools' package lies beside the library's, in a checkout (src/) as in an installation (site-packages).
+_TOOLS_DIRECTORY = os.path.join(os.path.dirname(_MAILRAIL_DIRECTORY), "mailrail_tools")
 
 
 def is_library_frame(frame: types.FrameType) -> bool:
@@ -38,13 +41,13 @@ def is_library_frame(frame: types.FrameType) -> bool:
     module = frame.f_globals.get("__name__")
     if isinstance(module, str) and module.partition(".")[0] in LIBRARY_PACKAGES:
         return True
-    # a module run as __main__ (python -m mailrail, the rank runner) is named by its file only
+    # a module run as __main__ (python -m mailrail_tools, the rank runner) is named by its file only
     filename = os.path.abspath(frame.f_code.co_filename)
     return any(filename.startswith(directory + os.sep) for directory in _library_directories())
 
 
 def _library_directories() -> list[str]:
-    directories = [_MAILRAIL_DIRECTORY]
+    directories = [_MAILRAIL_DIRECTORY, _TOOLS_DIRECTORY]
     mpi4py = getattr(sys.modules.get("mpi4py"), "__file__", None)
     if mpi4py:
         directories.append(os.path.dirname(os.path.abspath(mpi4py)))

@@ -4,6 +4,7 @@ the log the summary names (mailrail_tools.jobs.report)."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
@@ -15,6 +16,7 @@ import pytest
 from mailrail import failure
 from mailrail.containers import HashPartitioner
 from mailrail.tracebacks import LOG_TOKEN, brief_traceback, is_library_frame, with_log
+from mailrail_tools.jobs import rank_runner
 from mailrail_tools.jobs.report import FailureReport
 
 pytestmark = pytest.mark.jobs
@@ -162,8 +164,13 @@ def test_what_is_the_library_s():
     assert is_library_frame(frame_of({"__name__": "mailrail.rail"}, "rail.py"))
     assert is_library_frame(frame_of({"__name__": "mpi4py.MPI"}, "src/mpi4py/MPI.src/Comm.pyx"))
     assert is_library_frame(frame_of({"__name__": "runpy"}, "<frozen runpy>"))
-    # python -m mailrail, and the rank runner: __main__, named by their file
+    # python -m mailrail_tools, and the rank runner: __main__, named by their file
     assert is_library_frame(frame_of({"__name__": "__main__"}, failure.__file__))
+    assert is_library_frame(frame_of({"__name__": "__main__"}, rank_runner.__file__))
+    assert is_library_frame(frame_of({"__name__": "mailrail_tools.jobs.rank_runner"}, rank_runner.__file__))
+    # a package installed beside the library is the user's (site-packages holds both)
+    beside = os.path.join(os.path.dirname(os.path.dirname(failure.__file__)), "numpy", "core.py")
+    assert not is_library_frame(frame_of({"__name__": "__main__"}, beside))
     assert not is_library_frame(frame_of({"__name__": "__main__"}, "/home/user/prog.py"))
     assert not is_library_frame(frame_of({"__name__": "mailrailway"}, "/home/user/mailrailway.py"))
     assert not is_library_frame(frame_of({"__name__": "json.decoder"}, "/usr/lib/python3/json/decoder.py"))
