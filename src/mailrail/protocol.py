@@ -47,7 +47,7 @@ STATE_NAMES = ("free", "reserved", "deferred", "in flight")
 
 # How a send leaves (the fifth item of what submit() and drain_ready() hand out): the MPI call the
 # transport makes for it.  Streams repeat (destination, size) per slot: the second time, the send
-# becomes a persistent request, restarted from then on (Start costs ~0.6 us less than Isend).
+# becomes a persistent request, restarted from then on (Start is cheaper than Isend for a repeated stream).
 ISEND_TAGGED = 0  # credits piggybacked in the tag: a one-off Isend; the slot's stream cache is left alone
 START = 1  # the slot's persistent send for this (destination, size): Start it
 CREATE = 2  # the second send of this (destination, size) from the slot: Send_init, then Start
