@@ -46,8 +46,8 @@ site-mpi-packages:
 		fi; \
 	fi
 
-# mpi4py built from source with that MPI's compiler (-O1 without debug information: its 10 MB of generated
-# C took 5 CPU minutes per MPI at Python's -O3 -g, and the smoke set does not time mpi4py), as a wheel kept
+# mpi4py built from source with that MPI's compiler (-O1 without debug information: its generated C is large
+# and slow to compile at Python's -O3 -g (CONTRIBUTING.md), and the smoke set does not time mpi4py), as a wheel kept
 # outside the clone, under $(MPI4PY_CACHE)/<mpi>-<key>: the key hashes the compiler's flags and the MPI's
 # mpi.h (its version), so a second clone on this machine reuses the build and another MPI never does (pip's
 # own cache would hand one MPI's build to the other).  A cached wheel this Python cannot install is rebuilt.
@@ -84,7 +84,7 @@ MPI4PY_CACHE ?= $(HOME)/.cache/mailrail/mpi4py
 .PRECIOUS: .venv-site-%/.mpi4py
 
 # The main job: adversarial incast under none, rank and node flow control, side by side
-# (about a minute on 2 cores; table on screen, compare.json + compare.png in ./mailrail-results).
+# (table on screen, compare.json + compare.png in ./mailrail-results).
 demo: $(VENV)/.installed
 	$(VENV)/bin/mailrail compare
 
@@ -118,12 +118,12 @@ chromium:
 			echo "docs-check: Chromium is needed: as root run apt-get install chromium" >&2; exit 1; \
 		fi; }
 
-# The MPI jobs' tests two at a time: a job leaves a core idle a quarter of the time (starting, waiting on a
-# peer, a time-out test's sleep), and two workers took the main run from 15.8 to 10.5 minutes here.  The
+# The MPI jobs' tests two at a time: a job leaves a core idle part of the time (starting, waiting on a
+# peer, a time-out test's sleep), so a second worker shortens the run (CONTRIBUTING.md has the timings).  The
 # virtual-cluster tests run after the others, one at a time (pytest-xdist's xdist_group marks do not group
-# under pytest 9 here); each checks what its own clusters left, never another job's (helpers.OwnClusters).  The main stage runs three at a time: two kept the cores 80% busy there (its
-# time-out tests and 32-rank jobs wait), three 91%, and it went from 541 to 475 s; the smoke stages are
-# CPU-bound (three workers: 73 s against 70 s).  PARALLEL= runs everything one by one.
+# under pytest 9); each checks what its own clusters left, never another job's (helpers.OwnClusters).  The
+# main stage runs three at a time: its time-out tests and 32-rank jobs wait, so a third worker keeps the cores
+# busier; the smoke stages are CPU-bound and gain nothing from a third.  PARALLEL= runs everything one by one.
 PARALLEL ?= -n 2
 MAIN_PARALLEL ?= $(if $(PARALLEL),-n 3,)
 
@@ -145,7 +145,7 @@ checks: $(VENV)/.installed
 environments:
 	MAKEFLAGS= $(MAKE) --no-print-directory $(VENV_MPICH)/.installed $(SITE_MPIS:%=.venv-site-%/.installed)
 
-# The tests that need no MPI job nor a package build, on two workers: under a minute here.
+# The tests that need no MPI job nor a package build, on two workers.
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q -n 2 -m "not mpi and not cluster and not slow" --durations=10
 
@@ -194,7 +194,7 @@ test-site-mpich: .venv-site-mpich/.installed
 
 # The model's evidence (docs: "The model at scale"), as root, with nothing else running: the runs it is
 # fitted to and the held-out runs it must predict (compare.json kept, without per-rank details), then the
-# fit and the validation.  About 20 minutes here.
+# fit and the validation (how long it takes: docs, "The model at scale", Calibration).
 SIMULATE_DATA = simulate/src/mailrail_simulate/data
 SIMULATE_SCRATCH = mailrail-results/simulate-runs
 COMPARE_RUN = $(VENV)/bin/mailrail compare --trials 3 --time-limit 300
@@ -214,10 +214,10 @@ simulate-runs: $(VENV)/.installed
 		--out $(SIMULATE_SCRATCH)/held-out/memory-cap-work-50us
 	$(VENV)/bin/python -m mailrail_simulate.runs --keep $(SIMULATE_SCRATCH) $(SIMULATE_DATA)/runs
 
-# Where loss happens: shallow link queues (500 Mb/s, 16-64 KiB), as root with nothing else running; about
-# 14 minutes here. The TCP set's window is chosen on runs/lossy/fit, the rest are held out. 64 ranks on 16
-# nodes send 500 messages each, so that unconstrained incast can finish in the time. compare's exit status 1
-# says a mode did not finish in time: a result these runs record, not a failure.
+# Where loss happens: shallow link queues (500 Mb/s, 16-64 KiB), as root with nothing else running (how long
+# it takes: docs, "The model at scale"). The TCP set's window is chosen on runs/lossy/fit, the rest are held
+# out. 64 ranks on 16 nodes send 500 messages each, so that unconstrained incast can finish in the time.
+# compare's exit status 1 says a mode did not finish in time: a result these runs record, not a failure.
 LOSSY_COMPARE = $(VENV)/bin/mailrail compare --trials 2 --time-limit 120 --victim-node-memory off --link-rate 500mbit
 LOSSY_RUN = $(LOSSY_COMPARE) --messages 3000
 LOSSY_SCRATCH = mailrail-results/simulate-lossy
@@ -242,9 +242,9 @@ simulate-calibration: $(VENV)/.installed
 		--json $(SIMULATE_DATA)/validation-lossy.json
 
 # The paper's experiments projected (the docs' tables and figure): Table I at whole message counts, to 2,048
-# ranks beside everything else, two processes at once, then joined (about 90 minutes on 2 cores). Its 4,096-rank
-# points take 6.5-10 minutes each. Then the goodput experiment and Table I at their whole bytes in the fluid view
-# (seconds).
+# ranks beside everything else, two processes at once, then joined; then its 4,096-rank points (how long each
+# takes: docs, "The model at scale"). Then the goodput experiment and Table I at their whole bytes in the fluid
+# view.
 SIMULATE_PAPER = $(VENV)/bin/mailrail simulate paper
 simulate-paper: $(VENV)/.installed
 	mkdir -p $(SIMULATE_SCRATCH)

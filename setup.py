@@ -38,7 +38,8 @@ class OptionalBuildExt(build_ext):
     def reuse_source_tree_build(self, ext) -> bool:
         """Copies the module an editable install of this checkout already compiled and left in the source tree
         (setuptools puts it there), while it is newer than every source it was built from: `make test` installs
-        the checkout into four environments of one Python, and each compile took about 20 s.  A build from
+        the checkout into four environments of one Python, and each would compile the same modules again
+        (CONTRIBUTING.md: the time it saves).  A build from
         the sdist has no such copy and compiles."""
         package, _, _ = ext.name.rpartition(".")
         package_dir = self.get_finalized_command("build_py").get_package_dir(package)

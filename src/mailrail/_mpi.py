@@ -2,7 +2,7 @@
 
 A process started without a launcher (a *singleton*: ``python prog.py``) is an MPI job of one rank.
 Open MPI 5 then leaves the segment of its shared-memory transport in ``/dev/shm`` at exit, finalized
-or not (16 MiB of address space, 72 KiB of memory, until a reboot, per run).  A singleton has no
+or not (a segment per run, until a reboot).  A singleton has no
 peer on its node to share memory with, so while MPI starts in a singleton of ours that transport is
 left out (:func:`singleton_variables`, a setting other MPIs ignore); the variable is restored at
 once, so nothing the process starts inherits it.  A launcher's ranks, a process whose MPI was

@@ -188,8 +188,8 @@ def _wait_for_output_taken(bound: float) -> None:
     stderr pipes or sockets.
 
     Why: on ``MPI_Abort`` a launcher tears the job down at once, and MPICH's Hydra drops what is still
-    unread in a rank's pipe, so the traceback that says why the job ended was lost about once in 30
-    aborts.  Terminals and files hold nothing back and are not waited for.  When the rank runner
+    unread in a rank's pipe, so the traceback that says why the job ended was sometimes lost (docs: the API,
+    "Failures").  Terminals and files hold nothing back and are not waited for.  When the rank runner
     forwards this process's output (:func:`set_output_forwarder`), the forwarder is asked first.
     """
     deadline = time.monotonic() + bound

@@ -119,7 +119,7 @@ _RECORDED_PREFIXES = (SHARED_MEMORY_ROOT + os.sep, *LAUNCHER_FILE_PREFIXES)
 
 def record_own_segments() -> None:
     """Record what this process maps now, and the launcher's files its parent (the MPI's process launcher on
-    this node) holds, if it belongs to a job (~0.1 ms).  A job can end within a second of MPI's start (an
-    abort): whoever ends it may never have seen them."""
+    this node) holds, if it belongs to a job (a few small /proc reads).  A job can end within a second of MPI's
+    start (an abort): whoever ends it may never have seen them."""
     if os.environ.get(JOB_VARIABLE):
         record_segments(sorted(mapped_segments([os.getpid()]) | held_launcher_files([os.getppid()])))

@@ -26,3 +26,13 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save(figure: Any, path: str, dpi: float | None = None) -> str:
+    """Write *figure* to *path* (its directory made if missing) and close it; returns *path*."""
+    import os
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=dpi)
+    pyplot().close(figure)
+    return path

@@ -28,6 +28,7 @@ from mailrail.config import default
 from mailrail.flow.modes import MODE_NAMES as MODES
 from mailrail_tools.figures import missing as figure_missing
 from mailrail_tools.figures import pyplot
+from mailrail_tools.figures import save as save_figure
 from mailrail_tools.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
 from mailrail_tools.output import format_table, write_json
 
@@ -257,10 +258,7 @@ def _plot_points(points: list[dict[str, Any]], path: str, title: str) -> str | N
         axis.legend()
     figure.suptitle(title)
     figure.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)
 
 
 # -- simulate calibrate ---------------------------------------------------------------------------------
@@ -667,10 +665,7 @@ def _plot_paper(results: dict[str, Any], path: str) -> str | None:
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=8)
     figure.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=90)
 
 
 # -- simulate cpu-sample, cpu-split ---------------------------------------------------------------------

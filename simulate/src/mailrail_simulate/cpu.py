@@ -23,7 +23,7 @@ output directory:
 rank; ``adversarial-MODE.json``: each trial's runtime, messages delivered, goodput and victims).  A trial's
 window ends when its ``trial i/n`` line was read and lasts its runtime; cumulative counters are interpolated
 linearly to the window's ends.  (Rank 0 prints the line after the ranks' results are gathered and the
-trial's metrics written, so the window ends a little late: tens of milliseconds in a trial of seconds.)
+trial's metrics written, so the window ends a little late, by a small part of a trial.)
 """
 
 from __future__ import annotations

@@ -38,23 +38,22 @@ is counted at a victim ``v`` (the same victims and the same per-pair message cou
   victim's node passes ``node_memory_bytes`` (:meth:`.model.Simulation._check_memory`: its ranks' baselines
   and its victims' unexpected messages) at the time ``q`` reaches it, and the trial ends there.
 
-**What it leaves out**, and what that costs against the model (``docs/simulate.md``, "A fluid approximation";
-``tests/simulate/test_fluid.py``, and :func:`compare` on ``data/fluid-check.json``: the goodput experiment at 512
-and 1,024 ranks, a million messages a point, every runtime within 1.2%, credit messages within 1.6%, the
-unconstrained victim's peak memory within 5.5%, though the model resent up to 16% of its packets):
+**What it leaves out**, and what that costs against the model (measured on ``docs/simulate.md``, "A fluid
+approximation": ``tests/simulate/test_fluid.py``, and :func:`compare` on ``data/fluid-check.json``, the goodput
+experiment at 512 and 1,024 ranks, a million messages a point, where the model resent some of its packets):
 
 * Packet loss and go-back-N retransmission (:mod:`.reliability`): a packet the context drops costs the
   victim nothing here and its retransmission is just a later arrival; only a payload dropped for want of
   context bytes costs the model a header's ingest, which this view ignores.  Unconstrained and rank mode
   overflow the Omni-Path set's context; their runtimes barely move in the model either, but at a few hundred
-  messages a rank one 160 ms retransmission timer can double a run (this view: half its runtime).
+  messages a rank one 160 ms retransmission timer can dominate a run, which this view leaves out.
 * Start-up and the tail beyond the first arrival: senders' first sends, the last credits' return, a victim
   idle while the others finish; a victim idle while its credits return, which the window bound misses
-  with few nodes (node mode 10% fast at 2 nodes, 5% at 4, under 1% from 8); and piggybacked credits (rank
-  mode, between victims: 1-3% fewer credit messages in the model).
+  with few nodes (node mode comes out fast, the more so the fewer the nodes); and piggybacked credits (rank
+  mode, between victims: the model sends a few fewer credit messages).
 * Adaptive mode's lending past its steady state: requests standing while the shares settle, revokes and
-  give-backs when nodes come and go, and nodes asking while they hold their share (28-32% more credit
-  messages in the model at 2-4 nodes, 1-2% at 8-16; runtimes 5% and 1% longer).
+  give-backs when nodes come and go, and nodes asking while they hold their share (the model sends more
+  credit messages and runs longer, the more so the fewer the nodes).
 * Processor sharing: it covers machines with a core per rank (``host_cores`` null, the Omni-Path set);
   a shared host (the calibrated set) is refused, as are partners (the stranding experiment) and payloads
   sent by rendezvous.  It was checked with 4 victims and 64 ranks a node.

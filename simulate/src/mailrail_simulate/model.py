@@ -70,8 +70,8 @@ MAX_ATTEMPTS = 100_000
 #: Event priorities, SimPy's: a process's start comes before the other events due at the same time.
 URGENT, NORMAL = 0, 1
 #: The compiled Endpoint and credit ledgers (MailRail's compiled transport runs them): the same decisions as the
-#: Python specification (tests/library/test_protocol_compiled.py feeds both the same events), faster: 1.2-1.8x on the
-#: node-shared modes at 4,096 ranks here.
+#: Python specification (tests/library/test_protocol_compiled.py feeds both the same events), faster (docs: "The
+#: model at scale").
 COMPILED = ("mailrail._protocol", "mailrail.flow._ledger")
 
 
@@ -516,8 +516,8 @@ class Simulation:
         """*node*'s pool of credits for *dest* grew (node-shared credits change silently): its waiting ranks with
         sends queued for *dest* look again, in rank order, one for each credit (each takes one a pass, as many
         ranks polling the pool at once would) and one more, which finds the pool empty (adaptive credits: it asks
-        for more).  The others would find nothing: they sleep on (waking every waiting rank of the node cost 12
-        steps a message at 4,096 ranks)."""
+        for more).  The others would find nothing: they sleep on (waking every waiting rank of the node made many
+        steps a message at thousands of ranks, most of them finding nothing)."""
         mates = self.node_ranks[node]
         available = mates[0].endpoint.flow.available(dest) or 0  # (a node-shared pool is never unlimited)
         woken = 0
@@ -830,7 +830,7 @@ def simulate(
     *implementation*: the Endpoint's and strategies' (:data:`IMPLEMENTATIONS`; default the compiled one where
     built, the Python one with *check_invariants*): each gives the same result."""
     # A run holds millions of live objects (ranks, events): the cyclic collector would walk them over and
-    # over (it doubled the time of 100,000 messages).  What a run leaves is collected once it ends.
+    # over, a large part of a run's time.  What a run leaves is collected once it ends.
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -44,7 +44,7 @@ def _binary_ufuncs() -> list[np.ufunc]:
     """
     named = list(REDUCTIONS.values())
     # By the ufunc's own name: aliases (np.atan2 is np.arctan2) count once.  From numpy's namespace as it is:
-    # getattr over dir(np) would import numpy's lazy submodules (f2py, testing...), a tenth of a second.
+    # getattr over dir(np) would import numpy's lazy submodules (f2py, testing...), slowing the package's import.
     others = {
         value.__name__: value
         for value in list(vars(np).values())

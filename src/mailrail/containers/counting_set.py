@@ -30,7 +30,7 @@ next batch a sample.
 
 **Plain keys wait** on the sender until ``send_batch_bytes`` of them can leave together: a send's fixed cost (its
 sort by owner, a copy per destination) is paid once per 64 Ki 8-byte keys, not once per ``add``: sending the
-few thousand keys an ``add`` of Zipf keys leaves uncombined cost two thirds of sending the whole batch.
+few thousand keys an ``add`` of Zipf keys leaves uncombined cost a large part of sending the whole batch.
 
 **Held counts** leave as one ``(count, key)`` record per hot key, and waiting keys as they are, at every
 ``rail.channels.flush()`` and ``rail.barrier()`` (the set is a cache of the channels: ``Channels.add_cache``);
@@ -84,7 +84,7 @@ def distinct_keys(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray
     """
     words = key_words(keys)
     width = words.shape[1]
-    if width == 1:  # a sort and a pass: a quarter faster than np.unique's general path
+    if width == 1:  # a sort and a pass: faster than np.unique's general path
         ordered = np.sort(words[:, 0])
         starts_run = np.ones(len(ordered), dtype=bool)
         np.not_equal(ordered[1:], ordered[:-1], out=starts_run[1:])
@@ -366,7 +366,7 @@ class CountingSet(Container):
         self._send_pairs(owners[repeated], unique[repeated], counts[repeated])
         combining = self._saves(len(unique) - pairs, pairs, len(keys))
         # Samples that find nothing to combine come half as often each time: a sample (a sort, then its send)
-        # costs two to three plain sends of its batch, 6% of the time of uniform keys at one sample in 32.
+        # costs several plain sends of its batch, a cost that keys that never repeat would pay for nothing.
         doubled = min(max(2 * self._sample_interval, self.sample_every), self.sample_every_max)
         self._sample_interval = self.sample_every if combining else doubled
         self._until_sample = self._sample_interval - 1

@@ -4,8 +4,8 @@ A sender that combines keys (:mod:`mailrail.containers.counting_set`, *Combining
 up in a direct-mapped table: slot ``hash >> shift`` of ``2 ** (64 - shift)`` slots holds one hot key's hash,
 the hash of a one-word key being its word times Knuth's constant (a bijection, so equal hashes mean equal
 keys).  A hot key's count goes to ``held[slot]``; the others leave as plain keys.  :func:`split_hot` is the
-compiled ``_hot.split_hot`` when it is built (one pass, about 2.5 ns a key here), else
-:func:`split_hot_numpy` (six numpy passes, about 4 ns a key); both give the same result, which a test checks
+compiled ``_hot.split_hot`` when it is built (one pass), else :func:`split_hot_numpy` (six numpy passes,
+slower: docs, performance); both give the same result, which a test checks
 on random tables and batches.
 """
 

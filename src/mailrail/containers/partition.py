@@ -136,7 +136,7 @@ def key_words(keys: npt.ArrayLike) -> npt.NDArray[np.uint64]:
 
 def _mix(z: npt.NDArray[np.uint64], scratch: npt.NDArray[np.uint64]) -> None:
     """splitmix64's finalizer (Stafford's variant 13) in place, a bijection of 64-bit words; *scratch* is one
-    preallocated temporary (a temporary per step costs about half the hash's time)."""
+    preallocated temporary (a temporary per step costs a large part of the hash's time)."""
     np.right_shift(z, _S30, out=scratch)
     z ^= scratch
     z *= _M1

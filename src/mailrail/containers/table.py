@@ -4,7 +4,7 @@ A rank's share of a distributed container (a counting set, a map, a set...) rece
 hundreds to thousands of keys; a Python ``dict`` would cost a Python step per key.  :class:`KeyTable` does each
 batch in a few numpy passes: open addressing with linear probing over a power-of-two slot array.  Load stays at
 most 1/2, so most keys sit in their first slot, but a batch of a few hundred keys nearly always holds some that
-probe a dozen slots or more, and every numpy pass costs microseconds however few keys it holds.  So a probe
+probe a dozen slots or more, and every numpy pass has a fixed cost however few keys it holds.  So a probe
 looks at one slot per key and pass while many keys are left (at least one pass, over the whole batch; more while
 over :data:`WINDOW_KEYS` keys are left), then at the next :data:`WINDOW` - 1 slots of each key left at once
 (one gather of a row of slots per key), and finishes the last few keys (at most :data:`SCALAR_KEYS`) one slot

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 
 from ..errors import ProtocolError
@@ -132,6 +133,44 @@ class FlowControl:
             count -= max_count
             kind = GRANT
         self.outbox.append((target, kind, count))
+
+
+class ReturnedCredits(FlowControl):
+    """The receiver side rank and node credits share: payloads arrived and released are counted per *sender*
+    (a sending rank in rank mode, a sending node in node mode, ``senders`` of them), and a sender's released
+    ones go back in one grant once ``return_threshold`` have gathered.  *max_tag*: the largest tag (MPI's
+    ``TAG_UB``), which bounds the count of one credit message."""
+
+    def __init__(self, senders: int, credits_per_pair: int, return_threshold: int, max_tag: int) -> None:
+        super().__init__()
+        self.credits_per_pair = credits_per_pair
+        self.return_threshold = return_threshold
+        self.max_count = max_credit_count(max_tag)
+        self.owed = array("q", [0]) * senders  # released, not yet returned, per sender
+        self.unreturned = array("q", [0]) * senders  # arrived, not yet returned, per sender
+
+    def _count_arrival(self, sender: int) -> int:
+        """A payload of *sender* arrived: how many of its payloads are unreturned now."""
+        unreturned = self.unreturned
+        unreturned[sender] += 1
+        self.unreturned_total += 1
+        if self.unreturned_total > self.unreturned_high_water:
+            self.unreturned_high_water = self.unreturned_total
+        return unreturned[sender]
+
+    def _count_release(self, sender: int, source: int) -> None:
+        """A payload of *sender* released; rank *source* sent it, and gets the grant if this one completes it."""
+        owed = self.owed
+        owed[sender] += 1
+        count = owed[sender]
+        if count >= self.return_threshold:
+            owed[sender] = 0
+            self.unreturned[sender] -= count
+            self.unreturned_total -= count
+            self._send_credits(source, GRANT, count, self.max_count)
+
+    def credit_state_bytes(self) -> int:
+        return sum(a.itemsize * len(a) for a in (self.owed, self.unreturned))
 
 
 class Unconstrained(FlowControl):

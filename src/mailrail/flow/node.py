@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..errors import ProtocolError
-from .base import GRANT, FlowControl, max_credit_count, unknown_kind
+from .base import GRANT, ReturnedCredits, unknown_kind
 
 
 class SharedCounters(Protocol):
@@ -70,7 +70,7 @@ class LocalCounters:
         return self.values.itemsize * len(self.values)
 
 
-class NodeCredits(FlowControl):
+class NodeCredits(ReturnedCredits):
     """A node holds ``credits_per_pair`` credits for each receiver rank, shared by its ranks.
 
     Sender side: a rank takes a credit for *dest* from the node's shared pool
@@ -96,15 +96,10 @@ class NodeCredits(FlowControl):
         *,
         max_tag: int = 32767,
     ) -> None:
-        super().__init__()
-        self.max_count = max_credit_count(max_tag)
+        super().__init__(nodes, credits_per_pair, return_threshold, max_tag)  # per sending node
         self.nodes = nodes
         self.node_of = node_of
         self.pool = pool
-        self.credits_per_pair = credits_per_pair
-        self.return_threshold = return_threshold
-        self.owed = array("q", [0]) * nodes  # released, not yet returned, per sending node
-        self.unreturned = array("q", [0]) * nodes  # arrived, not yet returned, per sending node
 
     def try_acquire(self, dest: int) -> bool:
         return self.pool.try_take(dest)
@@ -114,28 +109,16 @@ class NodeCredits(FlowControl):
 
     def on_arrival(self, source: int, tag: int) -> bool:
         node = self.node_of(source)
-        unreturned = self.unreturned
-        unreturned[node] += 1
-        self.unreturned_total += 1
-        if self.unreturned_total > self.unreturned_high_water:
-            self.unreturned_high_water = self.unreturned_total
-        if unreturned[node] > self.credits_per_pair:
+        unreturned = self._count_arrival(node)
+        if unreturned > self.credits_per_pair:
             raise ProtocolError(
-                f"node {node} (via rank {source}) has {unreturned[node]} unreturned messages here "
+                f"node {node} (via rank {source}) has {unreturned} unreturned messages here "
                 f"but only {self.credits_per_pair} credits per node: a send without credit"
             )
         return False
 
     def on_release(self, source: int) -> None:
-        node = self.node_of(source)
-        owed = self.owed
-        owed[node] += 1
-        count = owed[node]
-        if count >= self.return_threshold:
-            owed[node] = 0
-            self.unreturned[node] -= count
-            self.unreturned_total -= count
-            self._send_credits(source, GRANT, count, self.max_count)
+        self._count_release(self.node_of(source), source)
 
     def on_credit_message(self, source: int, kind: int, count: int) -> None:
         if kind != GRANT:
@@ -146,9 +129,6 @@ class NodeCredits(FlowControl):
                 f"rank {source} returned {count} credits, leaving this node {now} "
                 f"> {self.credits_per_pair} credits per node"
             )
-
-    def credit_state_bytes(self) -> int:
-        return sum(a.itemsize * len(a) for a in (self.owed, self.unreturned))
 
     def shared_state_bytes(self) -> int:
         return self.pool.nbytes

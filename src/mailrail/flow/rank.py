@@ -5,10 +5,10 @@ from __future__ import annotations
 from array import array
 
 from ..errors import ProtocolError
-from .base import GRANT, FlowControl, max_credit_count, unknown_kind
+from .base import GRANT, ReturnedCredits, unknown_kind
 
 
-class RankCredits(FlowControl):
+class RankCredits(ReturnedCredits):
     """Each rank may have ``credits_per_pair`` unreturned messages at each receiver.
 
     The receiver counts a credit as consumed when the application releases the
@@ -24,15 +24,10 @@ class RankCredits(FlowControl):
     def __init__(
         self, ranks: int, credits_per_pair: int, return_threshold: int, *, piggyback: bool = True, max_tag: int = 32767
     ) -> None:
-        super().__init__()
-        self.credits_per_pair = credits_per_pair
-        self.return_threshold = return_threshold
+        super().__init__(ranks, credits_per_pair, return_threshold, max_tag)  # receiver side, per sending rank
         self.piggyback = piggyback
         self.max_tag = max_tag
-        self.max_count = max_credit_count(max_tag)
         self.send_credits = array("q", [credits_per_pair]) * ranks  # sender side
-        self.owed = array("q", [0]) * ranks  # receiver side: released, not yet returned
-        self.unreturned = array("q", [0]) * ranks  # receiver side: arrived, not yet returned
         self.piggybacked = 0
 
     def try_acquire(self, dest: int) -> bool:
@@ -58,14 +53,10 @@ class RankCredits(FlowControl):
         return count
 
     def on_arrival(self, source: int, tag: int) -> bool:
-        unreturned = self.unreturned
-        unreturned[source] += 1
-        self.unreturned_total += 1
-        if self.unreturned_total > self.unreturned_high_water:
-            self.unreturned_high_water = self.unreturned_total
-        if unreturned[source] > self.credits_per_pair:
+        unreturned = self._count_arrival(source)
+        if unreturned > self.credits_per_pair:
             raise ProtocolError(
-                f"rank {source} has {unreturned[source]} unreturned messages here but only "
+                f"rank {source} has {unreturned} unreturned messages here but only "
                 f"{self.credits_per_pair} credits per pair: a send without credit"
             )
         if tag:
@@ -74,14 +65,7 @@ class RankCredits(FlowControl):
         return False
 
     def on_release(self, source: int) -> None:
-        owed = self.owed
-        owed[source] += 1
-        count = owed[source]
-        if count >= self.return_threshold:
-            owed[source] = 0
-            self.unreturned[source] -= count
-            self.unreturned_total -= count
-            self._send_credits(source, GRANT, count, self.max_count)
+        self._count_release(source, source)
 
     def on_credit_message(self, source: int, kind: int, count: int) -> None:
         if kind != GRANT:
@@ -97,4 +81,4 @@ class RankCredits(FlowControl):
             )
 
     def credit_state_bytes(self) -> int:
-        return sum(a.itemsize * len(a) for a in (self.send_credits, self.owed, self.unreturned))
+        return super().credit_state_bytes() + self.send_credits.itemsize * len(self.send_credits)

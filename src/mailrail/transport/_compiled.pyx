@@ -5,8 +5,8 @@ The same transport as :class:`mailrail.transport.python.PythonTransport`: a ring
 of persistent wildcard receives polled at its head, per send slot a one-off and
 a persistent send request, in-flight sends reclaimed a few at a time from the
 oldest, rings of zero-byte credit receives and credit messages sent.  Four
-interpreter calls per message cost about 2.5 us; here the four calls are C
-functions.
+interpreter calls per message cost more than MPI's own work; here the four
+calls are C functions.
 
 It keeps only MPI handles and the credit request rings.  Every protocol
 decision and all protocol state (send-slot states, the in-flight order, which

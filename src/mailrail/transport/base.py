@@ -29,8 +29,8 @@ CREDIT_POLL_INTERVAL = 8
 #: Posted zero-byte receives for credit messages.
 CREDIT_RECEIVES = 8
 #: Consecutive empty receive() calls before an idle rank yields the core (or sleeps): soon, so
-#: that on an oversubscribed machine the rank that has work runs (credit modes of the incast
-#: benchmark, 16 ranks on 2 cores: 1.5x the goodput of 16 spins).
+#: that on an oversubscribed machine the rank that has work runs (the incast benchmark's credit modes
+#: run faster than with a longer spin: docs, performance, "Smaller measurements").
 IDLE_SPINS = 4
 
 

@@ -2,8 +2,8 @@
 
 :class:`mailrail.transport._compiled.CompiledTransport` implements
 :class:`~mailrail.transport.base.Transport` in Cython: four interpreter calls per
-message cost about 2.5 us, several times what MPI itself needs to move a 4 KiB
-message between two ranks.  It runs the compiled Endpoint
+message cost several times what MPI itself needs to move a 4 KiB message between
+two ranks (docs: performance, "Message rate").  It runs the compiled Endpoint
 (:class:`mailrail._protocol.Endpoint`, :mod:`mailrail.protocol` compiled method
 for method) and, in the credit modes, the compiled
 :class:`mailrail.flow._ledger.CreditLedger` (:mod:`mailrail.flow`'s decisions in C).

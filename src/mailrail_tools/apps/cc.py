@@ -88,7 +88,7 @@ class ConnectedComponents:
         both = both[both[:, 0] != both[:, 1]]  # a self loop never changes a label
         received, _ = exchange(self.comm, both[:, 0] % np.uint64(self.ranks), both)
         # Duplicate edges carry nothing new; ids fit in 32 bits, so a pair is one 64-bit key (sorting
-        # keys is 20x faster than np.unique(axis=0) on rows), and sorted keys group by owned vertex.
+        # keys is much faster than np.unique(axis=0) on rows), and sorted keys group by owned vertex.
         keys = np.unique((received[:, 0] << np.uint64(32)) | received[:, 1])
         self.owned = len(range(self.rank, self.vertices, self.ranks))
         local = ((keys >> np.uint64(32)) // np.uint64(self.ranks)).astype(np.int64)

@@ -128,7 +128,7 @@ class MixtureOfExperts:
         records["expert"] = self.choice.reshape(-1)[pairs]
         records["kind"] = DISPATCH
         tokens, features = records["token"], records["features"]
-        for start in range(0, len(records), 256):  # gathered in cache-sized pieces: 4x faster than at once
+        for start in range(0, len(records), 256):  # gathered in cache-sized pieces: faster than at once
             features[start : start + 256] = self.tokens[tokens[start : start + 256]]
         return records["expert"] % self.ranks, records
 
@@ -268,8 +268,8 @@ def shape_problem(args: argparse.Namespace, ranks: int) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # 64 tokens a datagram (256 KiB at hidden 1024: 8 tokens cost 0.7x the peer's speed in per-datagram
-    # work), with pools sized to match, unless chosen.
+    # 64 tokens a datagram (256 KiB at hidden 1024: with a few tokens a datagram the per-datagram work
+    # dominates), with pools sized to match, unless chosen.
     rail_defaults = {
         "datagram_size": 64 * record_type(args.hidden).itemsize,
         "recv_pool_slots": 64,

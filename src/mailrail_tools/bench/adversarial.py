@@ -19,9 +19,9 @@ described on the documentation's benchmarks page.
 MailRail each, their trials taking turns (the first mode's trial 1, the
 second's, ..., then every mode's trial 2).  On an oversubscribed machine the
 scheduler's placement of the ranks on cores is drawn per job and moves a
-mode's goodput by a quarter from job to job, while the trials of one job agree
-within a few percent; modes in one job share that placement, so their ratio
-measures the modes.  Memory figures are the job's, shared by its modes.
+mode's goodput from job to job far more than between the trials of one job
+(docs: performance, "Adaptive credits"); modes in one job share that placement,
+so their ratio measures the modes.  Memory figures are the job's, shared by its modes.
 """
 
 from __future__ import annotations

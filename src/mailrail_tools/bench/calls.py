@@ -17,9 +17,10 @@ from typing import Any
 
 from mailrail import Rail
 
-from ..flags import MPI_INT_MAX, add_rail_arguments, int_in, one_line_errors, rail_options, usage_error
+from ..flags import MPI_INT_MAX, add_rail_arguments, int_in, one_line_errors, rail_options
 from ..mpi_facts import mpi_library
 from ..output import format_table, write_json
+from .pairs import partner, unpaired
 
 #: isend requests completed together in the raw loop.
 RAW_WINDOW = 64
@@ -60,12 +61,10 @@ def run(args: argparse.Namespace) -> int:
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    if size < 2 or size % 2:
-        return usage_error(
-            "bench calls", f"needs an even number of ranks >= 2, got {size}: mailrail run -n 2 bench calls", comm
-        )
-    peer = rank + 1 if rank % 2 == 0 else rank - 1
-    sender = rank % 2 == 0
+    status = unpaired("bench calls", comm)
+    if status is not None:
+        return status
+    peer, sender = partner(rank)
     n = args.calls
     runs: list[tuple[float, float]] = []
     with MailRail(comm, **options) as rail:

@@ -60,9 +60,9 @@ DEFAULT_NODES = 4
 DEFAULT_MESSAGES = 6000
 #: The shared memory budget: receive slots per rank (the credit budget of every credit mode).
 DEFAULT_RECV_POOL_SLOTS = 64
-#: On a virtual cluster, the victim's node gets this much memory: about 4x what a node of four
-#: credit-mode ranks peaks at (90 MiB), and about half of what MPI buffers at an unconstrained
-#: victim of the default workload (the victim alone grows by 630 MiB).
+#: On a virtual cluster, the victim's node gets this much memory: room to spare for a node of four
+#: credit-mode ranks, and less than what MPI buffers at an unconstrained victim of the default
+#: workload (docs: performance, "The main job on the virtual cluster").
 DEFAULT_VICTIM_NODE_MEMORY = "384M"
 _MIB = 2**20
 #: The table's figures per mode ("-" for a mode that did not finish); runtime and goodput are the median of

@@ -128,7 +128,7 @@ class MetricsRecorder:
 
 
 def current_rss_bytes() -> int:
-    """Resident set size now (a few microseconds: one small /proc read per sample)."""
+    """Resident set size now (cheap: one small /proc read per sample)."""
     try:
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[1]) * _PAGE_SIZE

@@ -10,7 +10,7 @@ import numpy as np
 
 from mailrail.flow.modes import MODES
 
-from ..figures import pyplot
+from ..figures import pyplot, save
 from .metrics import trial_samples
 
 MODE_COLORS = {name: mode.color for name, mode in MODES.items()}
@@ -111,9 +111,7 @@ def plot_compare(
     series_axes[1].set_ylabel("%")
     series_axes[2].set_ylabel("ms")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=100)
 
 
 def plot_compare_summary(
@@ -130,9 +128,7 @@ def plot_compare_summary(
     fig.suptitle(title, fontsize=12)
     _summary_bars(axes, results, node_peaks, node_cap)
     fig.tight_layout(w_pad=2.5)
-    fig.savefig(path, dpi=68)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=68)
 
 
 def _summary_bars(
@@ -342,9 +338,7 @@ def plot_sweep(studies: Mapping[str, list[dict[str, Any]]], path: str, title: st
         goodput_axis.set_ylim(bottom=0)
         _label_points(runtime_axis, points)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=100)
 
 
 def _label_points(axis, points: list[dict]) -> None:

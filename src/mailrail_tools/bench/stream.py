@@ -31,6 +31,7 @@ from ..flags import (
 )
 from ..mpi_facts import mpi_library
 from ..output import format_table, write_json
+from .pairs import partner, unpaired
 
 DEFAULT_SIZES = (8, 64, 4096, 65536)
 RAW_WINDOW = 64
@@ -73,12 +74,10 @@ def run(args: argparse.Namespace) -> int:
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    if size < 2 or size % 2:
-        return usage_error(
-            "bench stream", f"needs an even number of ranks >= 2, got {size}: mailrail run -n 2 bench stream", comm
-        )
-    peer = rank + 1 if rank % 2 == 0 else rank - 1
-    sender = rank % 2 == 0
+    status = unpaired("bench stream", comm)
+    if status is not None:
+        return status
+    peer, sender = partner(rank)
     sizes = args.sizes
     n = args.messages
     results = []

@@ -201,10 +201,9 @@ def run(args: argparse.Namespace) -> int:
     return ran.returncode
 
 
-#: Ranks per core above which ``mailrail run`` warns before it starts a job on this machine.  Measured on
-#: 2 cores (docs: troubleshooting, "Many ranks on few cores"): a MailRail program's start-up and one
-#: exchange took 5 s on 16 ranks, 10 s on 32, 21 s on 64 and 58 s on 128 (a bare mpi4py Barrier: 3, 5, 9
-#: and 28 s); past 16 per core start-up alone outgrows a typical --timeout.
+#: Ranks per core above which ``mailrail run`` warns before it starts a job on this machine: past it
+#: start-up alone outgrows a typical --timeout (measured: docs, troubleshooting, "Many ranks on few
+#: cores").
 OVERSUBSCRIPTION_WARN_RATIO = 16
 
 

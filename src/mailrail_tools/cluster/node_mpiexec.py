@@ -20,9 +20,8 @@ ranks must talk TCP over the cluster's links, inside a node shared memory:
 Open MPI yields the core when idle on the cluster (``mailrail run`` alone turns
 that off, see :mod:`mailrail_tools.jobs.which_mpi`): every node's ranks share the machine's
 cores, and ranks spinning in blocking calls (start-up, the barriers between
-trials) starve the ranks still starting.  Measured in one run each: 32 ranks on
-8 nodes ran the same two incast trials in 18 s instead of 50 s, the trials
-themselves no slower.
+trials) starve the ranks still starting; yielding shortens the job and leaves
+the trials themselves no slower (docs: virtual cluster).
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ Choices that differ from a stock installation, each for a reason of this machine
   (``spmix_appdir_<uid>_<job>.<step>``); with one ``/tmp`` for every node, the second node's step
   failed with ``Cannot create directory "/tmp/spmix_appdir_0_2.0": File exists``.
 - ``MinJobAge=4``: ``sbatch --wait`` polls the controller after 2 s, then 4 times longer each time (up to
-  32 s) while the wait is below half of ``MinJobAge``; with the default 300 s a job done in 14 s returned
-  after 42 s.  At 4 s it polls every 2 s; a finished job leaves ``squeue`` 4 s later (no accounting here).
+  32 s) while the wait is below half of ``MinJobAge``; with the default 300 s a short job's wait returned
+  long after the job ended (docs: virtual cluster).  At 4 s it polls every 2 s; a finished job leaves
+  ``squeue`` 4 s later (no accounting here).
 - ``SLURM_MPI_TYPE`` in the clients' environment: the wheel's MPI and its process-management interface
   (:data:`mailrail_tools.cluster.node_mpiexec.Launcher.srun_mpi`), so a plain ``srun python app.py`` works.
 

@@ -333,9 +333,8 @@ def link_commands(device: str, link: Link) -> list[list[str]]:
     """``ip`` argument lists that make *device* carry what the *link* carries: with ``frames_only``, one
     segment per packet (``gso_max_segs 1``: TCP then writes MTU-sized packets, as a NIC puts frames on a wire).
 
-    Measured on this machine (16 ranks on 4 nodes, 500 Mb/s, 16 KiB queues, 3,000 messages of 4 KiB a sender):
-    with offload packets, node-shared credits made 70 Mb/s and unconstrained incast 35, the drops at the
-    senders' own queues; with frames, 533 and 314, the drops at the victim's switch port, as on a switch.
+    With offload packets the drops were at the senders' own queues and every mode ran far slower; with frames
+    they are at the victim's switch port, as on a switch (measured: docs, virtual cluster).
     """
     if not link.frames_only:
         return []

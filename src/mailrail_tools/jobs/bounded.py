@@ -200,7 +200,7 @@ def _shared_memory_in(directory: str, env: dict[str, str]) -> dict[str, str]:
 
 #: Seconds between checks that the launcher is still running (a process it left behind may hold its output).
 _LAUNCHER_POLL_S = 0.2
-#: Seconds between looks at the shared-memory segments the job's processes map (a few ms for a few ranks).
+#: Seconds between looks at the shared-memory segments the job's processes map (a look reads each one's maps).
 _SEGMENT_POLL_S = 1.0
 
 

@@ -22,9 +22,9 @@ Open MPI wheel, ``.venv``, and the MPICH wheel, ``.venv-mpich``):
 * **A SIGKILLed owner.** The launcher child gets ``PR_SET_PDEATHSIG=SIGKILL`` (the kernel kills it
   when the thread that forked it exits; ``run_bounded`` waits for it in that thread), and so does
   every rank that ``mailrail run`` starts (``python -m mailrail_tools.jobs.rank_runner``): ``prterun`` and Hydra's
-  proxy keep the thread that forks ranks for their whole life (a 12 s job under both wheels ran to
-  the end with the signal set; after a SIGKILL of ``mailrail run`` its last rank is gone 12-25 ms
-  later, ``mailrail bench faults``).  For anything else
+  proxy keep the thread that forks ranks for their whole life (a job under both wheels runs to the
+  end with the signal set, and after a SIGKILL of ``mailrail run`` its ranks are gone promptly:
+  ``mailrail bench faults``; docs: troubleshooting).  For anything else
   (a program run by ``mpiexec`` directly, a virtual cluster) :func:`on_owner_death` keeps a watchdog:
   a small process in its own session (a terminal's Ctrl-C to the foreground group does not reach
   it) that holds a pipe from its owner; at end-of-file, i.e. when the owner exits for any reason,

@@ -289,7 +289,7 @@ def _whole_line_pieces(data: bytes, size: int) -> Iterator[bytes]:
 
 
 #: Seconds between the forwarder's looks at the program's mapped shared memory while output arrives, and
-#: (in ms) while none does.  A look reads /proc/PID/maps: about 0.1 ms.
+#: (in ms) while none does.  A look reads /proc/PID/maps: cheap next to these intervals.
 SEGMENT_LOOK_S = 0.05
 SEGMENT_IDLE_LOOK_MS = 1000
 

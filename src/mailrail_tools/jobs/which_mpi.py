@@ -33,26 +33,26 @@ WHEEL_SETTINGS: dict[str, dict[str, str]] = {
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
         # A 4 KiB payload plus header exceeds Open MPI's default 4 KiB shared-memory eager
-        # limit; every pending rendezvous send then costs ~40 KB.
+        # limit, which makes every pending send a rendezvous.
         "OMPI_MCA_btl_sm_eager_limit": "8192",
         # MailRail never blocks inside MPI: it polls, and a rank that finds nothing for a few
         # polls yields the core itself (rail.IDLE_SPINS, MAILRAIL_IDLE_SLEEP_US).  Open MPI, once
         # it sees more ranks than cores, also yields inside every MPI test that finds nothing:
-        # 1-2 context switches per message, which cost the histogram a quarter of its throughput
-        # on 4 ranks over 2 cores and the incast benchmark half.  Declaring enough slots stops it.
+        # one or two context switches per message, which slow the histogram and the incast benchmark
+        # (docs: troubleshooting, "Which MPI").  Declaring enough slots stops it.
         "PRTE_MCA_prte_set_default_slots": "1024",
         "OMPI_MCA_mpi_yield_when_idle": "0",
         # The wheel's UCX one-sided component complains on machines without UCX devices;
         # shared windows use the shared-memory component anyway.
         "OMPI_MCA_osc": "^ucx",
-        # Without UCX devices Open MPI ends up with ob1 anyway, after UCX spent a second of every
-        # MPI_Init probing for them.  (On a fabric, ob1 without a fabric transport is TCP: never
+        # Without UCX devices Open MPI ends up with ob1 anyway, after UCX lengthened every MPI_Init
+        # probing for them.  (On a fabric, ob1 without a fabric transport is TCP: never
         # set for a site MPI.)
         "OMPI_MCA_pml": "ob1",
     },
     "any": {
         # One BLAS thread per rank, as MPI codes run: a BLAS that spawns a thread per core fights the
-        # ranks for the cores (app moe: 6x slower on MailRail, whose ranks poll while experts run).
+        # ranks for the cores (app moe ran far slower on MailRail, whose ranks poll while experts run).
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
     },

@@ -1,7 +1,7 @@
 """Decoded events parked in a temporary file, so a replay's timed loop does no text parsing.
 
-Decoding JSON lines costs microseconds per record; replaying straight from the
-text would charge that to the communication being measured.  The validation
+Decoding JSON lines has a cost per record; replaying straight from the text
+would charge that to the communication being measured.  The validation
 pass therefore writes each decoded block as raw arrays to an anonymous
 temporary file (bounded memory, whatever the trace size), and the replay reads
 them back at disk-cache speed.

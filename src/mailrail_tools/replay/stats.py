@@ -20,7 +20,7 @@ from mailrail.errors import TraceFormatError
 from mailrail.trace.directory import TraceDir
 from mailrail.trace.summary import phase_count, summarize
 
-from ..figures import pyplot
+from ..figures import pyplot, save
 from ..flags import MPI_INT_MAX, int_in, missing_module, one_line_errors, usage_error
 from ..output import format_table, write_json
 
@@ -146,10 +146,7 @@ def heatmap(stats: TraceStats, path: str) -> None:
     name = os.path.basename(os.path.normpath(stats.path))
     axes.set_title(f"{name}: {stats.ranks} ranks, {stats.messages:,} messages, {stats.bytes:,} bytes", fontsize=9)
     figure.tight_layout()
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
+    save(figure, path)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
