@@ -24,6 +24,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from .errors import FinalizedError, nested_barrier_error
 from .failure import describe_ranks
 
 __all__ = [
@@ -299,3 +300,74 @@ def mismatch_text(number: int, calls: dict[int, Call], size: int) -> str:
         f"calls the rail's collectives (barrier(), finalize(), the containers' collectives and constructors) in "
         f"the same order"
     )
+
+
+class BarrierEntry:
+    """How every rail enters ``barrier()`` (:class:`~mailrail.rail.MailRail` and :mod:`mailrail.testing`'s
+    rails): refused after ``finalize()`` and from a handler, told to the judge as the program's own call unless
+    it is part of another collective, delegated to the channels without a handler, never nested in a barrier's
+    handler.  A rail provides the steps this calls."""
+
+    _finalized: bool
+    _in_barrier: bool
+    _calls: CollectiveCalls
+    _channels: Any  # the rail's Channels once made, else None
+
+    def barrier(self, handler: Callable[[Any], object] | None = None) -> int:
+        """Collective: return once every message sent by anyone before the call is received and released.
+
+        Keeps receiving meanwhile: each message goes to *handler* (which may send
+        more messages) and is released when the handler returns.  Messages the
+        application still holds must be released for the barrier to finish.  Returns
+        the messages handled.
+
+        Without a handler, arrivals go to the rail's :attr:`channels`: ``barrier()`` flushes what
+        containers, Coalescers and :meth:`call` staged, dispatches every arrival to its channel, and
+        returns once all their asynchronous work, and the work that work sent, is done.  A datagram
+        that is no channel's (sent with :meth:`send`) then raises
+        :class:`~mailrail.errors.ProtocolError`: pass *handler* to process your own messages.
+
+        With ``stall_timeout`` set, a barrier that makes no progress for that long
+        raises :class:`~mailrail.errors.StallError` naming (on rank 0) the ranks that
+        have not called it.  Called from inside a barrier handler: :class:`MailRailError`.
+        Ranks in different collectives (this barrier on one, ``finalize()`` or a container's collective on
+        another) raise :class:`~mailrail.errors.CollectiveMismatchError` on rank 0, naming each rank's call.
+        """
+        if self._finalized:
+            raise FinalizedError("barrier() called after finalize()")
+        called = not self._calls.depth  # the program's own call (else part of a container's, or of this one)
+        if called:
+            self._refuse_in_handler("barrier()")  # before anything is said to the judge
+            self._enter_collective("barrier()", BARRIER)
+        try:
+            if handler is None:
+                return self._channels_barrier()  # flushes, then comes back here with its dispatch as the handler
+            if self._in_barrier:  # the outer barrier's collectives would interleave with this one's: a hang
+                raise nested_barrier_error()
+            self._in_barrier = True
+            try:
+                return self._barrier(handler)
+            finally:
+                self._in_barrier = False
+        finally:
+            if called:
+                self._leave_collective()
+
+    def _refuse_in_handler(self, what: str) -> None:
+        """Raise when *what*, a collective, is called from inside a handler (the rail's channels know)."""
+        if self._channels is not None:
+            self._channels.check_collective(what)
+
+    def _channels_barrier(self) -> int:
+        """``barrier()`` without a handler: the channels flush and dispatch every arrival."""
+        raise NotImplementedError
+
+    def _enter_collective(self, name: str, key: str | None = None, site: str | None = None) -> None:
+        raise NotImplementedError
+
+    def _leave_collective(self) -> None:
+        raise NotImplementedError
+
+    def _barrier(self, handler: Callable[[Any], object]) -> int:
+        """The barrier itself: receive, hand each arrival to *handler*, until every rank's messages are in."""
+        raise NotImplementedError

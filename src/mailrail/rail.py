@@ -28,7 +28,7 @@ import numpy as np
 
 from ._mpi import MPI
 from .channels import Channels
-from .collectives import BARRIER, WITH_BLOCK_END, Call, CollectiveCalls, Judge, call_site, program_frame
+from .collectives import WITH_BLOCK_END, BarrierEntry, Call, CollectiveCalls, Judge, call_site, program_frame
 from .config import KNOBS, Config
 from .errors import (
     CollectiveMismatchError,
@@ -38,7 +38,6 @@ from .errors import (
     MailRailError,
     SlowRankWarning,
     StallError,
-    nested_barrier_error,
     report_undelivered,
 )
 from .failure import abort_job, describe_ranks, exit_code_of
@@ -74,7 +73,7 @@ def tag_upper_bound(comm: MPI.Comm) -> int:
     return int(comm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
 
 
-class MailRail:
+class MailRail(BarrierEntry):
     """Asynchronous, out-of-order, fire-and-forget messaging with credit-based flow control.
 
     Collective over *comm* (default ``COMM_WORLD``) at construction and at
@@ -307,46 +306,8 @@ class MailRail:
         assert self._trace is not None
         self._trace.message(operator.index(dest), operator.index(nbytes))
 
-    def barrier(self, handler: Callable[[Message], object] | None = None) -> int:
-        """Collective: return once every message sent by anyone before the call is received and released.
-
-        Keeps receiving meanwhile: each message goes to *handler* (which may send
-        more messages) and is released when the handler returns.  Messages the
-        application still holds must be released for the barrier to finish.  Returns
-        the messages handled.
-
-        Without a handler, arrivals go to the rail's :attr:`channels`: ``barrier()`` flushes what
-        containers, Coalescers and :meth:`call` staged, dispatches every arrival to its channel, and
-        returns once all their asynchronous work, and the work that work sent, is done.  A datagram
-        that is no channel's (sent with :meth:`send`) then raises
-        :class:`~mailrail.errors.ProtocolError`: pass *handler* to process your own messages.
-
-        With ``stall_timeout`` set, a barrier that makes no progress for that long
-        raises :class:`~mailrail.errors.StallError` naming (on rank 0) the ranks that
-        have not called it.  Called from inside a barrier handler: :class:`MailRailError`.
-        Ranks in different collectives (this barrier on one, ``finalize()`` or a container's collective on
-        another) raise :class:`~mailrail.errors.CollectiveMismatchError` on rank 0, naming each rank's call.
-        """
-        if self._finalized:
-            raise FinalizedError("barrier() called after finalize()")
-        called = not self._calls.depth  # the program's own call (else part of a container's, or of this one)
-        if called:
-            if self._channels is not None:  # from a handler: refused before anything is said to the judge
-                self._channels.check_collective("barrier()")
-            self._enter_collective("barrier()", BARRIER)
-        try:
-            if handler is None:
-                return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
-            if self._in_barrier:  # the outer barrier's collectives would interleave with this one's: a hang
-                raise nested_barrier_error()
-            self._in_barrier = True
-            try:
-                return self._barrier(handler)
-            finally:
-                self._in_barrier = False
-        finally:
-            if called:
-                self._leave_collective()
+    def _channels_barrier(self) -> int:
+        return self.channels.barrier()
 
     def _barrier(self, handler: Callable[[Message], object]) -> int:
         if self._trace is not None:

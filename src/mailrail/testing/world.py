@@ -56,13 +56,12 @@ from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 import numpy as np
 
 from ..channels import Channels
-from ..collectives import BARRIER, WITH_BLOCK_END, Call, CollectiveCalls, Judge, call_site
+from ..collectives import WITH_BLOCK_END, BarrierEntry, Call, CollectiveCalls, Judge, call_site
 from ..config import default
 from ..errors import (
     CollectiveMismatchError,
     FinalizedError,
     MailRailError,
-    nested_barrier_error,
     report_undelivered,
 )
 from ..flow.modes import UNCONSTRAINED
@@ -372,7 +371,7 @@ def _minimum(a: Any, b: Any) -> Any:
     return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
 
 
-class Rail:
+class Rail(BarrierEntry):
     """One rank's in-memory stand-in for :class:`~mailrail.rail.MailRail` (a :class:`World` makes them).
 
     The same application API and rules: :meth:`reserve_send_buffer`, :meth:`send`, :meth:`receive`,
@@ -519,33 +518,8 @@ class Rail:
         """Send buffers reserved and not yet sent, plus sent messages not yet delivered."""
         return self._reserved + self._in_flight
 
-    def barrier(self, handler: Callable[[Message], object] | None = None) -> int:
-        """Collective: return once every message sent by any rank before the call is received and released.
-
-        Each message that arrives meanwhile goes to *handler* (which may send more; the barrier waits for
-        those too) and is released when it returns.  As on MPI, a rank still in the barrier may be handed
-        messages that faster ranks sent after leaving it.  Returns the messages handled.  Without a
-        handler, as the real rail: :attr:`channels` flush and dispatch every arrival (a datagram that is no
-        channel's raises :class:`~mailrail.errors.ProtocolError`).  From inside a barrier handler:
-        :class:`~mailrail.errors.MailRailError`.
-        """
-        if self._finalized:
-            raise FinalizedError("barrier() called after finalize()")
-        if self._channels is not None:  # from a handler: refused before the call is entered
-            self._channels.check_collective("barrier()")
-        self._enter_collective("barrier()", BARRIER)
-        try:
-            if handler is None:
-                return self.channels.barrier()  # flushes, then comes back here with its dispatch as the handler
-            if self._in_barrier:
-                raise nested_barrier_error()
-            self._in_barrier = True
-            try:
-                return self._barrier(handler)
-            finally:
-                self._in_barrier = False
-        finally:
-            self._leave_collective()
+    def _channels_barrier(self) -> int:
+        return self.channels.barrier()
 
     def _enter_collective(self, name: str, key: str | None = None, site: str | None = None) -> None:
         """A collective call starts (see the real rail's): the run compares it with the other ranks' of its number at
