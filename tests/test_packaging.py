@@ -60,13 +60,53 @@ def test_the_wheel_has_the_compiled_modules_and_stubs_and_no_sources_to_compile(
     ):
         assert any(name.startswith(module + ".") and name.endswith(".so") for name in names), module
         assert module + ".pyi" in names
-    assert "mailrail/py.typed" in names and "mailrail/cli/__init__.py" in names
-    # mailrail simulate's parameter sets, validation, the recorded runs it validates against and the sampled
-    # runs cpu-split reads
-    cpu = [f"cpu/queue-16kb-nodes-4/{name}" for name in ("cpu-samples.jsonl", "cpu-output.log", "compare.json")]
-    for data in ("calibrated.json", "omnipath.json", "validation.json", "runs/held-out/nodes-8/compare.json", *cpu):
-        assert f"mailrail/simulate/data/{data}" in names, data
+    assert "mailrail/py.typed" in names and "mailrail_tools/cli/__init__.py" in names  # the library and the tools
+    assert not [name for name in names if name.startswith("mailrail_simulate/")]  # the model is its own distribution
     assert not [name for name in names if name.startswith(("tests/", "docs/", "examples/"))]
+
+
+@pytest.fixture(scope="module")
+def model_wheel(tmp_path_factory) -> Path:
+    """The model's wheel (``simulate/``, the mailrail-simulate distribution), as ``python -m build`` makes it."""
+    pytest.importorskip("build")
+    work = tmp_path_factory.mktemp("model")
+    shutil.copytree(ROOT / "simulate", work / "source", ignore=NOT_SOURCES)
+    completed = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(work / "source")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    (wheel,) = (work / "dist").glob("*.whl")
+    return wheel
+
+
+def test_the_model_s_data_ships_in_the_model_s_wheel(model_wheel):
+    names = zipfile.ZipFile(model_wheel).namelist()
+    assert "mailrail_simulate/command.py" in names and "mailrail_simulate/measure/idle.py" in names
+    # its parameter sets, validation, the recorded runs it validates against (the lossy set's too) and the
+    # sampled runs cpu-split reads
+    cpu = [f"cpu/queue-16kb-nodes-4/{name}" for name in ("cpu-samples.jsonl", "cpu-output.log", "compare.json")]
+    for data in (
+        "calibrated.json",
+        "omnipath.json",
+        "validation.json",
+        "runs/held-out/nodes-8/compare.json",
+        "runs/lossy/fit/queue-16kb/compare.json",
+        *cpu,
+    ):
+        assert f"mailrail_simulate/data/{data}" in names, data
+    shipped = {name for name in names if name.startswith("mailrail_simulate/data/")}
+    on_disk = {
+        "mailrail_simulate/" + str(path.relative_to(ROOT / "simulate/src/mailrail_simulate"))
+        for path in (ROOT / "simulate/src/mailrail_simulate/data").rglob("*")
+        if path.is_file()
+    }
+    assert shipped == on_disk, on_disk - shipped
+    assert not [name for name in names if name.startswith(("mailrail/", "mailrail_tools/"))]
+    requires = next(name for name in names if name.endswith("/METADATA"))
+    assert "Requires-Dist: mailrail==" in zipfile.ZipFile(model_wheel).read(requires).decode()
 
 
 def test_the_sdist_carries_a_test_suite_that_runs(distributions, tmp_path):

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import ROOT
 from mailrail.containers import CountingSet, Map
 from mailrail.errors import (
     BufferOwnershipError,
@@ -618,7 +619,7 @@ def test_a_model_world_loads_no_mpi_and_a_world_in_an_implementation_does():
 
 def test_the_documented_word_count_and_its_tests_pass(tmp_path):
     """docs/testing.md's example: the application and its test file, as a user would save and run them."""
-    page = (Path(__file__).resolve().parents[3] / "docs" / "testing.md").read_text()
+    page = (ROOT / "docs" / "testing.md").read_text()
     blocks = re.findall(r"```python\n(# (\w+\.py)\n.*?)```", page, re.S)
     assert [name for _, name in blocks] == ["wordcount.py", "test_wordcount.py"]
     for code, name in blocks:

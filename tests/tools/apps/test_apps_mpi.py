@@ -1,12 +1,11 @@
 """Both applications under a real mpiexec: exact results at 1, 2 and 4 ranks in every mode and the peer."""
 
 import json
-import os
 import sys
 
 import pytest
 
-from helpers import mailrail
+from helpers import ROOT, mailrail
 
 pytestmark = pytest.mark.mpi
 
@@ -97,7 +96,7 @@ def test_a_bad_edge_file_is_named_with_its_line(tmp_path):
 def test_the_example_imports_the_application(tmp_path):
     path = tmp_path / "g.txt"
     path.write_text("0 1\n1 2\n5 6\n")
-    example = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "examples", "components_of_a_file.py")
+    example = str(ROOT / "examples" / "components_of_a_file.py")
     completed = mailrail("run", "-n", "2", "--", sys.executable, example, str(path), timeout=120)
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     assert "4 components" in completed.stdout and "verified" in completed.stdout
