@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import MPI_TIMEOUT, job_environment, mpirun, processes_mentioning, program_path, run_program
+from helpers import MPI_TIMEOUT, job_environment, job_processes_left, mpirun, program_path, run_program
 from mailrail.flow import MODE_NAMES
 from mailrail.jobs.launch import run_bounded
 from mailrail.jobs.launchers import mpi_environment, mpiexec_argv
@@ -33,7 +33,7 @@ def run_plain(ranks: int, name: str, *args: str, env: dict[str, str]) -> subproc
         )
     except subprocess.TimeoutExpired as expired:
         pytest.fail(f"{name} {args} did not end within {ABORT_BOUND} s\n{expired.output}\n{expired.stderr}")
-    assert processes_mentioning(program_path(name)) == []  # nothing of the job left
+    assert job_processes_left() == []  # nothing of the test's jobs left
     return completed
 
 
