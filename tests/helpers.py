@@ -23,7 +23,7 @@ from mailrail.flow import AdaptiveCredits
 from mailrail_tools.cluster import cgroups, namespaces, state
 from mailrail_tools.cluster.spec import PREFIX
 from mailrail_tools.jobs import control
-from mailrail_tools.jobs.bounded import run_bounded
+from mailrail_tools.jobs.bounded import JOB_DIR_PREFIX, run_bounded
 from mailrail_tools.jobs.which_mpi import mpi_environment, mpiexec_argv
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
@@ -54,9 +54,12 @@ TEST_IMPLEMENTATION = os.environ.get("MAILRAIL_TEST_IMPLEMENTATION")
 
 
 def job_environment(**extra: str) -> dict[str, str]:
-    """The environment of a test's job: no MAILRAIL_* of the caller's, a stall timeout, the test implementation."""
+    """The environment of a test's job: no MAILRAIL_* of the caller's, a stall timeout, the test implementation,
+    and the mark of the running test's jobs (:func:`job_records`: its processes record what they make there)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILRAIL_")}
     env["MAILRAIL_STALL_TIMEOUT"] = "30"  # starvation fails loudly, not as a hang
+    if _records is not None:
+        env[segments.JOB_VARIABLE] = _records
     if TEST_IMPLEMENTATION and env_name("implementation") not in extra:  # a test that chooses one keeps it
         env["MAILRAIL_IMPLEMENTATION"] = TEST_IMPLEMENTATION
     env.update(extra)
@@ -208,9 +211,7 @@ class OwnClusters:
             "netns": [n for n in namespaces.list_netns(PREFIX) if n.rsplit("-", 1)[0] in names],
             "state": [n for n in state.known_names(PREFIX) if n in names],
             "cgroups": sorted(n for n in groups if n in names),
-            "processes": processes_mentioning(
-                *(os.path.join(state.STATE_ROOT, n) + "/" for n in sorted(names)), any_worker=True
-            ),
+            "processes": processes_mentioning(*(os.path.join(state.STATE_ROOT, n) + "/" for n in sorted(names))),
             "job files": sorted(named_job_files({n[len(PREFIX) :] for n in names})),
         }
         return {kind: found for kind, found in left.items() if found}
@@ -241,22 +242,96 @@ def naming(paths: set[str], words: set[str]) -> set[str]:
     return {path for path in paths if any(word in os.path.basename(path) for word in words)}
 
 
-def new_job_files(before: set[str], bound: float = SETTLE_S, *, named: set[str] | None = None) -> set[str]:
-    """What :func:`unclaimed_job_files` holds beyond *before* (with *named*, only the files named after one of
-    those: a cluster's job's, not another job's on the machine), once that is nothing or after *bound* s."""
+def new_job_files(before: set[str], bound: float = SETTLE_S, *, named: set[str]) -> set[str]:
+    """What :func:`unclaimed_job_files` holds beyond *before* and is named after one of *named* (a cluster's job's,
+    not another job's on the machine), once that is nothing or after *bound* s."""
     deadline = time.monotonic() + bound
     while True:
-        new = unclaimed_job_files() - before
-        if named is not None:
-            new = naming(new, named)
+        new = naming(unclaimed_job_files() - before, named)
         if not new or time.monotonic() >= deadline:
             return new
         time.sleep(0.1)
 
 
+# --- what the test's own jobs made: their records ---------------------------------------------------
+
+#: The directory the running test's jobs are marked with (:func:`job_environment` puts it in their
+#: ``MAILRAIL_JOB_DIRS``, as a job run inside a job carries both): every process of theirs records there the
+#: segments it maps in /dev/shm and its launcher's files in /tmp, and their job runners what they saw them hold
+#: (:mod:`mailrail.segments`).  tests/conftest.py gives each test a directory of its own, and each test process one
+#: for the jobs started outside a test (a fixture's of a wider scope); None outside a test session.
+_records: str | None = None
+
+
+def use_job_records(directory: str | None) -> str | None:
+    """Mark the jobs started from now on with *directory* (None: no mark); returns the one used until now."""
+    global _records
+    previous, _records = _records, directory
+    return previous
+
+
+def job_records() -> str:
+    """The running test's records directory (see :data:`_records`)."""
+    assert _records is not None, "no records directory: tests/conftest.py makes one for each test"
+    return _records
+
+
+def recorded_job_files(records: str) -> set[str]:
+    """What the jobs marked with *records* were seen to make outside their job directories, to be removed with them:
+    the segments their processes mapped in /dev/shm, their launchers' files in /tmp, and each job's own directory in
+    /dev/shm that held some of them (Open MPI's segments in a local job).  Their names are the jobs' own (random
+    per job): no file of another job's is among them, whatever it leaves."""
+    recorded = segments.recorded_segments(records)
+    root = segments.SHARED_MEMORY_ROOT + os.sep
+    directories = set()
+    for path in recorded:
+        top, *below = path[len(root) :].split(os.sep) if path.startswith(root) else ("",)
+        if below and top.startswith(JOB_DIR_PREFIX):
+            directories.add(root + top)
+    return recorded | directories
+
+
+def files_left(paths: Iterable[str], bound: float = SETTLE_S) -> set[str]:
+    """Those of *paths* still there, once none is or after *bound* seconds."""
+    paths = set(paths)
+    deadline = time.monotonic() + bound
+    while True:
+        left = {path for path in paths if os.path.lexists(path)}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
+def job_files_left(records: str | None = None, bound: float = SETTLE_S) -> set[str]:
+    """Those of :func:`recorded_job_files` (by default the running test's jobs') still there, once none is or after
+    *bound* seconds (the watchdog of a SIGKILLed job runner removes them a moment later).  The test's own only: a
+    file another process on the machine makes or leaves meanwhile is never among them."""
+    return files_left(recorded_job_files(job_records() if records is None else records), bound)
+
+
+def job_processes_left(records: str | None = None) -> list[str]:
+    """The processes of the running test's jobs (by default) still alive, as ``PID: command line``: those marked
+    with its records directory and those they started (:func:`mailrail_tools.jobs.control.job_processes`), never
+    another job's on the machine."""
+    pids = control.job_processes(job_records() if records is None else records)
+    return [f"{pid}: {_command_line(pid)}" for pid in sorted(pids) if control.is_alive(pid)]
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as source:
+            return source.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "(gone)"
+
+
+# --- the machine's view: only through the names of the test's own objects ----------------------------
+
+
 def present_job_files() -> set[str]:
     """Every entry of /dev/shm and every file MPI launchers make in /tmp
-    (:data:`mailrail.segments.LAUNCHER_FILE_PREFIXES`), whoever's they are."""
+    (:data:`mailrail.segments.LAUNCHER_FILE_PREFIXES`), whoever's they are: a leftover check takes only those named
+    after its own objects (:func:`named_job_files`), or what its own jobs recorded (:func:`job_files_left`)."""
     root = segments.SHARED_MEMORY_ROOT
     try:
         entries = {os.path.join(root, name) for name in os.listdir(root)}
@@ -274,31 +349,20 @@ def unclaimed_job_files() -> set[str]:
     return {path for path in present_job_files() - claimed if os.path.basename(path) not in running}
 
 
-#: Under pytest-xdist, the worker this process is (its jobs inherit the variable): another worker's jobs,
-#: running the same programs at the same time, are not this test's leftovers.
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-
-
-def processes_mentioning(*texts: str, any_worker: bool = False) -> list[str]:
-    """Processes (not this one) whose command line names one of *texts*: this test run's (this xdist worker's,
-    under ``-n``), or with *any_worker* whoever's (for names only one test makes, a cluster's: its Slurm daemons
-    start with an environment of their own, without the worker's variable)."""
+def processes_mentioning(*texts: str) -> list[str]:
+    """Processes (not this one) whose command line names one of *texts*, whoever's: for names only the test's own
+    objects carry (a cluster's state directory: its Slurm daemons start with an environment of their own, without
+    the job's mark).  A test's jobs' processes are :func:`job_processes_left`."""
     found = []
-    worker = None if any_worker else _WORKER
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as source:
                     cmdline = source.read().replace(b"\0", b" ").decode(errors="replace")
-                if not any(text in cmdline for text in texts):
-                    continue
-                if worker is not None:
-                    with open(f"/proc/{entry}/environ", "rb") as source:
-                        if f"PYTEST_XDIST_WORKER={worker}".encode() not in source.read().split(b"\0"):
-                            continue
             except OSError:
                 continue
-            found.append(f"{entry}: {cmdline[:200]}")
+            if any(text in cmdline for text in texts):
+                found.append(f"{entry}: {cmdline[:200]}")
     return found
 
 

@@ -6,6 +6,8 @@ process's maps can no longer be read.  So they are read while the job lives: by 
 has started (:mod:`mailrail._mpi`) and before it aborts (:mod:`mailrail.failure`), by the rank runner's
 output forwarder (:mod:`mailrail_tools.jobs.rank_runner`), and by the job runner
 (:func:`mailrail_tools.jobs.bounded.run_bounded`).
+Each is recorded in the directory of every job the process belongs to (:data:`JOB_VARIABLE`): a job that runs jobs
+(the test suite's tests do) knows what each of them made, and no other job's files.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def append_to(path: str, data: bytes) -> bool:
 
 
 def recorded_segments(job_dir: str) -> set[str]:
-    """The segments the ranks of the job *job_dir* recorded (:func:`record_segments`)."""
+    """The segments recorded for the job *job_dir* (:func:`record_segments`): by its ranks, by its runner, and by
+    the jobs run inside it (a job's processes record in the directories of every job they belong to)."""
     try:
         with open(os.path.join(job_dir, SEGMENTS_FILE), encoding="utf-8", errors="replace") as source:
             paths = {line.rstrip("\n") for line in source}

@@ -17,14 +17,13 @@ import pytest
 from helpers import (
     MPI_TIMEOUT,
     job_environment,
+    job_files_left,
+    job_processes_left,
     mailrail,
     mpirun,
-    new_job_files,
-    processes_mentioning,
     program_path,
     result_of,
     run_program,
-    unclaimed_job_files,
 )
 from mailrail.flow import MODE_NAMES
 from mailrail_tools.jobs.bounded import run_bounded
@@ -47,7 +46,7 @@ def run_plain(ranks: int, name: str, *args: str, env: dict[str, str]) -> subproc
         )
     except subprocess.TimeoutExpired as expired:
         pytest.fail(f"{name} {args} did not end within {ABORT_BOUND} s\n{expired.output}\n{expired.stderr}")
-    assert processes_mentioning(program_path(name)) == []  # nothing of the job left
+    assert job_processes_left() == []  # nothing of the test's jobs left
     return completed
 
 
@@ -236,7 +235,6 @@ MISMATCHES = {
 def test_ranks_in_different_collectives_end_the_job_at_once_naming_each_call(case, transport):
     """No stall timeout: the job would hang to the test's bound if rank 0, the judge, did not end it."""
     ranks, zeroth, others = MISMATCHES[case]
-    before = unclaimed_job_files()
     completed = run_plain(ranks, MISMATCH, case, env={**NO_STALL_TIMEOUT, "MAILRAIL_IMPLEMENTATION": transport})
     assert completed.returncode != 0
     said = failure_lines(completed, "CollectiveMismatchError:")
@@ -248,7 +246,7 @@ def test_ranks_in_different_collectives_end_the_job_at_once_naming_each_call(cas
     )
     assert expected in said[0], said[0]
     assert not failure_lines(completed, "UNREACHABLE")
-    assert new_job_files(before) == set()  # (run_plain: and no process of the job is left)
+    assert job_files_left() == set()  # (run_plain: and no process of the job is left)
 
 
 @pytest.mark.smoke

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from mailrail.errors import MailRailError
 from mailrail.failure import write_all
-from mailrail.segments import job_files, recorded_segments, remove_segments
+from mailrail.segments import job_files, record_segments, recorded_segments, remove_segments
 
 from . import control
 from .launcher_messages import LauncherMessageFilter
@@ -34,6 +34,10 @@ class JobStopped(MailRailError):
     def __init__(self, reason: str, after_s: float, output: str | None = None, stderr: str | None = None) -> None:
         super().__init__(f"{reason} after {after_s:.1f} s")
         self.reason, self.after_s, self.output, self.stderr = reason, after_s, output, stderr
+
+
+#: How the name of a job's directory (its ``TMPDIR``), and so of its directory in ``/dev/shm``, starts.
+JOB_DIR_PREFIX = "mailrail-job-"
 
 
 def run_bounded(
@@ -73,7 +77,7 @@ def run_bounded(
     ours without NUL bytes (Open MPI's launcher ends its messages with one: ``grep`` then calls the
     output binary).  With *launcher_messages* too, the MPI's own messages are kept there, not passed on.
     """
-    session = tempfile.mkdtemp(prefix="mailrail-job-")
+    session = tempfile.mkdtemp(prefix=JOB_DIR_PREFIX)
     env = dict(env, TMPDIR=session)
     if local:
         env = _shared_memory_in(control.shared_memory_dir(session), env)
@@ -99,7 +103,12 @@ def run_bounded(
             return found
 
         def observe() -> None:
-            segments.update(job_files(processes()))
+            # and recorded, in the job's directory and in those of the jobs it runs in (JOB_VARIABLE): the watchdog
+            # that ends it once this process is SIGKILLed finds them there, and so does whoever runs those jobs
+            found = job_files(processes()) - segments
+            if found:
+                segments.update(found)
+                record_segments(sorted(found), job_env)
 
         try:
             # A signal is held while Popen() runs: it never leaves a forked child whose pid we do not know.
