@@ -35,6 +35,7 @@ complete when it returns.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
 import operator
@@ -48,9 +49,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidDestinationError, MailRailError, MessageSizeError, ProtocolError
+from .errors import MailRailError, MessageSizeError, ProtocolError
+from .protocol import checked_rank
 
-__all__ = ["Channel", "Channels", "HEADER_SIZE", "ALIGNMENT", "check_by_reference", "name_of"]
+__all__ = ["Blobs", "Channel", "Channels", "HEADER_SIZE", "ALIGNMENT", "check_by_reference", "in_turn", "name_of"]
 
 #: Segment header: channel number, magic, kind, payload bytes.
 HEADER = struct.Struct("<HBBI")
@@ -73,6 +75,53 @@ MAX_CHANNELS = 1 << 16
 
 def _aligned(offset: int) -> int:
     return (offset + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+
+
+class Blobs:
+    """Variable-size byte strings, packed as Arrow packs them: string ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
+
+    *offsets*: ``n + 1`` ascending integers (``int32`` or ``int64``) into *data* (``uint8``); they need not start
+    at 0.  What a channel of records with a variable-size part sends and hands its handler.
+    """
+
+    __slots__ = ("offsets", "data")
+
+    def __init__(self, offsets: np.ndarray, data: np.ndarray) -> None:
+        self.offsets = offsets
+        self.data = data
+
+    @property
+    def count(self) -> int:
+        """How many strings."""
+        return len(self.offsets) - 1
+
+    @property
+    def nbytes(self) -> int:
+        """Their bytes in all."""
+        return int(self.offsets[-1]) - int(self.offsets[0]) if len(self.offsets) else 0
+
+    def lengths(self) -> np.ndarray:
+        """Each string's length in bytes."""
+        return np.diff(self.offsets)
+
+    def arrow(self, kind: Any = None) -> Any:
+        """A pyarrow array over the same memory (no copy where the offsets are ``int32``, or ``int64`` for a
+        large type): *kind* ``pa.binary()`` (the default), ``pa.string()`` or their ``large_`` variants."""
+        import pyarrow as pa  # imported on first use: a rail without such records never loads it
+
+        kind = pa.binary() if kind is None else kind
+        large = kind in (pa.large_binary(), pa.large_string())
+        if not large and len(self.offsets) and int(self.offsets[-1]) >= 1 << 31:
+            raise OverflowError(f"{self!r} reaches past 2**31 bytes: ask for a large type")
+        offsets = self.offsets.astype(np.int64 if large else np.int32, copy=False)
+        return pa.Array.from_buffers(kind, self.count, [None, pa.py_buffer(offsets), pa.py_buffer(self.data)])
+
+
+def in_turn(dests: list[int], rank: int) -> list[int]:
+    """The ascending ranks *dests* in the order a rank sends to them: from the next rank after *rank* on, *rank*
+    itself last.  Ranks do not all start on rank 0, and local work runs after the remote ranks have theirs."""
+    first = bisect.bisect_right(dests, rank)
+    return dests[first:] + dests[:first]
 
 
 def rank_sort_dtype(ranks: int) -> type:
@@ -125,10 +174,8 @@ class Channel:
         if dests.dtype.kind not in "iu":
             raise TypeError(f"{self.name}: dests have dtype {dests.dtype}: destination ranks must be integers")
         low, high = int(dests.min()), int(dests.max())
-        size = self.channels.size
-        if low < 0 or high >= size:
-            bad = low if low < 0 else high
-            raise InvalidDestinationError(f"destination {bad} is out of range: valid ranks are 0..{size - 1}")
+        if low < 0 or high >= self.channels.size:
+            checked_rank(low if low < 0 else high, self.channels.size)
         self.channels._submit(self, dests, records, copy)
 
     def send_to(self, dest: int, records: np.ndarray, *, copy: bool = True) -> None:
@@ -173,8 +220,8 @@ class Channels:
         self._references: dict[Callable[..., object], bytes] = {}  # functions checked, and their wire names
         self._functions: dict[bytes, Callable[..., object]] = {}  # wire names resolved on this rank
         self._fill = [0] * size  # bytes staged per destination
-        self._open = [-1] * size  # channel whose record segment is open at the end of the row (-1: none)
-        self._open_at = [0] * size  # offset of that segment's header
+        self._tail_channel = [-1] * size  # channel of the row's last segment if records, which its next records extend
+        self._tail_at = [0] * size  # offset of that segment's header
         self._staged_dests: set[int] = set()
         self._count = [0] * size  # records and calls staged per destination
         self._staged_records = 0  # their sum, for finalize()'s report
@@ -270,14 +317,13 @@ class Channels:
 
     def _submit(self, channel: Channel, dests: np.ndarray, records: np.ndarray, copy: bool = True) -> None:
         self._check_open()
-        if self._busy and copy:  # from a handler: it waits for the running send or dispatch (defer), so a copy
+        if self._busy and copy:  # from a handler: it waits for the running send or dispatch (after_handler), so a copy
             dests, records = dests.copy(), records.copy()
-        self.defer(lambda: self._partition_and_send(channel, dests, records), len(records))
+        self.after_handler(lambda: self._partition_and_send(channel, dests, records), len(records))
 
     def _fill_to(self, channel: Channel, dest: int, count: int, fill: Callable[[np.ndarray, int, int], object]) -> None:
         self._check_open()
-        if not 0 <= dest < self.size:
-            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        checked_rank(dest, self.size)
         per = channel.per_datagram
         start = 0
         if dest != self.rank:  # whole datagrams filled in send buffers, while spare ones are free
@@ -292,7 +338,7 @@ class Channels:
                 channel.records_sent += per
                 if self._busy:  # from a handler: it leaves once the running dispatch ends, as a send would
                     self._held_buffers += 1
-                    self.defer(functools.partial(self._send_held, dest, buf, nbytes), per)
+                    self.after_handler(functools.partial(self._send_held, dest, buf, nbytes), per)
                 else:
                     self._pump(functools.partial(self._send, dest, buf, nbytes))
         if start < count:  # the rest (a partial datagram, or no spare buffer): through an array of its own
@@ -316,11 +362,9 @@ class Channels:
         positions) that leaves the payload (its values) a contiguous array of its own dtype, written and
         read at full speed.  To this rank, both handlers run over arrays of their own.  From inside a
         handler, datagrams beyond the spare send buffers are written into arrays of their own and copied
-        into send buffers once the handler is done (:meth:`defer` the call to skip that copy)."""
+        into send buffers once the handler is done (:meth:`after_handler` the call to skip that copy)."""
         self._check_open()
-        dest, count = operator.index(dest), operator.index(count)
-        if not 0 <= dest < self.size:
-            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        dest, count = checked_rank(dest, self.size), operator.index(count)
         if count <= 0:
             return
         first.records_sent += count
@@ -333,7 +377,7 @@ class Channels:
                 self._deliver_locally(first, heads)
                 self._deliver_locally(second, bodies)
 
-            self.defer(deliver, 2 * count)
+            self.after_handler(deliver, 2 * count)
             return
         first_size, second_size = first.record_size, second.record_size
         per = (self.datagram_size - 2 * HEADER_SIZE - (ALIGNMENT - 1)) // (first_size + second_size)
@@ -377,13 +421,13 @@ class Channels:
             if buf is None:
                 image = np.empty(self.datagram_size, np.uint8)
                 nbytes = write(image, start, stop)
-                self.defer(functools.partial(self._send_image, dest, image, nbytes), 2 * (stop - start))
+                self.after_handler(functools.partial(self._send_image, dest, image, nbytes), 2 * (stop - start))
             else:
                 self._held_buffers += 1
                 nbytes = write(buf, start, stop)
-                self.defer(functools.partial(self._send_held, dest, buf, nbytes), 2 * (stop - start))
+                self.after_handler(functools.partial(self._send_held, dest, buf, nbytes), 2 * (stop - start))
 
-    def defer(self, work: Callable[[], None], records: int = 0) -> None:
+    def after_handler(self, work: Callable[[], None], records: int = 0) -> None:
         """Run *work* once the running handler (and the send or dispatch around it) is done; at once outside
         handlers.  What *work* sends may then wait for send buffers, as a send outside handlers does: a handler
         that answers a large request defers its answer (with copies of what it reads from the arrivals, whose
@@ -438,11 +482,7 @@ class Channels:
         sorted_records = records[order]
         counts = np.bincount(ranks, minlength=size)
         ends = np.cumsum(counts)
-        # Destinations in turn from the next rank on, this one last: ranks do not all start on rank 0,
-        # and local work runs after the remote ranks have theirs.
-        used = np.flatnonzero(counts).tolist()
-        first = int(np.searchsorted(used, rank + 1))
-        for dest in used[first:] + used[:first]:
+        for dest in in_turn(np.flatnonzero(counts).tolist(), rank):
             end = int(ends[dest])
             start = end - int(counts[dest])
             if dest == rank:
@@ -475,14 +515,14 @@ class Channels:
                 done += take
                 continue
             row = self._staging_row(dest)
-            if self._open[dest] == channel.number:  # extend the open segment
-                header_at = self._open_at[dest]
+            if self._tail_channel[dest] == channel.number:  # extend the last segment
+                header_at = self._tail_at[dest]
                 room = (capacity - fill) // size
             else:
                 header_at = _aligned(fill)
                 room = (capacity - header_at - HEADER_SIZE) // size if header_at + HEADER_SIZE <= capacity else 0
                 if room > 0:
-                    self._open[dest], self._open_at[dest] = channel.number, header_at
+                    self._tail_channel[dest], self._tail_at[dest] = channel.number, header_at
                     fill = header_at + HEADER_SIZE
             if room <= 0:
                 self._transmit_row(dest)
@@ -520,7 +560,7 @@ class Channels:
         row = self._rows[dest]
         assert row is not None and fill
         self._fill[dest] = 0
-        self._open[dest] = -1
+        self._tail_channel[dest] = -1
         self._staged_dests.discard(dest)
         self._staged_records -= self._count[dest]
         self._count[dest] = 0
@@ -558,9 +598,7 @@ class Channels:
         """
         if self._closed:
             self._check_open()
-        dest = operator.index(dest)  # a float rank is refused, not truncated
-        if not 0 <= dest < self.size:
-            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        dest = checked_rank(operator.index(dest), self.size)  # a float rank is refused (TypeError), not truncated
         reference = self._references.get(fn)
         if reference is None:
             reference = self._reference_of(fn)
@@ -572,7 +610,7 @@ class Channels:
         payload = self._pack_call(fn, reference, body, buffers)
         self.calls_sent += 1
         if self._busy:  # from a handler, while a send or a dispatch runs: after it
-            self.defer(
+            self.after_handler(
                 (lambda: self._run_call(payload)) if dest == self.rank else (lambda: self._append_call(dest, payload)),
                 1,
             )
@@ -634,7 +672,7 @@ class Channels:
         start = header_at + HEADER_SIZE
         view[start : start + nbytes] = payload
         self._fill[dest] = start + nbytes
-        self._open[dest] = -1
+        self._tail_channel[dest] = -1
         self._staged_dests.add(dest)
         self._count[dest] += 1
         self._staged_records += 1

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from containers_support import job_env, load_program, over_seeds, tiny_world
 from helpers import mpirun
-from mailrail.containers.array import UFUNCS, Array, _distinct, _strictly_increasing
+from mailrail.containers.array import Array, _distinct, _strictly_increasing
+from mailrail.containers.ops import UFUNCS
 from mailrail.errors import MessageSizeError
 from mailrail.testing import World
 
@@ -156,7 +157,7 @@ def test_construction_errors():
     (raised,) = World(1, seed=0, datagram_size=256).run(program)
     assert raised["negative"] == "ValueError: Array: length must be >= 0, got -1"
     assert raised["not an integer"] == "TypeError: Array: length must be an integer, got 2.5"
-    assert raised["objects"].startswith("TypeError: Array: elements of dtype object")
+    assert raised["objects"].startswith("TypeError: Array: elements must have a fixed-size dtype (numbers, bytes, records); got object")
     assert raised["too large"].startswith("MessageSizeError: a 264-byte record does not fit in a 256-byte datagram")
 
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from containers_support import MPI_RUNS, SCALE, assert_staged, assert_staged_in_memory, job_env, load_program
 from helpers import mpirun
 from mailrail.containers import counting_set
-from mailrail.containers.counting_set import CountingSet, byte_order, canonical, distinct_keys
+from mailrail.containers.counting_set import CountingSet
+from mailrail.containers.keys import byte_order, canonical, distinct_keys
 from mailrail.containers.hot import split_hot_numpy
 from mailrail.testing import World
 

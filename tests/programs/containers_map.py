@@ -25,7 +25,7 @@ sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for containers_co
 from containers_common import Checks, finalize_pending, run_job
 
 from mailrail import MailRailError
-from mailrail.containers import map as map_module
+from mailrail.containers import ops as ops_module
 from mailrail.containers.map import Map
 
 #: Second-level visits of key k go to key k + VISIT_OFFSET.
@@ -160,7 +160,7 @@ def scenario(rail: Any, seed: int, count: int = 2000) -> dict:
         return keys, rng.random(count) * 1e3  # any floats: sums within a tolerance
 
     named = {"add": np.add, "min": np.minimum, "max": np.maximum}
-    xor_code = map_module._UFUNC_CODES.pop(np.bitwise_xor, None)  # as if outside numpy: travels in calls
+    xor_code = ops_module._CODES.pop(np.bitwise_xor, None)  # as if outside numpy: travels in calls
     try:
         for kind, dtype, ops in (
             ("i", np.int64, ["add", "min", "max", np.bitwise_or, np.bitwise_xor]),
@@ -191,7 +191,7 @@ def scenario(rail: Any, seed: int, count: int = 2000) -> dict:
                     check(f"{name}: values", np.array_equal(values[part], expected), values[part] - expected)
     finally:
         if xor_code is not None:
-            map_module._UFUNC_CODES[np.bitwise_xor] = xor_code
+            ops_module._CODES[np.bitwise_xor] = xor_code
 
     # 4. erase then get; erased keys come back with fresh values.
     erased = Map(rail, np.int64, np.int64)

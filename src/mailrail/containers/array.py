@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import REDUCTIONS, Container, Lookup, ufunc_of
+from .base import Container, Lookup
+from .keys import fixed_dtype
+from .ops import UFUNCS, code_of, ufunc_of
 from .partition import BlockPartitioner
 
 __all__ = ["Array"]
@@ -31,32 +33,8 @@ __all__ = ["Array"]
 #: An update record's target: the offset in the owner's block in the low bits, the operation in the top 16.
 OP_SHIFT = 48
 OFFSET_MASK = np.uint64((1 << OP_SHIFT) - 1)
-#: The operation code of a set; reductions are 1 and up (:data:`UFUNCS`).
+#: The operation code of a set; a reduction's is its code (:data:`~mailrail.containers.ops.UFUNCS`) plus one.
 SET = 0
-
-
-def _binary_ufuncs() -> list[np.ufunc]:
-    """Every reduction an update can name: add, min, max, then numpy's other binary ufuncs by name.
-
-    Every rank builds the same list from the same numpy, so a ufunc travels as its position in it.
-    """
-    named = list(REDUCTIONS.values())
-    # By the ufunc's own name: aliases (np.atan2 is np.arctan2) count once.  From numpy's namespace as it is:
-    # getattr over dir(np) would import numpy's lazy submodules (f2py, testing...), a tenth of a second.
-    others = {
-        value.__name__: value
-        for value in list(vars(np).values())
-        if isinstance(value, np.ufunc)
-        and value.nin == 2
-        and value.nout == 1
-        and value.signature is None  # matmul and the like reduce nothing
-    }
-    return named + [others[name] for name in sorted(others) if others[name] not in named]
-
-
-#: Reductions by code - 1 (code 0 is a set).
-UFUNCS = _binary_ufuncs()
-_CODE_OF = {ufunc: code for code, ufunc in enumerate(UFUNCS, start=1)}
 
 
 class Array(Container):
@@ -79,9 +57,7 @@ class Array(Container):
             raise TypeError(f"Array: length must be an integer, got {length!r}") from None
         if length < 0:
             raise ValueError(f"Array: length must be >= 0, got {length}")
-        element = np.dtype(dtype)
-        if element.hasobject or element.itemsize == 0:
-            raise TypeError(f"Array: elements of dtype {element} are not fixed-size data")
+        element = fixed_dtype(dtype, "Array", "elements")
         self.blocks = BlockPartitioner(length, self.ranks)
         self.partitioner = self.blocks  # type: ignore[assignment]  # indices to ranks by block, not by hash
         self._starts = self.blocks.offsets
@@ -93,7 +69,7 @@ class Array(Container):
             raise ValueError(f"Array: a block of {self.blocks.count(self.rank)} elements is more than 2**48")
         self._values: np.ndarray = np.zeros(self.blocks.count(self.rank), dtype=element)
         self._record = np.dtype([("target", "<u8"), ("value", element)])
-        self._updates = self._open(self._record, self._on_update, "updates")
+        self._updates = self._channel(self._record, self._on_update, "updates")
         self._lookup = Lookup(self, np.dtype(np.int64), element, None, "gather", answer_into=self._answer_into)
 
     # -- what it is ------------------------------------------------------------
@@ -152,6 +128,8 @@ class Array(Container):
         records).
         """
         ufunc = self._ufunc_for(op)
+        code = code_of(ufunc)
+        assert code is not None  # _ufunc_for refuses the others
         index, owners, offsets = self._locate(indices, "reduce")
         values = self._values_for(values, len(index), "reduce")
         if not len(index):
@@ -163,7 +141,7 @@ class Array(Container):
             if len(starts) < len(index):
                 values = ufunc.reduceat(values, starts, axis=0, dtype=self._base)
             owners, offsets = owners[order][starts], offsets[order][starts]
-        self._send_updates(_CODE_OF[ufunc], owners, offsets, values)
+        self._send_updates(code + 1, owners, offsets, values)
 
     def _send_updates(self, code: int, owners: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
         records = np.empty(len(offsets), dtype=self._record)
@@ -274,7 +252,7 @@ class Array(Container):
 
     def _ufunc_for(self, op: str | np.ufunc) -> np.ufunc:
         ufunc = ufunc_of(op, "Array.reduce")
-        if ufunc not in _CODE_OF:
+        if code_of(ufunc) is None:
             raise ValueError(
                 f"Array.reduce: op {ufunc.__name__} is not one of numpy's own binary ufuncs: an update names "
                 f"its op to the owner by its place among them"

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .base import Container
-from .counting_set import canonical
+from .keys import canonical, fixed_dtype
 
 __all__ = ["Bag"]
 
@@ -31,13 +31,11 @@ class Bag(Container):
 
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
-        self.dtype: np.dtype[Any] = np.dtype(dtype)
-        if self.dtype.hasobject or self.dtype.itemsize == 0:
-            raise TypeError(f"Bag: items must have a fixed-size dtype (numbers, bytes, records); got {dtype}")
+        self.dtype: np.dtype[Any] = fixed_dtype(dtype, "Bag", "items")
         self._items: npt.NDArray[Any] = np.empty(1024, dtype=self.dtype)
         self._length = 0
         self._cursor = self.rank  # the rank the next inserted item goes to
-        self._channel = self._open(self.dtype, self._on_items, "items")
+        self._items_channel = self._channel(self.dtype, self._on_items, "items")
 
     def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
         raise TypeError(
@@ -73,7 +71,7 @@ class Bag(Container):
             return
         dests = (self._cursor + np.arange(count, dtype=np.int64)) % self.ranks
         self._cursor = (self._cursor + count) % self.ranks
-        self._channel.send(dests, items)
+        self._items_channel.send(dests, items)
 
     def local_insert(self, items: npt.ArrayLike) -> None:
         """Put the items of the 1-D batch *items* in this rank's own share, at once: no message (YGM's
@@ -127,7 +125,7 @@ class Bag(Container):
             keep = int(targets[self.rank])
             leaving = self._items[keep : self._length].copy()
             self._length = keep
-            self._channel.send(dests, leaving)
+            self._items_channel.send(dests, leaving)
         self.rail.barrier()
         return int(surplus.sum())
 

@@ -15,54 +15,10 @@ from typing import Any
 import numpy as np
 
 from ..channels import Channel, Channels
+from .keys import as_keys
 from .partition import HashPartitioner
 
-__all__ = ["Container", "Lookup", "as_keys", "ufunc_of", "REDUCTIONS"]
-
-#: The named reductions of ``reduce(..., op)`` and the ufunc each one is.
-REDUCTIONS: dict[str, np.ufunc] = {"add": np.add, "min": np.minimum, "max": np.maximum}
-
-
-def ufunc_of(op: str | np.ufunc, where: str) -> np.ufunc:
-    """The binary ufunc *op* names (``"add"``, ``"min"``, ``"max"``, or a numpy ufunc such as ``np.bitwise_or``)."""
-    if isinstance(op, np.ufunc):
-        if op.nin != 2 or op.nout != 1:
-            raise ValueError(f"{where}: op {op.__name__} is not a binary ufunc (it takes {op.nin} inputs)")
-        return op
-    if isinstance(op, str) and op in REDUCTIONS:
-        return REDUCTIONS[op]
-    raise ValueError(f"{where}: unknown op {op!r}: use 'add', 'min', 'max' or a binary numpy ufunc")
-
-
-def as_keys(keys: Any, dtype: np.dtype, where: str) -> np.ndarray:
-    """*keys* as a 1-D array of *dtype*: the same dtype, or one numpy converts to it without loss.
-
-    An array of another dtype is converted only when numpy calls it safe (``int32`` keys for an ``int64``
-    container), else ``TypeError`` names both dtypes.  A list of Python values is converted when every
-    value survives: integers in the dtype's range for an integer container (``[1.5]`` for one is refused,
-    not truncated), strings that encode to the width of a bytes container, and so on.
-    """
-    array = np.asarray(keys)
-    if array.dtype != dtype:
-        if isinstance(keys, np.ndarray) or array.dtype.kind not in "iub":
-            # An array, or a list numpy read as floats, strings or records: only a safe cast.
-            safe = np.can_cast(array.dtype, dtype, casting="safe")
-            unicode_to_bytes = array.dtype.kind == "U" and dtype.kind == "S" and not isinstance(keys, np.ndarray)
-            if not (safe or unicode_to_bytes or array.size == 0):
-                raise TypeError(f"{where}: keys of dtype {array.dtype} for a container of dtype {dtype}")
-        try:
-            converted = np.asarray(array, dtype=dtype)
-        except (TypeError, ValueError, OverflowError) as error:
-            raise TypeError(f"{where}: keys cannot be converted to {dtype}: {error}") from error
-        if array.dtype.kind in "iub" and dtype.kind in "iub" and not np.array_equal(converted, array):
-            bad = array[converted != array][0]
-            raise TypeError(f"{where}: key {bad} is out of the range of {dtype}")
-        if array.dtype.kind == "U" and dtype.kind == "S" and not np.array_equal(converted.astype(array.dtype), array):
-            raise TypeError(f"{where}: keys longer than {dtype.itemsize} bytes for a container of dtype {dtype}")
-        array = converted
-    if array.ndim != 1:
-        raise ValueError(f"{where}: keys must be a 1-D array, got shape {array.shape}")
-    return np.ascontiguousarray(array)
+__all__ = ["Container", "Lookup"]
 
 
 class Container:
@@ -81,15 +37,19 @@ class Container:
         self.rank: int = rail.rank
         self.ranks: int = rail.size  # not ``size``: that is the containers' collective ``size()``
         self.partitioner = HashPartitioner(self.ranks)
+        #: The dtype :meth:`_keys` converts batches to (set by each container).
+        self._key_dtype: np.dtype = np.dtype(np.uint64)
 
     def owner(self, keys: Any) -> np.ndarray:
         """The rank that owns each key (``int64``): put your own data beside the container's."""
         return self.partitioner.owner(self._keys(keys, "owner"))
 
     def _keys(self, keys: Any, operation: str) -> np.ndarray:
-        raise NotImplementedError
+        """*keys*, a batch given to *operation*, as a 1-D array of the container's key dtype, else an error."""
+        return as_keys(keys, self._key_dtype, f"{self.kind}.{operation}()")
 
-    def _open(self, dtype: np.dtype | str, handler: Callable[[int, np.ndarray], object], what: str) -> Channel:
+    def _channel(self, dtype: np.dtype | str, handler: Callable[[int, np.ndarray], object], what: str) -> Channel:
+        """A channel of this container's (collective: :meth:`~mailrail.channels.Channels.open`), named after it."""
         return self.channels.open(dtype, handler, name=f"{self.kind} {what}")
 
     def _collective(self, operation: str) -> None:
@@ -135,10 +95,10 @@ class Lookup:
         # for large values (a gather's feature vectors) is a pass over every byte of the replies.
         self.answer_into = answer_into
         self._request_dtype = np.dtype([("position", "<i8"), ("key", key_dtype)])
-        self._requests = container._open(self._request_dtype, self._on_request, f"{what} requests")
-        self._reply_positions = container._open(np.dtype("<i8"), self._on_positions, f"{what} reply positions")
+        self._requests = container._channel(self._request_dtype, self._on_request, f"{what} requests")
+        self._reply_positions = container._channel(np.dtype("<i8"), self._on_positions, f"{what} reply positions")
         # One field, no padding: the values a contiguous array (a subarray dtype cannot view bytes itself).
-        self._replies = container._open(np.dtype([("value", self.value_dtype)]), self._on_reply, f"{what} replies")
+        self._replies = container._channel(np.dtype([("value", self.value_dtype)]), self._on_reply, f"{what} replies")
         self._results: np.ndarray | None = None
         self._positions: np.ndarray | None = None  # of the reply segment whose values come next
         self._runs = False  # the running ask's positions come in consecutive runs (see ask)
@@ -175,7 +135,7 @@ class Lookup:
         # then; they are small beside the replies): its replies may then wait for send buffers, and each is
         # written once, in the buffer it leaves from.
         positions, keys = positions.copy(), keys.copy()
-        self.container.channels.defer(lambda: self._answer(source, positions, keys), 2 * len(keys))
+        self.container.channels.after_handler(lambda: self._answer(source, positions, keys), 2 * len(keys))
 
     def _answer(self, source: int, positions: np.ndarray, keys: np.ndarray) -> None:
         answer_into = self.answer_into

@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .base import Container, Lookup, as_keys
+from .base import Container, Lookup
+from .keys import fixed_dtype
 from .partition import key_words
 from .table import KeyTable
 
@@ -67,9 +68,7 @@ class ItemOrder:
     """
 
     def __init__(self, dtype: npt.DTypeLike) -> None:
-        self.dtype: np.dtype[Any] = np.dtype(dtype)
-        if self.dtype.hasobject or self.dtype.itemsize == 0:
-            raise TypeError(f"items must have a fixed-size dtype (numbers, bytes, records); got {self.dtype}")
+        self.dtype: np.dtype[Any] = fixed_dtype(dtype, "ItemOrder", "items")
         size = self.dtype.itemsize
         kind = self.dtype.kind
         plain = self.dtype.names is None and self.dtype.subdtype is None and self.dtype.isnative
@@ -197,9 +196,8 @@ class DisjointSet(Container):
 
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
-        self.dtype: np.dtype[Any] = np.dtype(dtype)
-        if self.dtype.hasobject or self.dtype.itemsize == 0:
-            raise TypeError(f"DisjointSet: items must have a fixed-size dtype (numbers, bytes, records); got {dtype}")
+        self.dtype: np.dtype[Any] = fixed_dtype(dtype, "DisjointSet", "items")
+        self._key_dtype = self.dtype
         self.order = ItemOrder(self.dtype)
         ordinal = self.order.ordinal_dtype
         self._table = KeyTable(ordinal)
@@ -208,10 +206,10 @@ class DisjointSet(Container):
         self._pair_dtype = np.dtype([("item", ordinal), ("other", ordinal)])
         self._request_dtype = np.dtype([("position", np.int64), ("origin", np.int64), ("item", ordinal)])
         self._reply_dtype = np.dtype([("position", np.int64), ("root", ordinal)])
-        self._starts = self._open(self._pair_dtype, self._on_start, "union starts")
-        self._walks = self._open(self._pair_dtype, self._on_walk, "union walks")
-        self._find_requests = self._open(self._request_dtype, self._on_find_request, "find requests")
-        self._find_replies = self._open(self._reply_dtype, self._on_find_reply, "find replies")
+        self._starts = self._channel(self._pair_dtype, self._on_start, "union starts")
+        self._walks = self._channel(self._pair_dtype, self._on_walk, "union walks")
+        self._find_requests = self._channel(self._request_dtype, self._on_find_request, "find requests")
+        self._find_replies = self._channel(self._reply_dtype, self._on_find_reply, "find replies")
         self._grandparents = Lookup(
             self,
             ordinal,
@@ -220,9 +218,6 @@ class DisjointSet(Container):
             "compress",
         )
         self._found: npt.NDArray[Any] | None = None
-
-    def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
-        return as_keys(keys, self.dtype, f"{self.kind}.{operation}()")
 
     def _owner_of(self, ordinals: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """The rank owning each item, given as ordinals (the owner of the item itself, as :meth:`owner`)."""

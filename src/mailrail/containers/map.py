@@ -36,23 +36,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, check_by_reference, name_of
+from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, check_by_reference, in_turn, name_of
 from ..errors import MailRailError, MessageSizeError
-from .base import Container, Lookup, as_keys, ufunc_of
+from .arrivals import Arrivals, Run
+from .base import Container, Lookup
+from .keys import fixed_dtype
+from .ops import UFUNCS, code_of, ufunc_of
 from .partition import key_words
 from .table import KeyTable
 
 __all__ = ["Map"]
 
-#: The binary ufuncs of numpy's namespace, each sent in a reduce record as its position here (the table is the
-#: same on every rank running the same numpy).  Other binary ufuncs travel by reference, in calls.
-_UFUNCS: list[np.ufunc] = sorted(
-    {id(u): u for u in vars(np).values() if isinstance(u, np.ufunc) and u.nin == 2 and u.nout == 1}.values(),
-    key=lambda u: u.__name__,
-)
-_UFUNC_CODES: dict[np.ufunc, int] = {u: code for code, u in enumerate(_UFUNCS)}
-
-#: The kinds of arrivals an owner buffers (see Map._buffer).
+#: The kinds of arrivals an owner applies, in order (see Map._on_insert).
 _INSERT, _ASSIGN, _REDUCE, _REDUCE_BY_REFERENCE, _ERASE = range(5)
 
 #: Bytes a call of a visit chunk may need beyond its pickled arguments: the call's header and buffer count,
@@ -100,7 +95,7 @@ def _visits_arrived(
 def _reduce_arrived(token: int, rank: int, op: np.ufunc, records: bytes) -> None:
     """A chunk of reductions by a ufunc outside numpy's namespace arrived at its owner *rank* (a call)."""
     target = _part(token, rank)
-    target._buffer(_REDUCE_BY_REFERENCE, np.frombuffer(records, dtype=target._pair_dtype), op)
+    target._arrivals.add(_REDUCE_BY_REFERENCE, np.frombuffer(records, dtype=target._pair_dtype), tag=op)
 
 
 def _rail_token(channels: Channels) -> int:
@@ -142,11 +137,9 @@ class Map(Container):
 
     def __init__(self, rail: Any, key_dtype: npt.DTypeLike, value_dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
-        self.key_dtype: np.dtype[Any] = np.dtype(key_dtype)
-        self.value_dtype: np.dtype[Any] = np.dtype(value_dtype)
-        for what, dtype, given in (("keys", self.key_dtype, key_dtype), ("values", self.value_dtype, value_dtype)):
-            if dtype.hasobject or dtype.itemsize == 0:
-                raise TypeError(f"Map: {what} must have a fixed-size dtype (numbers, bytes, records); got {given}")
+        self.key_dtype: np.dtype[Any] = fixed_dtype(key_dtype, "Map")
+        self.value_dtype: np.dtype[Any] = fixed_dtype(value_dtype, "Map", "values")
+        self._key_dtype = self.key_dtype
         # Pending work first: a rank waiting in the allgathers below grants no credit, so a peer still sending
         # its earlier operations under backpressure would wait for it forever.
         self.channels.check_collective("Map()")
@@ -157,16 +150,20 @@ class Map(Container):
         self._values: npt.NDArray[Any] = np.zeros(self._table.capacity, dtype=self.value_dtype)
         self._pair_dtype = np.dtype([("key", self.key_dtype), ("value", self.value_dtype)])
         self._reduce_dtype = np.dtype([("key", self.key_dtype), ("value", self.value_dtype), ("op", np.uint16)])
-        self._inserts = self._open(self._pair_dtype, self._on_insert, "inserts")
-        self._assigns = self._open(self._pair_dtype, self._on_assign, "assignments")
-        self._reduces = self._open(self._reduce_dtype, self._on_reduce, "reductions")
-        self._erases = self._open(self.key_dtype, self._on_erase, "erasures")
+        self._inserts = self._channel(self._pair_dtype, self._on_insert, "inserts")
+        self._assigns = self._channel(self._pair_dtype, self._on_assign, "assignments")
+        self._reduces = self._channel(self._reduce_dtype, self._on_reduce, "reductions")
+        self._erases = self._channel(self.key_dtype, self._on_erase, "erasures")
         found_dtype = np.dtype([("value", self.value_dtype), ("found", np.bool_)])
         self._getter = Lookup(self, self.key_dtype, found_dtype, self._found, "get")
         self._checked_ops: set[np.ufunc] = set()
-        # Arrivals not yet applied, in arrival order: (kind, records, ufunc of a reduction by reference).
-        self._pending: list[tuple[int, npt.NDArray[Any], np.ufunc | None]] = []
-        self._pending_records = 0
+        # Arrivals not yet applied, in arrival order (a reduction by reference tagged with its ufunc).
+        self._arrivals = Arrivals(
+            [self._pair_dtype, self._pair_dtype, self._reduce_dtype, self._pair_dtype, self.key_dtype],
+            self.pending_limit,
+            self._apply_run,
+            ordered=True,
+        )
         self._token = _rail_token(self.channels) * MAX_CHANNELS + self._inserts.number
         _MAPS[(self._token, self.rank)] = self
 
@@ -175,9 +172,6 @@ class Map(Container):
         return _map_handle, (self._token,)
 
     # -- checking input --------------------------------------------------------
-
-    def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
-        return as_keys(keys, self.key_dtype, f"{self.kind}.{operation}()")
 
     def _values_for(self, values: Any, count: int, operation: str) -> npt.NDArray[Any]:
         """*values* as an array of shape ``(count,) + value shape`` of the value dtype, else a precise error."""
@@ -286,7 +280,7 @@ class Map(Container):
         firsts = order[starts]
         combined = ufunc.reduceat(values[order], starts, axis=0, dtype=self._value_base)
         owners = self.partitioner.owner_of_words(words[firsts])
-        code = _UFUNC_CODES.get(ufunc)
+        code = code_of(ufunc)
         if code is None:  # not in numpy's namespace: by reference, in calls
             pairs = np.empty(len(firsts), dtype=self._pair_dtype)
             pairs["key"] = keys[firsts]
@@ -365,15 +359,14 @@ class Map(Container):
                 f"(MAILRAIL_DATAGRAM_SIZE): pass smaller arguments, or raise the datagram size"
             )
         order = np.argsort(owners, kind="stable")
-        ordered, owners = items[order], owners[order]
-        used = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
-        ends = np.r_[used[1:], len(owners)]
-        # Owners in turn from the next rank on, this one last: local work runs after the remote ranks have theirs.
-        turn = np.roll(np.arange(len(used)), -int(np.searchsorted(owners[used], self.rank + 1)))
-        for group in turn.tolist():
-            dest = int(owners[used[group]])
-            for start in range(int(used[group]), int(ends[group]), per_call):
-                chunk = ordered[start : min(start + per_call, int(ends[group]))]
+        ordered = items[order]
+        counts = np.bincount(owners, minlength=self.ranks)
+        ends = np.cumsum(counts)
+        for dest in in_turn(np.flatnonzero(counts).tolist(), self.rank):
+            end = int(ends[dest])
+            first = end - int(counts[dest])
+            for start in range(first, end, per_call):
+                chunk = ordered[start : min(start + per_call, end)]
                 self.rail.call(dest, arrived, self._token, dest, *head, chunk.tobytes(), *tail)
 
     # -- at the owner ------------------------------------------------------------
@@ -395,50 +388,37 @@ class Map(Container):
         return inserted.dense
 
     def _on_insert(self, source: int, records: npt.NDArray[Any]) -> None:
-        self._buffer(_INSERT, records)
-
-    def _on_assign(self, source: int, records: npt.NDArray[Any]) -> None:
-        self._buffer(_ASSIGN, records)
-
-    def _on_reduce(self, source: int, records: npt.NDArray[Any]) -> None:
-        self._buffer(_REDUCE, records)
-
-    def _on_erase(self, source: int, keys: npt.NDArray[Any]) -> None:
-        self._buffer(_ERASE, keys)
-
-    def _buffer(self, kind: int, records: npt.NDArray[Any], op: np.ufunc | None = None) -> None:
         # A datagram holds a few hundred records: one table operation per datagram would cost more in numpy
         # calls than in work, so arrivals wait, in arrival order, until enough are there, or until something
         # reads the map or visits it.  Operations in flight are unordered, so applying them later is the same.
-        self._pending.append((kind, records.copy(), op))
-        self._pending_records += len(records)
-        if self._pending_records >= self.pending_limit:
-            self._settle()
+        self._arrivals.add(_INSERT, records)
 
-    def _settle(self) -> None:
-        """Apply the buffered arrivals in arrival order, each run of one kind as one batch: a run of inserts
+    def _on_assign(self, source: int, records: npt.NDArray[Any]) -> None:
+        self._arrivals.add(_ASSIGN, records)
+
+    def _on_reduce(self, source: int, records: npt.NDArray[Any]) -> None:
+        self._arrivals.add(_REDUCE, records)
+
+    def _on_erase(self, source: int, keys: npt.NDArray[Any]) -> None:
+        self._arrivals.add(_ERASE, keys)
+
+    def _apply_arrivals(self) -> None:
+        """Apply the arrivals waiting in arrival order, each run of one kind as one batch: a run of inserts
         keeps each key's first value, a run of assignments its last, as one arrival would."""
-        pending, self._pending, self._pending_records = self._pending, [], 0
-        start = 0
-        while start < len(pending):
-            kind, _, op = pending[start]
-            end = start + 1
-            while end < len(pending) and pending[end][0] == kind and pending[end][2] is op:
-                end += 1
-            run = [records for _, records, _ in pending[start:end]]
-            records = run[0] if len(run) == 1 else np.concatenate(run)
-            if kind == _INSERT:
-                self._apply_insert(records)
-            elif kind == _ASSIGN:
-                self._apply_assign(records)
-            elif kind == _REDUCE:
-                self._apply_reduces(records)
-            elif kind == _REDUCE_BY_REFERENCE:
-                assert op is not None
-                self._apply_reduce(records, op)
-            else:
-                self._apply_erase(records)
-            start = end
+        self._arrivals.apply_all()
+
+    def _apply_run(self, run: Run) -> None:
+        if run.kind == _INSERT:
+            self._apply_insert(run.records)
+        elif run.kind == _ASSIGN:
+            self._apply_assign(run.records)
+        elif run.kind == _REDUCE:
+            self._apply_reduces(run.records)
+        elif run.kind == _REDUCE_BY_REFERENCE:
+            assert isinstance(run.tag, np.ufunc)
+            self._apply_reduce(run.records, run.tag)
+        else:
+            self._apply_erase(run.records)
 
     def _apply_insert(self, records: npt.NDArray[Any]) -> None:
         inserted = self._table.insert(records["key"])
@@ -455,10 +435,10 @@ class Map(Container):
     def _apply_reduces(self, records: npt.NDArray[Any]) -> None:
         codes = records["op"]
         if (codes == codes[0]).all():
-            self._apply_reduce(records, _UFUNCS[int(codes[0])])
+            self._apply_reduce(records, UFUNCS[int(codes[0])])
             return
         for code in np.unique(codes).tolist():  # reduce() calls of several ops: in flight, so in any order
-            self._apply_reduce(records[codes == code], _UFUNCS[code])
+            self._apply_reduce(records[codes == code], UFUNCS[code])
 
     def _apply_reduce(self, records: npt.NDArray[Any], op: np.ufunc) -> None:
         held = len(self._table)
@@ -485,7 +465,7 @@ class Map(Container):
     def _apply_visits(
         self, keys: npt.NDArray[Any], fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool
     ) -> None:
-        self._settle()
+        self._apply_arrivals()
         if if_contains:
             dense = self._table.lookup(keys)
             present = np.flatnonzero(dense >= 0)
@@ -504,7 +484,7 @@ class Map(Container):
 
     def _found(self, keys: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """This rank's answer to a get: each key's value and whether it is here."""
-        self._settle()
+        self._apply_arrivals()
         index = self._table.lookup(keys)
         found = index >= 0
         answers = np.zeros(len(keys), dtype=self._getter.value_dtype)
@@ -527,7 +507,7 @@ class Map(Container):
     def size(self) -> int:
         """Collective: how many keys the map holds, on all ranks (YGM's ``size``)."""
         self._collective("size")
-        self._settle()
+        self._apply_arrivals()
         return self.channels.allreduce_sum(len(self._table))
 
     # -- local ---------------------------------------------------------------------
@@ -536,7 +516,7 @@ class Map(Container):
         """This rank's keys and their values, as copies, in no particular order (not collective: pending
         operations are not completed; call ``rail.barrier()`` first to see them).  YGM's ``for_all`` over the
         local part (``local_for_all``)."""
-        self._settle()
+        self._apply_arrivals()
         held = len(self._table)
         return self._table.keys.copy(), self._values[:held].copy()
 

@@ -17,11 +17,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .base import Container, Lookup, as_keys
-from .counting_set import distinct_keys
+from .arrivals import Arrivals, Run
+from .base import Container, Lookup
+from .keys import distinct_keys, fixed_dtype
 from .table import KeyTable
 
 __all__ = ["Set"]
+
+#: The kinds of arrivals an owner applies, in order.
+_INSERT, _ERASE = 0, 1
 
 
 class Set(Container):
@@ -37,19 +41,14 @@ class Set(Container):
 
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
-        self.dtype: np.dtype[Any] = np.dtype(dtype)
-        if self.dtype.hasobject or self.dtype.itemsize == 0:
-            raise TypeError(f"Set: keys must have a fixed-size dtype (numbers, bytes, records); got {dtype}")
+        self.dtype: np.dtype[Any] = fixed_dtype(dtype, "Set")
+        self._key_dtype = self.dtype
         self._table = KeyTable(self.dtype)
-        # Arrivals not yet applied, in arrival order: (erase?, keys).  See _buffer.
-        self._pending: list[tuple[bool, npt.NDArray[Any]]] = []
-        self._pending_keys = 0
-        self._inserts = self._open(self.dtype, self._on_insert, "inserts")
-        self._erases = self._open(self.dtype, self._on_erase, "erases")
+        # Arrivals not yet applied, in arrival order (see _on_insert).
+        self._arrivals = Arrivals([self.dtype, self.dtype], self.pending_limit, self._apply_run, ordered=True)
+        self._inserts = self._channel(self.dtype, self._on_insert, "inserts")
+        self._erases = self._channel(self.dtype, self._on_erase, "erases")
         self._finder = Lookup(self, self.dtype, np.dtype(np.bool_), self._contains_here, "contains")
-
-    def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
-        return as_keys(keys, self.dtype, f"{self.kind}.{operation}()")
 
     # -- asynchronous --------------------------------------------------------
 
@@ -72,40 +71,27 @@ class Set(Container):
         channel.send(self.partitioner.owner_of_words(words), unique)
 
     def _on_insert(self, source: int, keys: npt.NDArray[Any]) -> None:
-        self._buffer(False, keys)
-
-    def _on_erase(self, source: int, keys: npt.NDArray[Any]) -> None:
-        self._buffer(True, keys)
-
-    def _buffer(self, erase: bool, keys: npt.NDArray[Any]) -> None:
         # A datagram holds a few hundred keys: one table operation per datagram would cost more in numpy calls
         # than in work, so arrivals wait, in arrival order, until enough are there or something reads the set.
-        self._pending.append((erase, keys.copy()))
-        self._pending_keys += len(keys)
-        if self._pending_keys >= self.pending_limit:
-            self._settle()
+        self._arrivals.add(_INSERT, keys)
 
-    def _settle(self) -> None:
-        """Apply the buffered arrivals in arrival order, each run of inserts (or erases) as one batch."""
-        pending, self._pending, self._pending_keys = self._pending, [], 0
-        start = 0
-        while start < len(pending):
-            erase = pending[start][0]
-            end = start + 1
-            while end < len(pending) and pending[end][0] == erase:
-                end += 1
-            run = [keys for _, keys in pending[start:end]]
-            keys = run[0] if len(run) == 1 else np.concatenate(run)
-            if erase:
-                self._table.erase(keys)
-            else:
-                self._table.insert(keys)
-            start = end
+    def _on_erase(self, source: int, keys: npt.NDArray[Any]) -> None:
+        self._arrivals.add(_ERASE, keys)
+
+    def _apply_arrivals(self) -> None:
+        """Apply the arrivals waiting, in arrival order, each run of inserts (or erases) as one batch."""
+        self._arrivals.apply_all()
+
+    def _apply_run(self, run: Run) -> None:
+        if run.kind == _ERASE:
+            self._table.erase(run.records)
+        else:
+            self._table.insert(run.records)
 
     # -- collective ----------------------------------------------------------
 
     def _contains_here(self, keys: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
-        self._settle()
+        self._apply_arrivals()
         found: npt.NDArray[np.bool_] = self._table.lookup(keys) >= 0
         return found
 
@@ -119,7 +105,7 @@ class Set(Container):
     def size(self) -> int:
         """Collective: how many keys the set holds (YGM's ``size``)."""
         self._collective("size")
-        self._settle()
+        self._apply_arrivals()
         return self.channels.allreduce_sum(len(self._table))
 
     # -- local ---------------------------------------------------------------
@@ -127,7 +113,7 @@ class Set(Container):
     def local(self) -> npt.NDArray[Any]:
         """This rank's keys, a copy (not collective: call ``rail.barrier()`` first to see pending inserts and
         erases).  YGM's ``for_all`` over the local part."""
-        self._settle()
+        self._apply_arrivals()
         return self._table.keys.copy()
 
     def __repr__(self) -> str:
