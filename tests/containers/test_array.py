@@ -157,7 +157,9 @@ def test_construction_errors():
     (raised,) = World(1, seed=0, datagram_size=256).run(program)
     assert raised["negative"] == "ValueError: Array: length must be >= 0, got -1"
     assert raised["not an integer"] == "TypeError: Array: length must be an integer, got 2.5"
-    assert raised["objects"].startswith("TypeError: Array: elements must have a fixed-size dtype (numbers, bytes, records); got object")
+    assert raised["objects"].startswith(
+        "TypeError: Array: elements must have a fixed-size dtype (numbers, bytes, records); got object"
+    )
     assert raised["too large"].startswith("MessageSizeError: a 264-byte record does not fit in a 256-byte datagram")
 
 

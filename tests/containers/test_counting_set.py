@@ -12,8 +12,8 @@ from containers_support import MPI_RUNS, SCALE, assert_staged, assert_staged_in_
 from helpers import mpirun
 from mailrail.containers import counting_set
 from mailrail.containers.counting_set import CountingSet
-from mailrail.containers.keys import byte_order, canonical, distinct_keys
 from mailrail.containers.hot import split_hot_numpy
+from mailrail.containers.keys import byte_order, canonical, distinct_keys
 from mailrail.testing import World
 
 # -- under mpiexec ------------------------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..channels import Channel, Channels
-from .keys import as_keys
+from ..channels import Blobs, Channel, Channels
+from ..errors import MessageSizeError
+from .keys import Strings, as_keys
 from .partition import HashPartitioner
 
 __all__ = ["Container", "Lookup"]
@@ -37,8 +38,11 @@ class Container:
         self.rank: int = rail.rank
         self.ranks: int = rail.size  # not ``size``: that is the containers' collective ``size()``
         self.partitioner = HashPartitioner(self.ranks)
-        #: The dtype :meth:`_keys` converts batches to (set by each container).
+        #: The dtype :meth:`_keys` converts batches to (set by each container), or its strings (str or bytes).
         self._key_dtype: np.dtype = np.dtype(np.uint64)
+        self._strings: Strings | None = None
+        #: The longest string a record of this container's channels can carry (see :meth:`_channel`).
+        self._longest_string = 1 << 62
 
     def owner(self, keys: Any) -> np.ndarray:
         """The rank that owns each key (``int64``): put your own data beside the container's."""
@@ -48,9 +52,35 @@ class Container:
         """*keys*, a batch given to *operation*, as a 1-D array of the container's key dtype, else an error."""
         return as_keys(keys, self._key_dtype, f"{self.kind}.{operation}()")
 
-    def _channel(self, dtype: np.dtype | str, handler: Callable[[int, np.ndarray], object], what: str) -> Channel:
-        """A channel of this container's (collective: :meth:`~mailrail.channels.Channels.open`), named after it."""
-        return self.channels.open(dtype, handler, name=f"{self.kind} {what}")
+    def _string_keys(self, keys: Any, operation: str) -> Blobs:
+        """*keys*, a batch of strings given to *operation* (of a container of strings), packed, each short enough
+        for a datagram; else an error, before anything is sent."""
+        where = f"{self.kind}.{operation}()"
+        assert self._strings is not None
+        blobs = self._strings.convert(keys, where)
+        self._check_lengths(blobs, where)
+        return blobs
+
+    def _check_lengths(self, blobs: Blobs, where: str, what: str = "key") -> None:
+        """Refuse strings longer than a record of this container carries (MessageSizeError naming both sizes)."""
+        if blobs.count:
+            longest = int(blobs.lengths().max())
+            if longest > self._longest_string:
+                raise MessageSizeError(
+                    f"{where}: a {longest}-byte {what} does not fit in a {self.channels.datagram_size}-byte datagram, "
+                    f"which takes strings of up to {self._longest_string} bytes here, beside the record and its "
+                    f"headers (raise MAILRAIL_DATAGRAM_SIZE)"
+                )
+
+    def _channel(
+        self, dtype: np.dtype | str, handler: Callable[..., object], what: str, *, blobs: bool = False
+    ) -> Channel:
+        """A channel of this container's (collective: :meth:`~mailrail.channels.Channels.open`), named after it;
+        with *blobs*, of records with a string beside their fixed-size part (handler: ``(source, records, blobs)``)."""
+        channel = self.channels.open(dtype, handler, name=f"{self.kind} {what}", blobs=blobs)
+        if blobs:
+            self._longest_string = min(self._longest_string, channel.largest_blob)
+        return channel
 
     def _collective(self, operation: str) -> None:
         """Refuse a collective *operation* from inside a handler, then complete all pending asynchronous work."""
@@ -79,9 +109,9 @@ class Lookup:
     def __init__(
         self,
         container: Container,
-        key_dtype: np.dtype,
+        key_dtype: np.dtype | Strings,
         value_dtype: np.dtype,
-        answer: Callable[[np.ndarray], np.ndarray] | None,
+        answer: Callable[[Any], np.ndarray] | None,
         what: str,
         *,
         answer_into: Callable[[np.ndarray, np.ndarray], None] | None = None,
@@ -94,8 +124,15 @@ class Lookup:
         # Writes the answers straight into the replies' values: no array of answers to copy again, which
         # for large values (a gather's feature vectors) is a pass over every byte of the replies.
         self.answer_into = answer_into
-        self._request_dtype = np.dtype([("position", "<i8"), ("key", key_dtype)])
-        self._requests = container._channel(self._request_dtype, self._on_request, f"{what} requests")
+        self._strings = key_dtype if isinstance(key_dtype, Strings) else None
+        if self._strings is None:
+            self._request_dtype = np.dtype([("position", "<i8"), ("key", key_dtype)])
+            self._requests = container._channel(self._request_dtype, self._on_request, f"{what} requests")
+        else:  # the keys beside the positions, as strings
+            self._request_dtype = np.dtype([("position", "<i8")])
+            self._requests = container._channel(
+                self._request_dtype, self._on_string_request, f"{what} requests", blobs=True
+            )
         self._reply_positions = container._channel(np.dtype("<i8"), self._on_positions, f"{what} reply positions")
         # One field, no padding: the values a contiguous array (a subarray dtype cannot view bytes itself).
         self._replies = container._channel(np.dtype([("value", self.value_dtype)]), self._on_reply, f"{what} replies")
@@ -108,19 +145,23 @@ class Lookup:
         """Requests and replies this rank sent (a reply counted once: its position and value travel together)."""
         return self._requests.records_sent + self._replies.records_sent
 
-    def ask(self, keys: np.ndarray, owners: np.ndarray) -> np.ndarray:
+    def ask(self, keys: np.ndarray | Blobs, owners: np.ndarray) -> np.ndarray:
         """Collective, after the caller's :meth:`Container._collective`: the owners' answers for *keys*."""
-        results = np.empty(len(keys), dtype=self.value_dtype)  # every position is answered once: no zeroing pass
+        count = keys.count if isinstance(keys, Blobs) else len(keys)
+        results = np.empty(count, dtype=self.value_dtype)  # every position is answered once: no zeroing pass
         self._results = results
         # Keys grouped by owner (a sorted halo, keys of one owner): each owner is asked for one run of
         # consecutive positions, in order, so every segment of requests or replies is such a run too (channels
         # keep a destination's records in order and cut them into consecutive pieces): placed by slice.
         self._runs = len(owners) < 2 or bool((owners[1:] >= owners[:-1]).all())
-        requests = np.empty(len(keys), dtype=self._request_dtype)
-        requests["position"] = np.arange(len(keys))
-        requests["key"] = keys
+        requests = np.empty(count, dtype=self._request_dtype)
+        requests["position"] = np.arange(count)
         try:
-            self._requests.send(owners, requests)
+            if isinstance(keys, Blobs):
+                self._requests.send(owners, requests, keys)
+            else:
+                requests["key"] = keys
+                self._requests.send(owners, requests)
             self.container.rail.barrier()  # every request answered, every reply arrived
         finally:
             self._results = None
@@ -137,7 +178,15 @@ class Lookup:
         positions, keys = positions.copy(), keys.copy()
         self.container.channels.after_handler(lambda: self._answer(source, positions, keys), 2 * len(keys))
 
-    def _answer(self, source: int, positions: np.ndarray, keys: np.ndarray) -> None:
+    def _on_string_request(self, source: int, requests: np.ndarray, keys: Blobs) -> None:
+        positions = requests["position"]
+        if source == self.container.rank:
+            self._answer_here(positions, keys)
+            return
+        positions, keys = positions.copy(), keys.copy()  # (see _on_request)
+        self.container.channels.after_handler(lambda: self._answer(source, positions, keys), 2 * keys.count)
+
+    def _answer(self, source: int, positions: np.ndarray, keys: Any) -> None:
         answer_into = self.answer_into
         if answer_into is None:
             assert self.answer is not None
@@ -153,9 +202,9 @@ class Lookup:
                 heads[:] = positions[start:stop]
                 answer_into(keys[start:stop], replies["value"])
 
-        self.container.channels.fill_pair_to(source, len(keys), self._reply_positions, self._replies, fill)
+        self.container.channels.fill_pair_to(source, len(positions), self._reply_positions, self._replies, fill)
 
-    def _answer_here(self, positions: np.ndarray, keys: np.ndarray) -> None:
+    def _answer_here(self, positions: np.ndarray, keys: Any) -> None:
         results = self._results
         assert results is not None, "a request from this rank arrived outside its lookup"
         span = self._span(positions)
@@ -165,7 +214,7 @@ class Lookup:
         elif span is not None:
             self.answer_into(keys, results[span])  # a view: answered in place
         else:
-            answers = np.empty(len(keys), dtype=self.value_dtype)
+            answers = np.empty(len(positions), dtype=self.value_dtype)
             self.answer_into(keys, answers)
             results[positions] = answers
 

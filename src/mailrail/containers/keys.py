@@ -1,9 +1,17 @@
-"""Keys and items as the containers take them: the dtype check, conversion of a batch, and the helpers over keys'
+"""Keys and items as the containers take them: the type check, conversion of a batch, and the helpers over keys'
 bytes (distinct keys of a batch, their canonical form, their byte order).
 
-Every container checks its key (or item, or value) type here once, at construction (:func:`fixed_dtype`), and
-converts each batch it is given with :func:`as_keys`.  The hash and the owners are
-:mod:`~mailrail.containers.partition`'s.
+Every container checks its key (or item, or value) type here once, at construction (:func:`fixed_dtype`, or
+:class:`Strings` for ``str`` and ``bytes``), and converts each batch it is given (:func:`as_keys`,
+:meth:`Strings.convert`).  The hash and the owners are :mod:`~mailrail.containers.partition`'s (fixed-size keys)
+and :mod:`~mailrail.containers.varkeys`' (strings).
+
+**Strings.**  A container of ``str`` or ``bytes`` keys (or items, or values) takes them of any length.  A batch is
+a pyarrow ``string`` or ``binary`` array (``large_`` variants too; a chunked array is combined), a numpy array of
+strings (``U`` for ``str``, ``S`` for ``bytes``: numpy drops their trailing NUL characters; or ``object`` holding
+``str`` or ``bytes``), or a list of ``str`` or ``bytes``; ``str`` and ``bytes`` are not mixed (a ``str`` key is its
+UTF-8 bytes on the wire and in the tables, and comes back a ``str``).  Null entries are refused.  Results come
+back as pyarrow arrays: a ``StringArray`` for ``str``, a ``BinaryArray`` for ``bytes``.
 """
 
 from __future__ import annotations
@@ -13,10 +21,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .partition import has_padding, key_words
+from ..channels import Blobs
+from .partition import HashPartitioner, has_padding, key_words
+from .varkeys import BytesTable, hash_bytes
 
 __all__ = [
+    "Strings",
+    "arrow_column",
+    "StringTable",
     "UINT_OF_SIZE",
+    "is_string_type",
     "as_keys",
     "byte_order",
     "canonical",
@@ -24,6 +38,7 @@ __all__ = [
     "fixed_dtype",
     "keys_of_words",
     "ranked",
+    "string_ranked",
 ]
 
 #: The unsigned integer type of each size below 8 bytes.
@@ -127,3 +142,168 @@ def ranked(keys: npt.NDArray[Any], counts: npt.NDArray[np.int64]) -> npt.NDArray
     """The permutation putting *counts* in descending order, ties in ascending order of the keys' bytes."""
     by_bytes = byte_order(keys)
     return by_bytes[np.argsort(-counts[by_bytes], kind="stable")]
+
+
+def is_string_type(given: object) -> bool:
+    """Whether *given* names keys (or values) of any length: ``str`` or ``bytes``."""
+    return given is str or given is bytes
+
+
+def _arrow() -> Any:
+    import pyarrow as pa  # imported when strings are first used: numeric containers never load it
+
+    return pa
+
+
+class Strings:
+    """Keys (or items, or values) of one string type, ``str`` or ``bytes``, of any length (see the module)."""
+
+    def __init__(self, kind: type) -> None:
+        if not is_string_type(kind):
+            raise TypeError(f"string keys are str or bytes, not {kind!r}")
+        pa = _arrow()
+        self.kind = kind
+        #: The pyarrow type results come back as.
+        self.arrow_type = pa.string() if kind is str else pa.binary()
+        self._accepted = (pa.string(), pa.large_string()) if kind is str else (pa.binary(), pa.large_binary())
+        self._other = "bytes" if kind is str else "str"
+
+    def __repr__(self) -> str:
+        return self.kind.__name__
+
+    def convert(self, values: Any, where: str, what: str = "keys") -> Blobs:
+        """*values* as packed strings (no copy from a pyarrow array of the right type), else ``TypeError`` naming
+        what was given, ``ValueError`` for nulls or an array that is not 1-D."""
+        pa = _arrow()
+        array = values
+        if isinstance(values, pa.ChunkedArray):
+            array = values.combine_chunks()
+        if not isinstance(array, pa.Array):
+            if isinstance(values, np.ndarray):
+                if values.ndim != 1:
+                    raise ValueError(f"{where}: {what} must be a 1-D array, got shape {values.shape}")
+                if values.dtype.kind not in "USO":
+                    raise TypeError(f"{where}: {what} of dtype {values.dtype} for a container of {self.kind.__name__}")
+            elif isinstance(values, (str, bytes)):
+                raise TypeError(
+                    f"{where}: {what} must be a batch (a list or an array), not one {type(values).__name__}"
+                )
+            try:
+                array = pa.array(values)
+            except (pa.ArrowException, TypeError, ValueError) as error:
+                raise TypeError(f"{where}: {what} are not all {self.kind.__name__}: {error}") from error
+            if array.type == pa.null() and len(array) == array.null_count:
+                array = pa.array([None] * len(array), type=self.arrow_type)
+            if array.type == pa.binary() and self.kind is bytes and not isinstance(values, np.ndarray):
+                if any(isinstance(value, str) for value in values):  # pyarrow reads str and bytes mixed as binary
+                    raise TypeError(f"{where}: {what} mix str and bytes: a container of bytes takes bytes only")
+        if array.type not in self._accepted:
+            raise TypeError(f"{where}: {what} of type {array.type} for a container of {self.kind.__name__}")
+        if array.null_count:
+            raise ValueError(f"{where}: {array.null_count} of the {what} are null")
+        return Blobs.of(array)
+
+    def arrow(self, blobs: Blobs) -> Any:
+        """*blobs* as a pyarrow array of this type (``StringArray`` or ``BinaryArray``), over the same memory where
+        the offsets are ``int32`` (or a large array's ``int64`` past 2 GiB)."""
+        pa = _arrow()
+        large = len(blobs.offsets) and int(blobs.offsets[-1]) >= 1 << 31
+        kind = (pa.large_string() if self.kind is str else pa.large_binary()) if large else self.arrow_type
+        return blobs.arrow(kind)
+
+    def empty(self) -> Blobs:
+        return Blobs(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+
+    @staticmethod
+    def owners(blobs: Blobs, partitioner: HashPartitioner) -> npt.NDArray[np.int64]:
+        """The rank owning each string: the high part of its hash times the ranks (see
+        :mod:`~mailrail.containers.varkeys`)."""
+        return partitioner.owner_of_hashes(hash_bytes(blobs.offsets, blobs.data))
+
+    @staticmethod
+    def distinct(blobs: Blobs) -> tuple[Blobs, npt.NDArray[np.int64]]:
+        """The distinct strings of a batch, in the order of their first occurrence, and how often each occurs (one
+        pass through a :class:`StringTable` of the batch)."""
+        table = BytesTable(max(16, blobs.count))
+        dense, _ = table.insert(blobs.offsets, blobs.data)
+        counts = np.bincount(dense, minlength=len(table)).astype(np.int64)
+        offsets, data = table.keys()
+        return Blobs(offsets, data), counts
+
+
+class StringTable:
+    """A set of strings with dense indices: :class:`~mailrail.containers.table.KeyTable`'s interface over packed
+    strings (:class:`~mailrail.channels.Blobs`), on :class:`~mailrail.containers.varkeys.BytesTable`."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._table = BytesTable(capacity)
+
+    def insert(self, keys: Blobs) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Each string's dense index, adding the absent ones in the order of their first occurrence, and whether
+        each position added its string."""
+        dense, new = self._table.insert(keys.offsets, keys.data)
+        return dense, new
+
+    def lookup(self, keys: Blobs) -> npt.NDArray[np.int64]:
+        """Each string's dense index, -1 where absent."""
+        found: npt.NDArray[np.int64] = self._table.lookup(keys.offsets, keys.data)
+        return found
+
+    def erase(self, keys: Blobs) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(removed, moved_from, moved_to)``, as :meth:`~mailrail.containers.table.KeyTable.erase` says."""
+        removed, moved_from, moved_to = self._table.erase(keys.offsets, keys.data)
+        return removed, moved_from, moved_to
+
+    def keys(self) -> Blobs:
+        """Every string, in dense order, packed afresh (``int32`` offsets below 2 GiB)."""
+        offsets, data = self._table.keys(large=True)
+        if len(data) < 1 << 31:
+            offsets = offsets.astype(np.int32)
+        return Blobs(offsets, data)
+
+    def hashes(self) -> npt.NDArray[np.uint64]:
+        """Each string's hash, in dense order."""
+        hashes: npt.NDArray[np.uint64] = self._table.hashes_of_keys()
+        return hashes
+
+    def clear(self, keep: bool = False) -> None:
+        """Forget every string; with *keep*, keep the memory for as many again."""
+        self._table.clear(keep)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
+def arrow_column(values: npt.NDArray[Any]) -> Any:
+    """A numpy array as a pyarrow array, for a column of a container's table: numbers, booleans and times
+    without a copy where pyarrow can; ``S`` as binary and ``U`` as strings (numpy's values: trailing NULs
+    dropped); structured records as a struct array of their fields; a subarray dtype (``(float32, 4)``) as
+    fixed-size lists; other bytes (``V``) as fixed-size binary."""
+    pa = _arrow()
+    dtype = values.dtype
+    if dtype.names is not None:
+        fields = [arrow_column(np.ascontiguousarray(values[name])) for name in dtype.names]
+        return pa.StructArray.from_arrays(fields, names=list(dtype.names))
+    if values.ndim > 1:  # a subarray dtype's values: (n, *shape)
+        width = int(np.prod(values.shape[1:]))
+        flat = arrow_column(np.ascontiguousarray(values).reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(flat, width)
+    if dtype.kind == "S":
+        return pa.array(values, type=pa.binary())
+    if dtype.kind == "V":
+        raw = np.ascontiguousarray(values)
+        return pa.Array.from_buffers(pa.binary(dtype.itemsize), len(raw), [None, pa.py_buffer(raw)])
+    if not dtype.isnative:
+        values = values.astype(dtype.newbyteorder("="))
+    return pa.array(values)
+
+
+def string_ranked(keys: Any, counts: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+    """:func:`ranked` for strings (a pyarrow array): counts descending, ties by the strings' bytes ascending."""
+    pa = _arrow()
+    import pyarrow.compute as pc
+
+    binary = keys.cast(pa.large_binary() if keys.type in (pa.large_string(), pa.large_binary()) else pa.binary())
+    table = pa.table({"count": counts, "key": binary})
+    order = pc.sort_indices(table, sort_keys=[("count", "descending"), ("key", "ascending")])
+    return np.asarray(order, dtype=np.intp)
