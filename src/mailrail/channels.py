@@ -108,6 +108,9 @@ class Blobs:
         """How many strings."""
         return len(self.offsets) - 1
 
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
     @property
     def nbytes(self) -> int:
         """Their bytes in all."""
@@ -410,6 +413,11 @@ class Channels:
     def allreduce_sum(self, value: int) -> int:
         """Collective: the sum of an integer over the ranks."""
         return int(sum(self._comm.allgather(int(value))))
+
+    def gather(self, value: Any, root: int) -> list[Any] | None:
+        """Collective: every rank's *value*, in rank order, on rank *root*; None on the others (pickled)."""
+        gathered = self._comm.gather(value, root=checked_rank(root, self.size))
+        return None if gathered is None else list(gathered)
 
     # -- sending -------------------------------------------------------------
 

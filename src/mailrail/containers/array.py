@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Container, Lookup
+from .base import Container, Lookup, table_of
 from .keys import fixed_dtype
 from .ops import UFUNCS, code_of, ufunc_of
 from .partition import BlockPartitioner
@@ -94,7 +94,15 @@ class Array(Container):
         """The rank that owns each index (``int64``); ``IndexError`` for an index outside ``0..length-1``."""
         return self._locate(keys, "owner")[1]
 
-    def local(self) -> tuple[int, np.ndarray]:
+    def local(self) -> Any:
+        """This rank's block, a ``pyarrow.Table`` of columns ``index`` (``int64``) and ``value`` (fixed-size
+        lists for subarray elements), a copy.  Not collective: read it after a ``barrier()`` for a settled
+        picture.  YGM's ``for_all`` over the local part."""
+        return table_of(
+            {"index": np.arange(self._start, self._start + len(self._values)), "value": self._values.copy()}
+        )
+
+    def local_view(self) -> tuple[int, np.ndarray]:
         """``(start, view)``: the first index this rank owns and a writable view of its block.
 
         ``view[i]`` is element ``start + i``: a rank fills its own block in place (no messages).  Not
@@ -178,8 +186,10 @@ class Array(Container):
 
     # -- collective reads ------------------------------------------------------
 
-    def gather(self, indices: Any) -> np.ndarray:
+    def gather(self, indices: Any) -> np.ndarray:  # type: ignore[override]  # (YGM's all_gather of indices)
         """Collective: the current value of each index, as ``(n, *element_shape)`` values of the element dtype.
+        (An Array's ``gather`` is this lookup, YGM's ``all_gather(indices)``; its whole block structure is
+        already known to every rank: ``local()`` tables, gathered as any container's, are rarely needed.)
 
         Every rank calls it (with its own indices, possibly none), outside handlers; it first completes
         every asynchronous update any rank sent before it.  Each rank asks for each distinct index once:

@@ -16,10 +16,24 @@ import numpy as np
 
 from ..channels import Blobs, Channel, Channels
 from ..errors import MessageSizeError
-from .keys import Strings, as_keys
+from .keys import Strings, arrow_column, as_keys
 from .partition import HashPartitioner
+from .varkeys import hash_bytes
 
-__all__ = ["Container", "Lookup"]
+
+def _packed(blobs: Blobs) -> tuple[np.ndarray, np.ndarray]:
+    return blobs.offsets, blobs.data
+
+
+__all__ = ["Container", "Lookup", "table_of"]
+
+
+def table_of(columns: dict[str, Any]) -> Any:
+    """A ``pyarrow.Table`` of named columns: numpy arrays (:func:`~mailrail.containers.keys.arrow_column`: numbers
+    without a copy where pyarrow can) or pyarrow arrays as they are."""
+    import pyarrow as pa
+
+    return pa.table({name: arrow_column(c) if isinstance(c, np.ndarray) else c for name, c in columns.items()})
 
 
 class Container:
@@ -46,6 +60,8 @@ class Container:
 
     def owner(self, keys: Any) -> np.ndarray:
         """The rank that owns each key (``int64``): put your own data beside the container's."""
+        if self._strings is not None:
+            return self.partitioner.owner_of_hashes(hash_bytes(*_packed(self._string_keys(keys, "owner"))))
         return self.partitioner.owner(self._keys(keys, "owner"))
 
     def _keys(self, keys: Any, operation: str) -> np.ndarray:
@@ -86,6 +102,31 @@ class Container:
         """Refuse a collective *operation* from inside a handler, then complete all pending asynchronous work."""
         self.channels.check_collective(f"{self.kind}.{operation}()")
         self.rail.barrier()
+
+    def local(self) -> Any:
+        """This rank's part, a ``pyarrow.Table`` (see each container); YGM's ``for_all`` over the local part."""
+        raise NotImplementedError
+
+    def gather(self, rank: int = 0) -> Any:
+        """Collective: the container's contents on rank *rank*, one ``pyarrow.Table`` of every rank's
+        :meth:`local` table in rank order (no other order: sort it if you need one); None on the other ranks.
+        Every asynchronous operation issued before it, by any rank, is applied first."""
+        self._collective("gather")
+        import pyarrow as pa
+
+        tables = self.channels.gather(self.local(), rank)
+        return None if tables is None else pa.concat_tables(tables)
+
+    def collect(self, other: Container) -> None:
+        """Put this rank's contents into the container *other*, asynchronously (YGM's ``collect``): its keys or
+        items into a Set (``insert``), a Bag (``insert``) or a CountingSet (``add``, each as many times as its
+        ``count`` column says, if it has one); its keys and values into a Map (``assign``; a CountingSet's counts
+        are added, ``reduce(keys, counts, "add")``).  Not collective: call it on every rank to move it all; the
+        next barrier completes it.  Call ``rail.barrier()`` first to see this container's pending work."""
+        other._absorb(self.local(), f"{self.kind}.collect()")
+
+    def _absorb(self, table: Any, where: str) -> None:
+        raise TypeError(f"{where}: a {self.kind} takes no collected contents")
 
     def barrier(self) -> None:
         """Collective: every asynchronous operation on the rail's containers, by any rank, is applied."""

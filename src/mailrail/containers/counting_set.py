@@ -53,7 +53,7 @@ import numpy.typing as npt
 
 from ..channels import Blobs
 from .arrivals import Arrivals, Run
-from .base import Container, Lookup
+from .base import Container, Lookup, table_of
 from .hot import split_hot
 from .keys import (
     UINT_OF_SIZE,
@@ -64,6 +64,7 @@ from .keys import (
     fixed_dtype,
     is_string_type,
     keys_of_words,
+    numpy_column,
     ranked,
     string_ranked,
 )
@@ -671,13 +672,21 @@ class CountingSet(Container):
 
     # -- local ---------------------------------------------------------------
 
-    def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
-        """This rank's keys and their counts, as copies, in no particular order (not collective: no pending
-        ``add`` is completed; call ``rail.barrier()`` first to see them).  YGM's ``for_all`` over the local
-        part."""
+    def local(self) -> Any:
+        """This rank's keys and their counts, a ``pyarrow.Table`` of columns ``key`` and ``count`` (``int64``), in
+        no particular order (not collective: no pending ``add`` is completed; call ``rail.barrier()`` first to see
+        them).  YGM's ``for_all`` over the local part."""
         self._apply_arrivals()
         keys, counts = self._counted()
-        return canonical(keys.copy()), counts.copy()
+        return table_of({"key": canonical(keys.copy()), "count": counts.copy()})
+
+    def _absorb(self, table: Any, where: str) -> None:
+        keys = self._keys(numpy_column(table.column(0), self.dtype), "collect")
+        if "count" not in table.column_names:
+            self.add(keys)
+            return
+        counts = np.asarray(table.column("count").to_numpy(), dtype=np.int64)
+        self._send_pairs(self.partitioner.owner(keys), keys, counts)
 
     def __repr__(self) -> str:
         return f"<CountingSet of {self.dtype} on rank {self.rank}: {self._distinct()} local keys>"
@@ -878,11 +887,18 @@ class StringCountingSet(CountingSet):
     def local(self) -> Any:
         """This rank's strings and their counts, a ``pyarrow.Table`` of columns ``key`` and ``count``, in no
         particular order (not collective: call ``rail.barrier()`` first to see every add)."""
-        import pyarrow as pa
-
         self._apply_arrivals()
         blobs, counts = self._counted()
-        return pa.table({"key": self._strings.arrow(blobs), "count": counts.copy()})  # type: ignore[union-attr]
+        return table_of({"key": self._strings.arrow(blobs), "count": counts.copy()})  # type: ignore[union-attr]
+
+    def _absorb(self, table: Any, where: str) -> None:
+        keys = self._string_keys(table.column(0), "collect")
+        if "count" not in table.column_names:
+            self.add(table.column(0))
+            return
+        records = np.empty(keys.count, dtype=_COUNT)
+        records["count"] = np.asarray(table.column("count").to_numpy(), dtype=np.int64)
+        self._adds.send(Strings.owners(keys, self.partitioner), records, keys)
 
     def __repr__(self) -> str:
         return f"<CountingSet of {self._strings} on rank {self.rank}: {self._distinct()} local keys>"

@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .base import Container, Lookup
-from .keys import fixed_dtype
+from .base import Container, Lookup, table_of
+from .keys import fixed_dtype, numpy_column
 from .partition import key_words
 from .table import KeyTable
 
@@ -418,14 +418,16 @@ class DisjointSet(Container):
         self._collective("size")
         return self.channels.allreduce_sum(len(self._table))
 
-    def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """Collective: this rank's items and their parents as they are (copies; no YGM peer).
+    def local(self) -> Any:
+        """Collective: this rank's items and their parents as they are, a ``pyarrow.Table`` of columns ``item``
+        and ``parent`` (no YGM peer).
 
         A parent is an item of the same set, smaller than its child; a root is its own parent.  After
         :meth:`compress` every parent is the root: :meth:`roots` is that.
         """
         self._collective("local")
-        return self._local()
+        items, parents = self._local()
+        return table_of({"item": items, "parent": parents})
 
     def _local(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         # After the barrier, wait for every rank to have left it too: a rank that left early could otherwise
@@ -434,12 +436,25 @@ class DisjointSet(Container):
         size = len(self._table)
         return self.order.items(np.array(self._table.keys)), self.order.items(self._parent[:size].copy())
 
-    def roots(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """Collective: :meth:`compress`, then this rank's items and the root of each (copies; what YGM's
-        ``for_all`` visits)."""
+    def roots(self) -> Any:
+        """Collective: :meth:`compress`, then this rank's items and the root of each, a ``pyarrow.Table`` of
+        columns ``item`` and ``root`` (what YGM's ``for_all`` visits)."""
         self.channels.check_collective(f"{self.kind}.roots()")
         self.compress()
-        return self._local()
+        items, roots = self._local()
+        return table_of({"item": items, "root": roots})
+
+    def gather(self, rank: int = 0) -> Any:
+        """Collective: every item and its root (:meth:`roots`), on rank *rank*: one ``pyarrow.Table`` in rank
+        order; None on the other ranks."""
+        import pyarrow as pa
+
+        tables = self.channels.gather(self.roots(), rank)
+        return None if tables is None else pa.concat_tables(tables)
+
+    def _absorb(self, table: Any, where: str) -> None:
+        items = numpy_column(table.column(0), self.dtype)
+        self.union(items, items)
 
     def clear(self) -> None:
         """Collective: forget every item (YGM's ``clear``); pending unions are applied first, then dropped."""

@@ -28,6 +28,7 @@ from .varkeys import BytesTable, hash_bytes
 __all__ = [
     "Strings",
     "arrow_column",
+    "numpy_column",
     "StringTable",
     "UINT_OF_SIZE",
     "is_string_type",
@@ -189,7 +190,11 @@ class Strings:
                     f"{where}: {what} must be a batch (a list or an array), not one {type(values).__name__}"
                 )
             try:
-                array = pa.array(values)
+                array = (
+                    numpy_strings(values)
+                    if isinstance(values, np.ndarray) and values.dtype.kind in "SU"
+                    else pa.array(values)
+                )
             except (pa.ArrowException, TypeError, ValueError) as error:
                 raise TypeError(f"{where}: {what} are not all {self.kind.__name__}: {error}") from error
             if array.type == pa.null() and len(array) == array.null_count:
@@ -274,6 +279,34 @@ class StringTable:
         return len(self._table)
 
 
+def numpy_strings(values: npt.NDArray[Any]) -> Any:
+    """A numpy array of ``S`` (or ``U``) strings as a pyarrow binary (or string) array, each value as numpy reads
+    it: its bytes but the trailing NULs, inner NULs kept (``pa.array`` would cut each at its first NUL)."""
+    pa = _arrow()
+    kind = values.dtype.kind
+    if kind == "U":  # to UTF-8 (numpy drops trailing NULs, keeps inner ones)
+        values = np.char.encode(values, "utf-8") if values.size else values.astype("S1")
+    values = np.ascontiguousarray(values).reshape(-1)
+    width = values.dtype.itemsize
+    raw = values.view(np.uint8).reshape(len(values), width)
+    lengths = (
+        np.where(raw != 0, np.arange(1, width + 1), 0).max(axis=1)
+        if width and len(values)
+        else np.zeros(len(values), dtype=np.int64)
+    )
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = raw[np.arange(width)[None, :] < lengths[:, None]] if width else np.zeros(0, np.uint8)
+    large = int(offsets[-1]) >= 1 << 31
+    arrow_type = (
+        (pa.large_string() if large else pa.string()) if kind == "U" else (pa.large_binary() if large else pa.binary())
+    )
+    offsets = offsets if large else offsets.astype(np.int32)
+    return pa.Array.from_buffers(
+        arrow_type, len(values), [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))]
+    )
+
+
 def arrow_column(values: npt.NDArray[Any]) -> Any:
     """A numpy array as a pyarrow array, for a column of a container's table: numbers, booleans and times
     without a copy where pyarrow can; ``S`` as binary and ``U`` as strings (numpy's values: trailing NULs
@@ -288,14 +321,18 @@ def arrow_column(values: npt.NDArray[Any]) -> Any:
         width = int(np.prod(values.shape[1:]))
         flat = arrow_column(np.ascontiguousarray(values).reshape(-1))
         return pa.FixedSizeListArray.from_arrays(flat, width)
-    if dtype.kind == "S":
-        return pa.array(values, type=pa.binary())
+    if dtype.kind in "SU":
+        return numpy_strings(values)
     if dtype.kind == "V":
         raw = np.ascontiguousarray(values)
         return pa.Array.from_buffers(pa.binary(dtype.itemsize), len(raw), [None, pa.py_buffer(raw)])
     if not dtype.isnative:
         values = values.astype(dtype.newbyteorder("="))
-    return pa.array(values)
+    try:
+        return pa.array(values)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError):  # complex, long double...: their bytes
+        raw = np.ascontiguousarray(values)
+        return pa.Array.from_buffers(pa.binary(dtype.itemsize), len(raw), [None, pa.py_buffer(raw)])
 
 
 def string_ranked(keys: Any, counts: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
@@ -307,3 +344,31 @@ def string_ranked(keys: Any, counts: npt.NDArray[np.int64]) -> npt.NDArray[np.in
     table = pa.table({"count": counts, "key": binary})
     order = pc.sort_indices(table, sort_keys=[("count", "descending"), ("key", "ascending")])
     return np.asarray(order, dtype=np.intp)
+
+
+def numpy_column(column: Any, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """A pyarrow column (an array or a chunked one) back as a numpy array of *dtype*: :func:`arrow_column`'s
+    inverse (struct arrays to records, fixed-size lists to subarrays, binary to ``S``, strings to ``U``)."""
+    pa = _arrow()
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if dtype.names is not None:
+        out = np.zeros(len(column), dtype=dtype)
+        fields = dtype.fields
+        assert fields is not None
+        for name in dtype.names:
+            out[name] = numpy_column(column.field(name), fields[name][0])
+        return out
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        flat = numpy_column(column.flatten(), base)
+        return flat.reshape((len(column), *shape))
+    if pa.types.is_fixed_size_binary(column.type) and dtype.kind not in "SU":  # the bytes of the values
+        raw = b"".join(column.to_pylist())
+        return np.frombuffer(raw, dtype=dtype.newbyteorder("=") if dtype.kind != "V" else dtype).astype(dtype)
+    if dtype.kind in "SUV":
+        values = column.to_pylist()
+        if dtype.kind == "V":
+            return np.frombuffer(b"".join(values), dtype=dtype).copy()
+        return np.array(values, dtype=dtype)
+    return np.asarray(column.to_numpy(zero_copy_only=False)).astype(dtype, copy=False)

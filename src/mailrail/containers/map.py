@@ -36,16 +36,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, check_by_reference, in_turn, name_of
+from ..channels import HEADER_SIZE, MAX_CHANNELS, Blobs, Channels, check_by_reference, in_turn, name_of
 from ..errors import MailRailError, MessageSizeError
 from .arrivals import Arrivals, Run
-from .base import Container, Lookup
-from .keys import fixed_dtype
+from .base import Container, Lookup, table_of
+from .keys import Strings, StringTable, canonical, fixed_dtype, is_string_type, numpy_column
 from .ops import UFUNCS, code_of, ufunc_of
 from .partition import key_words
 from .table import KeyTable
 
-__all__ = ["Map"]
+__all__ = ["Map", "StringKeyMap"]
 
 #: The kinds of arrivals an owner applies, in order (see Map._on_insert).
 _INSERT, _ASSIGN, _REDUCE, _REDUCE_BY_REFERENCE, _ERASE = range(5)
@@ -134,6 +134,17 @@ class Map(Container):
     kind = "Map"
     #: Arrived records buffered before the table applies them in one batch (a read or a visit applies them at once).
     pending_limit = 1 << 16
+
+    def __new__(cls, rail: Any, key_dtype: Any, value_dtype: Any) -> Map:
+        # Map(rail, str, value_dtype) and Map(rail, bytes, value_dtype) map strings of any length.
+        if cls is Map and is_string_type(key_dtype):
+            return super().__new__(StringKeyMap)
+        if is_string_type(value_dtype):
+            raise TypeError(
+                f"Map: values of {value_dtype.__name__} of any length are not supported yet: use a fixed-width dtype "
+                f"(such as S64) for values, or keep the strings in a Map of string keys"
+            )
+        return super().__new__(cls)
 
     def __init__(self, rail: Any, key_dtype: npt.DTypeLike, value_dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
@@ -380,12 +391,12 @@ class Map(Container):
 
     def _insert_keys(self, keys: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """Add the absent *keys* with zero values; each key's dense index."""
-        inserted = self._table.insert(keys)
+        dense, is_new = self._table.insert(keys)
         self._fit()
-        new = inserted.dense[inserted.new]
+        new = dense[is_new]
         if len(new):
             self._values[new] = np.zeros(len(new), dtype=self.value_dtype)  # storage past an erase is stale
-        return inserted.dense
+        return dense
 
     def _on_insert(self, source: int, records: npt.NDArray[Any]) -> None:
         # A datagram holds a few hundred records: one table operation per datagram would cost more in numpy
@@ -408,47 +419,47 @@ class Map(Container):
         self._arrivals.apply_all()
 
     def _apply_run(self, run: Run) -> None:
+        if run.kind == _ERASE:
+            self._apply_erase(run.records if run.blobs is None else run.blobs)
+            return
+        keys = run.records["key"] if run.blobs is None else run.blobs  # (string keys travel beside the records)
+        values = run.records["value"]
         if run.kind == _INSERT:
-            self._apply_insert(run.records)
+            self._apply_insert(keys, values)
         elif run.kind == _ASSIGN:
-            self._apply_assign(run.records)
+            self._apply_assign(keys, values)
         elif run.kind == _REDUCE:
-            self._apply_reduces(run.records)
-        elif run.kind == _REDUCE_BY_REFERENCE:
-            assert isinstance(run.tag, np.ufunc)
-            self._apply_reduce(run.records, run.tag)
+            codes = run.records["op"]
+            if (codes == codes[0]).all():
+                self._apply_reduce(keys, values, UFUNCS[int(codes[0])])
+                return
+            for code in np.unique(codes).tolist():  # reduce() calls of several ops: in flight, so in any order
+                chosen = np.flatnonzero(codes == code)
+                self._apply_reduce(_take(keys, chosen), values[chosen], UFUNCS[code])
         else:
-            self._apply_erase(run.records)
+            assert isinstance(run.tag, np.ufunc)
+            self._apply_reduce(keys, values, run.tag)
 
-    def _apply_insert(self, records: npt.NDArray[Any]) -> None:
-        inserted = self._table.insert(records["key"])
+    def _apply_insert(self, keys: Any, values: npt.NDArray[Any]) -> None:
+        dense, new = self._table.insert(keys)
         self._fit()
-        self._values[inserted.dense[inserted.new]] = records["value"][inserted.new]
+        self._values[dense[new]] = values[new]
 
-    def _apply_assign(self, records: npt.NDArray[Any]) -> None:
-        dense = self._table.insert(records["key"]).dense
+    def _apply_assign(self, keys: Any, values: npt.NDArray[Any]) -> None:
+        dense, _ = self._table.insert(keys)
         self._fit()
         _, from_end = np.unique(dense[::-1], return_index=True)
         last = len(dense) - 1 - from_end  # each key's last occurrence: the last assignment wins
-        self._values[dense[last]] = records["value"][last]
+        self._values[dense[last]] = values[last]
 
-    def _apply_reduces(self, records: npt.NDArray[Any]) -> None:
-        codes = records["op"]
-        if (codes == codes[0]).all():
-            self._apply_reduce(records, UFUNCS[int(codes[0])])
-            return
-        for code in np.unique(codes).tolist():  # reduce() calls of several ops: in flight, so in any order
-            self._apply_reduce(records[codes == code], UFUNCS[code])
-
-    def _apply_reduce(self, records: npt.NDArray[Any], op: np.ufunc) -> None:
+    def _apply_reduce(self, keys: Any, values: npt.NDArray[Any], op: np.ufunc) -> None:
         held = len(self._table)
-        dense = self._table.insert(records["key"]).dense
+        dense, _ = self._table.insert(keys)
         self._fit()
         order = np.argsort(dense, kind="stable")
         ordered = dense[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         targets = ordered[starts]
-        values = records["value"]
         if len(starts) == len(dense):
             combined = values[order]
         else:  # several reduce() calls of one sender in this arrival
@@ -458,9 +469,9 @@ class Map(Container):
         old = targets[~new]
         self._values[old] = op(self._values[old], combined[~new])
 
-    def _apply_erase(self, keys: npt.NDArray[Any]) -> None:
-        erased = self._table.erase(keys)
-        self._values[erased.moved_to] = self._values[erased.moved_from]
+    def _apply_erase(self, keys: Any) -> None:
+        _, moved_from, moved_to = self._table.erase(keys)
+        self._values[moved_to] = self._values[moved_from]
 
     def _apply_visits(
         self, keys: npt.NDArray[Any], fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool
@@ -512,16 +523,31 @@ class Map(Container):
 
     # -- local ---------------------------------------------------------------------
 
-    def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """This rank's keys and their values, as copies, in no particular order (not collective: pending
+    def local(self) -> Any:
+        """This rank's keys and their values, a ``pyarrow.Table`` of columns ``key`` and ``value`` (struct columns
+        for records, fixed-size lists for subarray values), in no particular order (not collective: pending
         operations are not completed; call ``rail.barrier()`` first to see them).  YGM's ``for_all`` over the
         local part (``local_for_all``)."""
         self._apply_arrivals()
         held = len(self._table)
-        return self._table.keys.copy(), self._values[:held].copy()
+        return table_of({"key": canonical(self._table.keys.copy()), "value": self._values[:held].copy()})
+
+    def _absorb(self, table: Any, where: str) -> None:
+        keys = numpy_column(table.column(0), self.key_dtype)
+        if "value" in table.column_names:
+            self.assign(keys, numpy_column(table.column("value"), self.value_dtype))
+        elif "count" in table.column_names:
+            self.reduce(keys, table.column("count").to_numpy(), "add")
+        else:
+            raise TypeError(f"{where}: a Map takes keys with values (a 'value' or 'count' column)")
 
     def __repr__(self) -> str:
         return f"<Map of {self.key_dtype} -> {self.value_dtype} on rank {self.rank}: {len(self._table)} local keys>"
+
+
+def _take(keys: Any, positions: npt.NDArray[np.intp]) -> Any:
+    """The keys at *positions*: of an array, or of packed strings."""
+    return keys.take(positions) if isinstance(keys, Blobs) else keys[positions]
 
 
 def _group(words: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
@@ -566,3 +592,122 @@ def _pickled(args: tuple[Any, ...], where: str) -> bytes:
                     f"{where}: argument {index} ({type(arg).__name__} {reprlib.repr(arg)}) cannot be pickled: {why}"
                 ) from why
         raise
+
+
+_NOTHING = np.dtype([])
+
+
+class StringKeyMap(Map):
+    """``Map(rail, str, value_dtype)`` or ``Map(rail, bytes, value_dtype)``: a map from strings of any length to
+    values of a fixed dtype, with :class:`Map`'s operations but visits (see :mod:`mailrail.containers.keys` for
+    what a batch of keys may be).  Owners keep the keys in a :class:`~mailrail.containers.keys.StringTable` beside
+    the values' array; each record carries its value (and a reduction's op) with its key beside it."""
+
+    def __init__(self, rail: Any, kind: type, value_dtype: npt.DTypeLike) -> None:  # (Map.__init__: fixed keys)
+        Container.__init__(self, rail)
+        self._strings = Strings(kind)
+        #: ``str`` or ``bytes``.
+        self.key_dtype = kind  # type: ignore[assignment]
+        self.value_dtype = fixed_dtype(value_dtype, "Map", "values")
+        self.channels.check_collective("Map()")
+        rail.barrier()
+        self._value_base = self.value_dtype.base
+        self._value_shape = self.value_dtype.shape
+        self._table = StringTable()  # type: ignore[assignment]
+        self._values = np.zeros(1024, dtype=self.value_dtype)
+        self._pair_dtype = np.dtype([("value", self.value_dtype)])
+        self._reduce_dtype = np.dtype([("value", self.value_dtype), ("op", np.uint16)])
+        self._inserts = self._channel(self._pair_dtype, self._on_string_record(_INSERT), "inserts", blobs=True)
+        self._assigns = self._channel(self._pair_dtype, self._on_string_record(_ASSIGN), "assignments", blobs=True)
+        self._reduces = self._channel(self._reduce_dtype, self._on_string_record(_REDUCE), "reductions", blobs=True)
+        self._erases = self._channel(_NOTHING, self._on_string_record(_ERASE), "erasures", blobs=True)
+        found_dtype = np.dtype([("value", self.value_dtype), ("found", np.bool_)])
+        self._getter = Lookup(self, self._strings, found_dtype, self._found, "get")
+        self._checked_ops = set()
+        self._arrivals = Arrivals(
+            [self._pair_dtype, self._pair_dtype, self._reduce_dtype, self._pair_dtype, _NOTHING],
+            self.pending_limit,
+            self._apply_run,
+            ordered=True,
+            blobs=frozenset(range(5)),
+        )
+        self._token = _rail_token(self.channels) * MAX_CHANNELS + self._inserts.number
+        _MAPS[(self._token, self.rank)] = self
+
+    def _on_string_record(self, kind: int) -> Callable[[int, npt.NDArray[Any], Blobs], None]:
+        def arrived(source: int, records: npt.NDArray[Any], blobs: Blobs) -> None:
+            self._arrivals.add(kind, records, blobs)
+
+        return arrived
+
+    def _pairs(self, keys: Any, values: Any, operation: str) -> tuple[Any, npt.NDArray[Any]]:
+        blobs = self._string_keys(keys, operation)
+        return blobs, self._values_for(values, blobs.count, operation)
+
+    def _send_pairs(self, channel: Any, keys: Any, values: npt.NDArray[Any]) -> None:
+        if keys.count == 0:
+            return
+        records = np.empty(keys.count, dtype=self._pair_dtype)
+        records["value"] = values
+        channel.send(Strings.owners(keys, self.partitioner), records, keys)
+
+    def reduce(self, keys: Any, values: Any, op: str | np.ufunc) -> None:
+        """Combine each value into its key's value with *op* (asynchronous; see :meth:`Map.reduce`): a batch's
+        values of one string are combined here first, one record per distinct string."""
+        ufunc = ufunc_of(op, f"{self.kind}.reduce()")
+        blobs, values = self._pairs(keys, values, "reduce")
+        self._check_op(ufunc, "reduce")
+        code = code_of(ufunc)
+        if code is None:
+            raise ValueError(f"{self.kind}.reduce(): op {ufunc.__name__} is not one of numpy's own binary ufuncs")
+        if blobs.count == 0:
+            return
+        distinct = StringTable(blobs.count)
+        dense, _ = distinct.insert(blobs)
+        order = np.argsort(dense, kind="stable")
+        ordered = dense[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        records = np.empty(len(starts), dtype=self._reduce_dtype)
+        records["value"] = ufunc.reduceat(np.asarray(values)[order], starts, axis=0, dtype=self._value_base)
+        records["op"] = code
+        self._reduces.send(self.partitioner.owner_of_hashes(distinct.hashes()), records, distinct.keys())
+
+    def erase(self, keys: Any) -> None:
+        """Remove each string and its value; absent ones are ignored (asynchronous; see :meth:`Map.erase`)."""
+        blobs = self._string_keys(keys, "erase")
+        if blobs.count:
+            self._erases.send(Strings.owners(blobs, self.partitioner), None, blobs)
+
+    def _visit(self, keys: Any, fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool, what: str) -> None:
+        raise TypeError(
+            f"{self.kind}.{what}(): visits of a map of string keys are not supported yet: use get(), then "
+            f"assign() or reduce()"
+        )
+
+    def get(self, keys: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
+        """Collective: ``(values, found)`` for the batch of strings *keys*, in the caller's order (see
+        :meth:`Map.get`)."""
+        blobs = self._string_keys(keys, "get")
+        self._collective("get")
+        answers = self._getter.ask(blobs, Strings.owners(blobs, self.partitioner))
+        return answers["value"].copy(), answers["found"].copy()
+
+    def local(self) -> Any:
+        """This rank's strings and their values, a ``pyarrow.Table`` of columns ``key`` and ``value`` (see
+        :meth:`Map.local`)."""
+        self._apply_arrivals()
+        table: StringTable = self._table  # type: ignore[assignment]
+        return table_of(
+            {"key": self._strings.arrow(table.keys()), "value": self._values[: len(table)].copy()}  # type: ignore[union-attr]
+        )
+
+    def _absorb(self, table: Any, where: str) -> None:
+        if "value" in table.column_names:
+            self.assign(table.column(0), numpy_column(table.column("value"), self.value_dtype))
+        elif "count" in table.column_names:
+            self.reduce(table.column(0), table.column("count").to_numpy(), "add")
+        else:
+            raise TypeError(f"{where}: a Map takes keys with values (a 'value' or 'count' column)")
+
+    def __repr__(self) -> str:
+        return f"<Map of {self._strings} -> {self.value_dtype} on rank {self.rank}: {len(self._table)} local keys>"

@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..channels import Blobs
 from .arrivals import Arrivals, Run
-from .base import Container, Lookup
-from .keys import distinct_keys, fixed_dtype
+from .base import Container, Lookup, table_of
+from .keys import Strings, StringTable, canonical, distinct_keys, fixed_dtype, is_string_type, numpy_column
 from .table import KeyTable
 
-__all__ = ["Set"]
+__all__ = ["Set", "StringSet"]
 
 #: The kinds of arrivals an owner applies, in order.
 _INSERT, _ERASE = 0, 1
@@ -38,6 +39,12 @@ class Set(Container):
     kind = "Set"
     #: Arrived keys buffered before one table operation applies them (a read applies them at once).
     pending_limit = 1 << 16
+
+    def __new__(cls, rail: Any, dtype: Any) -> Set:
+        # Set(rail, str) and Set(rail, bytes) are sets of strings of any length.
+        if cls is Set and is_string_type(dtype):
+            return super().__new__(StringSet)
+        return super().__new__(cls)
 
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
@@ -110,11 +117,93 @@ class Set(Container):
 
     # -- local ---------------------------------------------------------------
 
-    def local(self) -> npt.NDArray[Any]:
-        """This rank's keys, a copy (not collective: call ``rail.barrier()`` first to see pending inserts and
-        erases).  YGM's ``for_all`` over the local part."""
+    def local(self) -> Any:
+        """This rank's keys, a ``pyarrow.Table`` of one column, ``key`` (not collective: call ``rail.barrier()``
+        first to see pending inserts and erases).  YGM's ``for_all`` over the local part."""
         self._apply_arrivals()
-        return self._table.keys.copy()
+        return table_of({"key": canonical(self._table.keys.copy())})
+
+    def _absorb(self, table: Any, where: str) -> None:
+        self.insert(numpy_column(table.column(0), self.dtype))
 
     def __repr__(self) -> str:
         return f"<Set of {self.dtype} on rank {self.rank}: {len(self._table)} local keys>"
+
+
+_NOTHING = np.dtype([])
+
+
+class StringSet(Set):
+    """``Set(rail, str)`` or ``Set(rail, bytes)``: a set of strings of any length, with :class:`Set`'s operations
+    (see :mod:`mailrail.containers.keys` for what a batch may be).  Owners keep them in a
+    :class:`~mailrail.containers.keys.StringTable`; ``insert`` and ``erase`` send each distinct string of a batch
+    once."""
+
+    def __init__(self, rail: Any, kind: type) -> None:  # (Set.__init__'s setup is for fixed-size keys)
+        Container.__init__(self, rail)
+        self._strings = Strings(kind)
+        #: ``str`` or ``bytes``.
+        self.dtype = kind  # type: ignore[assignment]
+        self._string_table = StringTable()
+        self._arrivals = Arrivals(
+            [_NOTHING, _NOTHING], self.pending_limit, self._apply_string_run, ordered=True, blobs=frozenset({0, 1})
+        )
+        self._inserts = self._channel(_NOTHING, self._on_string_insert, "inserts", blobs=True)
+        self._erases = self._channel(_NOTHING, self._on_string_erase, "erases", blobs=True)
+        self._finder = Lookup(self, self._strings, np.dtype(np.bool_), self._contains_here, "contains")
+
+    def insert(self, keys: Any) -> None:
+        """Add each string of the batch *keys* (asynchronous; see :meth:`Set.insert`)."""
+        self._send_strings(self._inserts, self._string_keys(keys, "insert"))
+
+    def erase(self, keys: Any) -> None:
+        """Remove each string of the batch *keys* that is present (asynchronous; see :meth:`Set.erase`)."""
+        self._send_strings(self._erases, self._string_keys(keys, "erase"))
+
+    def _send_strings(self, channel: Any, blobs: Blobs) -> None:
+        if blobs.count == 0:
+            return
+        distinct = StringTable(blobs.count)
+        distinct.insert(blobs)
+        channel.send(self.partitioner.owner_of_hashes(distinct.hashes()), None, distinct.keys())
+
+    def _on_string_insert(self, source: int, records: npt.NDArray[Any], blobs: Blobs) -> None:
+        self._arrivals.add(_INSERT, records, blobs)
+
+    def _on_string_erase(self, source: int, records: npt.NDArray[Any], blobs: Blobs) -> None:
+        self._arrivals.add(_ERASE, records, blobs)
+
+    def _apply_string_run(self, run: Run) -> None:
+        assert run.blobs is not None
+        if run.kind == _ERASE:
+            self._string_table.erase(run.blobs)
+        else:
+            self._string_table.insert(run.blobs)
+
+    def _contains_here(self, keys: Any) -> npt.NDArray[np.bool_]:
+        self._apply_arrivals()
+        found: npt.NDArray[np.bool_] = self._string_table.lookup(keys) >= 0
+        return found
+
+    def contains(self, keys: Any) -> npt.NDArray[np.bool_]:
+        """Collective: whether each string of the batch *keys* is in the set, in the caller's order."""
+        blobs = self._string_keys(keys, "contains")
+        self._collective("contains")
+        return self._finder.ask(blobs, Strings.owners(blobs, self.partitioner))
+
+    def size(self) -> int:
+        """Collective: how many strings the set holds."""
+        self._collective("size")
+        self._apply_arrivals()
+        return self.channels.allreduce_sum(len(self._string_table))
+
+    def local(self) -> Any:
+        """This rank's strings, a ``pyarrow.Table`` of one column, ``key`` (see :meth:`Set.local`)."""
+        self._apply_arrivals()
+        return table_of({"key": self._strings.arrow(self._string_table.keys())})  # type: ignore[union-attr]
+
+    def _absorb(self, table: Any, where: str) -> None:
+        self.insert(table.column(0))
+
+    def __repr__(self) -> str:
+        return f"<Set of {self._strings} on rank {self.rank}: {len(self._string_table)} local keys>"

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from containers_support import tiny_world
-from mailrail.containers import CountingSet
+from mailrail.containers import Bag, CountingSet, Map, Set
 from mailrail.errors import MessageSizeError
 from mailrail.testing import World
 
@@ -134,3 +134,165 @@ def test_bad_batches_are_refused_before_anything_is_sent():
     assert errors["bytes for str"].startswith("TypeError: CountingSet.add(): keys of type binary")
     assert "null" in errors["null"] and "1-D" in errors["2-D"] and "int64" in errors["numbers"]
     assert "not one str" in errors["one string"] and "binary" in errors["binary array"]
+
+
+def set_program(rail, seed, kind):
+    rng = np.random.default_rng([seed, rail.rank])
+    words = as_kind(WORDS, kind)
+    inserted = [words[i] for i in rng.integers(0, len(words), 40)]
+    erased = [words[i] for i in rng.integers(0, len(words), 3)]
+    keys = Set(rail, kind)
+    for batch in batches_of(inserted, kind):
+        keys.insert(batch)
+    rail.barrier()
+    keys.erase(erased)
+    asked = words + as_kind(["absent"], kind)
+    return {
+        "inserted": inserted,
+        "erased": erased,
+        "contains": keys.contains(asked).tolist(),
+        "size": keys.size(),
+        "local": keys.local()["key"].to_pylist(),
+        "owners": keys.owner(keys.local()["key"]).tolist(),
+    }
+
+
+@pytest.mark.parametrize("kind", [str, bytes])
+@pytest.mark.parametrize("size", [1, 3])
+def test_a_set_of_strings_against_a_python_set(kind, size):
+    results = tiny_world(size, seed=size).run(set_program, 3, kind)
+    model = {word for result in results for word in result["inserted"]}
+    model -= {word for result in results for word in result["erased"]}
+    asked = as_kind(WORDS + ["absent"], kind)
+    for rank, result in enumerate(results):
+        assert result["contains"] == [word in model for word in asked] and result["size"] == len(model)
+        assert set(result["owners"]) <= {rank}
+    assert sorted(word for result in results for word in result["local"]) == sorted(model)
+
+
+def map_program(rail, seed, kind):
+    rng = np.random.default_rng([seed, rail.rank])
+    words = as_kind(WORDS, kind)
+    keys = [words[i] for i in rng.integers(0, len(words), 60)]
+    values = rng.integers(-50, 50, len(keys))
+    sums = Map(rail, kind, np.int64)
+    mins = Map(rail, kind, np.int64)
+    firsts = Map(rail, kind, np.int64)
+    sums.reduce(pa.array(keys), values, "add")
+    mins.reduce(np.array(keys, dtype=object), values, "min")
+    if rail.rank == 0:
+        firsts.insert(keys, values)
+        firsts.assign(keys[:1], [1000])
+    rail.barrier()
+    sums.erase(keys[:2])
+    asked = words + as_kind(["absent"], kind)
+    return {
+        "keys": keys,
+        "values": values.tolist(),
+        "sums": [v.tolist() for v in sums.get(asked)],
+        "mins": [v.tolist() for v in mins.get(asked)],
+        "firsts": [v.tolist() for v in firsts.get(asked)],
+        "local": sums.local().to_pydict(),
+        "size": mins.size(),
+    }
+
+
+@pytest.mark.parametrize("kind", [str, bytes])
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_a_map_of_string_keys_against_a_python_dict(kind, size):
+    results = tiny_world(size, seed=size).run(map_program, 5, kind)
+    sums, mins = collections.Counter(), {}
+    for result in results:
+        for key, value in zip(result["keys"], result["values"]):
+            sums[key] += value
+            mins[key] = min(mins.get(key, value), value)
+    for result in results:  # every rank erased its first two keys
+        for key in result["keys"][:2]:
+            sums.pop(key, None)
+    firsts = {}
+    for key, value in zip(results[0]["keys"], results[0]["values"]):
+        firsts.setdefault(key, value)
+    firsts[results[0]["keys"][0]] = 1000
+    asked = as_kind(WORDS + ["absent"], kind)
+    for result in results:
+        assert result["sums"] == [[sums.get(k, 0) for k in asked], [k in sums for k in asked]]
+        assert result["mins"] == [[mins.get(k, 0) for k in asked], [k in mins for k in asked]]
+        assert result["firsts"] == [[firsts.get(k, 0) for k in asked], [k in firsts for k in asked]]
+        assert result["size"] == len(mins)
+    merged = {}
+    for result in results:
+        merged.update(zip(result["local"]["key"], result["local"]["value"]))
+    assert merged == dict(sums)
+
+
+def bag_program(rail, seed, kind):
+    rng = np.random.default_rng([seed, rail.rank])
+    words = as_kind(WORDS, kind)
+    items = [words[i] for i in rng.integers(0, len(words), 50 + 30 * rail.rank)]
+    bag = Bag(rail, kind)
+    for batch in batches_of(items, kind):
+        bag.insert(batch)
+    bag.local_insert(items[:5])
+    moved = bag.rebalance()
+    counts = Map(rail, kind, np.int64)
+    bag.reduce_by_key(counts, "add")
+    counted = CountingSet(rail, kind)
+    bag.collect(counted)
+    whole = bag.gather(0)
+    return {
+        "items": items + items[:5],
+        "size": bag.size(),
+        "share": len(bag.local()),
+        "moved": moved,
+        "counts": [v.tolist() for v in counts.get(words)],
+        "counted": counted.count(words).tolist(),
+        "whole": None if whole is None else whole["item"].to_pylist(),
+    }
+
+
+@pytest.mark.parametrize("kind", [str, bytes])
+@pytest.mark.parametrize("size", [1, 3])
+def test_a_bag_of_strings_rebalances_reduces_by_key_collects_and_gathers(kind, size):
+    results = tiny_world(size, seed=size).run(bag_program, 11, kind)
+    model = collections.Counter(item for result in results for item in result["items"])
+    total = sum(model.values())
+    words = as_kind(WORDS, kind)
+    for rank, result in enumerate(results):
+        assert result["size"] == total and result["share"] in (total // size, total // size + 1)
+        assert result["counts"] == [[model[w] for w in words], [model[w] > 0 for w in words]]
+        assert result["counted"] == [model[w] for w in words]
+        if rank == 0:
+            assert collections.Counter(result["whole"]) == model
+        else:
+            assert result["whole"] is None
+
+
+def test_collect_and_gather_of_numbers_and_strings_agree_with_their_models():
+    def program(rail):
+        counts = CountingSet(rail, str)
+        counts.add(["a", "b", "a"] * (rail.rank + 1))
+        seen = Set(rail, str)
+        totals = Map(rail, str, np.int64)
+        rail.barrier()
+        counts.collect(seen)
+        counts.collect(totals)
+        numbers = CountingSet(rail, np.int64)
+        numbers.add(np.arange(rail.rank + 3))
+        into = Map(rail, np.int64, np.int64)
+        rail.barrier()
+        numbers.collect(into)
+        return (
+            seen.gather(1 % rail.size),
+            totals.gather(0),
+            into.gather(0),
+            numbers.gather(0),
+        )
+
+    results = World(3, seed=2).run(program)
+    seen, totals, into, numbers = results[1][0], results[0][1], results[0][2], results[0][3]
+    assert sorted(seen["key"].to_pylist()) == ["a", "b"]
+    assert dict(zip(totals["key"].to_pylist(), totals["value"].to_pylist())) == {"a": 12, "b": 6}
+    expected = collections.Counter(n for rank in range(3) for n in range(rank + 3))
+    assert dict(zip(into["key"].to_pylist(), into["value"].to_pylist())) == expected
+    assert dict(zip(numbers["key"].to_pylist(), numbers["count"].to_pylist())) == expected
+    assert all(result[1] is None and result[2] is None for result in results[1:])
