@@ -192,7 +192,8 @@ def exercise(rail: Any, dtype_name: str, items: int, pairs: int, batches: int, s
         position = {item.tobytes(): index for index, item in enumerate(universe)}
         expected_roots = expected[[position[item.tobytes()] for item in mine]] if len(mine) else mine
         assert same_bytes(roots, expected_roots), f"rank {rank} {phase}: roots() differ from the reference"
-        assert same_bytes(numpy_column(dset.local()["parent"], dset.dtype), roots), f"{phase}: after compress a parent is not the root"
+        parents = numpy_column(dset.local()["parent"], dset.dtype)
+        assert same_bytes(parents, roots), f"{phase}: after compress a parent is not the root"
         return {"sets": sets, "items": len(reference.parent)}
 
     # -- first wave: this rank's share of the pairs, in random batches, some relayed to another rank -----
