@@ -22,8 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..channels import Blobs
+from . import varkeys
 from .partition import HashPartitioner, has_padding, key_words
-from .varkeys import BytesTable, hash_bytes
 
 __all__ = [
     "Strings",
@@ -223,13 +223,13 @@ class Strings:
     def owners(blobs: Blobs, partitioner: HashPartitioner) -> npt.NDArray[np.int64]:
         """The rank owning each string: the high part of its hash times the ranks (see
         :mod:`~mailrail.containers.varkeys`)."""
-        return partitioner.owner_of_hashes(hash_bytes(blobs.offsets, blobs.data))
+        return partitioner.owner_of_hashes(varkeys.hash_bytes(blobs.offsets, blobs.data))
 
     @staticmethod
     def distinct(blobs: Blobs) -> tuple[Blobs, npt.NDArray[np.int64]]:
         """The distinct strings of a batch, in the order of their first occurrence, and how often each occurs (one
         pass through a :class:`StringTable` of the batch)."""
-        table = BytesTable(max(16, blobs.count))
+        table = varkeys.BytesTable(max(16, blobs.count))
         dense, _ = table.insert(blobs.offsets, blobs.data)
         counts = np.bincount(dense, minlength=len(table)).astype(np.int64)
         offsets, data = table.keys()
@@ -241,7 +241,7 @@ class StringTable:
     strings (:class:`~mailrail.channels.Blobs`), on :class:`~mailrail.containers.varkeys.BytesTable`."""
 
     def __init__(self, capacity: int = 1024) -> None:
-        self._table = BytesTable(capacity)
+        self._table = varkeys.BytesTable(capacity)
 
     def insert(self, keys: Blobs) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """Each string's dense index, adding the absent ones in the order of their first occurrence, and whether

@@ -15,9 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from containers_support import tiny_world
-from mailrail.containers import Bag, CountingSet, Map, Set
+from mailrail.containers import Bag, CountingSet, Map, Set, varkeys
 from mailrail.errors import MessageSizeError
 from mailrail.testing import World
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def implementation(request, monkeypatch):
+    """Every test on the compiled hash and table, and again on their Python references."""
+    if request.param == "python":
+        monkeypatch.setattr(varkeys, "hash_bytes", varkeys.hash_bytes_numpy)
+        monkeypatch.setattr(varkeys, "BytesTable", varkeys.BytesTablePython)
+    return request.param
+
 
 #: Keys the tests draw from: empty, non-ASCII, and three longer than 16 bytes sharing their first 16.
 WORDS = ["", "a", "b", "über", "東京", "x" * 16 + "1", "x" * 16 + "2", "x" * 16 + "22", "a word with spaces"]
