@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .base import Container, Lookup, table_of
-from .keys import fixed_dtype, numpy_column
+from .keys import fixed_dtype, is_string_type, numpy_column
 from .partition import key_words
 from .table import KeyTable
 
@@ -195,6 +195,11 @@ class DisjointSet(Container):
     kind = "DisjointSet"
 
     def __init__(self, rail: Any, dtype: npt.DTypeLike) -> None:
+        if is_string_type(dtype):
+            raise TypeError(
+                f"DisjointSet: items of {dtype.__name__} of any length are not supported yet: use a fixed-width "  # type: ignore[union-attr]
+                f"dtype (U32, S64...), or number the strings first"
+            )
         super().__init__(rail)
         self.dtype: np.dtype[Any] = fixed_dtype(dtype, "DisjointSet", "items")
         self._key_dtype = self.dtype
