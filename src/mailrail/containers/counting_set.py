@@ -709,7 +709,7 @@ class StringCountingSet(CountingSet):
     :attr:`held_keys_max` distinct strings, or until the next flush or barrier; then each leaves once, as a
     ``(count, string)`` record, to the owner its hash names.  A string costs more than a number to send and to
     count (its bytes, a table probe by hash and bytes rather than a dense array), so every repeat combined pays:
-    Zipf words (exponent 1.1, 600,000 of them) leave as about one record per six words added.  When a table
+    Zipf words (exponent 1.1, 600,000 of them, 2 ranks) left as about one record per four words added.  When a table
     saved less than ``combine_threshold`` of the records (strings that rarely repeat), the next adds go as
     plain strings, twice as many each time (from ``sample_every`` up to ``sample_every_max``), before the sender
     adds up again.
