@@ -16,7 +16,6 @@ import numpy as np
 
 from ..channels import Blobs, Channel, Channels
 from ..errors import MessageSizeError
-from . import varkeys
 from .keys import Strings, arrow_column, as_keys
 from .partition import HashPartitioner
 
@@ -61,7 +60,7 @@ class Container:
     def owner(self, keys: Any) -> np.ndarray:
         """The rank that owns each key (``int64``): put your own data beside the container's."""
         if self._strings is not None:
-            return self.partitioner.owner_of_hashes(varkeys.hash_bytes(*_packed(self._string_keys(keys, "owner"))))
+            return Strings.owners(self._string_keys(keys, "owner"), self.partitioner)
         return self.partitioner.owner(self._keys(keys, "owner"))
 
     def _keys(self, keys: Any, operation: str) -> np.ndarray:

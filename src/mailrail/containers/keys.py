@@ -216,24 +216,11 @@ class Strings:
         kind = (pa.large_string() if self.kind is str else pa.large_binary()) if large else self.arrow_type
         return blobs.arrow(kind)
 
-    def empty(self) -> Blobs:
-        return Blobs(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
-
     @staticmethod
     def owners(blobs: Blobs, partitioner: HashPartitioner) -> npt.NDArray[np.int64]:
         """The rank owning each string: the high part of its hash times the ranks (see
         :mod:`~mailrail.containers.varkeys`)."""
         return partitioner.owner_of_hashes(varkeys.hash_bytes(blobs.offsets, blobs.data))
-
-    @staticmethod
-    def distinct(blobs: Blobs) -> tuple[Blobs, npt.NDArray[np.int64]]:
-        """The distinct strings of a batch, in the order of their first occurrence, and how often each occurs (one
-        pass through a :class:`StringTable` of the batch)."""
-        table = varkeys.BytesTable(max(16, blobs.count))
-        dense, _ = table.insert(blobs.offsets, blobs.data)
-        counts = np.bincount(dense, minlength=len(table)).astype(np.int64)
-        offsets, data = table.keys()
-        return Blobs(offsets, data), counts
 
 
 class StringTable:
