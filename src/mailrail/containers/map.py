@@ -92,6 +92,20 @@ def _visits_arrived(
     target._apply_visits(np.frombuffer(keys, dtype=target.key_dtype), fn, args, if_contains)
 
 
+def _string_visits_arrived(
+    token: int, rank: int, if_contains: bool, fn: Callable[..., object], offsets: bytes, data: bytes, arguments: bytes
+) -> None:
+    """A chunk of visits of string keys arrived at its owner *rank* (a call): apply them."""
+    target = _part(token, rank)
+    _receiving.append(rank)
+    try:
+        args = pickle.loads(arguments)
+    finally:
+        _receiving.pop()
+    keys = Blobs(np.frombuffer(offsets, dtype=np.int64).copy(), np.frombuffer(data, dtype=np.uint8))
+    target._apply_visits(keys, fn, args, if_contains)  # type: ignore[arg-type]  # (a StringKeyMap)
+
+
 def _reduce_arrived(token: int, rank: int, op: np.ufunc, records: bytes) -> None:
     """A chunk of reductions by a ufunc outside numpy's namespace arrived at its owner *rank* (a call)."""
     target = _part(token, rank)
@@ -599,9 +613,10 @@ _NOTHING = np.dtype([])
 
 class StringKeyMap(Map):
     """``Map(rail, str, value_dtype)`` or ``Map(rail, bytes, value_dtype)``: a map from strings of any length to
-    values of a fixed dtype, with :class:`Map`'s operations but visits (see :mod:`mailrail.containers.keys` for
+    values of a fixed dtype, with :class:`Map`'s operations (see :mod:`mailrail.containers.keys` for
     what a batch of keys may be).  Owners keep the keys in a :class:`~mailrail.containers.keys.StringTable` beside
-    the values' array; each record carries its value (and a reduction's op) with its key beside it."""
+    the values' array; each record carries its value (and a reduction's op) with its key beside it.  A visit's
+    function gets the keys as a pyarrow array."""
 
     def __init__(self, rail: Any, kind: type, value_dtype: npt.DTypeLike) -> None:  # (Map.__init__: fixed keys)
         Container.__init__(self, rail)
@@ -679,10 +694,71 @@ class StringKeyMap(Map):
             self._erases.send(Strings.owners(blobs, self.partitioner), None, blobs)
 
     def _visit(self, keys: Any, fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool, what: str) -> None:
-        raise TypeError(
-            f"{self.kind}.{what}(): visits of a map of string keys are not supported yet: use get(), then "
-            f"assign() or reduce()"
-        )
+        """Visits travel as calls, as for fixed-size keys: one call per owner and datagram-sized chunk of strings
+        (their offsets and bytes); *fn* gets the keys as a pyarrow array."""
+        where = f"{self.kind}.{what}()"
+        blobs = self._string_keys(keys, what)
+        try:
+            check_by_reference(fn)
+        except TypeError as error:
+            raise TypeError(f"{where}: {str(error).removeprefix('rail.call: ')}") from None
+        arguments = _pickled(args, where)
+        if not blobs.count:
+            return
+        head = (_string_visits_arrived, (self._token, self.ranks, if_contains, fn, b"", b"", arguments))
+        room = self.channels.datagram_size - _CALL_SLACK - len(pickle.dumps(head, protocol=5))
+        owners = Strings.owners(blobs, self.partitioner)
+        order = np.argsort(owners, kind="stable")
+        ordered = blobs.take(order)
+        offsets = ordered.offsets.astype(np.int64)
+        sizes = offsets - offsets[0] + 8 * np.arange(len(offsets))  # a chunk's bytes and its offsets
+        if int((np.diff(sizes)).max()) + 8 > room:
+            raise MessageSizeError(
+                f"{where}: a call of a visit with its arguments leaves no room for the longest key in a "
+                f"{self.channels.datagram_size}-byte datagram (MAILRAIL_DATAGRAM_SIZE): pass smaller arguments, "
+                f"or raise the datagram size"
+            )
+        counts = np.bincount(owners, minlength=self.ranks)
+        ends = np.cumsum(counts)
+        for dest in in_turn(np.flatnonzero(counts).tolist(), self.rank):
+            end = int(ends[dest])
+            start = end - int(counts[dest])
+            while start < end:
+                stop = min(end, int(np.searchsorted(sizes, sizes[start] + room - 8, side="right")) - 1)
+                stop = max(stop, start + 1)
+                chunk = offsets[start : stop + 1]
+                data = ordered.data[int(chunk[0]) : int(chunk[-1])].tobytes()
+                self.rail.call(
+                    dest,
+                    _string_visits_arrived,
+                    self._token,
+                    dest,
+                    if_contains,
+                    fn,
+                    (chunk - chunk[0]).tobytes(),
+                    data,
+                    arguments,
+                )
+                start = stop
+
+    def _apply_visits(self, keys: Any, fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool) -> None:
+        self._apply_arrivals()
+        table: StringTable = self._table  # type: ignore[assignment]
+        if if_contains:
+            dense = table.lookup(keys)
+            present = np.flatnonzero(dense >= 0)
+            keys, dense = keys.take(present), dense[present]
+        else:
+            dense = self._insert_keys(keys)
+        if keys.count == 0:
+            return
+        visited = self._strings.arrow(keys)  # type: ignore[union-attr]
+        rounds = _rounds(dense)
+        for positions in rounds:
+            at, round_keys = (dense, visited) if len(rounds) == 1 else (dense[positions], visited.take(positions))
+            values = self._values[at]  # a copy: fn updates it, the map stores it back
+            fn(round_keys, values, *args)
+            self._values[at] = values
 
     def get(self, keys: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
         """Collective: ``(values, found)`` for the batch of strings *keys*, in the caller's order (see

@@ -306,3 +306,24 @@ def test_collect_and_gather_of_numbers_and_strings_agree_with_their_models():
     assert dict(zip(into["key"].to_pylist(), into["value"].to_pylist())) == expected
     assert dict(zip(numbers["key"].to_pylist(), numbers["count"].to_pylist())) == expected
     assert all(result[1] is None and result[2] is None for result in results[1:])
+
+
+def add_length(keys, values, extra):
+    """A visit: each string's value grows by its length, plus *extra*."""
+    values += np.array([len(key) for key in keys.to_pylist()], dtype=values.dtype) + extra
+
+
+def test_visits_of_a_map_of_string_keys_see_each_key_as_often_as_it_was_visited():
+    def program(rail):
+        lengths = Map(rail, str, np.int64)
+        words = WORDS * 30 + ["y" * 150]  # many chunks of calls: tiny datagrams
+        lengths.visit(words, add_length, 1)
+        lengths.visit_if_contains(["absent", "a"], add_length, 0)
+        rail.barrier()
+        values, found = lengths.get(WORDS + ["y" * 150, "absent"])
+        return values.tolist(), found.tolist()
+
+    size = 3
+    for values, found in tiny_world(size, seed=4, datagram_size=512).run(program):
+        expected = [size * 30 * (len(w) + 1) + (size * len(w) if w == "a" else 0) for w in WORDS]
+        assert values == expected + [size * 151, 0] and found == [True] * (len(WORDS) + 1) + [False]
