@@ -74,7 +74,7 @@ cdef inline const uint8_t* base_of(const uint8_t[::1] data) noexcept nogil:
     return &NO_BYTES if data.shape[0] == 0 else &data[0]
 
 
-cdef int check(offset_t[::1] offsets, Py_ssize_t nbytes) except -1:
+cdef int check(const offset_t[::1] offsets, Py_ssize_t nbytes) except -1:
     """Offsets must be ascending, within the data: a wrong one would read outside it."""
     cdef Py_ssize_t i, n = offsets.shape[0]
     if n == 0:
@@ -87,7 +87,7 @@ cdef int check(offset_t[::1] offsets, Py_ssize_t nbytes) except -1:
     return 0
 
 
-def hash_bytes(offset_t[::1] offsets, const uint8_t[::1] data):
+def hash_bytes(const offset_t[::1] offsets, const uint8_t[::1] data):
     """The hash of each key (uint64): see :func:`mailrail.containers.varkeys.hash_bytes_numpy`."""
     check(offsets, data.shape[0])
     cdef Py_ssize_t i, n = offsets.shape[0] - 1
@@ -288,7 +288,7 @@ cdef class BytesTable:
             if slot != 0 and (slot & LOW) != LOW:
                 prefetch(self.arena + self.entries[(slot & LOW) - 1].start)
 
-    def insert(self, offset_t[::1] offsets, const uint8_t[::1] data):
+    def insert(self, const offset_t[::1] offsets, const uint8_t[::1] data):
         """Each key's dense index (int64), adding the absent ones in the order of their first occurrence, and
         whether each position added its key (bool)."""
         check(offsets, data.shape[0])
@@ -332,7 +332,7 @@ cdef class BytesTable:
             dense[k] = i
         return dense_array, new_array
 
-    def lookup(self, offset_t[::1] offsets, const uint8_t[::1] data):
+    def lookup(self, const offset_t[::1] offsets, const uint8_t[::1] data):
         """Each key's dense index (int64), -1 where absent."""
         check(offsets, data.shape[0])
         cdef Py_ssize_t n = offsets.shape[0] - 1, k
@@ -351,7 +351,7 @@ cdef class BytesTable:
                 dense[k] = self._find(base + offsets[k], length, hashes[k], &stop)
         return result
 
-    def erase(self, offset_t[::1] offsets, const uint8_t[::1] data):
+    def erase(self, const offset_t[::1] offsets, const uint8_t[::1] data):
         """Removes the keys present; returns ``(removed, moved_from, moved_to)`` as ``KeyTable.erase`` does."""
         check(offsets, data.shape[0])
         cdef Py_ssize_t n = offsets.shape[0] - 1, k

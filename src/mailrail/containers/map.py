@@ -102,7 +102,7 @@ def _string_visits_arrived(
         args = pickle.loads(arguments)
     finally:
         _receiving.pop()
-    keys = Blobs(np.frombuffer(offsets, dtype=np.int64).copy(), np.frombuffer(data, dtype=np.uint8))
+    keys = Blobs(np.frombuffer(offsets, dtype=np.int64), np.frombuffer(data, dtype=np.uint8))
     target._apply_visits(keys, fn, args, if_contains)  # type: ignore[arg-type]  # (a StringKeyMap)
 
 
