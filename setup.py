@@ -4,7 +4,8 @@ Each sits beside its Python half: mailrail.flow._atomics (C): CPU atomics for no
 (flow/node_memory.py); mailrail.flow._ledger (Cython): flow/'s credit accounting; mailrail._protocol
 (Cython): protocol.py's Endpoint; mailrail.transport._compiled (Cython): the compiled transport
 (transport/compiled.py resolves its MPI); mailrail.containers._hot (Cython): the CountingSet sender's hot-key
-lookup (containers/hot.py).  None needs MPI headers.
+lookup (containers/hot.py); mailrail.containers._varkeys (Cython): the hash and the hash table of variable-size
+keys (containers/varkeys.py).  None needs MPI headers.
 """
 
 import glob
@@ -77,6 +78,7 @@ def extensions() -> list[Extension]:
         Extension("mailrail._protocol", ["src/mailrail/_protocol.pyx"], optional=True),
         Extension("mailrail.transport._compiled", ["src/mailrail/transport/_compiled.pyx"], optional=True),
         Extension("mailrail.containers._hot", ["src/mailrail/containers/_hot.pyx"], optional=True),
+        Extension("mailrail.containers._varkeys", ["src/mailrail/containers/_varkeys.pyx"], optional=True),
     ]
     return built + cythonize(cython_modules, include_path=["src"], compiler_directives={"language_level": 3})
 

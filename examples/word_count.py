@@ -1,9 +1,10 @@
-"""Word count over text files with a distributed CountingSet: the top words of all the files.
+"""Word count over text files with a distributed CountingSet of strings: the top words of all the files.
 
-Each rank reads its share of the files (every size-th file, from its rank on), splits them into
-lower-case words, and adds them as fixed-width bytes (``S16``: a longer word is cut to its first 16
-bytes) to one ``CountingSet``; repeated words are combined before they leave the rank.  ``top(k)`` is
-collective and the same on every rank.  ``--verify``: rank 0 counts every file itself and compares.
+Each rank reads its share of the files (every size-th file, from its rank on), splits them into lower-case words
+(runs of Unicode letters, digits, ``_`` and ``'``, of any length) and adds them to one ``CountingSet(rail, str)``:
+exact words, whatever their length or script; repeated words are combined before they leave the rank.
+``top(k)`` is collective and the same on every rank.  ``--verify``: rank 0 counts every file again its own way
+(a ``collections.Counter`` over the raw text, split character by character) and compares.
 
 Run: ``mailrail run -n 4 -- python examples/word_count.py docs/*.md``
 """
@@ -12,20 +13,30 @@ import argparse
 import collections
 import re
 
-import numpy as np
 from mpi4py import MPI
 
 from mailrail import MailRail
 from mailrail.containers import CountingSet
 
-WORD = np.dtype("S16")
-WORD_PATTERN = re.compile(rb"[a-z0-9']+")
+WORD = re.compile(r"[\w']+")
 
 
-def words_of(path: str) -> np.ndarray:
-    """The file's words, lower-cased, as fixed-width bytes (numpy converts the whole list at once)."""
-    with open(path, "rb") as file:
-        return np.array(WORD_PATTERN.findall(file.read().lower()), dtype=WORD)
+def my_texts(rank: int, size: int, paths: list[str]):
+    """This rank's share of the files, as text (every size-th file, from this rank on)."""
+    for path in paths[rank::size]:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            yield file.read()
+
+
+def counted_directly(paths: list[str]) -> collections.Counter:
+    """Every file's words counted in one process, without the regular expression: characters that are not part
+    of a word become spaces, then split."""
+    counter = collections.Counter()
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            text = file.read().lower()
+        counter.update("".join(c if c.isalnum() or c in "_'" else " " for c in text).split())
+    return counter
 
 
 parser = argparse.ArgumentParser()
@@ -35,18 +46,18 @@ parser.add_argument("--verify", action="store_true")
 args = parser.parse_args()
 
 with MailRail(MPI.COMM_WORLD) as rail:
-    counts = CountingSet(rail, WORD)
-    for path in args.files[rail.rank :: rail.size]:
-        counts.add(words_of(path))
-    words, times = counts.top(args.top)  # collective: every rank gets the same list
+    counts = CountingSet(rail, str)
+    for text in my_texts(rail.rank, rail.size, args.files):
+        counts.add(WORD.findall(text.lower()))  # a list of str: any length
+    words, times = counts.top(args.top)  # collective: every rank gets the same list (a pyarrow array of words)
     distinct, total = counts.size(), counts.total()
     if rail.rank == 0:
         print(f"{total} words, {distinct} distinct, in {len(args.files)} files on {rail.size} ranks")
-        for word, count in zip(words.tolist(), times.tolist()):
-            print(f"{count:8d}  {word.decode()}")
+        for word, count in zip(words.to_pylist(), times.tolist()):
+            print(f"{count:8d}  {word}")
         if args.verify:
-            direct = collections.Counter(w for path in args.files for w in words_of(path).tolist())
+            direct = counted_directly(args.files)
             assert total == sum(direct.values()) and distinct == len(direct), (total, distinct)
             assert times.tolist() == [n for _, n in direct.most_common(args.top)], "top counts differ"
-            assert all(direct[w] == n for w, n in zip(words.tolist(), times.tolist()))
+            assert all(direct[w] == n for w, n in zip(words.to_pylist(), times.tolist())), "a word's count differs"
             print("verified")

@@ -133,3 +133,12 @@ def assert_staged_in_memory(program: ModuleType) -> None:
         assert 0 < result["report"]["staged"] <= result["pending"]
     for result in World(2, seed=2).run(program.staged, True):
         assert "left staged" in result["error"]
+
+
+def local_arrays(table: Any, *dtypes: Any) -> tuple:
+    """A container's ``local()`` table back as numpy arrays, one per column, of these *dtypes*."""
+    import numpy as np
+
+    from mailrail.containers.keys import numpy_column
+
+    return tuple(numpy_column(table.column(i), np.dtype(dtype)) for i, dtype in enumerate(dtypes))

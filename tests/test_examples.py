@@ -63,16 +63,18 @@ def test_word_count_counts_every_word_of_every_file(tmp_path):
         "The THE the: it's a cat's hat",
         "antidisestablishmentarianism is long, and so is the word antidisestablishmentarianism",
         "",
+        "internationalisation internationalisations über ÜBER 東京 東京 東京",  # 16 bytes in common; UTF-8
     ]
     files = []
     for index, text in enumerate(texts):
         path = tmp_path / f"text-{index}.txt"
-        path.write_text(text)
+        path.write_text(text, encoding="utf-8")
         files.append(str(path))
-    out = run_example("word_count.py", 3, "adaptive", *files, "--top", "3", "--verify")
-    assert "21 words, 12 distinct, in 4 files on 3 ranks" in out, out
-    assert "       6  the" in out and "verified" in out, out
-    assert "antidisestablish\n" in out  # cut to 16 bytes: one key for both
+    out = run_example("word_count.py", 3, "adaptive", *files, "--top", "8", "--verify")
+    assert "28 words, 16 distinct, in 5 files on 3 ranks" in out, out
+    assert "       6  the" in out and "       3  東京" in out and "verified" in out, out
+    assert "       2  antidisestablishmentarianism\n" in out, out  # whole: not cut to 16 bytes
+    assert "       2  über" in out and "internationalisation" not in out, out  # ties in UTF-8 byte order: über last
 
 
 @pytest.mark.parametrize("mode, ranks", [("node", 2), ("rank", 4)])

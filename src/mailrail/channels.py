@@ -14,7 +14,16 @@ Kind 0 is a run of fixed-size records of one channel (consecutive sends of one c
 destination extend the same segment); kind 1 is one call (:meth:`Channels.call`): a uint32 count of
 out-of-band buffers and their uint64 lengths, the function's ``module:qualname`` (uint16 length, then
 UTF-8), then with no buffers the pickled arguments; with some, the pickle's uint64 length, the pickle,
-and each buffer at an 8-byte offset.  Functions travel by name and are resolved once per rank.
+and each buffer at an 8-byte offset.  Kind 2 is a run of *n* records of a channel whose records have a
+variable-size part (``open(..., blobs=True)``: a string key, a string value) beside their fixed-size part of
+the channel's dtype (which may be empty)::
+
+    n (uint32) | 0 (uint32) | n fixed-size parts | zeros to an 8-byte offset
+      | n + 1 offsets (int32, from 0) | the variable-size parts' bytes, back to back
+
+so that the fixed parts view as an array of the dtype and the offsets and bytes wrap, with no copy, as an
+Arrow binary array (:class:`Blobs`).  Each send of such records writes segments of its own (they do not
+extend an earlier one).  Functions travel by name and are resolved once per rank.
 Segments of different channels share a datagram: one staging row per destination, not one per
 channel and destination.  The magic byte catches a datagram sent with ``rail.send`` on a rail whose
 arrivals go through its channels.
@@ -35,6 +44,7 @@ complete when it returns.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
 import operator
@@ -49,10 +59,21 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .collectives import collective
-from .errors import InvalidDestinationError, MailRailError, MessageSizeError, ProtocolError
+from .errors import MailRailError, MessageSizeError, ProtocolError
 from .interfaces import DatagramRail
+from .protocol import checked_rank
 
-__all__ = ["Rail", "Channel", "Channels", "HEADER_SIZE", "ALIGNMENT", "check_by_reference", "name_of"]
+__all__ = [
+    "Rail",
+    "Blobs",
+    "Channel",
+    "Channels",
+    "HEADER_SIZE",
+    "ALIGNMENT",
+    "check_by_reference",
+    "in_turn",
+    "name_of",
+]
 
 #: Segment header: channel number, magic, kind, payload bytes.
 HEADER = struct.Struct("<HBBI")
@@ -62,6 +83,10 @@ ALIGNMENT = 8
 MAGIC = 0xA7
 KIND_RECORDS = 0
 KIND_CALL = 1
+KIND_BLOBS = 2
+#: A kind 2 segment's count (and 4 bytes of padding), and its last offset, beside the records' own bytes.
+_BLOB_COUNT = struct.Struct("<II")
+_BLOB_OVERHEAD = _BLOB_COUNT.size + 4 + (ALIGNMENT - 1)  # at most, padding included
 #: A call's buffer table: number of out-of-band buffers, then each one's length.
 _COUNT = struct.Struct("<I")
 _LENGTH = struct.Struct("<Q")
@@ -75,6 +100,86 @@ MAX_CHANNELS = 1 << 16
 
 def _aligned(offset: int) -> int:
     return (offset + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+
+
+class Blobs:
+    """Variable-size byte strings, packed as Arrow packs them: string ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
+
+    *offsets*: ``n + 1`` ascending integers (``int32`` or ``int64``) into *data* (``uint8``); they need not start
+    at 0.  What a channel of records with a variable-size part sends and hands its handler.
+    """
+
+    __slots__ = ("offsets", "data")
+
+    def __init__(self, offsets: np.ndarray, data: np.ndarray) -> None:
+        self.offsets = offsets
+        self.data = data
+
+    @property
+    def count(self) -> int:
+        """How many strings."""
+        return len(self.offsets) - 1
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def nbytes(self) -> int:
+        """Their bytes in all."""
+        return int(self.offsets[-1]) - int(self.offsets[0]) if len(self.offsets) else 0
+
+    def lengths(self) -> np.ndarray:
+        """Each string's length in bytes."""
+        return np.diff(self.offsets)
+
+    def arrow(self, kind: Any = None) -> Any:
+        """A pyarrow array over the same memory (no copy where the offsets are ``int32``, or ``int64`` for a
+        large type): *kind* ``pa.binary()`` (the default), ``pa.string()`` or their ``large_`` variants."""
+        import pyarrow as pa  # imported on first use: a rail without such records never loads it
+
+        if kind is None:
+            kind = pa.binary() if self.offsets.dtype == np.int32 else pa.large_binary()
+        large = kind in (pa.large_binary(), pa.large_string())
+        if not large and len(self.offsets) and int(self.offsets[-1]) >= 1 << 31:
+            raise OverflowError(f"{self!r} reaches past 2**31 bytes: ask for a large type")
+        offsets = self.offsets.astype(np.int64 if large else np.int32, copy=False)
+        return pa.Array.from_buffers(kind, self.count, [None, pa.py_buffer(offsets), pa.py_buffer(self.data)])
+
+    @staticmethod
+    def of(array: Any) -> Blobs:
+        """The offsets and bytes of a pyarrow binary or string array (either width, sliced or not), no copy."""
+        width = np.int64 if array.type in _large_types() else np.int32
+        buffers = array.buffers()
+        if len(buffers) < 3 or buffers[1] is None:  # an empty array may have no buffers
+            return Blobs(np.zeros(1, dtype=width), np.zeros(0, np.uint8))
+        offsets = np.frombuffer(buffers[1], dtype=width)[array.offset : array.offset + len(array) + 1]
+        data = np.zeros(0, np.uint8) if buffers[2] is None else np.frombuffer(buffers[2], dtype=np.uint8)
+        return Blobs(offsets, data)
+
+    def take(self, order: np.ndarray) -> Blobs:
+        """The strings at *order* (positions), packed afresh (pyarrow's take: a copy of each string)."""
+        return Blobs.of(self.arrow().take(order))
+
+    def copy(self) -> Blobs:
+        """The same strings in memory of their own, offsets from 0."""
+        first, last = int(self.offsets[0]), int(self.offsets[-1])
+        return Blobs(self.offsets - first, self.data[first:last].copy())
+
+    def __repr__(self) -> str:
+        return f"<Blobs: {self.count} strings, {self.nbytes} bytes>"
+
+
+def _large_types() -> tuple[Any, ...]:
+    import pyarrow as pa
+
+    return (pa.large_binary(), pa.large_string())
+
+
+def in_turn(dests: list[int], rank: int) -> list[int]:
+    """The ascending ranks *dests* in the order a rank sends to them: from the next rank after *rank* on, *rank*
+    itself last.  Ranks do not all start on rank 0, and local work runs after the remote ranks have theirs."""
+    first = bisect.bisect_right(dests, rank)
+    return dests[first:] + dests[:first]
 
 
 def rank_sort_dtype(ranks: int) -> type:
@@ -107,7 +212,13 @@ class Channel:
     """
 
     def __init__(
-        self, channels: Channels, number: int, dtype: np.dtype, handler: Callable[[int, np.ndarray], object], name: str
+        self,
+        channels: Channels,
+        number: int,
+        dtype: np.dtype,
+        handler: Callable[..., object],
+        name: str,
+        blobs: bool = False,
     ) -> None:
         self.channels = channels
         self.number = number
@@ -115,12 +226,23 @@ class Channel:
         self.handler = handler
         self.name = name
         self.record_size = dtype.itemsize
-        #: Records in a datagram of this channel alone.
-        self.per_datagram = (channels.datagram_size - HEADER_SIZE) // self.record_size
+        #: Whether records have a variable-size part (segments of kind 2; see the module).
+        self.blobs = blobs
+        #: Records in a datagram of this channel alone (fixed-size records).
+        self.per_datagram = (channels.datagram_size - HEADER_SIZE) // max(1, self.record_size)
+        #: The largest variable-size part a record of this channel can have: one record in a datagram.
+        self.largest_blob = channels.datagram_size - HEADER_SIZE - _BLOB_COUNT.size - _aligned(self.record_size) - 8
         self.records_sent = 0
         self.records_received = 0
 
-    def send(self, dests: np.ndarray | list[int], records: np.ndarray, *, copy: bool = True) -> None:
+    def send(
+        self,
+        dests: np.ndarray | list[int],
+        records: np.ndarray | None,
+        blobs: Blobs | None = None,
+        *,
+        copy: bool = True,
+    ) -> None:
         """Queue ``records[i]`` for rank ``dests[i]``; full datagrams leave at once, the rest when flushed.
 
         *dests*: integer ranks (any integer dtype) in ``0 .. size - 1``; *records*: an array of the
@@ -129,7 +251,18 @@ class Channel:
         then skip a copy when they must wait for the running dispatch to end).  Bad input raises
         before anything is sent: ``TypeError`` for a wrong dtype, ``ValueError`` for mismatched lengths,
         :class:`~mailrail.errors.InvalidDestinationError` for a rank out of range.
+
+        On a channel of records with a variable-size part, *blobs* holds each record's (as many as *dests*;
+        *records* may be None for an empty dtype): a part larger than :attr:`largest_blob` raises
+        :class:`~mailrail.errors.MessageSizeError` naming both sizes, before anything is sent.
         """
+        if self.blobs:
+            if blobs is None:
+                raise TypeError(f"{self.name}: records with a variable-size part: give their blobs")
+            if records is None and self.record_size == 0:
+                records = np.empty(blobs.count, dtype=self.dtype)
+        elif blobs is not None:
+            raise TypeError(f"{self.name}: a channel of fixed-size records takes no blobs")
         records = np.asarray(records)
         if records.dtype != self.dtype:
             raise TypeError(f"{self.name}: records have dtype {records.dtype}, this channel carries {self.dtype}")
@@ -138,16 +271,30 @@ class Channel:
             raise ValueError(
                 f"{self.name}: {dests.shape} destinations for records of shape {records.shape} (one rank per record)"
             )
+        if blobs is not None:
+            if blobs.count != len(records):
+                raise ValueError(f"{self.name}: {blobs.count} variable-size parts for {len(records)} records")
+            if len(records):
+                self.check_blob_sizes(blobs.lengths())
         if len(dests) == 0:
             return
         if dests.dtype.kind not in "iu":
             raise TypeError(f"{self.name}: dests have dtype {dests.dtype}: destination ranks must be integers")
         low, high = int(dests.min()), int(dests.max())
-        size = self.channels.size
-        if low < 0 or high >= size:
-            bad = low if low < 0 else high
-            raise InvalidDestinationError(f"destination {bad} is out of range: valid ranks are 0..{size - 1}")
-        self.channels._submit(self, dests, records, copy)
+        if low < 0 or high >= self.channels.size:
+            checked_rank(low if low < 0 else high, self.channels.size)
+        self.channels._submit(self, dests, records, copy, blobs)
+
+    def check_blob_sizes(self, lengths: np.ndarray) -> None:
+        """Refuse variable-size parts of these *lengths* if one is larger than a datagram takes
+        (:class:`~mailrail.errors.MessageSizeError`, naming both sizes)."""
+        longest = int(lengths.max()) if len(lengths) else 0
+        if longest > self.largest_blob:
+            raise MessageSizeError(
+                f"{self.name}: a {longest}-byte string does not fit in a {self.channels.datagram_size}-byte "
+                f"datagram, which takes strings of up to {self.largest_blob} bytes beside this channel's "
+                f"{self.record_size}-byte records and the segment's headers (raise MAILRAIL_DATAGRAM_SIZE)"
+            )
 
     def send_to(self, dest: int, records: np.ndarray, *, copy: bool = True) -> None:
         """Queue every record of *records* for the one rank *dest* (*copy* as for :meth:`send`)."""
@@ -159,6 +306,8 @@ class Channel:
         writable array of this channel's dtype for records ``start..stop-1``, usually inside a send buffer, so
         large records are written once, where they leave from (a gather's replies).  *fill* is called before
         this returns, in order, over ``0..count-1``; what it writes is sent as :meth:`send_to` would send it."""
+        if self.blobs:
+            raise TypeError(f"{self.name}: records with a variable-size part are sent with send()")
         self.channels._fill_to(self, operator.index(dest), operator.index(count), fill)
 
     def flush(self) -> None:
@@ -193,8 +342,8 @@ class Channels:
         self._references: dict[Callable[..., object], bytes] = {}  # functions checked, and their wire names
         self._functions: dict[bytes, Callable[..., object]] = {}  # wire names resolved on this rank
         self._fill = [0] * size  # bytes staged per destination
-        self._open = [-1] * size  # channel whose record segment is open at the end of the row (-1: none)
-        self._open_at = [0] * size  # offset of that segment's header
+        self._tail_channel = [-1] * size  # channel of the row's last segment if records, which its next records extend
+        self._tail_at = [0] * size  # offset of that segment's header
         self._staged_dests: set[int] = set()
         self._count = [0] * size  # records and calls staged per destination
         self._staged_records = 0  # their sum, for finalize()'s report
@@ -219,9 +368,18 @@ class Channels:
 
     @collective
     def open(
-        self, dtype: np.dtype | type | str, handler: Callable[[int, np.ndarray], object], name: str | None = None
+        self,
+        dtype: np.dtype | type | str,
+        handler: Callable[..., object],
+        name: str | None = None,
+        *,
+        blobs: bool = False,
     ) -> Channel:
         """Collective: a new :class:`Channel` of records of *dtype*, delivered to *handler*.
+
+        With *blobs*, each record also has a variable-size part (bytes: a string key or value), and *handler*
+        gets ``(source, records, blobs)``, a :class:`Blobs` beside the records (*dtype* may then be empty,
+        ``np.dtype([])``).
 
         Every rank opens the same channels in the same order (one allgather checks their names and
         dtypes, and refuses a disagreement on every rank with :class:`~mailrail.errors.MailRailError`).
@@ -237,7 +395,7 @@ class Channels:
         dtype = np.dtype(dtype)
         if dtype.hasobject:
             raise TypeError(f"records of dtype {dtype} hold Python objects: a channel carries fixed-size records")
-        if dtype.itemsize == 0 or dtype.itemsize > self.datagram_size - HEADER_SIZE:
+        if (dtype.itemsize == 0 and not blobs) or dtype.itemsize > self.datagram_size - HEADER_SIZE - 64 * blobs:
             raise MessageSizeError(
                 f"a {dtype.itemsize}-byte record does not fit in a {self.datagram_size}-byte datagram "
                 f"({HEADER_SIZE} bytes of it are the segment header)"
@@ -246,7 +404,7 @@ class Channels:
         if number >= MAX_CHANNELS:
             raise MailRailError(f"a rail carries at most {MAX_CHANNELS} channels")
         name = name or f"channel {number}"
-        mine = (name, dtype.str if dtype.names is None else repr(dtype.descr))
+        mine = (name, (dtype.str if dtype.names is None else repr(dtype.descr)) + " + bytes" * blobs)
         everyone = self._comm.allgather(mine)
         if any(theirs != mine for theirs in everyone):
             spread = "; ".join(f"rank {rank}: {theirs[0]} ({theirs[1]})" for rank, theirs in enumerate(everyone))
@@ -254,7 +412,7 @@ class Channels:
                 f"ranks opened different channels as channel {number} (containers and Coalescers must be made "
                 f"in the same order on every rank): {spread}"
             )
-        channel = Channel(self, number, dtype, handler, name)
+        channel = Channel(self, number, dtype, handler, name, blobs)
         self._channels.append(channel)
         return channel
 
@@ -289,18 +447,30 @@ class Channels:
         """Collective: the sum of an integer over the ranks (each fits 64 bits)."""
         return int(self._comm.allreduce(int(value)))
 
+    @collective
+    def gather(self, value: Any, root: int) -> list[Any] | None:
+        """Collective: every rank's *value*, in rank order, on rank *root*; None on the others (pickled)."""
+        gathered = self._comm.gather(value, root=checked_rank(root, self.size))
+        return None if gathered is None else list(gathered)
+
     # -- sending -------------------------------------------------------------
 
-    def _submit(self, channel: Channel, dests: np.ndarray, records: np.ndarray, copy: bool = True) -> None:
+    def _submit(
+        self, channel: Channel, dests: np.ndarray, records: np.ndarray, copy: bool = True, blobs: Blobs | None = None
+    ) -> None:
         self._check_open()
-        if self._busy and copy:  # from a handler: it waits for the running send or dispatch (defer), so a copy
+        if self._busy and copy:  # from a handler: it waits for the running send or dispatch (after_handler), so a copy
             dests, records = dests.copy(), records.copy()
-        self.defer(lambda: self._partition_and_send(channel, dests, records), len(records))
+            blobs = None if blobs is None else blobs.copy()
+        if blobs is None:
+            self.after_handler(lambda: self._partition_and_send(channel, dests, records), len(records))
+        else:
+            parts = blobs
+            self.after_handler(lambda: self._partition_and_send_blobs(channel, dests, records, parts), len(records))
 
     def _fill_to(self, channel: Channel, dest: int, count: int, fill: Callable[[np.ndarray, int, int], object]) -> None:
         self._check_open()
-        if not 0 <= dest < self.size:
-            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        checked_rank(dest, self.size)
         per = channel.per_datagram
         start = 0
         if dest != self.rank:  # whole datagrams filled in send buffers, while spare ones are free
@@ -315,7 +485,7 @@ class Channels:
                 channel.records_sent += per
                 if self._busy:  # from a handler: it leaves once the running dispatch ends, as a send would
                     self._held_buffers += 1
-                    self.defer(functools.partial(self._send_held, dest, buf, nbytes), per)
+                    self.after_handler(functools.partial(self._send_held, dest, buf, nbytes), per)
                 else:
                     self._pump(functools.partial(self._send, dest, buf, nbytes))
         if start < count:  # the rest (a partial datagram, or no spare buffer): through an array of its own
@@ -339,11 +509,9 @@ class Channels:
         positions) that leaves the payload (its values) a contiguous array of its own dtype, written and
         read at full speed.  To this rank, both handlers run over arrays of their own.  From inside a
         handler, datagrams beyond the spare send buffers are written into arrays of their own and copied
-        into send buffers once the handler is done (:meth:`defer` the call to skip that copy)."""
+        into send buffers once the handler is done (:meth:`after_handler` the call to skip that copy)."""
         self._check_open()
-        dest, count = operator.index(dest), operator.index(count)
-        if not 0 <= dest < self.size:
-            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        dest, count = checked_rank(dest, self.size), operator.index(count)
         if count <= 0:
             return
         first.records_sent += count
@@ -356,7 +524,7 @@ class Channels:
                 self._deliver_locally(first, heads)
                 self._deliver_locally(second, bodies)
 
-            self.defer(deliver, 2 * count)
+            self.after_handler(deliver, 2 * count)
             return
         first_size, second_size = first.record_size, second.record_size
         per = (self.datagram_size - 2 * HEADER_SIZE - (ALIGNMENT - 1)) // (first_size + second_size)
@@ -400,13 +568,13 @@ class Channels:
             if buf is None:
                 image = np.empty(self.datagram_size, np.uint8)
                 nbytes = write(image, start, stop)
-                self.defer(functools.partial(self._send_image, dest, image, nbytes), 2 * (stop - start))
+                self.after_handler(functools.partial(self._send_image, dest, image, nbytes), 2 * (stop - start))
             else:
                 self._held_buffers += 1
                 nbytes = write(buf, start, stop)
-                self.defer(functools.partial(self._send_held, dest, buf, nbytes), 2 * (stop - start))
+                self.after_handler(functools.partial(self._send_held, dest, buf, nbytes), 2 * (stop - start))
 
-    def defer(self, work: Callable[[], None], records: int = 0) -> None:
+    def after_handler(self, work: Callable[[], None], records: int = 0) -> None:
         """Run *work* once the running handler (and the send or dispatch around it) is done; at once outside
         handlers.  What *work* sends may then wait for send buffers, as a send outside handlers does: a handler
         that answers a large request defers its answer (with copies of what it reads from the arrivals, whose
@@ -461,11 +629,7 @@ class Channels:
         sorted_records = records[order]
         counts = np.bincount(ranks, minlength=size)
         ends = np.cumsum(counts)
-        # Destinations in turn from the next rank on, this one last: ranks do not all start on rank 0,
-        # and local work runs after the remote ranks have theirs.
-        used = np.flatnonzero(counts).tolist()
-        first = int(np.searchsorted(used, rank + 1))
-        for dest in used[first:] + used[:first]:
+        for dest in in_turn(np.flatnonzero(counts).tolist(), rank):
             end = int(ends[dest])
             start = end - int(counts[dest])
             if dest == rank:
@@ -473,16 +637,109 @@ class Channels:
             else:
                 self._append_records(dest, channel, sorted_records[start:end])
 
-    def _deliver_locally(self, channel: Channel, records: np.ndarray) -> None:
+    def _deliver_locally(self, channel: Channel, records: np.ndarray, blobs: Blobs | None = None) -> None:
         # No MPI, no copy into a datagram: the handler gets them at once, read-only as arrivals are;
         # what it sends meanwhile waits in _nested.
         records.flags.writeable = False
         channel.records_received += len(records)
         self._handler_depth += 1
         try:
-            channel.handler(self.rank, records)
+            if blobs is None:
+                channel.handler(self.rank, records)
+            else:
+                channel.handler(self.rank, records, blobs)
         finally:
             self._handler_depth -= 1
+
+    def _partition_and_send_blobs(self, channel: Channel, dests: np.ndarray, records: np.ndarray, blobs: Blobs) -> None:
+        """:meth:`_partition_and_send` for records with a variable-size part: the parts go in the records'
+        order by destination (pyarrow's take), then each destination's in segments of kind 2."""
+        rank = self.rank
+        channel.records_sent += len(records)
+        if len(records) == 1 or (dests[0] == dests).all():
+            sorted_records, sorted_blobs = np.ascontiguousarray(records), blobs
+            counts = np.zeros(self.size, dtype=np.int64)
+            counts[int(dests[0])] = len(records)
+        else:
+            ranks: np.ndarray = dests.astype(self._rank_dtype, copy=False)
+            order = np.argsort(ranks, kind="stable")
+            sorted_records, sorted_blobs = records[order], blobs.take(order)
+            counts = np.bincount(ranks, minlength=self.size)
+        ends = np.cumsum(counts)
+        offsets = sorted_blobs.offsets
+        for dest in in_turn(np.flatnonzero(counts).tolist(), rank):
+            end = int(ends[dest])
+            start = end - int(counts[dest])
+            part = Blobs(offsets[start : end + 1], sorted_blobs.data)
+            if dest == rank:
+                self._deliver_locally(channel, sorted_records[start:end], part)
+            else:
+                self._append_blobs(dest, channel, sorted_records[start:end], part)
+
+    def _append_blobs(self, dest: int, channel: Channel, records: np.ndarray, blobs: Blobs) -> None:
+        """Records with their variable-size parts into *dest*'s datagrams: as many as fit in each segment (one
+        search over the records' sizes per segment); whole datagrams straight into send buffers."""
+        capacity = self.datagram_size
+        size = channel.record_size
+        offsets = blobs.offsets.astype(np.int64, copy=False)
+        # Bytes records 0..k-1 take in a segment, but for the fixed overhead: sizes[k].
+        sizes = offsets - offsets[0]
+        sizes += np.arange(len(offsets), dtype=np.int64) * (size + 4)
+        count = len(records)
+        done = 0
+        while done < count:
+            fill = self._fill[dest]
+            header_at = _aligned(fill)
+            room = capacity - header_at - HEADER_SIZE - _BLOB_OVERHEAD - 4
+            take = int(np.searchsorted(sizes[done:], sizes[done] + room, side="right")) - 1 if room > 0 else 0
+            take = min(take, count - done)
+            if take <= 0:
+                if fill:
+                    self._transmit_row(dest)  # not even one more record here: the next datagram
+                    continue
+                take = 1  # alone in a datagram, a part of up to largest_blob bytes fits (checked at send)
+            if fill == 0 and take < count - done:  # a whole datagram: straight into a send buffer
+                buf = self._reserve()
+                nbytes = self._write_blobs(buf, 0, channel, records, offsets, blobs.data, done, done + take)
+                self._send(dest, buf, nbytes)
+            else:
+                row = self._staging_row(dest)
+                end = self._write_blobs(row, header_at, channel, records, offsets, blobs.data, done, done + take)
+                self._fill[dest] = end
+                self._tail_channel[dest] = -1  # a segment of kind 2 is never extended
+                self._staged_dests.add(dest)
+                self._count[dest] += take
+                self._staged_records += take
+            done += take
+
+    @staticmethod
+    def _write_blobs(
+        target: np.ndarray,
+        header_at: int,
+        channel: Channel,
+        records: np.ndarray,
+        offsets: np.ndarray,
+        data: np.ndarray,
+        start: int,
+        stop: int,
+    ) -> int:
+        """Writes records ``start..stop-1`` as one segment of kind 2 at *header_at*; returns where it ends."""
+        count = stop - start
+        fixed_at = header_at + HEADER_SIZE + _BLOB_COUNT.size
+        fixed_bytes = count * channel.record_size
+        offsets_at = _aligned(fixed_at + fixed_bytes)
+        data_at = offsets_at + 4 * (count + 1)
+        first, last = int(offsets[start]), int(offsets[stop])
+        end = data_at + last - first
+        _BLOB_COUNT.pack_into(target.data, header_at + HEADER_SIZE, count, 0)
+        if fixed_bytes:
+            target[fixed_at : fixed_at + fixed_bytes] = records[start:stop].view(np.uint8).reshape(-1)
+        target[fixed_at + fixed_bytes : offsets_at] = 0
+        np.subtract(offsets[start : stop + 1], first, out=target[offsets_at:data_at].view(np.int32), casting="unsafe")
+        target[data_at:end] = data[first:last]
+        HEADER.pack_into(target.data, header_at, channel.number, MAGIC, KIND_BLOBS, end - header_at - HEADER_SIZE)
+        assert end <= len(target), f"a segment of {count} records ends at byte {end} of {len(target)}"
+        return end
 
     def _append_records(self, dest: int, channel: Channel, records: np.ndarray) -> None:
         size = channel.record_size
@@ -498,14 +755,14 @@ class Channels:
                 done += take
                 continue
             row = self._staging_row(dest)
-            if self._open[dest] == channel.number:  # extend the open segment
-                header_at = self._open_at[dest]
+            if self._tail_channel[dest] == channel.number:  # extend the last segment
+                header_at = self._tail_at[dest]
                 room = (capacity - fill) // size
             else:
                 header_at = _aligned(fill)
                 room = (capacity - header_at - HEADER_SIZE) // size if header_at + HEADER_SIZE <= capacity else 0
                 if room > 0:
-                    self._open[dest], self._open_at[dest] = channel.number, header_at
+                    self._tail_channel[dest], self._tail_at[dest] = channel.number, header_at
                     fill = header_at + HEADER_SIZE
             if room <= 0:
                 self._transmit_row(dest)
@@ -543,7 +800,7 @@ class Channels:
         row = self._rows[dest]
         assert row is not None and fill
         self._fill[dest] = 0
-        self._open[dest] = -1
+        self._tail_channel[dest] = -1
         self._staged_dests.discard(dest)
         self._staged_records -= self._count[dest]
         self._count[dest] = 0
@@ -581,9 +838,7 @@ class Channels:
         """
         if self._closed:
             self._check_open()
-        dest = operator.index(dest)  # a float rank is refused, not truncated
-        if not 0 <= dest < self.size:
-            raise InvalidDestinationError(f"destination {dest} is out of range: valid ranks are 0..{self.size - 1}")
+        dest = checked_rank(operator.index(dest), self.size)  # a float rank is refused (TypeError), not truncated
         reference = self._references.get(fn)
         if reference is None:
             reference = self._reference_of(fn)
@@ -595,7 +850,7 @@ class Channels:
         payload = self._pack_call(fn, reference, body, buffers)
         self.calls_sent += 1
         if self._busy:  # from a handler, while a send or a dispatch runs: after it
-            self.defer(
+            self.after_handler(
                 (lambda: self._run_call(payload)) if dest == self.rank else (lambda: self._append_call(dest, payload)),
                 1,
             )
@@ -657,7 +912,7 @@ class Channels:
         start = header_at + HEADER_SIZE
         view[start : start + nbytes] = payload
         self._fill[dest] = start + nbytes
-        self._open[dest] = -1
+        self._tail_channel[dest] = -1
         self._staged_dests.add(dest)
         self._count[dest] += 1
         self._staged_records += 1
@@ -767,11 +1022,35 @@ class Channels:
                     channel.handler(source, records)
                 finally:
                     self._handler_depth -= 1
+            elif kind == KIND_BLOBS:
+                if number >= len(channels) or not channels[number].blobs:
+                    raise ProtocolError(
+                        self._malformed(message, offset, f"it names channel {number}, no channel of blobs here")
+                    )
+                channel = channels[number]
+                self._dispatch_blobs(channel, source, data, start, end)
             elif kind == KIND_CALL:
                 self._run_call(view[start:end])
             else:
                 raise ProtocolError(self._malformed(message, offset, f"a segment of unknown kind {kind}"))
             offset = _aligned(end)
+
+    def _dispatch_blobs(self, channel: Channel, source: int, data: np.ndarray, start: int, end: int) -> None:
+        (count, _) = _BLOB_COUNT.unpack_from(data.data, start)
+        fixed_at = start + _BLOB_COUNT.size
+        offsets_at = _aligned(fixed_at + count * channel.record_size)
+        data_at = offsets_at + 4 * (count + 1)
+        if channel.record_size:
+            records = data[fixed_at : fixed_at + count * channel.record_size].view(channel.dtype)
+        else:
+            records = np.empty(count, dtype=channel.dtype)
+        blobs = Blobs(data[offsets_at:data_at].view(np.int32), data[data_at:end])
+        channel.records_received += count
+        self._handler_depth += 1
+        try:
+            channel.handler(source, records, blobs)
+        finally:
+            self._handler_depth -= 1
 
     def _malformed(self, message: Any, offset: int, what: str) -> str:
         return (

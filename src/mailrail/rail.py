@@ -913,7 +913,7 @@ class ArrivalNotes:
 
 
 class ControlCollectives:
-    """The channels' collectives (``allgather``, ``allreduce``: a sum) on the rail's control communicator.
+    """The channels' collectives (``allgather``, ``gather``, ``allreduce``: a sum) on the rail's control communicator.
 
     Nonblocking, waited for by polling (:meth:`MailRail._wait`): rank 0 keeps judging the ranks' calls
     meanwhile, so a rank waiting here for ranks in another collective hears of it, and a long wait is said.
@@ -941,6 +941,25 @@ class ControlCollectives:
         np.cumsum(lengths[:-1], out=offsets[1:])
         gathered = bytearray(int(lengths.sum()))
         self._rail._wait(self._comm.Iallgatherv(data, [gathered, lengths, offsets, MPI.BYTE]))
+        view = memoryview(gathered)
+        spans = zip(offsets.tolist(), lengths.tolist(), strict=True)
+        return [pickle.loads(view[start : start + length]) for start, length in spans]
+
+    def gather(self, value: Any, root: int = 0) -> list[Any] | None:
+        """Every rank's *value* (pickled), in rank order, on rank *root*; None on the others."""
+        data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        here = self._rail.rank == root
+        lengths = np.zeros(self._rail.size, dtype=np.int64)
+        self._rail._wait(
+            self._comm.Igather(np.array([len(data)], dtype=np.int64), lengths if here else None, root=root)
+        )
+        if not here:
+            self._rail._wait(self._comm.Igatherv(data, None, root=root))
+            return None
+        offsets = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        gathered = bytearray(int(lengths.sum()))
+        self._rail._wait(self._comm.Igatherv(data, [gathered, lengths, offsets, MPI.BYTE], root=root))
         view = memoryview(gathered)
         spans = zip(offsets.tolist(), lengths.tolist(), strict=True)
         return [pickle.loads(view[start : start + length]) for start, length in spans]

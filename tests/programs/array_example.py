@@ -10,7 +10,7 @@ from mailrail.containers.array import Array
 
 with MailRail(MPI.COMM_WORLD) as rail:
     features = Array(rail, 1000, np.dtype((np.float32, 4)))  # four float32 per element: values are (n, 4)
-    start, block = features.local()  # this rank's block: a writable view, (count, 4)
+    start, block = features.local_view()  # this rank's block: a writable view, (count, 4)
     block[:] = np.arange(start, start + len(block))[:, None]  # each rank fills its own, no messages
     degree = Array(rail, 1000, np.int64)  # zero-initialized
     edges = np.random.default_rng(rail.rank).integers(0, 1000, (5000, 2))

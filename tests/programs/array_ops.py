@@ -105,7 +105,7 @@ def exercise(rail: Any, kind: str, length: int, seed: int) -> dict[str, Any]:
         checks.append(what)
 
     # Each rank fills its own block in place.
-    start, view = array.local()
+    start, view = array.local_view()
     assert view.flags.writeable and start == array.blocks.start(rank)
     view[:] = fill_of(kind, start + np.arange(len(view)))
     array.barrier()

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for containers_common and containers_counting_set
-from containers_common import Checks, finalize_pending, refused_in_a_handler, run_job, seed_and_scale
+from containers_common import Checks, finalize_pending, local_arrays, refused_in_a_handler, run_job, seed_and_scale
 from containers_counting_set import DOMAIN, DTYPES, clean, keys_of
 
 from mailrail.containers.bag import Bag
@@ -78,11 +78,11 @@ def check_dtype(rail: Any, check: Checks, seed: int, dtype_index: int, name: str
     expected_share = sum(
         shares(sum(map(len, steps[s])) + len(forwards[(s - 1) % size]), s, size) for s in range(size)
     ) + np.array([len(local[s]) for s in range(size)])
-    mine = bag.local()
+    (mine,) = local_arrays(bag.local(), bag.dtype)
     check(f"{name}: round-robin share", len(mine) == expected_share[rank], (len(mine), expected_share))
 
     def whole(phase: str) -> np.ndarray:
-        parts = rail.comm.allgather(bag.local())
+        parts = rail.comm.allgather(local_arrays(bag.local(), bag.dtype)[0])
         union = np.concatenate(parts)
         check(
             f"{name} {phase}: the multiset of items",

@@ -129,3 +129,10 @@ def run_job(
             **{key: [theirs[key] for theirs in everyone] for key in staged},
         }
         print("RESULT " + json.dumps(summary), flush=True)
+
+
+def local_arrays(table: Any, *dtypes: Any) -> tuple[np.ndarray, ...]:
+    """A container's ``local()`` table back as numpy arrays, one per column, of these *dtypes*."""
+    from mailrail.containers.keys import numpy_column
+
+    return tuple(numpy_column(table.column(i), np.dtype(dtype)) for i, dtype in enumerate(dtypes))

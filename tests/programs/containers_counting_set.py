@@ -24,6 +24,7 @@ import numpy as np
 
 from mailrail import MailRailError, UndeliveredError, UndeliveredWarning
 from mailrail.containers.counting_set import CountingSet
+from mailrail.containers.keys import numpy_column
 
 #: Key ids are drawn from 0..DOMAIN-1; queries also ask about ids up to 2 * DOMAIN (absent keys).
 DOMAIN = 3000
@@ -177,7 +178,8 @@ def check_dtype(rail: Any, check: Checks, seed: int, dtype_index: int, name: str
             (keys[:5], counts[:5], expected_keys[want][:5], expected_counts[want][:5]),
         )
     # local: each key once, on its owner.
-    local_keys, local_counts = counting.local()
+    table = counting.local()
+    local_keys, local_counts = numpy_column(table["key"], counting.dtype), table["count"].to_numpy()
     check(f"{where} local keys live on their owner", bool((counting.owner(local_keys) == rank).all()))
     gathered = comm.allgather((local_keys, local_counts))
     union_keys = np.concatenate([theirs[0] for theirs in gathered])

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for containers_common
-from containers_common import Checks, finalize_pending, run_job
+from containers_common import Checks, finalize_pending, local_arrays, run_job
 
 from mailrail import MailRailError
-from mailrail.containers import map as map_module
+from mailrail.containers import ops as ops_module
 from mailrail.containers.map import Map
 
 #: Second-level visits of key k go to key k + VISIT_OFFSET.
@@ -121,7 +121,7 @@ def scenario(rail: Any, seed: int, count: int = 2000) -> dict:
     )
     held = inserted.size()
     check("insert: size", held == int(present.sum()), held)
-    local_keys, local_values = inserted.local()
+    local_keys, local_values = local_arrays(inserted.local(), inserted.key_dtype, inserted.value_dtype)
     check("insert: local() holds this rank's keys", (inserted.owner(local_keys) == rank).all())
     check("insert: local() parts add up", comm.allreduce(len(local_keys)) == int(present.sum()))
     check("insert: local() values", np.array_equal(local_values, inserted.get(local_keys)[0]))
@@ -160,7 +160,7 @@ def scenario(rail: Any, seed: int, count: int = 2000) -> dict:
         return keys, rng.random(count) * 1e3  # any floats: sums within a tolerance
 
     named = {"add": np.add, "min": np.minimum, "max": np.maximum}
-    xor_code = map_module._UFUNC_CODES.pop(np.bitwise_xor, None)  # as if outside numpy: travels in calls
+    xor_code = ops_module._CODES.pop(np.bitwise_xor, None)  # as if outside numpy: travels in calls
     try:
         for kind, dtype, ops in (
             ("i", np.int64, ["add", "min", "max", np.bitwise_or, np.bitwise_xor]),
@@ -191,7 +191,7 @@ def scenario(rail: Any, seed: int, count: int = 2000) -> dict:
                     check(f"{name}: values", np.array_equal(values[part], expected), values[part] - expected)
     finally:
         if xor_code is not None:
-            map_module._UFUNC_CODES[np.bitwise_xor] = xor_code
+            ops_module._CODES[np.bitwise_xor] = xor_code
 
     # 4. erase then get; erased keys come back with fresh values.
     erased = Map(rail, np.int64, np.int64)
@@ -232,7 +232,8 @@ def scenario(rail: Any, seed: int, count: int = 2000) -> dict:
     values, found = counts.get(np.r_[everything, everything + VISIT_OFFSET])
     check("visit: each visit applied once", np.array_equal(values, twice))
     check("visit: visited keys were inserted, others not", np.array_equal(found, twice > 0))
-    check("visit: the checksum of increments", comm.allreduce(int(counts.local()[1].sum())) == 2 * size * count)
+    increments = int(local_arrays(counts.local(), counts.key_dtype, counts.value_dtype)[1].sum())
+    check("visit: the checksum of increments", comm.allreduce(increments) == 2 * size * count)
     values, found = weights.get(everything)
     check("visit: second-level visits to another map", np.array_equal(values, 3 * per_key))
     check("visit: ... inserted what they visited", np.array_equal(found, per_key > 0))

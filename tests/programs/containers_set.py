@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # for containers_common and containers_counting_set
-from containers_common import Checks, finalize_pending, refused_in_a_handler, run_job, seed_and_scale
+from containers_common import Checks, finalize_pending, local_arrays, refused_in_a_handler, run_job, seed_and_scale
 from containers_counting_set import DOMAIN, DTYPES, by_bytes, keys_of, same_keys
 
 from mailrail.containers.set import Set
@@ -59,7 +59,7 @@ def check_dtype(rail: Any, check: Checks, seed: int, dtype_index: int, name: str
         check(f"{name} {phase}: contains", got.dtype == bool and np.array_equal(got, expected[query]))
         short = query[: rank % 3]  # empty on some ranks
         check(f"{name} {phase}: contains, short", np.array_equal(keys.contains(keys_of(short, name)), expected[short]))
-        local = keys.local()
+        (local,) = local_arrays(keys.local(), keys.dtype)
         check(f"{name} {phase}: local keys live on their owner", bool((keys.owner(local) == rank).all()))
         union = np.concatenate(rail.comm.allgather(local))
         want = keys_of(present, name)

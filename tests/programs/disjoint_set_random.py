@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from mailrail.containers.disjoint_set import DisjointSet
+from mailrail.containers.keys import numpy_column
 from mailrail.errors import MailRailError
 
 DTYPES = {
@@ -179,17 +180,20 @@ def exercise(rail: Any, dtype_name: str, items: int, pairs: int, batches: int, s
         counted, items_counted = dset.num_sets(), dset.size()
         assert counted == sets, (rank, phase, "num_sets", counted, sets)
         assert items_counted == len(reference.parent), (rank, phase, "size", items_counted, len(reference.parent))
-        mine, parents = dset.local()
+        table = dset.local()
+        mine, parents = (numpy_column(table[name], dset.dtype) for name in ("item", "parent"))
         assert (dset.owner(mine) == rank).all()
         assert same_bytes(dset.find(mine), dset.find(parents)), f"{phase}: a parent outside its item's set"
         keys = [order_key(dtype, item) for item in mine]
         assert all(order_key(dtype, p) <= k for p, k in zip(parents, keys)), f"{phase}: a parent above its child"
         dset.compress()
-        mine, roots = dset.roots()
+        table = dset.roots()
+        mine, roots = (numpy_column(table[name], dset.dtype) for name in ("item", "root"))
         position = {item.tobytes(): index for index, item in enumerate(universe)}
         expected_roots = expected[[position[item.tobytes()] for item in mine]] if len(mine) else mine
         assert same_bytes(roots, expected_roots), f"rank {rank} {phase}: roots() differ from the reference"
-        assert same_bytes(dset.local()[1], roots), f"{phase}: after compress a parent is not the root"
+        parents = numpy_column(dset.local()["parent"], dset.dtype)
+        assert same_bytes(parents, roots), f"{phase}: after compress a parent is not the root"
         return {"sets": sets, "items": len(reference.parent)}
 
     # -- first wave: this rank's share of the pairs, in random batches, some relayed to another rank -----

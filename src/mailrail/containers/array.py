@@ -25,7 +25,9 @@ import numpy as np
 
 from ..channels import Rail
 from ..collectives import collective
-from .base import REDUCTIONS, Container, Lookup, ufunc_of
+from .base import Container, Lookup, table_of
+from .keys import fixed_dtype
+from .ops import UFUNCS, code_of, ufunc_of
 from .partition import BlockPartitioner
 
 __all__ = ["Array"]
@@ -33,32 +35,8 @@ __all__ = ["Array"]
 #: An update record's target: the offset in the owner's block in the low bits, the operation in the top 16.
 OP_SHIFT = 48
 OFFSET_MASK = np.uint64((1 << OP_SHIFT) - 1)
-#: The operation code of a set; reductions are 1 and up (:data:`UFUNCS`).
+#: The operation code of a set; a reduction's is its code (:data:`~mailrail.containers.ops.UFUNCS`) plus one.
 SET = 0
-
-
-def _binary_ufuncs() -> list[np.ufunc]:
-    """Every reduction an update can name: add, min, max, then numpy's other binary ufuncs by name.
-
-    Every rank builds the same list from the same numpy, so a ufunc travels as its position in it.
-    """
-    named = list(REDUCTIONS.values())
-    # By the ufunc's own name: aliases (np.atan2 is np.arctan2) count once.  From numpy's namespace as it is:
-    # getattr over dir(np) would import numpy's lazy submodules (f2py, testing...), slowing the package's import.
-    others = {
-        value.__name__: value
-        for value in list(vars(np).values())
-        if isinstance(value, np.ufunc)
-        and value.nin == 2
-        and value.nout == 1
-        and value.signature is None  # matmul and the like reduce nothing
-    }
-    return named + [others[name] for name in sorted(others) if others[name] not in named]
-
-
-#: Reductions by code - 1 (code 0 is a set).
-UFUNCS = _binary_ufuncs()
-_CODE_OF = {ufunc: code for code, ufunc in enumerate(UFUNCS, start=1)}
 
 
 class Array(Container):
@@ -82,9 +60,7 @@ class Array(Container):
             raise TypeError(f"Array: length must be an integer, got {length!r}") from None
         if length < 0:
             raise ValueError(f"Array: length must be >= 0, got {length}")
-        element = np.dtype(dtype)
-        if element.hasobject or element.itemsize == 0:
-            raise TypeError(f"Array: elements of dtype {element} are not fixed-size data")
+        element = fixed_dtype(dtype, "Array", "elements")
         self.blocks = BlockPartitioner(length, self.ranks)
         self.partitioner = self.blocks  # type: ignore[assignment]  # indices to ranks by block, not by hash
         self._starts = self.blocks.offsets
@@ -96,7 +72,7 @@ class Array(Container):
             raise ValueError(f"Array: a block of {self.blocks.count(self.rank)} elements is more than 2**48")
         self._values: np.ndarray = np.zeros(self.blocks.count(self.rank), dtype=element)
         self._record = np.dtype([("target", "<u8"), ("value", element)])
-        self._updates = self._open(self._record, self._on_update, "updates")
+        self._updates = self._channel(self._record, self._on_update, "updates")
         self._lookup = Lookup(self, np.dtype(np.int64), element, None, "gather", answer_into=self._answer_into)
 
     # -- what it is ------------------------------------------------------------
@@ -121,7 +97,15 @@ class Array(Container):
         """The rank that owns each index (``int64``); ``IndexError`` for an index outside ``0..length-1``."""
         return self._locate(keys, "owner")[1]
 
-    def local(self) -> tuple[int, np.ndarray]:
+    def local(self) -> Any:
+        """This rank's block, a ``pyarrow.Table`` of columns ``index`` (``int64``) and ``value`` (fixed-size
+        lists for subarray elements), a copy.  Not collective: read it after a ``barrier()`` for a settled
+        picture.  YGM's ``for_all`` over the local part."""
+        return table_of(
+            {"index": np.arange(self._start, self._start + len(self._values)), "value": self._values.copy()}
+        )
+
+    def local_view(self) -> tuple[int, np.ndarray]:
         """``(start, view)``: the first index this rank owns and a writable view of its block.
 
         ``view[i]`` is element ``start + i``: a rank fills its own block in place (no messages).  Not
@@ -155,6 +139,8 @@ class Array(Container):
         records).
         """
         ufunc = self._ufunc_for(op)
+        code = code_of(ufunc)
+        assert code is not None  # _ufunc_for refuses the others
         index, owners, offsets = self._locate(indices, "reduce")
         values = self._values_for(values, len(index), "reduce")
         if not len(index):
@@ -166,7 +152,7 @@ class Array(Container):
             if len(starts) < len(index):
                 values = ufunc.reduceat(values, starts, axis=0, dtype=self._base)
             owners, offsets = owners[order][starts], offsets[order][starts]
-        self._send_updates(_CODE_OF[ufunc], owners, offsets, values)
+        self._send_updates(code + 1, owners, offsets, values)
 
     def _send_updates(self, code: int, owners: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
         records = np.empty(len(offsets), dtype=self._record)
@@ -204,8 +190,10 @@ class Array(Container):
     # -- collective reads ------------------------------------------------------
 
     @collective
-    def gather(self, indices: Any) -> np.ndarray:
+    def gather(self, indices: Any) -> np.ndarray:  # type: ignore[override]  # (YGM's all_gather of indices)
         """Collective: the current value of each index, as ``(n, *element_shape)`` values of the element dtype.
+        (An Array's ``gather`` is this lookup, YGM's ``all_gather(indices)``; its whole block structure is
+        already known to every rank: ``local()`` tables, gathered as any container's, are rarely needed.)
 
         Every rank calls it (with its own indices, possibly none), outside handlers; it first completes
         every asynchronous update any rank sent before it.  Each rank asks for each distinct index once:
@@ -278,7 +266,7 @@ class Array(Container):
 
     def _ufunc_for(self, op: str | np.ufunc) -> np.ufunc:
         ufunc = ufunc_of(op, "Array.reduce")
-        if ufunc not in _CODE_OF:
+        if code_of(ufunc) is None:
             raise ValueError(
                 f"Array.reduce: op {ufunc.__name__} is not one of numpy's own binary ufuncs: an update names "
                 f"its op to the owner by its place among them"

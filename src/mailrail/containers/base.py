@@ -14,56 +14,26 @@ from typing import Any
 
 import numpy as np
 
-from ..channels import Channel, Channels, Rail
+from ..channels import Blobs, Channel, Channels, Rail
 from ..collectives import collective
+from ..errors import MessageSizeError
+from .keys import Strings, arrow_column, as_keys
 from .partition import HashPartitioner
 
-__all__ = ["Container", "Lookup", "as_keys", "ufunc_of", "REDUCTIONS"]
 
-#: The named reductions of ``reduce(..., op)`` and the ufunc each one is.
-REDUCTIONS: dict[str, np.ufunc] = {"add": np.add, "min": np.minimum, "max": np.maximum}
-
-
-def ufunc_of(op: str | np.ufunc, where: str) -> np.ufunc:
-    """The binary ufunc *op* names (``"add"``, ``"min"``, ``"max"``, or a numpy ufunc such as ``np.bitwise_or``)."""
-    if isinstance(op, np.ufunc):
-        if op.nin != 2 or op.nout != 1:
-            raise ValueError(f"{where}: op {op.__name__} is not a binary ufunc (it takes {op.nin} inputs)")
-        return op
-    if isinstance(op, str) and op in REDUCTIONS:
-        return REDUCTIONS[op]
-    raise ValueError(f"{where}: unknown op {op!r}: use 'add', 'min', 'max' or a binary numpy ufunc")
+def _packed(blobs: Blobs) -> tuple[np.ndarray, np.ndarray]:
+    return blobs.offsets, blobs.data
 
 
-def as_keys(keys: Any, dtype: np.dtype, where: str) -> np.ndarray:
-    """*keys* as a 1-D array of *dtype*: the same dtype, or one numpy converts to it without loss.
+__all__ = ["Container", "Lookup", "table_of"]
 
-    An array of another dtype is converted only when numpy calls it safe (``int32`` keys for an ``int64``
-    container), else ``TypeError`` names both dtypes.  A list of Python values is converted when every
-    value survives: integers in the dtype's range for an integer container (``[1.5]`` for one is refused,
-    not truncated), strings that encode to the width of a bytes container, and so on.
-    """
-    array = np.asarray(keys)
-    if array.dtype != dtype:
-        if isinstance(keys, np.ndarray) or array.dtype.kind not in "iub":
-            # An array, or a list numpy read as floats, strings or records: only a safe cast.
-            safe = np.can_cast(array.dtype, dtype, casting="safe")
-            unicode_to_bytes = array.dtype.kind == "U" and dtype.kind == "S" and not isinstance(keys, np.ndarray)
-            if not (safe or unicode_to_bytes or array.size == 0):
-                raise TypeError(f"{where}: keys of dtype {array.dtype} for a container of dtype {dtype}")
-        try:
-            converted = np.asarray(array, dtype=dtype)
-        except (TypeError, ValueError, OverflowError) as error:
-            raise TypeError(f"{where}: keys cannot be converted to {dtype}: {error}") from error
-        if array.dtype.kind in "iub" and dtype.kind in "iub" and not np.array_equal(converted, array):
-            bad = array[converted != array][0]
-            raise TypeError(f"{where}: key {bad} is out of the range of {dtype}")
-        if array.dtype.kind == "U" and dtype.kind == "S" and not np.array_equal(converted.astype(array.dtype), array):
-            raise TypeError(f"{where}: keys longer than {dtype.itemsize} bytes for a container of dtype {dtype}")
-        array = converted
-    if array.ndim != 1:
-        raise ValueError(f"{where}: keys must be a 1-D array, got shape {array.shape}")
-    return np.ascontiguousarray(array)
+
+def table_of(columns: dict[str, Any]) -> Any:
+    """A ``pyarrow.Table`` of named columns: numpy arrays (:func:`~mailrail.containers.keys.arrow_column`: numbers
+    without a copy where pyarrow can) or pyarrow arrays as they are."""
+    import pyarrow as pa
+
+    return pa.table({name: arrow_column(c) if isinstance(c, np.ndarray) else c for name, c in columns.items()})
 
 
 class Container:
@@ -82,21 +52,82 @@ class Container:
         self.rank: int = rail.rank
         self.ranks: int = rail.size  # not ``size``: that is the containers' collective ``size()``
         self.partitioner = HashPartitioner(self.ranks)
+        #: The dtype :meth:`_keys` converts batches to (set by each container), or its strings (str or bytes).
+        self._key_dtype: np.dtype = np.dtype(np.uint64)
+        self._strings: Strings | None = None
+        #: The longest string a record of this container's channels can carry (see :meth:`_channel`).
+        self._longest_string = 1 << 62
 
     def owner(self, keys: Any) -> np.ndarray:
         """The rank that owns each key (``int64``): put your own data beside the container's."""
+        if self._strings is not None:
+            return Strings.owners(self._string_keys(keys, "owner"), self.partitioner)
         return self.partitioner.owner(self._keys(keys, "owner"))
 
     def _keys(self, keys: Any, operation: str) -> np.ndarray:
-        raise NotImplementedError
+        """*keys*, a batch given to *operation*, as a 1-D array of the container's key dtype, else an error."""
+        return as_keys(keys, self._key_dtype, f"{self.kind}.{operation}()")
 
-    def _open(self, dtype: np.dtype | str, handler: Callable[[int, np.ndarray], object], what: str) -> Channel:
-        return self.channels.open(dtype, handler, name=f"{self.kind} {what}")
+    def _string_keys(self, keys: Any, operation: str) -> Blobs:
+        """*keys*, a batch of strings given to *operation* (of a container of strings), packed, each short enough
+        for a datagram; else an error, before anything is sent."""
+        where = f"{self.kind}.{operation}()"
+        assert self._strings is not None
+        blobs = self._strings.convert(keys, where)
+        self._check_lengths(blobs, where)
+        return blobs
+
+    def _check_lengths(self, blobs: Blobs, where: str, what: str = "key") -> None:
+        """Refuse strings longer than a record of this container carries (MessageSizeError naming both sizes)."""
+        if blobs.count:
+            longest = int(blobs.lengths().max())
+            if longest > self._longest_string:
+                raise MessageSizeError(
+                    f"{where}: a {longest}-byte {what} does not fit in a {self.channels.datagram_size}-byte datagram, "
+                    f"which takes strings of up to {self._longest_string} bytes here, beside the record and its "
+                    f"headers (raise MAILRAIL_DATAGRAM_SIZE)"
+                )
+
+    def _channel(
+        self, dtype: np.dtype | str, handler: Callable[..., object], what: str, *, blobs: bool = False
+    ) -> Channel:
+        """A channel of this container's (collective: :meth:`~mailrail.channels.Channels.open`), named after it;
+        with *blobs*, of records with a string beside their fixed-size part (handler: ``(source, records, blobs)``)."""
+        channel = self.channels.open(dtype, handler, name=f"{self.kind} {what}", blobs=blobs)
+        if blobs:
+            self._longest_string = min(self._longest_string, channel.largest_blob)
+        return channel
 
     def _collective(self, operation: str) -> None:
         """Refuse a collective *operation* from inside a handler, then complete all pending asynchronous work."""
         self.channels.check_collective(f"{self.kind}.{operation}()")
         self.rail.barrier()
+
+    def local(self) -> Any:
+        """This rank's part, a ``pyarrow.Table`` (see each container); YGM's ``for_all`` over the local part."""
+        raise NotImplementedError
+
+    @collective
+    def gather(self, rank: int = 0) -> Any:
+        """Collective: the container's contents on rank *rank*, one ``pyarrow.Table`` of every rank's
+        :meth:`local` table in rank order (no other order: sort it if you need one); None on the other ranks.
+        Every asynchronous operation issued before it, by any rank, is applied first."""
+        self._collective("gather")
+        import pyarrow as pa
+
+        tables = self.channels.gather(self.local(), rank)
+        return None if tables is None else pa.concat_tables(tables)
+
+    def collect(self, other: Container) -> None:
+        """Put this rank's contents into the container *other*, asynchronously (YGM's ``collect``): its keys or
+        items into a Set (``insert``), a Bag (``insert``) or a CountingSet (``add``, each as many times as its
+        ``count`` column says, if it has one); its keys and values into a Map (``assign``; a CountingSet's counts
+        are added, ``reduce(keys, counts, "add")``).  Not collective: call it on every rank to move it all; the
+        next barrier completes it.  Call ``rail.barrier()`` first to see this container's pending work."""
+        other._absorb(self.local(), f"{self.kind}.collect()")
+
+    def _absorb(self, table: Any, where: str) -> None:
+        raise TypeError(f"{where}: a {self.kind} takes no collected contents")
 
     @collective
     def barrier(self) -> None:
@@ -121,9 +152,9 @@ class Lookup:
     def __init__(
         self,
         container: Container,
-        key_dtype: np.dtype,
+        key_dtype: np.dtype | Strings,
         value_dtype: np.dtype,
-        answer: Callable[[np.ndarray], np.ndarray] | None,
+        answer: Callable[[Any], np.ndarray] | None,
         what: str,
         *,
         answer_into: Callable[[np.ndarray, np.ndarray], None] | None = None,
@@ -136,11 +167,18 @@ class Lookup:
         # Writes the answers straight into the replies' values: no array of answers to copy again, which
         # for large values (a gather's feature vectors) is a pass over every byte of the replies.
         self.answer_into = answer_into
-        self._request_dtype = np.dtype([("position", "<i8"), ("key", key_dtype)])
-        self._requests = container._open(self._request_dtype, self._on_request, f"{what} requests")
-        self._reply_positions = container._open(np.dtype("<i8"), self._on_positions, f"{what} reply positions")
+        self._strings = key_dtype if isinstance(key_dtype, Strings) else None
+        if self._strings is None:
+            self._request_dtype = np.dtype([("position", "<i8"), ("key", key_dtype)])
+            self._requests = container._channel(self._request_dtype, self._on_request, f"{what} requests")
+        else:  # the keys beside the positions, as strings
+            self._request_dtype = np.dtype([("position", "<i8")])
+            self._requests = container._channel(
+                self._request_dtype, self._on_string_request, f"{what} requests", blobs=True
+            )
+        self._reply_positions = container._channel(np.dtype("<i8"), self._on_positions, f"{what} reply positions")
         # One field, no padding: the values a contiguous array (a subarray dtype cannot view bytes itself).
-        self._replies = container._open(np.dtype([("value", self.value_dtype)]), self._on_reply, f"{what} replies")
+        self._replies = container._channel(np.dtype([("value", self.value_dtype)]), self._on_reply, f"{what} replies")
         self._results: np.ndarray | None = None
         self._positions: np.ndarray | None = None  # of the reply segment whose values come next
         self._runs = False  # the running ask's positions come in consecutive runs (see ask)
@@ -150,19 +188,23 @@ class Lookup:
         """Requests and replies this rank sent (a reply counted once: its position and value travel together)."""
         return self._requests.records_sent + self._replies.records_sent
 
-    def ask(self, keys: np.ndarray, owners: np.ndarray) -> np.ndarray:
+    def ask(self, keys: np.ndarray | Blobs, owners: np.ndarray) -> np.ndarray:
         """Collective, after the caller's :meth:`Container._collective`: the owners' answers for *keys*."""
-        results = np.empty(len(keys), dtype=self.value_dtype)  # every position is answered once: no zeroing pass
+        count = keys.count if isinstance(keys, Blobs) else len(keys)
+        results = np.empty(count, dtype=self.value_dtype)  # every position is answered once: no zeroing pass
         self._results = results
         # Keys grouped by owner (a sorted halo, keys of one owner): each owner is asked for one run of
         # consecutive positions, in order, so every segment of requests or replies is such a run too (channels
         # keep a destination's records in order and cut them into consecutive pieces): placed by slice.
         self._runs = len(owners) < 2 or bool((owners[1:] >= owners[:-1]).all())
-        requests = np.empty(len(keys), dtype=self._request_dtype)
-        requests["position"] = np.arange(len(keys))
-        requests["key"] = keys
+        requests = np.empty(count, dtype=self._request_dtype)
+        requests["position"] = np.arange(count)
         try:
-            self._requests.send(owners, requests)
+            if isinstance(keys, Blobs):
+                self._requests.send(owners, requests, keys)
+            else:
+                requests["key"] = keys
+                self._requests.send(owners, requests)
             self.container.rail.barrier()  # every request answered, every reply arrived
         finally:
             self._results = None
@@ -177,9 +219,17 @@ class Lookup:
         # then; they are small beside the replies): its replies may then wait for send buffers, and each is
         # written once, in the buffer it leaves from.
         positions, keys = positions.copy(), keys.copy()
-        self.container.channels.defer(lambda: self._answer(source, positions, keys), 2 * len(keys))
+        self.container.channels.after_handler(lambda: self._answer(source, positions, keys), 2 * len(keys))
 
-    def _answer(self, source: int, positions: np.ndarray, keys: np.ndarray) -> None:
+    def _on_string_request(self, source: int, requests: np.ndarray, keys: Blobs) -> None:
+        positions = requests["position"]
+        if source == self.container.rank:
+            self._answer_here(positions, keys)
+            return
+        positions, keys = positions.copy(), keys.copy()  # (see _on_request)
+        self.container.channels.after_handler(lambda: self._answer(source, positions, keys), 2 * keys.count)
+
+    def _answer(self, source: int, positions: np.ndarray, keys: Any) -> None:
         answer_into = self.answer_into
         if answer_into is None:
             assert self.answer is not None
@@ -195,9 +245,9 @@ class Lookup:
                 heads[:] = positions[start:stop]
                 answer_into(keys[start:stop], replies["value"])
 
-        self.container.channels.fill_pair_to(source, len(keys), self._reply_positions, self._replies, fill)
+        self.container.channels.fill_pair_to(source, len(positions), self._reply_positions, self._replies, fill)
 
-    def _answer_here(self, positions: np.ndarray, keys: np.ndarray) -> None:
+    def _answer_here(self, positions: np.ndarray, keys: Any) -> None:
         results = self._results
         assert results is not None, "a request from this rank arrived outside its lookup"
         span = self._span(positions)
@@ -207,7 +257,7 @@ class Lookup:
         elif span is not None:
             self.answer_into(keys, results[span])  # a view: answered in place
         else:
-            answers = np.empty(len(keys), dtype=self.value_dtype)
+            answers = np.empty(len(positions), dtype=self.value_dtype)
             self.answer_into(keys, answers)
             results[positions] = answers
 

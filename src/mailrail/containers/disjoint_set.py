@@ -47,7 +47,8 @@ import numpy.typing as npt
 
 from ..channels import Rail
 from ..collectives import collective
-from .base import Container, Lookup, as_keys
+from .base import Container, Lookup, table_of
+from .keys import fixed_dtype, is_string_type, numpy_column
 from .partition import key_words
 from .table import KeyTable
 
@@ -68,10 +69,9 @@ class ItemOrder:
     (structured padding ignored), as everywhere in the containers.  See the module for the order itself.
     """
 
+    @collective
     def __init__(self, dtype: npt.DTypeLike) -> None:
-        self.dtype: np.dtype[Any] = np.dtype(dtype)
-        if self.dtype.hasobject or self.dtype.itemsize == 0:
-            raise TypeError(f"items must have a fixed-size dtype (numbers, bytes, records); got {self.dtype}")
+        self.dtype: np.dtype[Any] = fixed_dtype(dtype, "ItemOrder", "items")
         size = self.dtype.itemsize
         kind = self.dtype.kind
         plain = self.dtype.names is None and self.dtype.subdtype is None and self.dtype.isnative
@@ -199,10 +199,14 @@ class DisjointSet(Container):
 
     @collective
     def __init__(self, rail: Rail, dtype: npt.DTypeLike) -> None:
+        if is_string_type(dtype):
+            raise TypeError(
+                f"DisjointSet: items of {dtype.__name__} of any length are not supported yet: use a fixed-width "  # type: ignore[union-attr]
+                f"dtype (U32, S64...), or number the strings first"
+            )
         super().__init__(rail)
-        self.dtype: np.dtype[Any] = np.dtype(dtype)
-        if self.dtype.hasobject or self.dtype.itemsize == 0:
-            raise TypeError(f"DisjointSet: items must have a fixed-size dtype (numbers, bytes, records); got {dtype}")
+        self.dtype: np.dtype[Any] = fixed_dtype(dtype, "DisjointSet", "items")
+        self._key_dtype = self.dtype
         self.order = ItemOrder(self.dtype)
         ordinal = self.order.ordinal_dtype
         self._table = KeyTable(ordinal)
@@ -211,10 +215,10 @@ class DisjointSet(Container):
         self._pair_dtype = np.dtype([("item", ordinal), ("other", ordinal)])
         self._request_dtype = np.dtype([("position", np.int64), ("origin", np.int64), ("item", ordinal)])
         self._reply_dtype = np.dtype([("position", np.int64), ("root", ordinal)])
-        self._starts = self._open(self._pair_dtype, self._on_start, "union starts")
-        self._walks = self._open(self._pair_dtype, self._on_walk, "union walks")
-        self._find_requests = self._open(self._request_dtype, self._on_find_request, "find requests")
-        self._find_replies = self._open(self._reply_dtype, self._on_find_reply, "find replies")
+        self._starts = self._channel(self._pair_dtype, self._on_start, "union starts")
+        self._walks = self._channel(self._pair_dtype, self._on_walk, "union walks")
+        self._find_requests = self._channel(self._request_dtype, self._on_find_request, "find requests")
+        self._find_replies = self._channel(self._reply_dtype, self._on_find_reply, "find replies")
         self._grandparents = Lookup(
             self,
             ordinal,
@@ -223,9 +227,6 @@ class DisjointSet(Container):
             "compress",
         )
         self._found: npt.NDArray[Any] | None = None
-
-    def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
-        return as_keys(keys, self.dtype, f"{self.kind}.{operation}()")
 
     def _owner_of(self, ordinals: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """The rank owning each item, given as ordinals (the owner of the item itself, as :meth:`owner`)."""
@@ -431,14 +432,16 @@ class DisjointSet(Container):
         return self.channels.allreduce_sum(len(self._table))
 
     @collective
-    def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """Collective: this rank's items and their parents as they are (copies; no YGM peer).
+    def local(self) -> Any:
+        """Collective: this rank's items and their parents as they are, a ``pyarrow.Table`` of columns ``item``
+        and ``parent`` (no YGM peer).
 
         A parent is an item of the same set, smaller than its child; a root is its own parent.  After
         :meth:`compress` every parent is the root: :meth:`roots` is that.
         """
         self._collective("local")
-        return self._local()
+        items, parents = self._local()
+        return table_of({"item": items, "parent": parents})
 
     def _local(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         # After the barrier, wait for every rank to have left it too: a rank that left early could otherwise
@@ -448,12 +451,25 @@ class DisjointSet(Container):
         return self.order.items(np.array(self._table.keys)), self.order.items(self._parent[:size].copy())
 
     @collective
-    def roots(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """Collective: :meth:`compress`, then this rank's items and the root of each (copies; what YGM's
-        ``for_all`` visits)."""
+    def roots(self) -> Any:
+        """Collective: :meth:`compress`, then this rank's items and the root of each, a ``pyarrow.Table`` of
+        columns ``item`` and ``root`` (what YGM's ``for_all`` visits)."""
         self.channels.check_collective(f"{self.kind}.roots()")
         self.compress()
-        return self._local()
+        items, roots = self._local()
+        return table_of({"item": items, "root": roots})
+
+    def gather(self, rank: int = 0) -> Any:
+        """Collective: every item and its root (:meth:`roots`), on rank *rank*: one ``pyarrow.Table`` in rank
+        order; None on the other ranks."""
+        import pyarrow as pa
+
+        tables = self.channels.gather(self.roots(), rank)
+        return None if tables is None else pa.concat_tables(tables)
+
+    def _absorb(self, table: Any, where: str) -> None:
+        items = numpy_column(table.column(0), self.dtype)
+        self.union(items, items)
 
     @collective
     def clear(self) -> None:

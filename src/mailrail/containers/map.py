@@ -36,24 +36,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import HEADER_SIZE, MAX_CHANNELS, Channels, Rail, check_by_reference, name_of
+from ..channels import HEADER_SIZE, MAX_CHANNELS, Blobs, Channels, Rail, check_by_reference, in_turn, name_of
 from ..collectives import collective
 from ..errors import MailRailError, MessageSizeError
-from .base import Container, Lookup, as_keys, ufunc_of
+from .arrivals import Arrivals, Run
+from .base import Container, Lookup, table_of
+from .keys import Strings, StringTable, canonical, fixed_dtype, is_string_type, numpy_column
+from .ops import UFUNCS, code_of, ufunc_of
 from .partition import key_words
 from .table import KeyTable
 
-__all__ = ["Map"]
+__all__ = ["Map", "StringKeyMap"]
 
-#: The binary ufuncs of numpy's namespace, each sent in a reduce record as its position here (the table is the
-#: same on every rank running the same numpy).  Other binary ufuncs travel by reference, in calls.
-_UFUNCS: list[np.ufunc] = sorted(
-    {id(u): u for u in vars(np).values() if isinstance(u, np.ufunc) and u.nin == 2 and u.nout == 1}.values(),
-    key=lambda u: u.__name__,
-)
-_UFUNC_CODES: dict[np.ufunc, int] = {u: code for code, u in enumerate(_UFUNCS)}
-
-#: The kinds of arrivals an owner buffers (see Map._buffer).
+#: The kinds of arrivals an owner applies, in order (see Map._on_insert).
 _INSERT, _ASSIGN, _REDUCE, _REDUCE_BY_REFERENCE, _ERASE = range(5)
 
 #: Bytes a call of a visit chunk may need beyond its pickled arguments: the call's header and buffer count,
@@ -98,10 +93,24 @@ def _visits_arrived(
     target._apply_visits(np.frombuffer(keys, dtype=target.key_dtype), fn, args, if_contains)
 
 
+def _string_visits_arrived(
+    token: int, rank: int, if_contains: bool, fn: Callable[..., object], offsets: bytes, data: bytes, arguments: bytes
+) -> None:
+    """A chunk of visits of string keys arrived at its owner *rank* (a call): apply them."""
+    target = _part(token, rank)
+    _receiving.append(rank)
+    try:
+        args = pickle.loads(arguments)
+    finally:
+        _receiving.pop()
+    keys = Blobs(np.frombuffer(offsets, dtype=np.int64), np.frombuffer(data, dtype=np.uint8))
+    target._apply_visits(keys, fn, args, if_contains)  # type: ignore[arg-type]  # (a StringKeyMap)
+
+
 def _reduce_arrived(token: int, rank: int, op: np.ufunc, records: bytes) -> None:
     """A chunk of reductions by a ufunc outside numpy's namespace arrived at its owner *rank* (a call)."""
     target = _part(token, rank)
-    target._buffer(_REDUCE_BY_REFERENCE, np.frombuffer(records, dtype=target._pair_dtype), op)
+    target._arrivals.add(_REDUCE_BY_REFERENCE, np.frombuffer(records, dtype=target._pair_dtype), tag=op)
 
 
 def _rail_token(channels: Channels) -> int:
@@ -141,14 +150,23 @@ class Map(Container):
     #: Arrived records buffered before the table applies them in one batch (a read or a visit applies them at once).
     pending_limit = 1 << 16
 
+    def __new__(cls, rail: Rail, key_dtype: Any, value_dtype: Any) -> Map:
+        # Map(rail, str, value_dtype) and Map(rail, bytes, value_dtype) map strings of any length.
+        if cls is Map and is_string_type(key_dtype):
+            return super().__new__(StringKeyMap)
+        if is_string_type(value_dtype):
+            raise TypeError(
+                f"Map: values of {value_dtype.__name__} of any length are not supported yet: use a fixed-width dtype "
+                f"(such as S64) for values, or keep the strings in a Map of string keys"
+            )
+        return super().__new__(cls)
+
     @collective
     def __init__(self, rail: Rail, key_dtype: npt.DTypeLike, value_dtype: npt.DTypeLike) -> None:
         super().__init__(rail)
-        self.key_dtype: np.dtype[Any] = np.dtype(key_dtype)
-        self.value_dtype: np.dtype[Any] = np.dtype(value_dtype)
-        for what, dtype, given in (("keys", self.key_dtype, key_dtype), ("values", self.value_dtype, value_dtype)):
-            if dtype.hasobject or dtype.itemsize == 0:
-                raise TypeError(f"Map: {what} must have a fixed-size dtype (numbers, bytes, records); got {given}")
+        self.key_dtype: np.dtype[Any] = fixed_dtype(key_dtype, "Map")
+        self.value_dtype: np.dtype[Any] = fixed_dtype(value_dtype, "Map", "values")
+        self._key_dtype = self.key_dtype
         # Pending work first: a rank waiting in the allgathers below grants no credit, so a peer still sending
         # its earlier operations under backpressure would wait for it forever.
         self.channels.check_collective("Map()")
@@ -159,16 +177,20 @@ class Map(Container):
         self._values: npt.NDArray[Any] = np.zeros(self._table.capacity, dtype=self.value_dtype)
         self._pair_dtype = np.dtype([("key", self.key_dtype), ("value", self.value_dtype)])
         self._reduce_dtype = np.dtype([("key", self.key_dtype), ("value", self.value_dtype), ("op", np.uint16)])
-        self._inserts = self._open(self._pair_dtype, self._on_insert, "inserts")
-        self._assigns = self._open(self._pair_dtype, self._on_assign, "assignments")
-        self._reduces = self._open(self._reduce_dtype, self._on_reduce, "reductions")
-        self._erases = self._open(self.key_dtype, self._on_erase, "erasures")
+        self._inserts = self._channel(self._pair_dtype, self._on_insert, "inserts")
+        self._assigns = self._channel(self._pair_dtype, self._on_assign, "assignments")
+        self._reduces = self._channel(self._reduce_dtype, self._on_reduce, "reductions")
+        self._erases = self._channel(self.key_dtype, self._on_erase, "erasures")
         found_dtype = np.dtype([("value", self.value_dtype), ("found", np.bool_)])
         self._getter = Lookup(self, self.key_dtype, found_dtype, self._found, "get")
         self._checked_ops: set[np.ufunc] = set()
-        # Arrivals not yet applied, in arrival order: (kind, records, ufunc of a reduction by reference).
-        self._pending: list[tuple[int, npt.NDArray[Any], np.ufunc | None]] = []
-        self._pending_records = 0
+        # Arrivals not yet applied, in arrival order (a reduction by reference tagged with its ufunc).
+        self._arrivals = Arrivals(
+            [self._pair_dtype, self._pair_dtype, self._reduce_dtype, self._pair_dtype, self.key_dtype],
+            self.pending_limit,
+            self._apply_run,
+            ordered=True,
+        )
         self._token = _rail_token(self.channels) * MAX_CHANNELS + self._inserts.number
         _MAPS[(self._token, self.rank)] = self
 
@@ -177,9 +199,6 @@ class Map(Container):
         return _map_handle, (self._token,)
 
     # -- checking input --------------------------------------------------------
-
-    def _keys(self, keys: Any, operation: str) -> npt.NDArray[Any]:
-        return as_keys(keys, self.key_dtype, f"{self.kind}.{operation}()")
 
     def _values_for(self, values: Any, count: int, operation: str) -> npt.NDArray[Any]:
         """*values* as an array of shape ``(count,) + value shape`` of the value dtype, else a precise error."""
@@ -288,7 +307,7 @@ class Map(Container):
         firsts = order[starts]
         combined = ufunc.reduceat(values[order], starts, axis=0, dtype=self._value_base)
         owners = self.partitioner.owner_of_words(words[firsts])
-        code = _UFUNC_CODES.get(ufunc)
+        code = code_of(ufunc)
         if code is None:  # not in numpy's namespace: by reference, in calls
             pairs = np.empty(len(firsts), dtype=self._pair_dtype)
             pairs["key"] = keys[firsts]
@@ -367,15 +386,14 @@ class Map(Container):
                 f"(MAILRAIL_DATAGRAM_SIZE): pass smaller arguments, or raise the datagram size"
             )
         order = np.argsort(owners, kind="stable")
-        ordered, owners = items[order], owners[order]
-        used = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
-        ends = np.r_[used[1:], len(owners)]
-        # Owners in turn from the next rank on, this one last: local work runs after the remote ranks have theirs.
-        turn = np.roll(np.arange(len(used)), -int(np.searchsorted(owners[used], self.rank + 1)))
-        for group in turn.tolist():
-            dest = int(owners[used[group]])
-            for start in range(int(used[group]), int(ends[group]), per_call):
-                chunk = ordered[start : min(start + per_call, int(ends[group]))]
+        ordered = items[order]
+        counts = np.bincount(owners, minlength=self.ranks)
+        ends = np.cumsum(counts)
+        for dest in in_turn(np.flatnonzero(counts).tolist(), self.rank):
+            end = int(ends[dest])
+            first = end - int(counts[dest])
+            for start in range(first, end, per_call):
+                chunk = ordered[start : min(start + per_call, end)]
                 self.rail.call(dest, arrived, self._token, dest, *head, chunk.tobytes(), *tail)
 
     # -- at the owner ------------------------------------------------------------
@@ -389,88 +407,75 @@ class Map(Container):
 
     def _insert_keys(self, keys: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """Add the absent *keys* with zero values; each key's dense index."""
-        inserted = self._table.insert(keys)
+        dense, is_new = self._table.insert(keys)
         self._fit()
-        new = inserted.dense[inserted.new]
+        new = dense[is_new]
         if len(new):
             self._values[new] = np.zeros(len(new), dtype=self.value_dtype)  # storage past an erase is stale
-        return inserted.dense
+        return dense
 
     def _on_insert(self, source: int, records: npt.NDArray[Any]) -> None:
-        self._buffer(_INSERT, records)
-
-    def _on_assign(self, source: int, records: npt.NDArray[Any]) -> None:
-        self._buffer(_ASSIGN, records)
-
-    def _on_reduce(self, source: int, records: npt.NDArray[Any]) -> None:
-        self._buffer(_REDUCE, records)
-
-    def _on_erase(self, source: int, keys: npt.NDArray[Any]) -> None:
-        self._buffer(_ERASE, keys)
-
-    def _buffer(self, kind: int, records: npt.NDArray[Any], op: np.ufunc | None = None) -> None:
         # A datagram holds a few hundred records: one table operation per datagram would cost more in numpy
         # calls than in work, so arrivals wait, in arrival order, until enough are there, or until something
         # reads the map or visits it.  Operations in flight are unordered, so applying them later is the same.
-        self._pending.append((kind, records.copy(), op))
-        self._pending_records += len(records)
-        if self._pending_records >= self.pending_limit:
-            self._settle()
+        self._arrivals.add(_INSERT, records)
 
-    def _settle(self) -> None:
-        """Apply the buffered arrivals in arrival order, each run of one kind as one batch: a run of inserts
+    def _on_assign(self, source: int, records: npt.NDArray[Any]) -> None:
+        self._arrivals.add(_ASSIGN, records)
+
+    def _on_reduce(self, source: int, records: npt.NDArray[Any]) -> None:
+        self._arrivals.add(_REDUCE, records)
+
+    def _on_erase(self, source: int, keys: npt.NDArray[Any]) -> None:
+        self._arrivals.add(_ERASE, keys)
+
+    def _apply_arrivals(self) -> None:
+        """Apply the arrivals waiting in arrival order, each run of one kind as one batch: a run of inserts
         keeps each key's first value, a run of assignments its last, as one arrival would."""
-        pending, self._pending, self._pending_records = self._pending, [], 0
-        start = 0
-        while start < len(pending):
-            kind, _, op = pending[start]
-            end = start + 1
-            while end < len(pending) and pending[end][0] == kind and pending[end][2] is op:
-                end += 1
-            run = [records for _, records, _ in pending[start:end]]
-            records = run[0] if len(run) == 1 else np.concatenate(run)
-            if kind == _INSERT:
-                self._apply_insert(records)
-            elif kind == _ASSIGN:
-                self._apply_assign(records)
-            elif kind == _REDUCE:
-                self._apply_reduces(records)
-            elif kind == _REDUCE_BY_REFERENCE:
-                assert op is not None
-                self._apply_reduce(records, op)
-            else:
-                self._apply_erase(records)
-            start = end
+        self._arrivals.apply_all()
 
-    def _apply_insert(self, records: npt.NDArray[Any]) -> None:
-        inserted = self._table.insert(records["key"])
+    def _apply_run(self, run: Run) -> None:
+        if run.kind == _ERASE:
+            self._apply_erase(run.records if run.blobs is None else run.blobs)
+            return
+        keys = run.records["key"] if run.blobs is None else run.blobs  # (string keys travel beside the records)
+        values = run.records["value"]
+        if run.kind == _INSERT:
+            self._apply_insert(keys, values)
+        elif run.kind == _ASSIGN:
+            self._apply_assign(keys, values)
+        elif run.kind == _REDUCE:
+            codes = run.records["op"]
+            if (codes == codes[0]).all():
+                self._apply_reduce(keys, values, UFUNCS[int(codes[0])])
+                return
+            for code in np.unique(codes).tolist():  # reduce() calls of several ops: in flight, so in any order
+                chosen = np.flatnonzero(codes == code)
+                self._apply_reduce(_take(keys, chosen), values[chosen], UFUNCS[code])
+        else:
+            assert isinstance(run.tag, np.ufunc)
+            self._apply_reduce(keys, values, run.tag)
+
+    def _apply_insert(self, keys: Any, values: npt.NDArray[Any]) -> None:
+        dense, new = self._table.insert(keys)
         self._fit()
-        self._values[inserted.dense[inserted.new]] = records["value"][inserted.new]
+        self._values[dense[new]] = values[new]
 
-    def _apply_assign(self, records: npt.NDArray[Any]) -> None:
-        dense = self._table.insert(records["key"]).dense
+    def _apply_assign(self, keys: Any, values: npt.NDArray[Any]) -> None:
+        dense, _ = self._table.insert(keys)
         self._fit()
         _, from_end = np.unique(dense[::-1], return_index=True)
         last = len(dense) - 1 - from_end  # each key's last occurrence: the last assignment wins
-        self._values[dense[last]] = records["value"][last]
+        self._values[dense[last]] = values[last]
 
-    def _apply_reduces(self, records: npt.NDArray[Any]) -> None:
-        codes = records["op"]
-        if (codes == codes[0]).all():
-            self._apply_reduce(records, _UFUNCS[int(codes[0])])
-            return
-        for code in np.unique(codes).tolist():  # reduce() calls of several ops: in flight, so in any order
-            self._apply_reduce(records[codes == code], _UFUNCS[code])
-
-    def _apply_reduce(self, records: npt.NDArray[Any], op: np.ufunc) -> None:
+    def _apply_reduce(self, keys: Any, values: npt.NDArray[Any], op: np.ufunc) -> None:
         held = len(self._table)
-        dense = self._table.insert(records["key"]).dense
+        dense, _ = self._table.insert(keys)
         self._fit()
         order = np.argsort(dense, kind="stable")
         ordered = dense[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         targets = ordered[starts]
-        values = records["value"]
         if len(starts) == len(dense):
             combined = values[order]
         else:  # several reduce() calls of one sender in this arrival
@@ -480,14 +485,14 @@ class Map(Container):
         old = targets[~new]
         self._values[old] = op(self._values[old], combined[~new])
 
-    def _apply_erase(self, keys: npt.NDArray[Any]) -> None:
-        erased = self._table.erase(keys)
-        self._values[erased.moved_to] = self._values[erased.moved_from]
+    def _apply_erase(self, keys: Any) -> None:
+        _, moved_from, moved_to = self._table.erase(keys)
+        self._values[moved_to] = self._values[moved_from]
 
     def _apply_visits(
         self, keys: npt.NDArray[Any], fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool
     ) -> None:
-        self._settle()
+        self._apply_arrivals()
         if if_contains:
             dense = self._table.lookup(keys)
             present = np.flatnonzero(dense >= 0)
@@ -506,7 +511,7 @@ class Map(Container):
 
     def _found(self, keys: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """This rank's answer to a get: each key's value and whether it is here."""
-        self._settle()
+        self._apply_arrivals()
         index = self._table.lookup(keys)
         found = index >= 0
         answers = np.zeros(len(keys), dtype=self._getter.value_dtype)
@@ -531,21 +536,36 @@ class Map(Container):
     def size(self) -> int:
         """Collective: how many keys the map holds, on all ranks (YGM's ``size``)."""
         self._collective("size")
-        self._settle()
+        self._apply_arrivals()
         return self.channels.allreduce_sum(len(self._table))
 
     # -- local ---------------------------------------------------------------------
 
-    def local(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """This rank's keys and their values, as copies, in no particular order (not collective: pending
+    def local(self) -> Any:
+        """This rank's keys and their values, a ``pyarrow.Table`` of columns ``key`` and ``value`` (struct columns
+        for records, fixed-size lists for subarray values), in no particular order (not collective: pending
         operations are not completed; call ``rail.barrier()`` first to see them).  YGM's ``for_all`` over the
         local part (``local_for_all``)."""
-        self._settle()
+        self._apply_arrivals()
         held = len(self._table)
-        return self._table.keys.copy(), self._values[:held].copy()
+        return table_of({"key": canonical(self._table.keys.copy()), "value": self._values[:held].copy()})
+
+    def _absorb(self, table: Any, where: str) -> None:
+        keys = numpy_column(table.column(0), self.key_dtype)
+        if "value" in table.column_names:
+            self.assign(keys, numpy_column(table.column("value"), self.value_dtype))
+        elif "count" in table.column_names:
+            self.reduce(keys, table.column("count").to_numpy(), "add")
+        else:
+            raise TypeError(f"{where}: a Map takes keys with values (a 'value' or 'count' column)")
 
     def __repr__(self) -> str:
         return f"<Map of {self.key_dtype} -> {self.value_dtype} on rank {self.rank}: {len(self._table)} local keys>"
+
+
+def _take(keys: Any, positions: npt.NDArray[np.intp]) -> Any:
+    """The keys at *positions*: of an array, or of packed strings."""
+    return keys.take(positions) if isinstance(keys, Blobs) else keys[positions]
 
 
 def _group(words: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
@@ -590,3 +610,186 @@ def _pickled(args: tuple[Any, ...], where: str) -> bytes:
                     f"{where}: argument {index} ({type(arg).__name__} {reprlib.repr(arg)}) cannot be pickled: {why}"
                 ) from why
         raise
+
+
+_NOTHING = np.dtype([])
+
+
+class StringKeyMap(Map):
+    """``Map(rail, str, value_dtype)`` or ``Map(rail, bytes, value_dtype)``: a map from strings of any length to
+    values of a fixed dtype, with :class:`Map`'s operations (see :mod:`mailrail.containers.keys` for
+    what a batch of keys may be).  Owners keep the keys in a :class:`~mailrail.containers.keys.StringTable` beside
+    the values' array; each record carries its value (and a reduction's op) with its key beside it.  A visit's
+    function gets the keys as a pyarrow array."""
+
+    @collective
+    def __init__(self, rail: Rail, kind: type, value_dtype: npt.DTypeLike) -> None:  # (Map.__init__: fixed keys)
+        Container.__init__(self, rail)
+        self._strings = Strings(kind)
+        #: ``str`` or ``bytes``.
+        self.key_dtype = kind  # type: ignore[assignment]
+        self.value_dtype = fixed_dtype(value_dtype, "Map", "values")
+        self.channels.check_collective("Map()")
+        rail.barrier()
+        self._value_base = self.value_dtype.base
+        self._value_shape = self.value_dtype.shape
+        self._table = StringTable()  # type: ignore[assignment]
+        self._values = np.zeros(1024, dtype=self.value_dtype)
+        self._pair_dtype = np.dtype([("value", self.value_dtype)])
+        self._reduce_dtype = np.dtype([("value", self.value_dtype), ("op", np.uint16)])
+        self._inserts = self._channel(self._pair_dtype, self._on_string_record(_INSERT), "inserts", blobs=True)
+        self._assigns = self._channel(self._pair_dtype, self._on_string_record(_ASSIGN), "assignments", blobs=True)
+        self._reduces = self._channel(self._reduce_dtype, self._on_string_record(_REDUCE), "reductions", blobs=True)
+        self._erases = self._channel(_NOTHING, self._on_string_record(_ERASE), "erasures", blobs=True)
+        found_dtype = np.dtype([("value", self.value_dtype), ("found", np.bool_)])
+        self._getter = Lookup(self, self._strings, found_dtype, self._found, "get")
+        self._checked_ops = set()
+        self._arrivals = Arrivals(
+            [self._pair_dtype, self._pair_dtype, self._reduce_dtype, self._pair_dtype, _NOTHING],
+            self.pending_limit,
+            self._apply_run,
+            ordered=True,
+            blobs=frozenset(range(5)),
+        )
+        self._token = _rail_token(self.channels) * MAX_CHANNELS + self._inserts.number
+        _MAPS[(self._token, self.rank)] = self
+
+    def _on_string_record(self, kind: int) -> Callable[[int, npt.NDArray[Any], Blobs], None]:
+        def arrived(source: int, records: npt.NDArray[Any], blobs: Blobs) -> None:
+            self._arrivals.add(kind, records, blobs)
+
+        return arrived
+
+    def _pairs(self, keys: Any, values: Any, operation: str) -> tuple[Any, npt.NDArray[Any]]:
+        blobs = self._string_keys(keys, operation)
+        return blobs, self._values_for(values, blobs.count, operation)
+
+    def _send_pairs(self, channel: Any, keys: Any, values: npt.NDArray[Any]) -> None:
+        if keys.count == 0:
+            return
+        records = np.empty(keys.count, dtype=self._pair_dtype)
+        records["value"] = values
+        channel.send(Strings.owners(keys, self.partitioner), records, keys)
+
+    def reduce(self, keys: Any, values: Any, op: str | np.ufunc) -> None:
+        """Combine each value into its key's value with *op* (asynchronous; see :meth:`Map.reduce`): a batch's
+        values of one string are combined here first, one record per distinct string."""
+        ufunc = ufunc_of(op, f"{self.kind}.reduce()")
+        blobs, values = self._pairs(keys, values, "reduce")
+        self._check_op(ufunc, "reduce")
+        code = code_of(ufunc)
+        if code is None:
+            raise ValueError(f"{self.kind}.reduce(): op {ufunc.__name__} is not one of numpy's own binary ufuncs")
+        if blobs.count == 0:
+            return
+        distinct = StringTable(blobs.count)
+        dense, _ = distinct.insert(blobs)
+        order = np.argsort(dense, kind="stable")
+        ordered = dense[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        records = np.empty(len(starts), dtype=self._reduce_dtype)
+        records["value"] = ufunc.reduceat(np.asarray(values)[order], starts, axis=0, dtype=self._value_base)
+        records["op"] = code
+        self._reduces.send(self.partitioner.owner_of_hashes(distinct.hashes()), records, distinct.keys())
+
+    def erase(self, keys: Any) -> None:
+        """Remove each string and its value; absent ones are ignored (asynchronous; see :meth:`Map.erase`)."""
+        blobs = self._string_keys(keys, "erase")
+        if blobs.count:
+            self._erases.send(Strings.owners(blobs, self.partitioner), None, blobs)
+
+    def _visit(self, keys: Any, fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool, what: str) -> None:
+        """Visits travel as calls, as for fixed-size keys: one call per owner and datagram-sized chunk of strings
+        (their offsets and bytes); *fn* gets the keys as a pyarrow array."""
+        where = f"{self.kind}.{what}()"
+        blobs = self._string_keys(keys, what)
+        try:
+            check_by_reference(fn)
+        except TypeError as error:
+            raise TypeError(f"{where}: {str(error).removeprefix('rail.call: ')}") from None
+        arguments = _pickled(args, where)
+        if not blobs.count:
+            return
+        head = (_string_visits_arrived, (self._token, self.ranks, if_contains, fn, b"", b"", arguments))
+        room = self.channels.datagram_size - _CALL_SLACK - len(pickle.dumps(head, protocol=5))
+        owners = Strings.owners(blobs, self.partitioner)
+        order = np.argsort(owners, kind="stable")
+        ordered = blobs.take(order)
+        offsets = ordered.offsets.astype(np.int64)
+        sizes = offsets - offsets[0] + 8 * np.arange(len(offsets))  # a chunk's bytes and its offsets
+        if int((np.diff(sizes)).max()) + 8 > room:
+            raise MessageSizeError(
+                f"{where}: a call of a visit with its arguments leaves no room for the longest key in a "
+                f"{self.channels.datagram_size}-byte datagram (MAILRAIL_DATAGRAM_SIZE): pass smaller arguments, "
+                f"or raise the datagram size"
+            )
+        counts = np.bincount(owners, minlength=self.ranks)
+        ends = np.cumsum(counts)
+        for dest in in_turn(np.flatnonzero(counts).tolist(), self.rank):
+            end = int(ends[dest])
+            start = end - int(counts[dest])
+            while start < end:
+                stop = min(end, int(np.searchsorted(sizes, sizes[start] + room - 8, side="right")) - 1)
+                stop = max(stop, start + 1)
+                chunk = offsets[start : stop + 1]
+                data = ordered.data[int(chunk[0]) : int(chunk[-1])].tobytes()
+                self.rail.call(
+                    dest,
+                    _string_visits_arrived,
+                    self._token,
+                    dest,
+                    if_contains,
+                    fn,
+                    (chunk - chunk[0]).tobytes(),
+                    data,
+                    arguments,
+                )
+                start = stop
+
+    def _apply_visits(self, keys: Any, fn: Callable[..., object], args: tuple[Any, ...], if_contains: bool) -> None:
+        self._apply_arrivals()
+        table: StringTable = self._table  # type: ignore[assignment]
+        if if_contains:
+            dense = table.lookup(keys)
+            present = np.flatnonzero(dense >= 0)
+            keys, dense = keys.take(present), dense[present]
+        else:
+            dense = self._insert_keys(keys)
+        if keys.count == 0:
+            return
+        visited = self._strings.arrow(keys)  # type: ignore[union-attr]
+        rounds = _rounds(dense)
+        for positions in rounds:
+            at, round_keys = (dense, visited) if len(rounds) == 1 else (dense[positions], visited.take(positions))
+            values = self._values[at]  # a copy: fn updates it, the map stores it back
+            fn(round_keys, values, *args)
+            self._values[at] = values
+
+    @collective
+    def get(self, keys: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
+        """Collective: ``(values, found)`` for the batch of strings *keys*, in the caller's order (see
+        :meth:`Map.get`)."""
+        blobs = self._string_keys(keys, "get")
+        self._collective("get")
+        answers = self._getter.ask(blobs, Strings.owners(blobs, self.partitioner))
+        return answers["value"].copy(), answers["found"].copy()
+
+    def local(self) -> Any:
+        """This rank's strings and their values, a ``pyarrow.Table`` of columns ``key`` and ``value`` (see
+        :meth:`Map.local`)."""
+        self._apply_arrivals()
+        table: StringTable = self._table  # type: ignore[assignment]
+        return table_of(
+            {"key": self._strings.arrow(table.keys()), "value": self._values[: len(table)].copy()}  # type: ignore[union-attr]
+        )
+
+    def _absorb(self, table: Any, where: str) -> None:
+        if "value" in table.column_names:
+            self.assign(table.column(0), numpy_column(table.column("value"), self.value_dtype))
+        elif "count" in table.column_names:
+            self.reduce(table.column(0), table.column("count").to_numpy(), "add")
+        else:
+            raise TypeError(f"{where}: a Map takes keys with values (a 'value' or 'count' column)")
+
+    def __repr__(self) -> str:
+        return f"<Map of {self._strings} -> {self.value_dtype} on rank {self.rank}: {len(self._table)} local keys>"

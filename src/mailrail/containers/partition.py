@@ -250,6 +250,13 @@ class HashPartitioner:
         np.subtract(rotated, self.size, out=rotated, where=rotated >= self.size)
         return rotated
 
+    def owner_of_hashes(self, hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+        """The rank owning each key of these 64-bit *hashes*: ``floor(hash * size / 2**64)``, the rule of keys
+        longer than 8 bytes, and of variable-size keys (:func:`~mailrail.containers.varkeys.hash_bytes`)."""
+        if self.size == 1:
+            return np.zeros(len(hashes), dtype=np.int64)
+        return _multiply_high(hashes, self.size)
+
     def block(self, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         """The block ``p // size`` of each one-word key's word *p* (a 1-D uint64 array; a fresh array): one rank's
         keys have distinct blocks."""

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .keys import fixed_dtype
 from .partition import as_keys, has_padding, hash_words, key_words, words_per_key
 
 __all__ = ["Erased", "Inserted", "KeyTable"]
@@ -107,9 +108,7 @@ class KeyTable:
     """
 
     def __init__(self, dtype: npt.DTypeLike, capacity: int = 1024) -> None:
-        self.dtype: np.dtype[Any] = np.dtype(dtype)
-        if self.dtype.hasobject or self.dtype.itemsize == 0:
-            raise TypeError(f"keys must have a fixed-size dtype (numbers, fixed-width bytes, records); got {dtype}")
+        self.dtype: np.dtype[Any] = fixed_dtype(dtype, "KeyTable")
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0; got {capacity}")
         self._width = words_per_key(self.dtype)

@@ -165,7 +165,7 @@ class FeatureAggregation:
         array = self._arrays.get(id(rail))
         if array is None:
             array = self._arrays[id(rail)] = Array(rail, self.vertices, np.dtype((np.float32, self.features)))
-            start, view = array.local()
+            start, view = array.local_view()
             view[:] = self.block
         return array
 

@@ -13,6 +13,13 @@ measurements interleaved trial by trial so the machine's drift hits them alike:
 Each measurement is timed until every key is counted: through ``CountingSet.total()`` (a barrier, then
 each owner counts what it buffered) and through the histogram's own count and sum.  Every trial is
 checked: the global total of counts equals the inserts, and so does the histogram's.
+
+``--keys str`` measures strings instead: a vocabulary of ``--vocabulary`` distinct words of 1 to 40
+random letters (the same on every rank), each rank drawing ``--inserts`` of them by a Zipf law (exponent
+``--zipf``, the first words the most frequent; about 290,000 distinct words at the defaults), and two
+measurements interleaved: ``CountingSet(rail, str).add`` on the words (pyarrow string arrays of ``CHUNK``
+words per add) and ``CountingSet(rail, np.uint64).add`` on each word's number in the vocabulary (8-byte
+keys, the same counts); the ratio of their rates is what a string costs beside a number.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +39,10 @@ from .histogram import CHUNK, RAIL_DEFAULTS, Table, make_keys
 
 #: Zipf exponent of the skewed keys (the issue's: a power law like word and vertex frequencies).
 ZIPF_EXPONENT = 1.1
+#: Distinct words of ``--keys str`` (about 290,000 of them drawn at the defaults, 2 ranks).
+VOCABULARY = 600_000
+#: The longest word of ``--keys str``.
+LONGEST_WORD = 40
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +55,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trials", type=int_in(1, 1000), default=3, help="timed trials after one warm-up (default %(default)s)"
     )
+    parser.add_argument(
+        "--keys",
+        choices=["uint64", "str"],
+        default="uint64",
+        help="uint64: CountingSet against the histogram; str: strings against their numbers (default %(default)s)",
+    )
+    parser.add_argument(
+        "--vocabulary",
+        type=int_in(1, 1 << 26),
+        default=VOCABULARY,
+        help="--keys str: distinct words to draw from (default %(default)s)",
+    )
     parser.add_argument("--seed", type=int_in(0, SEED_MAX), default=1)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     add_rail_arguments(parser)
@@ -53,6 +77,32 @@ def zipf_keys(rng: np.random.Generator, count: int, exponent: float, log2_table:
     return ((rng.zipf(exponent, count).astype(np.uint64) - np.uint64(1)) % np.uint64(1 << log2_table)).astype(np.uint64)
 
 
+def truncated_zipf(rng: np.random.Generator, count: int, exponent: float, vocabulary: int) -> np.ndarray:
+    """*count* word numbers below *vocabulary*, number k - 1 drawn with probability ~ k**-exponent (draws past the
+    vocabulary drawn again: Zipf's law over a vocabulary, no uniform tail folded back into it)."""
+    numbers = rng.zipf(exponent, count)
+    while True:
+        outside = np.flatnonzero(numbers > vocabulary)
+        if not len(outside):
+            return (numbers - 1).astype(np.uint64)
+        numbers[outside] = rng.zipf(exponent, len(outside))
+
+
+def vocabulary(seed: int, count: int) -> Any:
+    """*count* distinct words of 1 to LONGEST_WORD random lower-case letters (a pyarrow string array), the same for
+    a seed on every rank: drawn, then repeats dropped and the rest kept in their order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rng = np.random.default_rng([seed, 1 << 20])
+    lengths = rng.integers(1, LONGEST_WORD + 1, int(count * 1.05) + 64)
+    letters = rng.integers(ord("a"), ord("z") + 1, int(lengths.sum()), dtype=np.uint8)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    words = pa.Array.from_buffers(pa.large_string(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(letters)])
+    return pc.unique(words).slice(0, count).cast(pa.string())
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.zipf > 1:
         return usage_error("bench containers", f"--zipf must be above 1, got {args.zipf}")
@@ -60,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     options, config = checked
+    if args.keys == "str":
+        return run_strings(args, options, config)
     from mailrail._mpi import MPI
     from mailrail.coalesce import Coalescer
     from mailrail.containers import CountingSet
@@ -153,6 +205,92 @@ def run(args: argparse.Namespace) -> int:
                     (name, medians[name] / 1e6, medians[name] / reference, distinct.get(name, float("nan")))
                     for name in runs
                 ],
+            )
+        )
+    return 0
+
+
+def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) -> int:
+    """``--keys str``: CountingSet(rail, str) on Zipf words against CountingSet(rail, np.uint64) on their numbers."""
+    from mailrail._mpi import MPI
+    from mailrail.containers import CountingSet
+    from mailrail.rail import MailRail
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    words = vocabulary(args.seed, args.vocabulary)
+    rng = np.random.default_rng([args.seed, rank, 2])
+    numbers = truncated_zipf(rng, args.inserts, args.zipf, len(words))
+    drawn = words.take(numbers)  # this rank's words, in the order of their numbers
+    chunks = [drawn.slice(offset, CHUNK) for offset in range(0, len(drawn), CHUNK)]
+    global_inserts = args.inserts * size
+    names = ("CountingSet uint64", "CountingSet str")
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    distinct: dict[str, int] = {}
+    with MailRail(comm, **options) as rail:
+
+        def measure(name: str, counts: Any, batches: list[Any]) -> Callable[[], float]:
+            def insert() -> float:
+                counts.clear()
+                comm.Barrier()
+                start = time.perf_counter()
+                for batch in batches:
+                    counts.add(batch)
+                total = counts.total()
+                elapsed = time.perf_counter() - start
+                if total != global_inserts:
+                    raise AssertionError(f"{name}: total() is {total}, {global_inserts} keys were added")
+                distinct[name] = counts.size()
+                return elapsed
+
+            return insert
+
+        number_batches = [numbers[offset : offset + CHUNK] for offset in range(0, len(numbers), CHUNK)]
+        measurements = {
+            names[0]: measure(names[0], CountingSet(rail, np.uint64), number_batches),
+            names[1]: measure(names[1], CountingSet(rail, str), chunks),
+        }
+        for trial in range(args.trials + 1):  # trial 0 warms up and is discarded
+            for name, insert in measurements.items():
+                runtime = comm.allreduce(insert(), op=MPI.MAX)
+                if trial:
+                    runs[name].append(global_inserts / runtime)
+        if distinct[names[0]] != distinct[names[1]]:
+            raise AssertionError(f"distinct keys differ: {distinct}")
+        stats = rail.stats()
+    if rank == 0:
+        medians = {name: statistics.median(rates) for name, rates in runs.items()}
+        ratio = medians[names[1]] / medians[names[0]]
+        lengths = np.diff(np.frombuffer(words.buffers()[1], np.int32)[: len(words) + 1])
+        document = {
+            "benchmark": "containers",
+            "keys": "str",
+            "mpi": mpi_library(),
+            "ranks": size,
+            "inserts_per_rank": args.inserts,
+            "vocabulary": len(words),
+            "mean_word_bytes": float(lengths.mean()),
+            "zipf_exponent": args.zipf,
+            "datagram_size": config.datagram_size,
+            "flow_control": stats["flow_control"],
+            "implementation": stats["implementation"],
+            "trials": args.trials,
+            "inserts_per_s": runs,
+            "median_inserts_per_s": medians,
+            "ratio_str_to_uint64": ratio,
+            "distinct_keys": distinct,
+            "config": dict(options, seed=args.seed),
+        }
+        write_json(args.json, document)
+        print(
+            f"containers --keys str: {size} ranks, {args.inserts:,} words per rank of {len(words):,} "
+            f"(1-{LONGEST_WORD} letters, zipf exponent {args.zipf}), {config.datagram_size} B datagrams, "
+            f"{stats['flow_control']} flow control, median of {args.trials} interleaved trials"
+        )
+        print(
+            format_table(
+                ["measurement", "M inserts/s", "vs uint64", "distinct keys"],
+                [(name, medians[name] / 1e6, medians[name] / medians[names[0]], distinct[name]) for name in names],
             )
         )
     return 0

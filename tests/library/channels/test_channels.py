@@ -128,7 +128,7 @@ def requests_answered_in_pairs(rail, asks_per_rank: int, deferred: bool):
 
     def on_request(source, asked):
         if deferred:  # copies: the request's receive buffer is released once this handler returns
-            rail.channels.defer(functools.partial(answer, source, asked.copy()), 2 * len(asked))
+            rail.channels.after_handler(functools.partial(answer, source, asked.copy()), 2 * len(asked))
         else:
             answer(source, asked)
 
@@ -173,11 +173,11 @@ def test_deferred_work_runs_after_the_handler_and_at_once_outside_handlers():
 
         def handler(source, records):
             value = int(records[0])
-            rail.channels.defer(lambda: events.append(("deferred", value)))
+            rail.channels.after_handler(lambda: events.append(("deferred", value)))
             events.append(("handler", value))
 
         channel = rail.channels.open(np.int64, handler)
-        rail.channels.defer(lambda: events.append(("outside", rail.rank)))
+        rail.channels.after_handler(lambda: events.append(("outside", rail.rank)))
         assert events == [("outside", rail.rank)]
         channel.send_to(rail.rank, np.array([7], dtype=np.int64))  # to itself: handled at once
         rail.barrier()

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from containers_support import job_env, load_program, over_seeds, tiny_world
 from helpers import mpirun
-from mailrail.containers.array import UFUNCS, Array, _distinct, _strictly_increasing
+from mailrail.containers.array import Array, _distinct, _strictly_increasing
+from mailrail.containers.ops import UFUNCS
 from mailrail.errors import MessageSizeError
 from mailrail.testing import World
 
@@ -89,7 +90,7 @@ def test_subarray_elements_are_feature_vectors():
 
     def program(rail):
         array = Array(rail, 50, features)
-        start, view = array.local()
+        start, view = array.local_view()
         assert view.shape == (array.blocks.count(rail.rank), 64) and view.dtype == np.float32
         view[:] = (start + np.arange(len(view)))[:, None] + np.arange(64, dtype=np.float32) / 64
         array.barrier()
@@ -104,13 +105,17 @@ def test_subarray_elements_are_feature_vectors():
         assert np.array_equal(three[0], 3 + 4 * 2 + np.arange(64, dtype=np.float32) / 64)
 
 
-def test_local_is_a_writable_view_of_the_block_and_owner_follows_the_blocks():
+def test_local_view_is_a_writable_view_of_the_block_local_a_table_and_owner_follows_the_blocks():
     def program(rail):
         array = Array(rail, 10, np.int32)  # blocks of 3, 3, 2, 2
-        start, view = array.local()
+        start, view = array.local_view()
         view[:] = np.arange(start, start + len(view)) * 10
-        again = array.local()[1]
+        again = array.local_view()[1]
         assert np.array_equal(again, view)
+        table = array.local()
+        assert table.column_names == ["index", "value"]
+        assert table["index"].to_pylist() == list(range(start, start + len(view)))
+        assert table["value"].to_pylist() == (np.arange(start, start + len(view)) * 10).tolist()
         rail.barrier()
         return start, len(view), array.owner(np.arange(10)).tolist(), array.gather(np.arange(10)).tolist()
 
@@ -156,7 +161,9 @@ def test_construction_errors():
     (raised,) = World(1, seed=0, datagram_size=256).run(program)
     assert raised["negative"] == "ValueError: Array: length must be >= 0, got -1"
     assert raised["not an integer"] == "TypeError: Array: length must be an integer, got 2.5"
-    assert raised["objects"].startswith("TypeError: Array: elements of dtype object")
+    assert raised["objects"].startswith(
+        "TypeError: Array: elements must have a fixed-size dtype (numbers, bytes, records); got object"
+    )
     assert raised["too large"].startswith("MessageSizeError: a 264-byte record does not fit in a 256-byte datagram")
 
 

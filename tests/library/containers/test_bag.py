@@ -55,7 +55,7 @@ def test_round_robin_continues_across_batches_from_each_rank():
         for start in range(0, 7, 2):  # batches of 2, 2, 2, 1: items 0..6 of this rank
             bag.insert(np.arange(start, min(start + 2, 7)) + 100 * rail.rank)
         rail.barrier()
-        return sorted(bag.local().tolist())
+        return sorted(bag.local()["item"].to_pylist())
 
     held = World(3, seed=2).run(program)
     # Rank r's j-th item goes to rank (r + j) % 3.
@@ -69,7 +69,7 @@ def test_rebalance_moves_local_inserts_to_the_emptiest_ranks():
         bag = Bag(rail, np.uint32)
         bag.local_insert(np.arange(counts[rail.rank], dtype=np.uint32) + 1000 * rail.rank)
         moved = bag.rebalance()
-        return moved, bag.local().tolist()
+        return moved, bag.local()["item"].to_pylist()
 
     counts = [10, 0, 3, 0]
     results = World(4, seed=3).run(program, counts)

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from containers_support import MPI_RUNS, SCALE, assert_staged, assert_staged_in_memory, job_env, load_program
 from helpers import mpirun
 from mailrail.containers import counting_set
-from mailrail.containers.counting_set import CountingSet, byte_order, canonical, distinct_keys
+from mailrail.containers.counting_set import CountingSet
 from mailrail.containers.hot import split_hot_numpy
+from mailrail.containers.keys import byte_order, canonical, distinct_keys, numpy_column
 from mailrail.testing import World
 
 # -- under mpiexec ------------------------------------------------------------------------------------------------
@@ -87,12 +88,19 @@ def test_one_rank_needs_no_messages():
     def program(rail):
         counting = CountingSet(rail, "S16")
         counting.add(np.array([b"b", b"a", b"b", b"c", b"b", b"a"], dtype="S16"))
-        return counting.top(2), counting.size(), counting.total(), counting.local()
+        return counting.top(2), counting.size(), counting.total(), local_of(counting)
 
     [((keys, counts), size, total, (local_keys, local_counts))] = World(1, seed=0).run(program)
     assert keys.tolist() == [b"b", b"a"] and counts.tolist() == [3, 2]
     assert (size, total) == (3, 6)
     assert sorted(zip(local_keys.tolist(), local_counts.tolist())) == [(b"a", 2), (b"b", 3), (b"c", 1)]
+
+
+def local_of(counting):
+    """A set's local() table as numpy arrays of its keys and counts."""
+    table = counting.local()
+    assert table.column_names == ["key", "count"]
+    return numpy_column(table["key"], counting.dtype), table["count"].to_numpy()
 
 
 # -- the helpers ---------------------------------------------------------------------------------------------------
@@ -152,7 +160,7 @@ def test_local_after_a_bare_barrier_sees_every_add():
         counting.add(np.array([5, 5, 6, 7 + rail.rank]))
         rail.barrier()
         rail.barrier()
-        keys, counts = counting.local()
+        keys, counts = local_of(counting)
         return dict(zip(keys.tolist(), counts.tolist()))
 
     held = World(3, seed=1).run(program)
@@ -210,7 +218,7 @@ def test_integer_keys_in_a_narrow_range_are_counted_densely(dtype, low, high):
             dtype
         )
         counts = counting.count(asked)
-        keys, local_counts = counting.local()
+        keys, local_counts = local_of(counting)
         return keys, local_counts, (counts, counting.total(), counting.size(), counting.dense, batches, asked)
 
     results = World(3, seed=1).run(program)
@@ -286,7 +294,7 @@ def test_a_range_growing_step_by_step_stays_dense_and_exact():
             added.append(batch)
             assert counting.size() > 0  # a read settles what arrived: the next batch extends the range
         rail.barrier()
-        keys, counts = counting.local()
+        keys, counts = local_of(counting)
         return keys, counts, (counting.dense, added)
 
     results = World(2, seed=4).run(program)
@@ -315,7 +323,7 @@ def test_arrivals_larger_than_the_buffer_are_counted_at_once(monkeypatch):
         for batch in batches:
             counting.add(batch)
         rail.barrier()
-        keys, counts = counting.local()
+        keys, counts = local_of(counting)
         return keys, counts, batches
 
     results = World(3, seed=2, datagram_size=2048).run(program)
@@ -347,7 +355,7 @@ def test_keys_that_do_not_repeat_go_plain_and_repeated_keys_combined(hot_lookup)
             batches.append(batch)
             counting.add(batch)
         rail.barrier()
-        keys, counts = counting.local()
+        keys, counts = local_of(counting)
         return keys, counts, (batches, counting._plain.records_sent, counting._adds.records_sent, counting._hot)
 
     distinct = World(2, seed=1).run(program, False)
@@ -389,7 +397,7 @@ def test_combining_follows_the_keys_when_they_change(hot_lookup):
                 else sorted(counting._hot.records["key"][counting._hot.records["key"] != 0].tolist())
             )
         rail.barrier()
-        keys, counts = counting.local()
+        keys, counts = local_of(counting)
         return keys, counts, (batches, hot_seen)
 
     results = World(2, seed=2).run(program)
@@ -436,7 +444,7 @@ def test_keys_are_counted_on_their_owners():
         counting.add(keys)
         counting.add(keys[:100])  # repeated: combined into (count, key) records
         total = counting.total()
-        mine, counts = counting.local()
+        mine, counts = local_of(counting)
         return total, bool((counting.owner(mine) == rail.rank).all()), int(counts.sum())
 
     # dense counts by block (narrow integers), a table (wide ones, strings): keys counted where they live
@@ -466,7 +474,7 @@ def test_hot_counts_held_on_the_sender_are_sent_by_a_barrier_or_reported_at_fina
             rail.channels.flush()
             after_flush = counting._held_records()
         rail.barrier()
-        return held, after_flush, counting.local(), batches
+        return held, after_flush, local_of(counting), batches
 
     for held_records, staged in World(2, seed=4).run(program, "finalize"):
         assert held_records > 0 and staged >= held_records
@@ -506,7 +514,7 @@ def test_plain_keys_wait_on_the_sender_until_a_batch_a_flush_or_a_barrier(finish
             channel.send_to((rail.rank + 1) % rail.size, np.zeros(1, dtype=np.int64))
         after = counting._held_records()
         rail.barrier()
-        return sent, (waiting, after, counting._held_records()), (*counting.local(), batches)
+        return sent, (waiting, after, counting._held_records()), (*local_of(counting), batches)
 
     results = World(2, seed=6).run(program)
     for sent, held_counts, rest in results:
@@ -543,7 +551,7 @@ def test_samples_finding_nothing_to_combine_come_ever_more_rarely_and_combining_
             batches.append(batch)
             counting.add(batch)
         rail.barrier()
-        return (*counting.local(), (samples, batches))
+        return (*local_of(counting), (samples, batches))
 
     results = World(2, seed=0).run(program)
     for _, _, (samples, _) in results:

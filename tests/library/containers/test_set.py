@@ -56,7 +56,7 @@ def test_erase_then_insert_separated_by_a_barrier_apply_in_order():
         rail.barrier()
         keys.insert(np.array([0]))
         keys.erase(np.array([99]))  # absent: ignored
-        return keys.contains(np.arange(11)).tolist(), keys.size(), sorted(keys.local().tolist())
+        return keys.contains(np.arange(11)).tolist(), keys.size(), sorted(keys.local()["key"].to_pylist())
 
     results = World(3, seed=4).run(program)
     expected = [True, True, False, True, False, True, False, True, False, True, False]
@@ -71,7 +71,7 @@ def test_local_after_a_bare_barrier_sees_every_insert_and_erase():
         rail.barrier()
         keys.erase(np.array([0, 1]))
         rail.barrier()
-        return sorted(keys.local().tolist())
+        return sorted(keys.local()["key"].to_pylist())
 
     held = World(3, seed=2).run(program)
     assert sorted(key for part in held for key in part) == [2, 3, 4, 5, 6, 7]

@@ -500,7 +500,7 @@ def test_one_traceback_the_first_failing_rank_s_trimmed_to_the_user_s_frames():
         assert len(frames(full_2)) == 3 + int(left_out.group(1)) + 1 and frames(full_2)[:3] == user, log
         assert full_2[-1] == RANK_2_RAISES and "library frames" not in log
         _, full_1 = lines_of(log, 1)
-        assert frames(full_1)[:3] == user and frames(full_1)[-1] == "base.py:as_keys" and full_1[-1] == RANK_1_RAISES
+        assert frames(full_1)[:3] == user and frames(full_1)[-1] == "keys.py:as_keys" and full_1[-1] == RANK_1_RAISES
         job.assert_nothing_left()
 
 

@@ -1,0 +1,29 @@
+"""The hash and the hash table of variable-size keys, compiled (``_varkeys.pyx``; the reference is ``varkeys.py``)."""
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import disjoint_base
+
+def hash_bytes(offsets: npt.NDArray[Any], data: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:
+    """The hash of each key packed in *offsets* and *data*."""
+
+@disjoint_base
+class BytesTable:
+    """A set of byte-string keys with dense indices."""
+
+    def __init__(self, capacity: int = 1024) -> None: ...
+    def insert(
+        self, offsets: npt.NDArray[Any], data: npt.NDArray[np.uint8]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]: ...
+    def lookup(self, offsets: npt.NDArray[Any], data: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]: ...
+    def erase(
+        self, offsets: npt.NDArray[Any], data: npt.NDArray[np.uint8]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+    def keys(self, large: bool = True) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]: ...
+    def hashes_of_keys(self) -> npt.NDArray[np.uint64]: ...
+    def clear(self, keep: bool = False) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...

@@ -1,0 +1,461 @@
+# cython: boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Variable-size keys compiled: their hash and a hash table of them (``varkeys.py`` holds the Python reference of
+both, the same functions, and chooses these when they are built).
+
+Keys are byte strings packed as Arrow packs them (``offsets``, ``n + 1`` int32 or int64, and ``data``, uint8):
+key ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memset
+
+import numpy as np
+
+cdef extern from *:
+    """
+    #define MAILRAIL_PREFETCH(address) __builtin_prefetch(address)
+    """
+    void prefetch "MAILRAIL_PREFETCH"(const void* address) noexcept nogil
+
+#: Keys ahead of the one probed whose slot (and then entry, and then bytes) a batch prefetches: a table larger
+#: than the caches costs a few memory latencies per probe, and they overlap when the batch asks for them early.
+cdef enum:
+    AHEAD = 12
+
+ctypedef fused offset_t:
+    int32_t
+    int64_t
+
+#: The hash's starting state and mixing constants (``partition.py``'s: splitmix64).
+cdef uint64_t SEED = 0x9E3779B97F4A7C15ULL
+cdef uint64_t M1 = 0xBF58476D1CE4E5B9ULL
+cdef uint64_t M2 = 0x94D049BB133111EBULL
+cdef uint8_t NO_BYTES = 0
+#: A slot's low 32 bits: its key's dense index + 1 (0: empty); all ones: a tombstone.
+cdef uint64_t LOW = 0xFFFFFFFFULL
+cdef uint64_t TOMBSTONE_SLOT = 0xFFFFFFFFULL
+
+
+cdef inline uint64_t slot_value(uint64_t h, int64_t i) noexcept nogil:
+    return (h & ~LOW) | <uint64_t>(i + 1)
+
+
+cdef inline uint64_t mix(uint64_t z) noexcept nogil:
+    z ^= z >> 30
+    z *= M1
+    z ^= z >> 27
+    z *= M2
+    z ^= z >> 31
+    return z
+
+
+cdef inline uint64_t hash_one(const uint8_t* key, int64_t length) noexcept nogil:
+    """``h = SEED ^ (length * M2)``; for each 8-byte word of the key, in the machine's byte order (the last one
+    zero-padded), ``h = (h ^ word) * M1`` then ``h ^= h >> 32``; finally ``mix(h)`` (see
+    ``varkeys.hash_bytes_numpy``)."""
+    cdef uint64_t h = SEED ^ (<uint64_t>length * M2)
+    cdef uint64_t word
+    cdef int64_t at = 0
+    while at + 8 <= length:
+        memcpy(&word, key + at, 8)
+        h = (h ^ word) * M1
+        h ^= h >> 32
+        at += 8
+    if at < length:
+        word = 0
+        memcpy(&word, key + at, length - at)
+        h = (h ^ word) * M1
+        h ^= h >> 32
+    return mix(h)
+
+
+cdef inline const uint8_t* base_of(const uint8_t[::1] data) noexcept nogil:
+    return &NO_BYTES if data.shape[0] == 0 else &data[0]
+
+
+cdef int check(const offset_t[::1] offsets, Py_ssize_t nbytes) except -1:
+    """Offsets must be ascending, within the data: a wrong one would read outside it."""
+    cdef Py_ssize_t i, n = offsets.shape[0]
+    if n == 0:
+        raise ValueError("offsets: a batch of n keys has n + 1 offsets, got none")
+    if offsets[0] < 0 or offsets[n - 1] > nbytes:
+        raise ValueError(f"offsets from {offsets[0]} to {offsets[n - 1]} for {nbytes} bytes of data")
+    for i in range(n - 1):
+        if offsets[i + 1] < offsets[i]:
+            raise ValueError(f"offsets must ascend: offset {i + 1} ({offsets[i + 1]}) is below offset {i}")
+    return 0
+
+
+def hash_bytes(const offset_t[::1] offsets, const uint8_t[::1] data):
+    """The hash of each key (uint64): see :func:`mailrail.containers.varkeys.hash_bytes_numpy`."""
+    check(offsets, data.shape[0])
+    cdef Py_ssize_t i, n = offsets.shape[0] - 1
+    result = np.empty(n, dtype=np.uint64)
+    cdef uint64_t[::1] out = result
+    cdef const uint8_t* base = base_of(data)
+    with nogil:
+        for i in range(n):
+            out[i] = hash_one(base + offsets[i], offsets[i + 1] - offsets[i])
+    return result
+
+
+cdef packed struct Entry:
+    int64_t start
+    int64_t length
+
+
+cdef class BytesTable:
+    """A set of byte-string keys, each with a stable dense index ``0..len-1``: see
+    :class:`mailrail.containers.varkeys.BytesTablePython`, whose methods these are, compiled.
+
+    Open addressing with linear probing over a power-of-two slot array (load at most 1/2, tombstones included).
+    A slot holds ``dense index + 1`` in its low 32 bits (0 empty, all ones a tombstone) and the high 32 bits of
+    the key's hash in its high ones, so a probe reads the entry (the key's place in an arena of bytes, and its
+    length: one cache line) and the key's bytes only for a key whose hash matches: a probe of a table larger than
+    the caches costs about three misses, not five.  Per dense index also the key's full hash (for rebuilds) and
+    its slot (for moves).
+    """
+
+    cdef uint64_t* slots
+    cdef int64_t mask
+    cdef Entry* entries
+    cdef uint64_t* hashes
+    cdef int64_t* slot_of
+    cdef int64_t room  # dense entries allocated
+    cdef int64_t size
+    cdef int64_t tombstones
+    cdef uint8_t* arena
+    cdef int64_t arena_fill
+    cdef int64_t arena_room
+    cdef int64_t garbage  # arena bytes of erased keys
+    cdef bint in_order  # the arena holds the keys in dense order, back to back
+    cdef int64_t initial  # the capacity clear() returns to
+
+    def __init__(self, int64_t capacity=1024):
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0; got {capacity}")
+        if capacity >= 1 << 31:
+            raise ValueError(f"capacity must be below 2**31; got {capacity}")
+        self.initial = capacity
+        self._allocate(capacity)
+
+    def __dealloc__(self):
+        self._free()
+
+    cdef void _free(self) noexcept:
+        free(self.slots)
+        free(self.entries)
+        free(self.hashes)
+        free(self.slot_of)
+        free(self.arena)
+        self.slots = NULL
+        self.entries = NULL
+        self.hashes = NULL
+        self.slot_of = NULL
+        self.arena = NULL
+
+    cdef int _allocate(self, int64_t capacity) except -1:
+        cdef int64_t slots = 16
+        while slots < 2 * capacity:
+            slots *= 2
+        self._free()
+        self.slots = <uint64_t*>malloc(slots * sizeof(uint64_t))
+        self.room = slots // 2
+        self.entries = <Entry*>malloc(self.room * sizeof(Entry))
+        self.hashes = <uint64_t*>malloc(self.room * sizeof(uint64_t))
+        self.slot_of = <int64_t*>malloc(self.room * sizeof(int64_t))
+        self.arena_room = 16 * self.room
+        self.arena = <uint8_t*>malloc(self.arena_room)
+        if not (self.slots and self.entries and self.hashes and self.slot_of and self.arena):
+            self._free()
+            raise MemoryError()
+        memset(self.slots, 0, slots * sizeof(uint64_t))
+        self.mask = slots - 1
+        self.size = 0
+        self.tombstones = 0
+        self.arena_fill = 0
+        self.garbage = 0
+        self.in_order = True
+        return 0
+
+    cdef int _make_room(self) except -1:
+        """Room for one more key: a free dense entry, and a load of at most 1/2 after it, tombstones included
+        (rebuilt, the tombstones dropped, at a load of at most 3/8: rebuilds stay amortized O(1) per key)."""
+        cdef int64_t slots = self.mask + 1
+        if (self.size + self.tombstones + 1) * 2 <= slots and self.size < self.room:
+            return 0
+        while (self.size + 1) * 8 > slots * 3:
+            slots *= 2
+        if slots > 1 << 32:
+            raise MemoryError("a BytesTable holds fewer than 2**31 keys")
+        self._rebuild(slots)
+        return 0
+
+    cdef int _rebuild(self, int64_t slots) except -1:
+        cdef int64_t room = slots // 2, i, p
+        cdef uint64_t* fresh = <uint64_t*>malloc(slots * sizeof(uint64_t))
+        if fresh == NULL:
+            raise MemoryError()
+        if room > self.room:
+            if not (self._resize(<void**>&self.entries, room * sizeof(Entry))
+                    and self._resize(<void**>&self.hashes, room * sizeof(uint64_t))
+                    and self._resize(<void**>&self.slot_of, room * sizeof(int64_t))):
+                free(fresh)
+                raise MemoryError()
+            self.room = room
+        memset(fresh, 0, slots * sizeof(uint64_t))
+        free(self.slots)
+        self.slots = fresh
+        self.mask = slots - 1
+        self.tombstones = 0
+        for i in range(self.size):
+            p = <int64_t>(self.hashes[i] & <uint64_t>self.mask)
+            while self.slots[p] != 0:
+                p = (p + 1) & self.mask
+            self.slots[p] = slot_value(self.hashes[i], i)
+            self.slot_of[i] = p
+        return 0
+
+    cdef bint _resize(self, void** pointer, size_t nbytes) noexcept:
+        cdef void* grown = realloc(pointer[0], nbytes)
+        if grown == NULL:
+            return False
+        pointer[0] = grown
+        return True
+
+    cdef int _arena_room(self, int64_t nbytes) except -1:
+        cdef int64_t room = self.arena_room
+        if self.arena_fill + nbytes <= room:
+            return 0
+        if self.garbage > self.arena_fill // 2:
+            self._compact()
+            if self.arena_fill + nbytes <= self.arena_room:
+                return 0
+        while self.arena_fill + nbytes > room:
+            room *= 2
+        if not self._resize(<void**>&self.arena, room):
+            raise MemoryError()
+        self.arena_room = room
+        return 0
+
+    cdef int _compact(self) except -1:
+        """The live keys written again back to back, in dense order (the erased keys' bytes dropped)."""
+        cdef uint8_t* fresh = <uint8_t*>malloc(self.arena_room)
+        cdef int64_t i, fill = 0
+        if fresh == NULL:
+            raise MemoryError()
+        for i in range(self.size):
+            memcpy(fresh + fill, self.arena + self.entries[i].start, self.entries[i].length)
+            self.entries[i].start = fill
+            fill += self.entries[i].length
+        free(self.arena)
+        self.arena = fresh
+        self.arena_fill = fill
+        self.garbage = 0
+        self.in_order = True
+        return 0
+
+    cdef inline int64_t _find(self, const uint8_t* key, int64_t length, uint64_t h, int64_t* stop) noexcept nogil:
+        """The key's dense index, or -1 with *stop* the empty slot its probe ended at."""
+        cdef int64_t p = <int64_t>(h & <uint64_t>self.mask), i
+        cdef uint64_t slot, tag = h >> 32
+        while True:
+            slot = self.slots[p]
+            if slot == 0:
+                stop[0] = p
+                return -1
+            if (slot >> 32) == tag and (slot & LOW) != LOW:
+                i = <int64_t>(slot & LOW) - 1
+                if self.entries[i].length == length and (
+                    length == 0 or memcmp(self.arena + self.entries[i].start, key, length) == 0
+                ):
+                    return i
+            p = (p + 1) & self.mask
+
+    cdef inline void _prefetch(self, const uint64_t* hashes, Py_ssize_t k, Py_ssize_t n) noexcept nogil:
+        """Ask the memory for what probes of keys ahead of key *k* will read: the slot of key ``k + AHEAD``, the
+        entry of key ``k + AHEAD / 2`` (its slot fetched by now), the bytes of key ``k + AHEAD / 4``."""
+        cdef uint64_t slot
+        if k + AHEAD < n:
+            prefetch(&self.slots[hashes[k + AHEAD] & <uint64_t>self.mask])
+        if k + AHEAD // 2 < n:
+            slot = self.slots[hashes[k + AHEAD // 2] & <uint64_t>self.mask]
+            if slot != 0 and (slot & LOW) != LOW:
+                prefetch(&self.entries[(slot & LOW) - 1])
+        if k + AHEAD // 4 < n:
+            slot = self.slots[hashes[k + AHEAD // 4] & <uint64_t>self.mask]
+            if slot != 0 and (slot & LOW) != LOW:
+                prefetch(self.arena + self.entries[(slot & LOW) - 1].start)
+
+    def insert(self, const offset_t[::1] offsets, const uint8_t[::1] data):
+        """Each key's dense index (int64), adding the absent ones in the order of their first occurrence, and
+        whether each position added its key (bool)."""
+        check(offsets, data.shape[0])
+        cdef Py_ssize_t n = offsets.shape[0] - 1, k
+        dense_array = np.empty(n, dtype=np.int64)
+        new_array = np.zeros(n, dtype=np.bool_)
+        cdef int64_t[::1] dense = dense_array
+        cdef uint8_t[::1] new = new_array.view(np.uint8)
+        cdef const uint8_t* base = base_of(data)
+        cdef const uint8_t* key
+        cdef int64_t length, i, stop
+        cdef uint64_t h
+        hashes_array = np.empty(n, dtype=np.uint64)
+        cdef uint64_t[::1] hashes = hashes_array
+        with nogil:
+            for k in range(n):
+                hashes[k] = hash_one(base + offsets[k], offsets[k + 1] - offsets[k])
+        for k in range(n):
+            self._prefetch(&hashes[0], k, n)
+            key = base + offsets[k]
+            length = offsets[k + 1] - offsets[k]
+            h = hashes[k]
+            i = self._find(key, length, h, &stop)
+            if i < 0:
+                if (self.size + self.tombstones + 1) * 2 > self.mask + 1 or self.size >= self.room:
+                    self._make_room()
+                    self._find(key, length, h, &stop)  # the empty slot in the rebuilt table
+                if self.arena_fill + length > self.arena_room:
+                    self._arena_room(length)
+                i = self.size
+                self.size += 1
+                self.slots[stop] = slot_value(h, i)
+                self.slot_of[i] = stop
+                self.hashes[i] = h
+                self.entries[i].length = length
+                self.entries[i].start = self.arena_fill
+                if length:
+                    memcpy(self.arena + self.arena_fill, key, length)
+                self.arena_fill += length
+                new[k] = 1
+            dense[k] = i
+        return dense_array, new_array
+
+    def lookup(self, const offset_t[::1] offsets, const uint8_t[::1] data):
+        """Each key's dense index (int64), -1 where absent."""
+        check(offsets, data.shape[0])
+        cdef Py_ssize_t n = offsets.shape[0] - 1, k
+        result = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] dense = result
+        cdef const uint8_t* base = base_of(data)
+        cdef int64_t length, stop
+        hashes_array = np.empty(n, dtype=np.uint64)
+        cdef uint64_t[::1] hashes = hashes_array
+        with nogil:
+            for k in range(n):
+                hashes[k] = hash_one(base + offsets[k], offsets[k + 1] - offsets[k])
+            for k in range(n):
+                self._prefetch(&hashes[0], k, n)
+                length = offsets[k + 1] - offsets[k]
+                dense[k] = self._find(base + offsets[k], length, hashes[k], &stop)
+        return result
+
+    def erase(self, const offset_t[::1] offsets, const uint8_t[::1] data):
+        """Removes the keys present; returns ``(removed, moved_from, moved_to)`` as ``KeyTable.erase`` does."""
+        check(offsets, data.shape[0])
+        cdef Py_ssize_t n = offsets.shape[0] - 1, k
+        removed_array = np.zeros(n, dtype=np.bool_)
+        cdef uint8_t[::1] removed = removed_array.view(np.uint8)
+        holes_array = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] holes = holes_array
+        cdef const uint8_t* base = base_of(data)
+        cdef int64_t length, stop, i, erased = 0
+        for k in range(n):
+            length = offsets[k + 1] - offsets[k]
+            i = self._find(base + offsets[k], length, hash_one(base + offsets[k], length), &stop)
+            if i >= 0:
+                self.slots[self.slot_of[i]] = TOMBSTONE_SLOT
+                self.tombstones += 1
+                self.garbage += self.entries[i].length
+                removed[k] = 1
+                holes[erased] = i
+                erased += 1
+        cdef int64_t new_size = self.size - erased
+        holes_array = np.sort(holes_array[:erased])
+        moved_to = holes_array[holes_array < new_size]
+        tail = np.ones(erased, dtype=np.bool_)
+        tail[holes_array[holes_array >= new_size] - new_size] = False
+        moved_from = new_size + np.flatnonzero(tail).astype(np.int64)
+        cdef int64_t[::1] sources = moved_from
+        cdef int64_t[::1] targets = moved_to
+        cdef int64_t source, target
+        for k in range(sources.shape[0]):
+            source, target = sources[k], targets[k]
+            self.hashes[target] = self.hashes[source]
+            self.entries[target] = self.entries[source]
+            self.slot_of[target] = self.slot_of[source]
+            self.slots[self.slot_of[target]] = slot_value(self.hashes[target], target)
+        if erased:
+            self.in_order = False
+        self.size = new_size
+        return removed_array, moved_from, moved_to
+
+    def keys(self, bint large=True):
+        """The keys in dense order, as fresh ``(offsets, data)``: int64 offsets from 0 (int32 if not *large*)."""
+        offsets_array = np.empty(self.size + 1, dtype=np.int64 if large else np.int32)
+        cdef int64_t total = 0, i
+        for i in range(self.size):
+            total += self.entries[i].length
+        if not large and total >= 2**31:
+            raise OverflowError(f"{total} bytes of keys do not take int32 offsets")
+        data_array = np.empty(total, dtype=np.uint8)
+        cdef uint8_t[::1] data = data_array
+        cdef uint8_t* out = &data[0] if total else NULL
+        cdef int64_t fill = 0
+        cdef int64_t[::1] wide
+        cdef int32_t[::1] narrow
+        if large:
+            wide = offsets_array
+            for i in range(self.size):
+                wide[i] = fill
+                fill += self.entries[i].length
+            wide[self.size] = fill
+        else:
+            narrow = offsets_array
+            for i in range(self.size):
+                narrow[i] = <int32_t>fill
+                fill += self.entries[i].length
+            narrow[self.size] = <int32_t>fill
+        if self.in_order and self.garbage == 0:
+            if total:
+                memcpy(out, self.arena, total)
+        else:
+            fill = 0
+            for i in range(self.size):
+                memcpy(out + fill, self.arena + self.entries[i].start, self.entries[i].length)
+                fill += self.entries[i].length
+        return offsets_array, data_array
+
+    def hashes_of_keys(self):
+        """Each key's hash (uint64), in dense order: a fresh array."""
+        result = np.empty(self.size, dtype=np.uint64)
+        cdef uint64_t[::1] out = result
+        cdef int64_t i
+        for i in range(self.size):
+            out[i] = self.hashes[i]
+        return result
+
+    def clear(self, bint keep=False):
+        """Removes every key and returns to the initial capacity, or with *keep*, keeps the memory the table has
+        (for as many keys again: no growth to pay for)."""
+        if not keep:
+            self._allocate(self.initial)
+            return
+        memset(self.slots, 0, (self.mask + 1) * sizeof(uint64_t))
+        self.size = 0
+        self.tombstones = 0
+        self.arena_fill = 0
+        self.garbage = 0
+        self.in_order = True
+
+    def __len__(self):
+        return self.size
+
+    @property
+    def nbytes(self):
+        """Bytes held: slots, dense entries and the arena, allocated room included."""
+        return (self.mask + 1) * 8 + self.room * 32 + self.arena_room
+
+    def __repr__(self):
+        return f"BytesTable({self.size} keys, {self.mask + 1} slots, {self.arena_fill} bytes)"

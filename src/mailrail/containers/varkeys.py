@@ -1,0 +1,197 @@
+"""Variable-size keys: their hash and a hash table of them, the Python reference and its compiled twin.
+
+Keys here are byte strings (a ``str`` key is its UTF-8 bytes) packed as Arrow packs them: ``offsets`` (``n + 1``
+ascending ``int32`` or ``int64``) and ``data`` (``uint8``), key ``i`` being ``data[offsets[i]:offsets[i + 1]]``.
+
+**The hash** (:func:`hash_bytes`), fixed because every rank must compute the same owner for a key in every run,
+in 64-bit arithmetic: ``h = 0x9E3779B97F4A7C15 ^ (length * 0x94D049BB133111EB)``; for each 8-byte word ``w`` of
+the key, read in the machine's byte order (the last word zero-padded), ``h = (h ^ w) * 0xBF58476D1CE4E5B9`` then
+``h ^= h >> 32``; at the end ``h = mix(h)``, splitmix64's finalizer, as for fixed-size keys
+(:func:`~mailrail.containers.partition.hash_keys`).  One multiplication per word (each step a bijection of ``h``,
+so no word's bits are lost on the way), the finalizer once: a word a fixed-size key's hash mixes fully costs
+three times as much, and strings are several words.  The length comes first, so keys that differ only by
+trailing zero bytes differ.  The owner of a key is the high part of ``hash * ranks`` (the same rule as for long
+fixed-size keys); a rank's own table uses the low bits.  Hashes agree between platforms of the same byte order.
+
+**The table** (:class:`BytesTable`) keeps keys with dense indices ``0..len-1``, as
+:class:`~mailrail.containers.table.KeyTable` does for fixed-size keys: a container keeps its values in numpy
+arrays indexed by them.  ``insert`` a batch (each key's index, and which positions added a key), ``lookup`` (the
+index or -1), ``erase`` (which positions removed a key, and how the last entries moved into the holes:
+``values[moved_to] = values[moved_from]``), ``keys()`` (all of them, packed, in dense order).
+
+Both are compiled (``_varkeys.pyx``: a pass over the batch's bytes; open addressing over an arena of bytes)
+where the package was built with a compiler, else the Python reference below (a numpy pass per 8-byte word of
+the longest key; a ``dict`` of bytes).  :data:`IMPLEMENTATION` says which; the tests run both on the same inputs
+and compare every result.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .partition import HASH_SEED
+
+__all__ = [
+    "IMPLEMENTATION",
+    "BytesTable",
+    "BytesTablePython",
+    "hash_bytes",
+    "hash_bytes_numpy",
+]
+
+_SEED = np.uint64(HASH_SEED)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    z = z ^ (z >> np.uint64(30))
+    z = z * _M1
+    z = z ^ (z >> np.uint64(27))
+    z = z * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def _checked(offsets: npt.ArrayLike, data: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """*offsets* as int64 and *data* as uint8, refused as the compiled functions refuse them."""
+    starts = np.asarray(offsets)
+    raw = np.asarray(data)
+    if starts.ndim != 1 or starts.dtype not in (np.int32, np.int64) or raw.ndim != 1 or raw.dtype != np.uint8:
+        raise ValueError("offsets must be a 1-D int32 or int64 array and data a 1-D uint8 array")
+    if len(starts) == 0:
+        raise ValueError("offsets: a batch of n keys has n + 1 offsets, got none")
+    starts = starts.astype(np.int64, copy=False)
+    if starts[0] < 0 or starts[-1] > len(raw):
+        raise ValueError(f"offsets from {starts[0]} to {starts[-1]} for {len(raw)} bytes of data")
+    descending = np.flatnonzero(starts[1:] < starts[:-1])
+    if len(descending):
+        i = int(descending[0])
+        raise ValueError(f"offsets must ascend: offset {i + 1} ({starts[i + 1]}) is below offset {i}")
+    return starts, raw
+
+
+def hash_bytes_numpy(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np.uint64]:
+    """The hash of each key (uint64; see the module), in numpy: one pass per 8-byte word of the longest key."""
+    starts, raw = _checked(offsets, data)
+    lengths = np.diff(starts)
+    h = _SEED ^ (lengths.astype(np.uint64) * _M2)
+    padded = np.concatenate([raw, np.zeros(8, dtype=np.uint8)])  # a word read at the end stays inside
+    words = (lengths + 7) // 8
+    column = np.arange(8)
+    for j in range(int(words.max()) if len(words) else 0):
+        active = np.flatnonzero(words > j)
+        at = starts[:-1][active] + 8 * j
+        chunk = padded[at[:, None] + column]  # (k, 8) bytes
+        chunk[column[None, :] >= (lengths[active] - 8 * j)[:, None]] = 0  # bytes past the key's end
+        step = (h[active] ^ chunk.view(np.uint64)[:, 0]) * _M1
+        h[active] = step ^ (step >> np.uint64(32))
+    return _mix(h)
+
+
+class BytesTablePython:
+    """The Python reference of the compiled ``BytesTable``: a ``dict`` from each key's bytes to its dense index,
+    and the keys in dense order.  Same methods, same results (see the module)."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0; got {capacity}")
+        self._index: dict[bytes, int] = {}
+        self._keys: list[bytes] = []
+
+    @staticmethod
+    def _split(offsets: npt.ArrayLike, data: npt.ArrayLike) -> list[bytes]:
+        starts, raw = _checked(offsets, data)
+        blob = raw.tobytes()
+        bounds = starts.tolist()
+        return [blob[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
+
+    def insert(
+        self, offsets: npt.ArrayLike, data: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        keys = self._split(offsets, data)
+        dense = np.empty(len(keys), dtype=np.int64)
+        new = np.zeros(len(keys), dtype=np.bool_)
+        index = self._index
+        for position, key in enumerate(keys):
+            found = index.get(key)
+            if found is None:
+                found = index[key] = len(self._keys)
+                self._keys.append(key)
+                new[position] = True
+            dense[position] = found
+        return dense, new
+
+    def lookup(self, offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        index = self._index
+        return np.array([index.get(key, -1) for key in self._split(offsets, data)], dtype=np.int64)
+
+    def erase(
+        self, offsets: npt.ArrayLike, data: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        keys = self._split(offsets, data)
+        removed = np.zeros(len(keys), dtype=np.bool_)
+        holes = []
+        for position, key in enumerate(keys):
+            found = self._index.pop(key, None)
+            if found is not None:
+                removed[position] = True
+                holes.append(found)
+        size = len(self._keys) - len(holes)
+        ordered = np.sort(np.array(holes, dtype=np.int64))
+        moved_to = ordered[ordered < size]
+        tail = np.ones(len(holes), dtype=np.bool_)
+        tail[ordered[ordered >= size] - size] = False
+        moved_from = size + np.flatnonzero(tail).astype(np.int64)
+        for source, target in zip(moved_from.tolist(), moved_to.tolist()):
+            self._keys[target] = self._keys[source]
+            self._index[self._keys[target]] = target
+        del self._keys[size:]
+        return removed, moved_from, moved_to
+
+    def keys(self, large: bool = True) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]:
+        lengths = np.array([len(key) for key in self._keys], dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if not large and offsets[-1] >= 2**31:
+            raise OverflowError(f"{offsets[-1]} bytes of keys do not take int32 offsets")
+        data = np.frombuffer(b"".join(self._keys), dtype=np.uint8).copy()
+        return offsets if large else offsets.astype(np.int32), data
+
+    def hashes_of_keys(self) -> npt.NDArray[np.uint64]:
+        offsets, data = self.keys()
+        return hash_bytes_numpy(offsets, data)
+
+    def clear(self, keep: bool = False) -> None:
+        self._index.clear()
+        self._keys.clear()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(key) for key in self._keys)
+
+    def __repr__(self) -> str:
+        return f"BytesTablePython({len(self._keys)} keys)"
+
+
+def _compiled() -> Any:
+    try:
+        return importlib.import_module("mailrail.containers._varkeys")
+    except ImportError:  # not built (no compiler at install): the Python reference
+        return None
+
+
+_COMPILED = _compiled()
+#: The implementation of :func:`hash_bytes` and :class:`BytesTable`: ``"compiled"`` or ``"python"``, chosen once,
+#: at import.
+IMPLEMENTATION = "python" if _COMPILED is None else "compiled"
+#: The hash of each key: the compiled pass where built, else :func:`hash_bytes_numpy`.
+hash_bytes: Any = hash_bytes_numpy if _COMPILED is None else _COMPILED.hash_bytes
+#: The table of variable-size keys: the compiled one where built, else :class:`BytesTablePython`.
+BytesTable: Any = BytesTablePython if _COMPILED is None else _COMPILED.BytesTable

@@ -1,0 +1,154 @@
+"""Variable-size keys' kernels: the hash (pinned, and as documented), the compiled table and its Python reference
+fed the same random operations, the compiled and numpy hashes on random batches, and bad input refused alike."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mailrail.containers import varkeys
+from mailrail.containers.varkeys import BytesTablePython, hash_bytes_numpy
+
+COMPILED = importlib.import_module("mailrail.containers._varkeys")  # make test builds it: no skip
+HASHES = [pytest.param(hash_bytes_numpy, id="numpy"), pytest.param(COMPILED.hash_bytes, id="compiled")]
+TABLES = [pytest.param(BytesTablePython, id="python"), pytest.param(COMPILED.BytesTable, id="compiled")]
+MASK = (1 << 64) - 1
+
+
+def spec_hash(key: bytes) -> int:
+    """The hash as the module documents it, in Python integers (little-endian words: this machine's order)."""
+
+    def mix(z: int) -> int:
+        z ^= z >> 30
+        z = (z * 0xBF58476D1CE4E5B9) & MASK
+        z ^= z >> 27
+        z = (z * 0x94D049BB133111EB) & MASK
+        return z ^ (z >> 31)
+
+    h = 0x9E3779B97F4A7C15 ^ ((len(key) * 0x94D049BB133111EB) & MASK)
+    for at in range(0, len(key), 8):
+        h = ((h ^ int.from_bytes(key[at : at + 8].ljust(8, b"\0"), "little")) * 0xBF58476D1CE4E5B9) & MASK
+        h ^= h >> 32
+    return mix(h)
+
+
+def packed(keys: list[bytes], dtype: type = np.int64, lead: bytes = b"") -> tuple[np.ndarray, np.ndarray]:
+    """*keys* as offsets and data (the data starting with *lead*, which no key covers: offsets need not start at 0)."""
+    lengths = np.array([len(key) for key in keys], dtype=np.int64)
+    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return (offsets + len(lead)).astype(dtype), np.frombuffer(lead + b"".join(keys), dtype=np.uint8).copy()
+
+
+def test_the_compiled_kernels_are_the_ones_chosen():
+    assert varkeys.IMPLEMENTATION == "compiled"
+    assert varkeys.hash_bytes is COMPILED.hash_bytes and varkeys.BytesTable is COMPILED.BytesTable
+
+
+@pytest.mark.parametrize("hash_bytes", HASHES)
+def test_the_hash_is_pinned_and_as_documented(hash_bytes):
+    # Pinned: every rank of every run must agree on owners, so a change here reshuffles every string key.
+    pinned = {
+        b"": 0xE220A8397B1DCDAF,
+        b"a": 0x38A64F54A8E92B5F,
+        b"a\0": 0xD99C73C571D31479,  # trailing zero bytes make another key
+        b"abcdefgh": 0xC1E60B6CDFAF5EB9,
+        "über".encode(): 0xFE62C3FDB9CA11B2,
+        "東京".encode(): 0x9DEFDB00B0976EEF,
+        b"0123456789abcdefX": 0x7C241C8F1705A201,
+    }
+    keys = list(pinned)
+    for dtype in (np.int32, np.int64):
+        got = hash_bytes(*packed(keys, dtype, lead=b"xyz"))
+        assert [int(h) for h in got] == list(pinned.values()) == [spec_hash(key) for key in keys]
+
+
+keys_strategy = st.lists(st.binary(max_size=40), max_size=200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=keys_strategy, wide=st.booleans(), lead=st.binary(max_size=9))
+def test_compiled_and_numpy_hashes_agree(keys, wide, lead):
+    offsets, data = packed(keys, np.int64 if wide else np.int32, lead)
+    compiled, reference = COMPILED.hash_bytes(offsets, data), hash_bytes_numpy(offsets, data)
+    assert compiled.dtype == reference.dtype == np.uint64
+    assert compiled.tolist() == reference.tolist() == [spec_hash(key) for key in keys]
+
+
+operations = st.lists(
+    st.tuples(st.sampled_from(["insert", "lookup", "erase"]), st.lists(st.binary(max_size=12), max_size=40)),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=operations, small=st.sampled_from([st.binary(max_size=2), st.binary(max_size=12)]))
+def test_compiled_and_python_tables_agree_step_by_step(steps, small):
+    compiled, reference = COMPILED.BytesTable(4), BytesTablePython(4)
+    model: list[bytes] = []  # the keys in dense order, as the module documents it
+    for operation, keys in steps:
+        offsets, data = packed(keys)
+        results = [getattr(table, operation)(offsets, data) for table in (compiled, reference)]
+        flat = [
+            tuple(np.asarray(part).tolist() for part in (result if isinstance(result, tuple) else (result,)))
+            for result in results
+        ]
+        assert flat[0] == flat[1], (operation, keys)
+        if operation == "insert":
+            for key in keys:
+                if key not in model:
+                    model.append(key)
+            assert [model[i] for i in flat[0][0]] == keys
+        elif operation == "lookup":
+            assert flat[0][0] == [model.index(key) if key in model else -1 for key in keys]
+        else:
+            _, moved_from, moved_to = results[0]
+            gone = {key for key in keys if key in model}
+            assert sum(flat[0][0]) == len(gone)
+            for source, target in zip(moved_from.tolist(), moved_to.tolist()):
+                model[target] = model[source]
+            model = model[: len(model) - len(gone)]
+            assert not gone & set(model)
+        for table in (compiled, reference):
+            assert len(table) == len(model)
+            key_offsets, key_data = table.keys()
+            stored = key_data.tobytes()
+            assert [stored[key_offsets[i] : key_offsets[i + 1]] for i in range(len(model))] == model
+            assert table.hashes_of_keys().tolist() == [spec_hash(key) for key in model]
+
+
+@pytest.mark.parametrize("table_class", TABLES)
+def test_a_table_grows_compacts_and_clears(table_class):
+    table = table_class(2)
+    keys = [f"key {i} ".encode() * (i % 5) for i in range(5000)]
+    dense, new = table.insert(*packed(keys + keys[:100]))
+    assert new.sum() == len(set(keys)) and len(table) == len(set(keys))
+    removed, _, _ = table.erase(*packed(keys[::2]))
+    assert removed.sum() == len(set(keys[::2]))
+    survivors = [key for key in dict.fromkeys(keys) if key not in set(keys[::2])]
+    assert sorted(table.lookup(*packed(survivors)).tolist()) == list(range(len(survivors)))
+    assert (table.lookup(*packed(keys[::2])) == -1).all()
+    offsets, data = table.keys(large=False)
+    assert offsets.dtype == np.int32 and len(offsets) == len(survivors) + 1
+    table.insert(*packed([b"fresh" * 50] * 3))  # more bytes after erasing: the arena compacts, keys stay
+    assert table.lookup(*packed(survivors[:10] + [b"fresh" * 50])).min() >= 0
+    table.clear()
+    assert len(table) == 0 and table.lookup(*packed(keys[:3])).tolist() == [-1, -1, -1]
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [*HASHES, *(pytest.param(t().insert, id=f"{t.__name__}.insert") for t in (BytesTablePython, COMPILED.BytesTable))],
+)
+def test_bad_offsets_are_refused_alike(kernel):
+    data = np.frombuffer(b"abcdef", dtype=np.uint8).copy()
+    with pytest.raises(ValueError, match="offsets from 0 to 9 for 6 bytes of data"):
+        kernel(np.array([0, 9], dtype=np.int64), data)
+    with pytest.raises(ValueError, match=r"offsets must ascend: offset 2 \(1\) is below offset 1"):
+        kernel(np.array([0, 3, 1], dtype=np.int64), data)
+    with pytest.raises(ValueError, match="n \\+ 1 offsets, got none"):
+        kernel(np.zeros(0, dtype=np.int64), data)
