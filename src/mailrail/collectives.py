@@ -26,6 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .errors import FinalizedError, nested_barrier_error
 from .failure import describe_ranks
+from .interfaces import Message
 
 __all__ = [
     "BARRIER",
@@ -313,7 +314,7 @@ class BarrierEntry:
     _calls: CollectiveCalls
     _channels: Any  # the rail's Channels once made, else None
 
-    def barrier(self, handler: Callable[[Any], object] | None = None) -> int:
+    def barrier(self, handler: Callable[[Message], object] | None = None) -> int:
         """Collective: return once every message sent by anyone before the call is received and released.
 
         Keeps receiving meanwhile: each message goes to *handler* (which may send
@@ -368,6 +369,6 @@ class BarrierEntry:
     def _leave_collective(self) -> None:
         raise NotImplementedError
 
-    def _barrier(self, handler: Callable[[Any], object]) -> int:
+    def _barrier(self, handler: Callable[[Message], object]) -> int:
         """The barrier itself: receive, hand each arrival to *handler*, until every rank's messages are in."""
         raise NotImplementedError

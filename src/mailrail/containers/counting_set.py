@@ -112,7 +112,6 @@ class _Batch:
     """Keys a sender holds back until *limit* of them can leave together, in a buffer of its own (made on first
     use and kept)."""
 
-    @collective
     def __init__(self, dtype: np.dtype[Any], limit: int) -> None:
         self.dtype = dtype
         self.limit = limit

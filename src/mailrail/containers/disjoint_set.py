@@ -69,7 +69,6 @@ class ItemOrder:
     (structured padding ignored), as everywhere in the containers.  See the module for the order itself.
     """
 
-    @collective
     def __init__(self, dtype: npt.DTypeLike) -> None:
         self.dtype: np.dtype[Any] = fixed_dtype(dtype, "ItemOrder", "items")
         size = self.dtype.itemsize
