@@ -14,16 +14,22 @@ Kind 0 is a run of fixed-size records of one channel (consecutive sends of one c
 destination extend the same segment); kind 1 is one call (:meth:`Channels.call`): a uint32 count of
 out-of-band buffers and their uint64 lengths, the function's ``module:qualname`` (uint16 length, then
 UTF-8), then with no buffers the pickled arguments; with some, the pickle's uint64 length, the pickle,
-and each buffer at an 8-byte offset.  Kind 2 is a run of *n* records of a channel whose records have a
-variable-size part (``open(..., blobs=True)``: a string key, a string value) beside their fixed-size part of
-the channel's dtype (which may be empty)::
+and each buffer at an 8-byte offset.  Kind 2 is a run of *n* records of a channel whose records have *m*
+variable-size parts (``open(..., blobs=m)``; ``blobs=True`` is one: a string key, or a string value beside a
+fixed-size key; two: a string key and its string value, or the two strings of a union's walk) beside their
+fixed-size part of the channel's dtype (which may be empty)::
 
-    n (uint32) | 0 (uint32) | n fixed-size parts | zeros to an 8-byte offset
-      | n + 1 offsets (int32, from 0) | the variable-size parts' bytes, back to back
+    n (uint32) | m (uint32) | n fixed-size parts | zeros to an 8-byte offset
+      | part 1's n + 1 offsets (int32, from 0) | ... | part m's n + 1 offsets
+      | part 1's bytes, back to back | ... | part m's bytes, back to back
 
-so that the fixed parts view as an array of the dtype and the offsets and bytes wrap, with no copy, as an
-Arrow binary array (:class:`Blobs`).  Each send of such records writes segments of its own (they do not
-extend an earlier one).  Functions travel by name and are resolved once per rank.
+Part *j*'s offsets count from the start of its own bytes, which follow part *j - 1*'s (whose last offset says
+how many they are).  So the fixed parts view as an array of the dtype and each variable-size part's offsets and
+bytes wrap, with no copy, as an Arrow binary array (:class:`Blobs`): a record of two strings is two columns,
+not one string with a length prefix that the receiver would have to cut apart (a copy of every byte) before
+its tables could take them.  ``m`` is checked against the channel's on arrival.  Each send of such records
+writes segments of its own (they do not extend an earlier one).  Functions travel by name and are resolved
+once per rank.
 Segments of different channels share a datagram: one staging row per destination, not one per
 channel and destination.  The magic byte catches a datagram sent with ``rail.send`` on a rail whose
 arrivals go through its channels.
@@ -84,9 +90,10 @@ MAGIC = 0xA7
 KIND_RECORDS = 0
 KIND_CALL = 1
 KIND_BLOBS = 2
-#: A kind 2 segment's count (and 4 bytes of padding), and its last offset, beside the records' own bytes.
+#: A kind 2 segment's count of records and of variable-size parts per record.
 _BLOB_COUNT = struct.Struct("<II")
-_BLOB_OVERHEAD = _BLOB_COUNT.size + 4 + (ALIGNMENT - 1)  # at most, padding included
+#: The most variable-size parts a record of a channel has.
+MAX_BLOB_PARTS = 8
 #: A call's buffer table: number of out-of-band buffers, then each one's length.
 _COUNT = struct.Struct("<I")
 _LENGTH = struct.Struct("<Q")
@@ -218,7 +225,7 @@ class Channel:
         dtype: np.dtype,
         handler: Callable[..., object],
         name: str,
-        blobs: bool = False,
+        blobs: bool | int = False,
     ) -> None:
         self.channels = channels
         self.number = number
@@ -226,12 +233,21 @@ class Channel:
         self.handler = handler
         self.name = name
         self.record_size = dtype.itemsize
-        #: Whether records have a variable-size part (segments of kind 2; see the module).
-        self.blobs = blobs
+        #: How many variable-size parts each record has (0: fixed-size records; else segments of kind 2).
+        self.parts = int(blobs)
+        #: Whether records have variable-size parts (segments of kind 2; see the module).
+        self.blobs = self.parts > 0
         #: Records in a datagram of this channel alone (fixed-size records).
         self.per_datagram = (channels.datagram_size - HEADER_SIZE) // max(1, self.record_size)
-        #: The largest variable-size part a record of this channel can have: one record in a datagram.
-        self.largest_blob = channels.datagram_size - HEADER_SIZE - _BLOB_COUNT.size - _aligned(self.record_size) - 8
+        #: The most bytes a record's variable-size parts can have together: one record alone in a datagram, beside
+        #: its fixed-size part and two offsets per part.
+        self.largest_blob = (
+            channels.datagram_size
+            - HEADER_SIZE
+            - _BLOB_COUNT.size
+            - _aligned(self.record_size)
+            - 8 * max(1, self.parts)
+        )
         self.records_sent = 0
         self.records_received = 0
 
@@ -239,7 +255,7 @@ class Channel:
         self,
         dests: np.ndarray | list[int],
         records: np.ndarray | None,
-        blobs: Blobs | None = None,
+        blobs: Blobs | tuple[Blobs, ...] | None = None,
         *,
         copy: bool = True,
     ) -> None:
@@ -253,14 +269,19 @@ class Channel:
         :class:`~mailrail.errors.InvalidDestinationError` for a rank out of range.
 
         On a channel of records with a variable-size part, *blobs* holds each record's (as many as *dests*;
-        *records* may be None for an empty dtype): a part larger than :attr:`largest_blob` raises
+        *records* may be None for an empty dtype); with several parts, a tuple of one :class:`Blobs` per part.
+        A record whose parts have more than :attr:`largest_blob` bytes together raises
         :class:`~mailrail.errors.MessageSizeError` naming both sizes, before anything is sent.
         """
+        parts: tuple[Blobs, ...] | None = None
         if self.blobs:
             if blobs is None:
                 raise TypeError(f"{self.name}: records with a variable-size part: give their blobs")
+            parts = (blobs,) if isinstance(blobs, Blobs) else tuple(blobs)
+            if len(parts) != self.parts:
+                raise TypeError(f"{self.name}: records with {self.parts} variable-size parts, given {len(parts)}")
             if records is None and self.record_size == 0:
-                records = np.empty(blobs.count, dtype=self.dtype)
+                records = np.empty(parts[0].count, dtype=self.dtype)
         elif blobs is not None:
             raise TypeError(f"{self.name}: a channel of fixed-size records takes no blobs")
         records = np.asarray(records)
@@ -271,11 +292,12 @@ class Channel:
             raise ValueError(
                 f"{self.name}: {dests.shape} destinations for records of shape {records.shape} (one rank per record)"
             )
-        if blobs is not None:
-            if blobs.count != len(records):
-                raise ValueError(f"{self.name}: {blobs.count} variable-size parts for {len(records)} records")
+        if parts is not None:
+            for part in parts:
+                if part.count != len(records):
+                    raise ValueError(f"{self.name}: {part.count} variable-size parts for {len(records)} records")
             if len(records):
-                self.check_blob_sizes(blobs.lengths())
+                self.check_blob_sizes(sum((part.lengths() for part in parts[1:]), parts[0].lengths()))
         if len(dests) == 0:
             return
         if dests.dtype.kind not in "iu":
@@ -283,17 +305,18 @@ class Channel:
         low, high = int(dests.min()), int(dests.max())
         if low < 0 or high >= self.channels.size:
             checked_rank(low if low < 0 else high, self.channels.size)
-        self.channels._submit(self, dests, records, copy, blobs)
+        self.channels._submit(self, dests, records, copy, parts)
 
     def check_blob_sizes(self, lengths: np.ndarray) -> None:
-        """Refuse variable-size parts of these *lengths* if one is larger than a datagram takes
-        (:class:`~mailrail.errors.MessageSizeError`, naming both sizes)."""
+        """Refuse records whose variable-size parts have these *lengths* (each record's parts together) if one is
+        larger than a datagram takes (:class:`~mailrail.errors.MessageSizeError`, naming both sizes)."""
         longest = int(lengths.max()) if len(lengths) else 0
         if longest > self.largest_blob:
+            what, together = ("string", "") if self.parts == 1 else (f"record of {self.parts} strings", " together")
             raise MessageSizeError(
-                f"{self.name}: a {longest}-byte string does not fit in a {self.channels.datagram_size}-byte "
-                f"datagram, which takes strings of up to {self.largest_blob} bytes beside this channel's "
-                f"{self.record_size}-byte records and the segment's headers (raise MAILRAIL_DATAGRAM_SIZE)"
+                f"{self.name}: a {longest}-byte {what} does not fit in a {self.channels.datagram_size}-byte "
+                f"datagram, which takes strings of up to {self.largest_blob} bytes{together} beside this "
+                f"channel's {self.record_size}-byte records and the segment's headers (raise MAILRAIL_DATAGRAM_SIZE)"
             )
 
     def send_to(self, dest: int, records: np.ndarray, *, copy: bool = True) -> None:
@@ -373,13 +396,14 @@ class Channels:
         handler: Callable[..., object],
         name: str | None = None,
         *,
-        blobs: bool = False,
+        blobs: bool | int = False,
     ) -> Channel:
         """Collective: a new :class:`Channel` of records of *dtype*, delivered to *handler*.
 
         With *blobs*, each record also has a variable-size part (bytes: a string key or value), and *handler*
         gets ``(source, records, blobs)``, a :class:`Blobs` beside the records (*dtype* may then be empty,
-        ``np.dtype([])``).
+        ``np.dtype([])``); with ``blobs=m``, *m* such parts (a string key and its string value: 2), and *handler*
+        gets ``(source, records, blobs_1, ..., blobs_m)``.
 
         Every rank opens the same channels in the same order (one allgather checks their names and
         dtypes, and refuses a disagreement on every rank with :class:`~mailrail.errors.MailRailError`).
@@ -395,7 +419,11 @@ class Channels:
         dtype = np.dtype(dtype)
         if dtype.hasobject:
             raise TypeError(f"records of dtype {dtype} hold Python objects: a channel carries fixed-size records")
-        if (dtype.itemsize == 0 and not blobs) or dtype.itemsize > self.datagram_size - HEADER_SIZE - 64 * blobs:
+        parts = operator.index(blobs)
+        if not 0 <= parts <= MAX_BLOB_PARTS:
+            raise ValueError(f"a record has 0 to {MAX_BLOB_PARTS} variable-size parts, not {parts}")
+        room = self.datagram_size - HEADER_SIZE - (56 + 8 * parts if parts else 0)
+        if (dtype.itemsize == 0 and not parts) or dtype.itemsize > room:
             raise MessageSizeError(
                 f"a {dtype.itemsize}-byte record does not fit in a {self.datagram_size}-byte datagram "
                 f"({HEADER_SIZE} bytes of it are the segment header)"
@@ -404,7 +432,7 @@ class Channels:
         if number >= MAX_CHANNELS:
             raise MailRailError(f"a rail carries at most {MAX_CHANNELS} channels")
         name = name or f"channel {number}"
-        mine = (name, (dtype.str if dtype.names is None else repr(dtype.descr)) + " + bytes" * blobs)
+        mine = (name, (dtype.str if dtype.names is None else repr(dtype.descr)) + " + bytes" * parts)
         everyone = self._comm.allgather(mine)
         if any(theirs != mine for theirs in everyone):
             spread = "; ".join(f"rank {rank}: {theirs[0]} ({theirs[1]})" for rank, theirs in enumerate(everyone))
@@ -412,7 +440,7 @@ class Channels:
                 f"ranks opened different channels as channel {number} (containers and Coalescers must be made "
                 f"in the same order on every rank): {spread}"
             )
-        channel = Channel(self, number, dtype, handler, name, blobs)
+        channel = Channel(self, number, dtype, handler, name, parts)
         self._channels.append(channel)
         return channel
 
@@ -456,12 +484,17 @@ class Channels:
     # -- sending -------------------------------------------------------------
 
     def _submit(
-        self, channel: Channel, dests: np.ndarray, records: np.ndarray, copy: bool = True, blobs: Blobs | None = None
+        self,
+        channel: Channel,
+        dests: np.ndarray,
+        records: np.ndarray,
+        copy: bool = True,
+        blobs: tuple[Blobs, ...] | None = None,
     ) -> None:
         self._check_open()
         if self._busy and copy:  # from a handler: it waits for the running send or dispatch (after_handler), so a copy
             dests, records = dests.copy(), records.copy()
-            blobs = None if blobs is None else blobs.copy()
+            blobs = None if blobs is None else tuple(part.copy() for part in blobs)
         if blobs is None:
             self.after_handler(lambda: self._partition_and_send(channel, dests, records), len(records))
         else:
@@ -637,7 +670,7 @@ class Channels:
             else:
                 self._append_records(dest, channel, sorted_records[start:end])
 
-    def _deliver_locally(self, channel: Channel, records: np.ndarray, blobs: Blobs | None = None) -> None:
+    def _deliver_locally(self, channel: Channel, records: np.ndarray, blobs: tuple[Blobs, ...] | None = None) -> None:
         # No MPI, no copy into a datagram: the handler gets them at once, read-only as arrivals are;
         # what it sends meanwhile waits in _nested.
         records.flags.writeable = False
@@ -647,50 +680,56 @@ class Channels:
             if blobs is None:
                 channel.handler(self.rank, records)
             else:
-                channel.handler(self.rank, records, blobs)
+                channel.handler(self.rank, records, *blobs)
         finally:
             self._handler_depth -= 1
 
-    def _partition_and_send_blobs(self, channel: Channel, dests: np.ndarray, records: np.ndarray, blobs: Blobs) -> None:
-        """:meth:`_partition_and_send` for records with a variable-size part: the parts go in the records'
-        order by destination (pyarrow's take), then each destination's in segments of kind 2."""
+    def _partition_and_send_blobs(
+        self, channel: Channel, dests: np.ndarray, records: np.ndarray, blobs: tuple[Blobs, ...]
+    ) -> None:
+        """:meth:`_partition_and_send` for records with variable-size parts: the parts go in the records' order by
+        destination (pyarrow's take), then each destination's in segments of kind 2."""
         rank = self.rank
         channel.records_sent += len(records)
         if len(records) == 1 or (dests[0] == dests).all():
-            sorted_records, sorted_blobs = np.ascontiguousarray(records), blobs
+            sorted_records, sorted_parts = np.ascontiguousarray(records), blobs
             counts = np.zeros(self.size, dtype=np.int64)
             counts[int(dests[0])] = len(records)
         else:
             ranks: np.ndarray = dests.astype(self._rank_dtype, copy=False)
             order = np.argsort(ranks, kind="stable")
-            sorted_records, sorted_blobs = records[order], blobs.take(order)
+            sorted_records, sorted_parts = records[order], tuple(part.take(order) for part in blobs)
             counts = np.bincount(ranks, minlength=self.size)
         ends = np.cumsum(counts)
-        offsets = sorted_blobs.offsets
         for dest in in_turn(np.flatnonzero(counts).tolist(), rank):
             end = int(ends[dest])
             start = end - int(counts[dest])
-            part = Blobs(offsets[start : end + 1], sorted_blobs.data)
+            parts = tuple(Blobs(part.offsets[start : end + 1], part.data) for part in sorted_parts)
             if dest == rank:
-                self._deliver_locally(channel, sorted_records[start:end], part)
+                self._deliver_locally(channel, sorted_records[start:end], parts)
             else:
-                self._append_blobs(dest, channel, sorted_records[start:end], part)
+                self._append_blobs(dest, channel, sorted_records[start:end], parts)
 
-    def _append_blobs(self, dest: int, channel: Channel, records: np.ndarray, blobs: Blobs) -> None:
+    def _append_blobs(self, dest: int, channel: Channel, records: np.ndarray, blobs: tuple[Blobs, ...]) -> None:
         """Records with their variable-size parts into *dest*'s datagrams: as many as fit in each segment (one
         search over the records' sizes per segment); whole datagrams straight into send buffers."""
         capacity = self.datagram_size
         size = channel.record_size
-        offsets = blobs.offsets.astype(np.int64, copy=False)
+        offsets = [part.offsets.astype(np.int64, copy=False) for part in blobs]
+        datas = [part.data for part in blobs]
+        parts = len(blobs)
         # Bytes records 0..k-1 take in a segment, but for the fixed overhead: sizes[k].
-        sizes = offsets - offsets[0]
-        sizes += np.arange(len(offsets), dtype=np.int64) * (size + 4)
+        sizes = np.arange(len(offsets[0]), dtype=np.int64) * (size + 4 * parts)
+        for part_offsets in offsets:
+            sizes += part_offsets - part_offsets[0]
+        # The count, padding to an 8-byte offset, each part's last offset, and 4 bytes of slack.
+        overhead = _BLOB_COUNT.size + (ALIGNMENT - 1) + 4 * parts + 4
         count = len(records)
         done = 0
         while done < count:
             fill = self._fill[dest]
             header_at = _aligned(fill)
-            room = capacity - header_at - HEADER_SIZE - _BLOB_OVERHEAD - 4
+            room = capacity - header_at - HEADER_SIZE - overhead
             take = int(np.searchsorted(sizes[done:], sizes[done] + room, side="right")) - 1 if room > 0 else 0
             take = min(take, count - done)
             if take <= 0:
@@ -700,11 +739,11 @@ class Channels:
                 take = 1  # alone in a datagram, a part of up to largest_blob bytes fits (checked at send)
             if fill == 0 and take < count - done:  # a whole datagram: straight into a send buffer
                 buf = self._reserve()
-                nbytes = self._write_blobs(buf, 0, channel, records, offsets, blobs.data, done, done + take)
+                nbytes = self._write_blobs(buf, 0, channel, records, offsets, datas, done, done + take)
                 self._send(dest, buf, nbytes)
             else:
                 row = self._staging_row(dest)
-                end = self._write_blobs(row, header_at, channel, records, offsets, blobs.data, done, done + take)
+                end = self._write_blobs(row, header_at, channel, records, offsets, datas, done, done + take)
                 self._fill[dest] = end
                 self._tail_channel[dest] = -1  # a segment of kind 2 is never extended
                 self._staged_dests.add(dest)
@@ -718,25 +757,29 @@ class Channels:
         header_at: int,
         channel: Channel,
         records: np.ndarray,
-        offsets: np.ndarray,
-        data: np.ndarray,
+        offsets: list[np.ndarray],
+        datas: list[np.ndarray],
         start: int,
         stop: int,
     ) -> int:
-        """Writes records ``start..stop-1`` as one segment of kind 2 at *header_at*; returns where it ends."""
+        """Writes records ``start..stop-1`` as one segment of kind 2 at *header_at* (each part's offsets, then each
+        part's bytes: see the module); returns where it ends."""
         count = stop - start
         fixed_at = header_at + HEADER_SIZE + _BLOB_COUNT.size
         fixed_bytes = count * channel.record_size
         offsets_at = _aligned(fixed_at + fixed_bytes)
-        data_at = offsets_at + 4 * (count + 1)
-        first, last = int(offsets[start]), int(offsets[stop])
-        end = data_at + last - first
-        _BLOB_COUNT.pack_into(target.data, header_at + HEADER_SIZE, count, 0)
+        end = offsets_at + 4 * (count + 1) * len(offsets)  # where the parts' bytes start
+        _BLOB_COUNT.pack_into(target.data, header_at + HEADER_SIZE, count, len(offsets))
         if fixed_bytes:
             target[fixed_at : fixed_at + fixed_bytes] = records[start:stop].view(np.uint8).reshape(-1)
         target[fixed_at + fixed_bytes : offsets_at] = 0
-        np.subtract(offsets[start : stop + 1], first, out=target[offsets_at:data_at].view(np.int32), casting="unsafe")
-        target[data_at:end] = data[first:last]
+        for part_offsets, data in zip(offsets, datas):
+            first, last = int(part_offsets[start]), int(part_offsets[stop])
+            written = target[offsets_at : offsets_at + 4 * (count + 1)].view(np.int32)
+            np.subtract(part_offsets[start : stop + 1], first, out=written, casting="unsafe")
+            target[end : end + last - first] = data[first:last]
+            offsets_at += 4 * (count + 1)
+            end += last - first
         HEADER.pack_into(target.data, header_at, channel.number, MAGIC, KIND_BLOBS, end - header_at - HEADER_SIZE)
         assert end <= len(target), f"a segment of {count} records ends at byte {end} of {len(target)}"
         return end
@@ -1028,27 +1071,43 @@ class Channels:
                         self._malformed(message, offset, f"it names channel {number}, no channel of blobs here")
                     )
                 channel = channels[number]
-                self._dispatch_blobs(channel, source, data, start, end)
+                self._dispatch_blobs(channel, message, data, start, end)
             elif kind == KIND_CALL:
                 self._run_call(view[start:end])
             else:
                 raise ProtocolError(self._malformed(message, offset, f"a segment of unknown kind {kind}"))
             offset = _aligned(end)
 
-    def _dispatch_blobs(self, channel: Channel, source: int, data: np.ndarray, start: int, end: int) -> None:
-        (count, _) = _BLOB_COUNT.unpack_from(data.data, start)
+    def _dispatch_blobs(self, channel: Channel, message: Any, data: np.ndarray, start: int, end: int) -> None:
+        (count, parts) = _BLOB_COUNT.unpack_from(data.data, start)
+        if parts != channel.parts:
+            raise ProtocolError(
+                self._malformed(
+                    message,
+                    start - HEADER_SIZE,
+                    f"{parts} variable-size parts for channel {channel.number}'s {channel.parts}",
+                )
+            )
         fixed_at = start + _BLOB_COUNT.size
         offsets_at = _aligned(fixed_at + count * channel.record_size)
-        data_at = offsets_at + 4 * (count + 1)
+        data_at = offsets_at + 4 * (count + 1) * parts
         if channel.record_size:
             records = data[fixed_at : fixed_at + count * channel.record_size].view(channel.dtype)
         else:
             records = np.empty(count, dtype=channel.dtype)
-        blobs = Blobs(data[offsets_at:data_at].view(np.int32), data[data_at:end])
+        blobs = []
+        for _ in range(parts):
+            offsets = data[offsets_at : offsets_at + 4 * (count + 1)].view(np.int32)
+            nbytes = int(offsets[-1])
+            if data_at + nbytes > end:
+                raise ProtocolError(self._malformed(message, start - HEADER_SIZE, "strings past the segment's end"))
+            blobs.append(Blobs(offsets, data[data_at : data_at + nbytes]))
+            offsets_at += 4 * (count + 1)
+            data_at += nbytes
         channel.records_received += count
         self._handler_depth += 1
         try:
-            channel.handler(source, records, blobs)
+            channel.handler(message.source, records, *blobs)
         finally:
             self._handler_depth -= 1
 

@@ -89,10 +89,11 @@ class Container:
                 )
 
     def _channel(
-        self, dtype: np.dtype | str, handler: Callable[..., object], what: str, *, blobs: bool = False
+        self, dtype: np.dtype | str, handler: Callable[..., object], what: str, *, blobs: bool | int = False
     ) -> Channel:
         """A channel of this container's (collective: :meth:`~mailrail.channels.Channels.open`), named after it;
-        with *blobs*, of records with a string beside their fixed-size part (handler: ``(source, records, blobs)``)."""
+        with *blobs*, of records with a string beside their fixed-size part (handler: ``(source, records, blobs)``),
+        or with ``blobs=2`` two strings (``(source, records, first, second)``)."""
         channel = self.channels.open(dtype, handler, name=f"{self.kind} {what}", blobs=blobs)
         if blobs:
             self._longest_string = min(self._longest_string, channel.largest_blob)
