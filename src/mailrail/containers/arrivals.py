@@ -5,7 +5,8 @@ in numpy calls than in work, so an owner copies arrivals into an :class:`Arrival
 and applies them in bulk, when the buffer holds its *limit* of records or before anything reads the container.
 
 Arrivals are kept in *runs*: consecutive arrivals of one kind (and tag) share a run, whose records are one
-contiguous array (and, for records with a variable-size part, one :class:`~mailrail.channels.Blobs`).  An
+contiguous array (and, for records with variable-size parts, one :class:`~mailrail.channels.Blobs` per part: a
+string key, or a string key and its string value).  An
 *ordered* buffer keeps runs in arrival order (a set's inserts and erases, a map's operations: applying them in
 runs, in order, is what applying each arrival at once would do); an unordered one keeps one run per kind, for
 operations that commute (a counting set's additions).
@@ -56,45 +57,59 @@ def _give_back(buffer: npt.NDArray[Any]) -> None:
 
 class Run(NamedTuple):
     """Consecutive arrivals of one kind: their records (a view of the buffer, valid until the buffer is applied)
-    and, for records with a variable-size part, those parts."""
+    and, for records with variable-size parts, those parts: the first in *blobs*, any others in *more*."""
 
     kind: int
     tag: object
     records: npt.NDArray[Any]
     blobs: Blobs | None
+    more: tuple[Blobs, ...] = ()
+
+
+class _Part:
+    """One variable-size part of a run's records: offsets from 0, and bytes."""
+
+    def __init__(self, room: int) -> None:
+        self.offsets: npt.NDArray[np.int64] = _borrow(np.dtype(np.int64), room + 1)
+        self.offsets[0] = 0
+        self.data: npt.NDArray[np.uint8] = _borrow(np.dtype(np.uint8), 16 * room)
+        self.data_fill = 0
+
+    def append(self, fill: int, end: int, blobs: Blobs) -> None:
+        if end + 1 > len(self.offsets):
+            self.offsets = _Buffer._grown(self.offsets, fill + 1, end + 1)
+        first = int(blobs.offsets[0])
+        nbytes = int(blobs.offsets[-1]) - first
+        if self.data_fill + nbytes > len(self.data):
+            self.data = _Buffer._grown(self.data, self.data_fill, self.data_fill + nbytes)
+        self.data[self.data_fill : self.data_fill + nbytes] = blobs.data[first : first + nbytes]
+        np.add(blobs.offsets[1:], self.data_fill - first, out=self.offsets[fill + 1 : end + 1])
+        self.data_fill += nbytes
+
+    def blobs(self, fill: int) -> Blobs:
+        return Blobs(self.offsets[: fill + 1], self.data[: self.data_fill])
+
+    def release(self) -> None:
+        _give_back(self.offsets)
+        _give_back(self.data)
 
 
 class _Buffer:
-    """One run's storage: records, and with *blobs*, variable-size parts (offsets from 0, and bytes)."""
+    """One run's storage: records, and *parts* variable-size parts of each (:class:`_Part`)."""
 
-    def __init__(self, kind: int, tag: object, dtype: np.dtype[Any], room: int, blobs: bool) -> None:
+    def __init__(self, kind: int, tag: object, dtype: np.dtype[Any], room: int, parts: int) -> None:
         self.kind, self.tag = kind, tag
         self.records = _borrow(dtype, room)
         self.fill = 0
-        self.offsets: npt.NDArray[np.int64] | None = None
-        self.data: npt.NDArray[np.uint8] | None = None
-        self.data_fill = 0
-        if blobs:
-            self.offsets = _borrow(np.dtype(np.int64), room + 1)
-            self.offsets[0] = 0
-            self.data = _borrow(np.dtype(np.uint8), 16 * room)
+        self.parts = [_Part(room) for _ in range(parts)]
 
-    def append(self, records: npt.NDArray[Any], blobs: Blobs | None) -> None:
+    def append(self, records: npt.NDArray[Any], blobs: tuple[Blobs, ...]) -> None:
         end = self.fill + len(records)
         if end > len(self.records):
             self.records = self._grown(self.records, self.fill, end)
         self.records[self.fill : end] = records
-        if blobs is not None:
-            assert self.offsets is not None and self.data is not None
-            if end + 1 > len(self.offsets):
-                self.offsets = self._grown(self.offsets, self.fill + 1, end + 1)
-            first = int(blobs.offsets[0])
-            nbytes = int(blobs.offsets[-1]) - first
-            if self.data_fill + nbytes > len(self.data):
-                self.data = self._grown(self.data, self.data_fill, self.data_fill + nbytes)
-            self.data[self.data_fill : self.data_fill + nbytes] = blobs.data[first : first + nbytes]
-            np.add(blobs.offsets[1:], self.data_fill - first, out=self.offsets[self.fill + 1 : end + 1])
-            self.data_fill += nbytes
+        for part, given in zip(self.parts, blobs, strict=True):
+            part.append(self.fill, end, given)
         self.fill = end
 
     @staticmethod
@@ -105,25 +120,23 @@ class _Buffer:
         return grown
 
     def run(self) -> Run:
-        blobs = None
-        if self.offsets is not None and self.data is not None:
-            blobs = Blobs(self.offsets[: self.fill + 1], self.data[: self.data_fill])
-        return Run(self.kind, self.tag, self.records[: self.fill], blobs)
+        parts = [part.blobs(self.fill) for part in self.parts]
+        return Run(self.kind, self.tag, self.records[: self.fill], parts[0] if parts else None, tuple(parts[1:]))
 
     def release(self) -> None:
         _give_back(self.records)
-        if self.offsets is not None and self.data is not None:
-            _give_back(self.offsets)
-            _give_back(self.data)
+        for part in self.parts:
+            part.release()
 
 
 class Arrivals:
     """Records an owner received and has not applied yet, in runs (see the module), applied by ``apply(run)``.
 
     *dtypes*: the records' dtype of each kind (kinds are ``0..len(dtypes)-1``); *blobs*: the kinds whose records
-    have a variable-size part.  *limit*: records held before they are applied; for an unordered buffer, a list of
-    one limit per kind, to which each kind's run is preallocated (a kind's run that would pass its limit is
-    applied, with the others, before it takes more).  *ordered*: runs in arrival order, else one run per kind.
+    have a variable-size part (a set), or how many variable-size parts each kind's records have (a dict).
+    *limit*: records held before they are applied; for an unordered buffer, a list of one limit per kind, to which
+    each kind's run is preallocated (a kind's run that would pass its limit is applied, with the others, before it
+    takes more).  *ordered*: runs in arrival order, else one run per kind.
     """
 
     def __init__(
@@ -133,27 +146,30 @@ class Arrivals:
         apply: Callable[[Run], object],
         *,
         ordered: bool,
-        blobs: frozenset[int] = frozenset(),
+        blobs: frozenset[int] | dict[int, int] = frozenset(),
     ) -> None:
         self.dtypes = [np.dtype(dtype) for dtype in dtypes]
         if ordered != isinstance(limit, int):
             raise TypeError("Arrivals: an ordered buffer takes one limit, an unordered one a limit per kind")
         self.limits = [max(1, limit)] * len(self.dtypes) if isinstance(limit, int) else [max(1, n) for n in limit]
         self.ordered = ordered
-        self.blobs = blobs
+        #: How many variable-size parts each kind's records have (kinds not named: none).
+        self.parts = dict(blobs) if isinstance(blobs, dict) else dict.fromkeys(blobs, 1)
         self._apply = apply
         self._runs: list[_Buffer] = []
         self._by_kind: dict[int, _Buffer] = {}
         #: Records held.
         self.count = 0
 
-    def add(self, kind: int, records: npt.NDArray[Any], blobs: Blobs | None = None, tag: object = None) -> None:
-        """Keep a copy of *records* (and their variable-size parts *blobs*) of *kind*, applying what is held when
-        the limit is reached."""
+    def add(
+        self, kind: int, records: npt.NDArray[Any], blobs: Blobs | tuple[Blobs, ...] | None = None, tag: object = None
+    ) -> None:
+        """Keep a copy of *records* (and their variable-size parts *blobs*: a :class:`~mailrail.channels.Blobs`, or a
+        tuple of one per part) of *kind*, applying what is held when the limit is reached."""
         if self.ordered:
             last = self._runs[-1] if self._runs else None
             if last is None or last.kind != kind or last.tag is not tag:
-                last = _Buffer(kind, tag, self.dtypes[kind], max(_FIRST_ROOM, len(records)), kind in self.blobs)
+                last = _Buffer(kind, tag, self.dtypes[kind], max(_FIRST_ROOM, len(records)), self.parts.get(kind, 0))
                 self._runs.append(last)
         else:
             last = self._by_kind.get(kind)
@@ -162,9 +178,9 @@ class Arrivals:
                 last = None
             if last is None:
                 room = max(self.limits[kind], len(records))
-                last = self._by_kind[kind] = _Buffer(kind, tag, self.dtypes[kind], room, kind in self.blobs)
+                last = self._by_kind[kind] = _Buffer(kind, tag, self.dtypes[kind], room, self.parts.get(kind, 0))
                 self._runs.append(last)
-        last.append(records, blobs)
+        last.append(records, () if blobs is None else (blobs,) if isinstance(blobs, Blobs) else blobs)
         self.count += len(records)
         if (self.count if self.ordered else last.fill) >= self.limits[kind]:
             self.apply_all()

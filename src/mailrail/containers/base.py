@@ -45,6 +45,8 @@ class Container:
 
     #: The container's name in errors (its class name).
     kind = "Container"
+    #: What the container calls one of its keys in errors (a disjoint set has items).
+    key_noun = "key"
 
     def __init__(self, rail: Rail) -> None:
         self.rail = rail
@@ -73,8 +75,8 @@ class Container:
         for a datagram; else an error, before anything is sent."""
         where = f"{self.kind}.{operation}()"
         assert self._strings is not None
-        blobs = self._strings.convert(keys, where)
-        self._check_lengths(blobs, where)
+        blobs = self._strings.convert(keys, where, f"{self.key_noun}s")
+        self._check_lengths(blobs, where, self.key_noun)
         return blobs
 
     def _check_lengths(self, blobs: Blobs, where: str, what: str = "key") -> None:

@@ -1,4 +1,5 @@
-"""A distributed disjoint set (union-find) of items of one fixed dtype: YGM's ``disjoint_set``, in batches.
+"""A distributed disjoint set (union-find) of items of one fixed dtype, or of strings of any length: YGM's
+``disjoint_set``, in batches.
 
 **Where items live.**  Each item is owned by one rank (:class:`~mailrail.containers.partition.HashPartitioner`,
 the same owner as every other container's for the same key), which keeps it in a
@@ -14,6 +15,14 @@ before ``0.0``, NaNs at the ends, by their sign bit: the IEEE total order), ``da
 structured records, complex numbers) by its bytes compared as unsigned bytes from the first.  Internally each
 item travels as its *ordinal* (:class:`ItemOrder`): an ``uint64`` for items of up to 8 bytes, else a byte
 string, whose plain comparison is that order.
+
+**Strings of any length** (``DisjointSet(rail, str)`` or ``bytes``: :class:`StringDisjointSet`) follow the same
+rule in the bytes order: strings compare as unsigned bytes from the first, a string before every longer one it
+begins (``memcmp``, then the length); a ``str`` item by its UTF-8 bytes, which is Python's order of ``str`` (code
+points), as for the fixed-width ``U`` items.  The owner keeps its items in a
+:class:`~mailrail.containers.keys.StringTable` and their parents in a
+:class:`~mailrail.containers.varvalues.StringColumn`; a walk carries its two items as the two variable-size parts
+of one record, so an item may have at most half of what a record's strings may have together.
 
 **union (asynchronous): a batch becomes a forest, then walks.**  :meth:`DisjointSet.union` first solves its
 batch alone (vectorized connected components on the sender: hooking and pointer jumping), so one record per
@@ -45,14 +54,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import Rail
+from ..channels import Blobs, Rail
 from ..collectives import collective
 from .base import Container, Lookup, table_of
-from .keys import fixed_dtype, is_string_type, numpy_column
+from .keys import Strings, StringTable, fixed_dtype, is_string_type, numpy_column
 from .partition import key_words
 from .table import KeyTable
+from .varvalues import StringColumn, StringLookup, concat_blobs, equal, extremes, less, unique_strings
 
-__all__ = ["DisjointSet", "ItemOrder", "batch_components"]
+__all__ = ["DisjointSet", "ItemOrder", "StringDisjointSet", "batch_components"]
 
 _SIGN = np.uint64(1 << 63)
 #: Parent arrays start with room for this many items and double.
@@ -195,14 +205,16 @@ class DisjointSet(Container):
     """
 
     kind = "DisjointSet"
+    key_noun = "item"
+
+    def __new__(cls, rail: Rail, dtype: Any) -> DisjointSet:
+        # DisjointSet(rail, str) and DisjointSet(rail, bytes) are disjoint sets of strings of any length.
+        if cls is DisjointSet and is_string_type(dtype):
+            return super().__new__(StringDisjointSet)
+        return super().__new__(cls)
 
     @collective
     def __init__(self, rail: Rail, dtype: npt.DTypeLike) -> None:
-        if is_string_type(dtype):
-            raise TypeError(
-                f"DisjointSet: items of {dtype.__name__} of any length are not supported yet: use a fixed-width "  # type: ignore[union-attr]
-                f"dtype (U32, S64...), or number the strings first"
-            )
         super().__init__(rail)
         self.dtype: np.dtype[Any] = fixed_dtype(dtype, "DisjointSet", "items")
         self._key_dtype = self.dtype
@@ -458,6 +470,7 @@ class DisjointSet(Container):
         items, roots = self._local()
         return table_of({"item": items, "root": roots})
 
+    @collective
     def gather(self, rank: int = 0) -> Any:
         """Collective: every item and its root (:meth:`roots`), on rank *rank*: one ``pyarrow.Table`` in rank
         order; None on the other ranks."""
@@ -483,3 +496,226 @@ class DisjointSet(Container):
 
     def __repr__(self) -> str:
         return f"<DisjointSet of {self.dtype}, {len(self._table)} items on rank {self.rank}>"
+
+
+_NOTHING = np.dtype([])
+
+
+class StringDisjointSet(DisjointSet):
+    """``DisjointSet(rail, str)`` or ``DisjointSet(rail, bytes)``: a disjoint set of strings of any length, with
+    :class:`DisjointSet`'s operations and answers (see :mod:`mailrail.containers.keys` for what a batch may be).
+
+    The root of a set is its smallest string by bytes (see the module: for ``str``, Python's order), as for fixed
+    items.  Items are given as batches of strings; :meth:`find` returns a pyarrow array (``StringArray`` for
+    ``str``, ``BinaryArray`` for ``bytes``), and :meth:`local`, :meth:`roots` and :meth:`gather` tables of such
+    columns.  A walk of a union carries two items in one record, so an item longer than half of what a record's
+    strings may have together (:attr:`longest_item`) raises :class:`~mailrail.errors.MessageSizeError` naming both
+    sizes, before anything is sent.
+    """
+
+    @collective
+    def __init__(self, rail: Rail, kind: type) -> None:  # (DisjointSet.__init__'s setup is for fixed-size items)
+        Container.__init__(self, rail)
+        self._strings = Strings(kind)
+        #: ``str`` or ``bytes``.
+        self.dtype = kind  # type: ignore[assignment]
+        self._items = StringTable()
+        self._parents = StringColumn()
+        self._changed = False
+        position = ("position", np.int64)
+        self._starts = self._channel(_NOTHING, self._on_string_start, "union starts", blobs=2)
+        self._walks = self._channel(_NOTHING, self._on_string_walk, "union walks", blobs=2)
+        self._find_requests = self._channel(
+            np.dtype([position, ("origin", np.int64)]), self._on_string_find_request, "find requests", blobs=True
+        )
+        self._find_replies = self._channel(np.dtype([position]), self._on_string_find_reply, "find replies", blobs=True)
+        self._string_grandparents = StringLookup(
+            self, self._strings, np.dtype(np.bool_), self._string_grandparents_of, "compress"
+        )
+        self._roots_found: list[tuple[npt.NDArray[np.int64], Blobs]] | None = None
+        #: The longest item, in bytes: half of what a record of a walk's two items may have.
+        self.longest_item = min(self._longest_string, min(self._starts.largest_blob, self._walks.largest_blob) // 2)
+        self._longest_string = self.longest_item
+
+    @property
+    def records_sent(self) -> int:
+        """Records this rank's DisjointSet sent (union starts and walks, find and compress requests and replies)."""
+        channels = (self._starts, self._walks, self._find_requests, self._find_replies)
+        return sum(c.records_sent for c in channels) + self._string_grandparents.records_sent
+
+    def _send_string_walks(self, items: Blobs, others: Blobs) -> None:
+        if items.count:
+            self._walks.send(Strings.owners(items, self.partitioner), None, (items, others))
+
+    # -- asynchronous --------------------------------------------------------
+
+    def union(self, a: Any, b: Any) -> None:
+        """Merge the set of ``a[i]`` with the set of ``b[i]`` for every ``i`` (asynchronous; see
+        :meth:`DisjointSet.union`): *a* and *b* are batches of strings of equal length."""
+        first = self._string_keys(a, "union")
+        second = self._string_keys(b, "union")
+        if first.count != second.count:
+            raise ValueError(
+                f"{self.kind}.union(): {first.count} items in a and {second.count} in b: "
+                f"union(a, b) pairs a[i] with b[i], so both must be as long"
+            )
+        count = first.count
+        if not count:
+            return
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        # The batch's distinct items numbered in their order (one sort by bytes), as DisjointSet.union does.
+        ends = pa.concat_arrays([first.arrow(pa.large_binary()), second.arrow(pa.large_binary())])
+        order = np.asarray(pc.sort_indices(ends), dtype=np.intp)
+        ordered = ends.take(order)
+        starts_run = np.ones(len(order), dtype=np.bool_)
+        starts_run[1:] = np.asarray(pc.not_equal(ordered[1:], ordered[:-1]).to_numpy(zero_copy_only=False))
+        index = np.empty(len(order), dtype=np.intp)
+        index[order] = np.cumsum(starts_run) - 1
+        distinct = Blobs.of(ordered.filter(pa.array(starts_run)))
+        smallest = batch_components(index[:count], index[count:], distinct.count)
+        numbers = np.arange(distinct.count)
+        sizes = np.bincount(smallest, minlength=distinct.count)
+        send = np.flatnonzero((smallest != numbers) | (sizes == 1))  # (see DisjointSet.union)
+        items = distinct.take(smallest[send])
+        self._starts.send(Strings.owners(items, self.partitioner), None, (items, distinct.take(send)))
+
+    def _insert_strings(self, items: Blobs) -> npt.NDArray[np.int64]:
+        """Each item's dense index, adding the new ones as roots (their own parents)."""
+        dense, new = self._items.insert(items)
+        self._parents.fit(len(self._items))
+        if new.any():
+            self._parents.set(dense[new], items.take(np.flatnonzero(new)))
+        return dense
+
+    def _on_string_start(self, source: int, records: npt.NDArray[Any], items: Blobs, others: Blobs) -> None:
+        # (m, x): as DisjointSet._on_start.
+        dense = self._insert_strings(items)
+        going = np.flatnonzero(~equal(items, others))
+        self._send_string_walks(others.take(going), self._parents.get(dense[going]))
+
+    def _on_string_walk(self, source: int, records: npt.NDArray[Any], items: Blobs, others: Blobs) -> None:
+        # As DisjointSet._on_walk, in the bytes order of strings.
+        dense = self._insert_strings(items)
+        parents = self._parents.get(dense)
+        up = np.flatnonzero(less(parents, others))
+        down = np.flatnonzero(less(others, parents))
+        next_items, next_others = [others.take(up)], [parents.take(up)]
+        if len(down):
+            at, lower, old = dense[down], others.take(down), parents.take(down)
+            targets, pick = extremes(at, lower, largest=False)  # a root linked twice takes the smallest other
+            self._parents.set(targets, lower.take(pick))
+            self._changed = True
+            was_root = equal(old, items.take(down))
+            moved = np.flatnonzero(~was_root)
+            next_items.append(old.take(moved))
+            next_others.append(lower.take(moved))
+            linked = self._parents.get(at)
+            lost = np.flatnonzero(was_root & ~equal(lower, linked))
+            next_items.append(lower.take(lost))
+            next_others.append(linked.take(lost))
+        self._send_string_walks(concat_blobs(next_items), concat_blobs(next_others))
+
+    # -- collective ----------------------------------------------------------
+
+    @collective
+    def find(self, items: Any) -> Any:
+        """Collective: the root of each item of the batch *items*, in the caller's order, a pyarrow array (see
+        :meth:`DisjointSet.find`)."""
+        keys = self._string_keys(items, "find")
+        self._collective("find")
+        requests = np.empty(keys.count, dtype=self._find_requests.dtype)
+        requests["position"] = np.arange(keys.count)
+        requests["origin"] = self.rank
+        found: list[tuple[npt.NDArray[np.int64], Blobs]] = []
+        self._roots_found = found
+        try:
+            self._find_requests.send(Strings.owners(keys, self.partitioner), requests, keys)
+            self.rail.barrier()  # every request walked to its root, every reply arrived
+        finally:
+            self._roots_found = None
+        positions = np.concatenate([piece[0] for piece in found]) if found else np.zeros(0, dtype=np.int64)
+        where = np.empty(keys.count, dtype=np.intp)
+        where[positions] = np.arange(keys.count)
+        roots = concat_blobs([piece[1] for piece in found]).take(where)
+        return self._strings.arrow(roots)  # type: ignore[union-attr]
+
+    def _on_string_find_request(self, source: int, requests: npt.NDArray[Any], items: Blobs) -> None:
+        dense = self._items.lookup(items)
+        parents = self._parents.get(dense)  # (an item no union named: the empty string, and a root)
+        at_root = (dense < 0) | equal(parents, items)
+        if at_root.any():
+            here = np.flatnonzero(at_root)
+            replies = np.empty(len(here), dtype=self._find_replies.dtype)
+            replies["position"] = requests["position"][here]
+            self._find_replies.send(requests["origin"][here], replies, items.take(here))
+        if not at_root.all():
+            onward = np.flatnonzero(~at_root)
+            forwarded = parents.take(onward)
+            self._find_requests.send(Strings.owners(forwarded, self.partitioner), requests[onward], forwarded)
+
+    def _on_string_find_reply(self, source: int, replies: npt.NDArray[Any], roots: Blobs) -> None:
+        assert self._roots_found is not None, "a find reply arrived outside find()"
+        self._roots_found.append((replies["position"].copy(), roots.copy()))
+
+    @collective
+    def compress(self) -> None:
+        """Collective: afterwards every item's parent is its root (see :meth:`DisjointSet.compress`)."""
+        self._collective("compress")
+        if not self.channels.allreduce_sum(int(self._changed)):
+            return
+        size = len(self._items)
+        active = np.flatnonzero(~equal(self._parents.get(np.arange(size)), self._items.keys()))
+        while self.channels.allreduce_sum(len(active)):
+            asked, inverse = unique_strings(self._parents.get(active))
+            parent_is_root, grandparents = self._string_grandparents.ask(asked, Strings.owners(asked, self.partitioner))
+            self._parents.set(active, grandparents.take(inverse))
+            active = active[~parent_is_root[inverse]]
+        self._changed = False
+
+    def _string_grandparents_of(self, parents: Blobs) -> tuple[npt.NDArray[np.bool_], Blobs]:
+        """For the compress lookup: whether each parent is a root, and its own parent."""
+        dense = self._items.lookup(parents)
+        grandparents = self._parents.get(dense)
+        if (dense < 0).any():  # never (parents are items); one that were not would be a root of its own
+            count = parents.count
+            either = np.where(dense < 0, count + np.arange(count), np.arange(count))
+            grandparents = concat_blobs([grandparents, parents]).take(either)
+        return equal(grandparents, parents), grandparents
+
+    @collective
+    def num_sets(self) -> int:
+        """Collective: how many sets the items named by unions form."""
+        self._collective("num_sets")
+        size = len(self._items)
+        roots = equal(self._parents.get(np.arange(size)), self._items.keys())
+        return self.channels.allreduce_sum(int(np.count_nonzero(roots)))
+
+    @collective
+    def size(self) -> int:
+        """Collective: how many distinct items unions named, on all ranks."""
+        self._collective("size")
+        return self.channels.allreduce_sum(len(self._items))
+
+    def _local(self) -> tuple[Any, Any]:
+        self.channels.allreduce_sum(0)  # (see DisjointSet._local)
+        strings: Strings = self._strings  # type: ignore[assignment]
+        items, parents = self._items.keys(), self._parents.get(np.arange(len(self._items)))
+        return strings.arrow(items), strings.arrow(parents)
+
+    def _absorb(self, table: Any, where: str) -> None:
+        items = table.column(0)
+        self.union(items, items)
+
+    @collective
+    def clear(self) -> None:
+        """Collective: forget every item; pending unions are applied first, then dropped."""
+        self._collective("clear")
+        self._items.clear()
+        self._parents.clear()
+        self._changed = False
+        self.channels.allreduce_sum(0)  # (see DisjointSet.clear)
+
+    def __repr__(self) -> str:
+        return f"<DisjointSet of {self._strings}, {len(self._items)} items on rank {self.rank}>"

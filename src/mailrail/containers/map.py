@@ -1,9 +1,12 @@
-"""A distributed map from keys to values of fixed dtypes: YGM's ``map``, in batches.
+"""A distributed map from keys to values: YGM's ``map``, in batches.
 
 Each key is owned by one rank (:class:`~mailrail.containers.partition.HashPartitioner`), which keeps it in a
 :class:`~mailrail.containers.table.KeyTable` beside its value, in a numpy array of the value dtype indexed by
 the key's dense index.  Values are any fixed dtype: numbers, fixed-width bytes, structured records, subarrays
-such as ``np.dtype((np.float32, 4))``.
+such as ``np.dtype((np.float32, 4))``; or strings of any length, ``str`` or ``bytes`` (:class:`StringValueMap`):
+then the owner keeps them in a :class:`~mailrail.containers.varvalues.StringColumn` indexed the same way.  Keys
+of ``str`` or ``bytes`` are strings of any length too (:class:`StringKeyMap`, and :class:`StringMap` for strings to
+strings).  ``Map(rail, key_dtype, value_dtype)`` makes the class that fits.
 
 **Asynchronous operations** (:meth:`Map.insert`, :meth:`Map.assign`, :meth:`Map.reduce`, :meth:`Map.erase`,
 :meth:`Map.visit`, :meth:`Map.visit_if_contains`) go to the keys' owners and are applied there, in handlers;
@@ -13,10 +16,12 @@ be called from inside handlers and visits.  Operations in flight are not ordered
 **Collective operations** (:meth:`Map.get`, :meth:`Map.size`) are called by every rank outside handlers and
 see every asynchronous operation issued before them, by any rank.
 
-**Transport.**  Inserts, assignments, reductions and erasures are fixed-size records on four channels of the
-rail (small batches of many callers share datagrams); the owner buffers their arrivals and applies them to its
-table in batches of up to :attr:`Map.pending_limit` records, or as soon as something reads or visits the map
-(a datagram's few hundred records per table operation would cost more in numpy calls than in work).
+**Transport.**  Inserts, assignments, reductions and erasures are records on four channels of the rail (small
+batches of many callers share datagrams): fixed-size records, or records with their string key, their string
+value or both beside them (segments of kind 2, :mod:`mailrail.channels`); the owner buffers their arrivals and
+applies them to its table in batches of up to :attr:`Map.pending_limit` records, or as soon as something reads or
+visits the map (a datagram's few hundred records per table operation would cost more in numpy calls than in
+work).
 
 Visits carry a function and pickled arguments, so they travel as calls (:meth:`Channels.call
 <mailrail.channels.Channels.call>`): one call per owner and datagram-sized chunk of keys, so a batch costs one
@@ -45,8 +50,9 @@ from .keys import Strings, StringTable, canonical, fixed_dtype, is_string_type, 
 from .ops import UFUNCS, code_of, ufunc_of
 from .partition import key_words
 from .table import KeyTable
+from .varvalues import StringColumn, StringLookup, extremes, less, repeated
 
-__all__ = ["Map", "StringKeyMap"]
+__all__ = ["Map", "StringKeyMap", "StringMap", "StringValueMap"]
 
 #: The kinds of arrivals an owner applies, in order (see Map._on_insert).
 _INSERT, _ASSIGN, _REDUCE, _REDUCE_BY_REFERENCE, _ERASE = range(5)
@@ -151,14 +157,10 @@ class Map(Container):
     pending_limit = 1 << 16
 
     def __new__(cls, rail: Rail, key_dtype: Any, value_dtype: Any) -> Map:
-        # Map(rail, str, value_dtype) and Map(rail, bytes, value_dtype) map strings of any length.
-        if cls is Map and is_string_type(key_dtype):
-            return super().__new__(StringKeyMap)
-        if is_string_type(value_dtype):
-            raise TypeError(
-                f"Map: values of {value_dtype.__name__} of any length are not supported yet: use a fixed-width dtype "
-                f"(such as S64) for values, or keep the strings in a Map of string keys"
-            )
+        # Keys or values of str or bytes are strings of any length: each combination is a class of its own.
+        if cls is Map:
+            chosen = _MAP_CLASSES[is_string_type(key_dtype), is_string_type(value_dtype)]
+            return super().__new__(chosen)
         return super().__new__(cls)
 
     @collective
@@ -505,9 +507,15 @@ class Map(Container):
         for positions in rounds:
             at, round_keys = (dense, keys) if len(rounds) == 1 else (dense[positions], keys[positions])
             round_keys.flags.writeable = False
-            values = self._values[at]  # a copy: fn updates it, the map stores it back
-            fn(round_keys, values, *args)
-            self._values[at] = values
+            self._visit_round(at, round_keys, fn, args)
+
+    def _visit_round(
+        self, at: npt.NDArray[np.int64], keys: Any, fn: Callable[..., object], args: tuple[Any, ...]
+    ) -> None:
+        """One call of a visit's *fn* over *keys*, whose dense indices *at* are distinct."""
+        values = self._values[at]  # a copy: fn updates it, the map stores it back
+        fn(keys, values, *args)
+        self._values[at] = values
 
     def _found(self, keys: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """This rank's answer to a get: each key's value and whether it is here."""
@@ -761,9 +769,7 @@ class StringKeyMap(Map):
         rounds = _rounds(dense)
         for positions in rounds:
             at, round_keys = (dense, visited) if len(rounds) == 1 else (dense[positions], visited.take(positions))
-            values = self._values[at]  # a copy: fn updates it, the map stores it back
-            fn(round_keys, values, *args)
-            self._values[at] = values
+            self._visit_round(at, round_keys, fn, args)
 
     @collective
     def get(self, keys: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
@@ -793,3 +799,309 @@ class StringKeyMap(Map):
 
     def __repr__(self) -> str:
         return f"<Map of {self._strings} -> {self.value_dtype} on rank {self.rank}: {len(self._table)} local keys>"
+
+
+#: The ops strings reduce by, and whether each keeps the larger string.
+_STRING_OPS: dict[np.ufunc, bool] = {np.minimum: False, np.maximum: True}
+
+
+class StringValueMap(Map):
+    """``Map(rail, key_dtype, str)`` or ``Map(rail, key_dtype, bytes)``: a map to strings of any length, with
+    :class:`Map`'s operations; and the values' half of :class:`StringMap` (``Map(rail, str, str)``).
+
+    *Values* are a batch of strings, as keys of strings are (see :mod:`mailrail.containers.keys`: a pyarrow array,
+    a numpy array of strings, a list), or one ``str`` (``bytes``) that every key gets.  Each owner keeps them in a
+    :class:`~mailrail.containers.varvalues.StringColumn` beside its table, indexed by the keys' dense indices.
+    Results are pyarrow arrays (``StringArray`` for ``str``, ``BinaryArray`` for ``bytes``): :meth:`get` returns the
+    values as one, with the empty string (the zero value of strings) where a key is absent; :meth:`local` is a table
+    of ``key`` and ``value`` columns.  What differs from fixed-size values:
+
+    - **reduce** takes ``"min"`` and ``"max"`` (``np.minimum``, ``np.maximum``): the smallest or largest string by
+      its bytes (for ``str``, Python's order of ``str``), a result no order of arrival changes, as YGM's
+      ``async_reduce`` with a commutative reducer.  Every other op raises ``TypeError`` naming it: concatenation
+      (``"add"``) would depend on the order reductions arrive in, which nothing fixes.  The first value of a key
+      is :meth:`insert`'s, the last :meth:`assign`'s; anything else is a visit's.
+    - **visit**: ``fn(keys, values, *args)`` gets the values as a pyarrow array (immutable: there is nothing to
+      update in place) and *returns* the new values, any batch of strings as long as *keys*, or None to leave them
+      as they are.  An absent key is inserted with the empty string first (YGM default-constructs it);
+      :meth:`visit_if_contains` skips it.
+    - **Size.**  A value longer than a datagram takes beside its record and its headers (with string keys: a key
+      and its value together) raises :class:`~mailrail.errors.MessageSizeError` naming both sizes, before anything
+      is sent; so does a visit's new value, on the owner (a value must fit in a reply).
+    """
+
+    @collective
+    def __init__(self, rail: Rail, key_dtype: Any, value_dtype: Any) -> None:  # (Map.__init__: fixed values)
+        Container.__init__(self, rail)
+        string_keys = is_string_type(key_dtype)
+        self._value_strings = Strings(value_dtype)
+        #: ``str`` or ``bytes``.
+        self.value_dtype = value_dtype
+        if string_keys:
+            self._strings = Strings(key_dtype)
+            self.key_dtype = key_dtype
+        else:
+            self.key_dtype = fixed_dtype(key_dtype, "Map")
+            self._key_dtype = self.key_dtype
+        self.channels.check_collective("Map()")
+        rail.barrier()
+        self._table = StringTable() if string_keys else KeyTable(self.key_dtype)  # type: ignore[assignment]
+        self._column = StringColumn()
+        # A string key is the record's first variable-size part, its value the second; a fixed-size key is the
+        # record's fixed part, beside its value.
+        key_part = [] if string_keys else [("key", self.key_dtype)]
+        parts = 2 if string_keys else 1
+        self._pair_dtype = np.dtype(key_part)
+        self._reduce_dtype = np.dtype([*key_part, ("op", np.uint16)])
+        self._inserts = self._channel(self._pair_dtype, self._on_strings(_INSERT), "inserts", blobs=parts)
+        self._assigns = self._channel(self._pair_dtype, self._on_strings(_ASSIGN), "assignments", blobs=parts)
+        self._reduces = self._channel(self._reduce_dtype, self._on_strings(_REDUCE), "reductions", blobs=parts)
+        if string_keys:
+            self._erases = self._channel(_NOTHING, self._on_strings(_ERASE), "erasures", blobs=True)
+        else:
+            self._erases = self._channel(self.key_dtype, self._on_erase, "erasures")
+        self._string_getter = StringLookup(
+            self, self._strings or self.key_dtype, np.dtype(np.bool_), self._found_strings, "get"
+        )
+        #: The most bytes a key and its value have together (string keys), or a value (fixed-size keys).
+        self._longest_pair = min(channel.largest_blob for channel in (self._inserts, self._assigns, self._reduces))
+        self._checked_ops = set()
+        self._arrivals = Arrivals(
+            [self._pair_dtype, self._pair_dtype, self._reduce_dtype, self._pair_dtype, self._erases.dtype],
+            self.pending_limit,
+            self._apply_run,
+            ordered=True,
+            blobs={_INSERT: parts, _ASSIGN: parts, _REDUCE: parts} | ({_ERASE: 1} if string_keys else {}),
+        )
+        self._token = _rail_token(self.channels) * MAX_CHANNELS + self._inserts.number
+        _MAPS[(self._token, self.rank)] = self
+
+    def _on_strings(self, kind: int) -> Callable[..., None]:
+        def arrived(source: int, records: npt.NDArray[Any], *parts: Blobs) -> None:
+            self._arrivals.add(kind, records, parts)
+
+        return arrived
+
+    # -- checking input --------------------------------------------------------
+
+    def _string_values(self, values: Any, count: int, where: str) -> Blobs:
+        """*values* for *count* keys as packed strings (one ``str`` or ``bytes``: every key's), each short enough
+        for a datagram; else an error, before anything is sent."""
+        kind = self._value_strings.kind
+        if isinstance(values, (str, bytes)):
+            if not isinstance(values, kind):
+                raise TypeError(f"{where}: a {type(values).__name__} value for a Map of {kind.__name__} values")
+            blobs = repeated(values.encode() if isinstance(values, str) else values, count)
+        else:
+            blobs = self._value_strings.convert(values, where, "values")
+            if blobs.count != count:
+                raise ValueError(
+                    f"{where}: {count} keys but {blobs.count} values: one value per key, or one value for all"
+                )
+        self._check_lengths(blobs, where, "value")
+        return blobs
+
+    def _pairs(self, keys: Any, values: Any, operation: str) -> tuple[Any, Any]:
+        where = f"{self.kind}.{operation}()"
+        batch = self._string_keys(keys, operation) if self._strings is not None else self._keys(keys, operation)
+        strings = self._string_values(values, len(batch), where)
+        if isinstance(batch, Blobs) and len(batch):
+            together = batch.lengths() + strings.lengths()
+            longest = int(np.argmax(together))
+            if int(together[longest]) > self._longest_pair:
+                key, value = int(batch.lengths()[longest]), int(strings.lengths()[longest])
+                raise MessageSizeError(
+                    f"{where}: a {key}-byte key with its {value}-byte value ({key + value} bytes) does not fit in a "
+                    f"{self.channels.datagram_size}-byte datagram, which takes a key and its value of up to "
+                    f"{self._longest_pair} bytes together here, beside the record and its headers (raise "
+                    f"MAILRAIL_DATAGRAM_SIZE)"
+                )
+        return batch, strings
+
+    def _string_op(self, op: str | np.ufunc, where: str) -> bool:
+        """Whether *op* keeps the larger string (``"max"``) or the smaller (``"min"``); any other op is refused."""
+        ufunc = ufunc_of(op, where)
+        largest = _STRING_OPS.get(ufunc)
+        if largest is None:
+            raise TypeError(
+                f"{where}: op {ufunc.__name__} does not apply to values of {self._value_strings} (strings of any "
+                f"length): they reduce by 'min' or 'max' (by their bytes; for str, Python's order), whose result "
+                f"no order of arrival changes. For a key's first value use insert(), for its last assign(), for "
+                f"anything else a visit"
+            )
+        return largest
+
+    # -- asynchronous ----------------------------------------------------------
+
+    def _send_pairs(self, channel: Any, keys: Any, values: Any) -> None:
+        if not values.count:
+            return
+        records = np.empty(values.count, dtype=channel.dtype)
+        if isinstance(keys, Blobs):
+            channel.send(Strings.owners(keys, self.partitioner), records, (keys, values))
+        else:
+            records["key"] = keys
+            channel.send(self.partitioner.owner(keys), records, values)
+
+    def reduce(self, keys: Any, values: Any, op: str | np.ufunc) -> None:
+        """Keep the smaller (``"min"``) or larger (``"max"``) string of each key's value and the ones given, by their
+        bytes; an absent key takes the value as given (asynchronous; see the class for why only these two).  A
+        batch's values of one key are combined here first: one record per distinct key."""
+        where = f"{self.kind}.reduce()"
+        largest = self._string_op(op, where)
+        code = code_of(np.maximum if largest else np.minimum)
+        batch, strings = self._pairs(keys, values, "reduce")
+        count = strings.count
+        if not count:
+            return
+        if isinstance(batch, Blobs):
+            distinct = StringTable(count)
+            groups, _ = distinct.insert(batch)
+            _, pick = extremes(groups, strings, largest)  # groups 0..k-1: the distinct keys' dense order
+            records = np.empty(len(pick), dtype=self._reduce_dtype)
+            records["op"] = code
+            owners = self.partitioner.owner_of_hashes(distinct.hashes())
+            self._reduces.send(owners, records, (distinct.keys(), strings.take(pick)))
+            return
+        words = key_words(batch)
+        order, starts = _group(words)
+        groups = np.empty(count, dtype=np.intp)
+        groups[order] = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, count]))
+        _, pick = extremes(groups, strings, largest)
+        firsts = order[starts]
+        records = np.empty(len(firsts), dtype=self._reduce_dtype)
+        records["key"] = batch[firsts]
+        records["op"] = code
+        self._reduces.send(self.partitioner.owner_of_words(words[firsts]), records, strings.take(pick))
+
+    # -- at the owner ------------------------------------------------------------
+
+    def _fit(self) -> None:
+        self._column.fit(len(self._table))
+
+    def _insert_keys(self, keys: Any) -> npt.NDArray[np.int64]:
+        """Add the absent *keys* with the empty string; each key's dense index."""
+        dense, _ = self._table.insert(keys)
+        self._column.fit(len(self._table))
+        return dense
+
+    def _apply_run(self, run: Run) -> None:
+        if self._strings is not None:  # the key is the first variable-size part, the value the second
+            keys: Any = run.blobs
+            values = run.more[0] if run.more else None
+        else:
+            keys, values = (run.records if run.kind == _ERASE else run.records["key"]), run.blobs
+        if run.kind == _ERASE:
+            held = len(self._table)
+            _, moved_from, moved_to = self._table.erase(keys)
+            self._column.erase(held, len(self._table), moved_from, moved_to)
+            return
+        assert values is not None
+        if run.kind == _REDUCE:
+            codes = run.records["op"]
+            if (codes == codes[0]).all():
+                self._apply_string_reduce(keys, values, _STRING_OPS[UFUNCS[int(codes[0])]])
+                return
+            for code in np.unique(codes).tolist():  # reduce() calls of both ops: in flight, so in any order
+                chosen = np.flatnonzero(codes == code)
+                self._apply_string_reduce(_take(keys, chosen), values.take(chosen), _STRING_OPS[UFUNCS[code]])
+            return
+        dense, new = self._table.insert(keys)
+        self._column.fit(len(self._table))
+        if run.kind == _INSERT:  # each absent key's first value
+            self._column.set(dense[new], values.take(np.flatnonzero(new)))
+        else:  # each key's last value
+            _, from_end = np.unique(dense[::-1], return_index=True)
+            last = len(dense) - 1 - from_end
+            self._column.set(dense[last], values.take(last))
+
+    def _apply_string_reduce(self, keys: Any, values: Blobs, largest: bool) -> None:
+        """Reduce *values* into their *keys*' values (an absent key takes its value as given)."""
+        held = len(self._table)
+        dense, _ = self._table.insert(keys)
+        self._column.fit(len(self._table))
+        targets, pick = extremes(dense, values, largest)
+        combined = values.take(pick)
+        chosen = targets >= held
+        old = np.flatnonzero(~chosen)
+        current, offered = self._column.get(targets[old]), combined.take(old)
+        chosen[old] = less(current, offered) if largest else less(offered, current)
+        self._column.set(targets[chosen], combined.take(np.flatnonzero(chosen)))
+
+    def _visit_round(
+        self, at: npt.NDArray[np.int64], keys: Any, fn: Callable[..., object], args: tuple[Any, ...]
+    ) -> None:
+        """*fn* gets the values as a pyarrow array and returns the new ones, or None (see the class)."""
+        returned = fn(keys, self._value_strings.arrow(self._column.get(at)), *args)
+        if returned is None:
+            return
+        where = f"{self.kind}.visit(): {name_of(fn)}"
+        strings = self._value_strings.convert(returned, where, "returned values")
+        if strings.count != len(at):
+            raise ValueError(f"{where} returned {strings.count} values for {len(at)} keys: one per key, or None")
+        self._check_lengths(strings, where, "value")
+        self._column.set(at, strings)
+
+    def _found_strings(self, keys: Any) -> tuple[npt.NDArray[np.bool_], Blobs]:
+        """This rank's answer to a get: whether each key is here, and its value (the empty string if not)."""
+        self._apply_arrivals()
+        index = self._table.lookup(keys)
+        return index >= 0, self._column.get(index)
+
+    # -- collective ----------------------------------------------------------------
+
+    @collective
+    def get(self, keys: Any) -> tuple[Any, npt.NDArray[np.bool_]]:
+        """Collective: ``(values, found)`` for the batch *keys*, in the caller's order: each key's value, a pyarrow
+        array (the empty string where not found), and whether the map holds it (see :meth:`Map.get`)."""
+        batch: Any
+        if self._strings is not None:
+            batch = self._string_keys(keys, "get")
+            owners = Strings.owners(batch, self.partitioner)
+        else:
+            batch = self._keys(keys, "get")
+            owners = self.partitioner.owner(batch)
+        self._collective("get")
+        found, values = self._string_getter.ask(batch, owners)
+        return self._value_strings.arrow(values), found
+
+    # -- local ---------------------------------------------------------------------
+
+    def local(self) -> Any:
+        """This rank's keys and their values, a ``pyarrow.Table`` of columns ``key`` and ``value`` (see
+        :meth:`Map.local`)."""
+        self._apply_arrivals()
+        table: Any = self._table
+        held = len(table)
+        keys = self._strings.arrow(table.keys()) if self._strings is not None else canonical(table.keys.copy())
+        return table_of({"key": keys, "value": self._value_strings.arrow(self._column.get(np.arange(held)))})
+
+    def _absorb(self, table: Any, where: str) -> None:
+        if "value" not in table.column_names:
+            counts = "; counts do not reduce into strings" if "count" in table.column_names else ""
+            raise TypeError(
+                f"{where}: a Map of {self._value_strings} values takes keys with their strings (a 'value' "
+                f"column){counts}"
+            )
+        keys = table.column(0) if self._strings is not None else numpy_column(table.column(0), self.key_dtype)
+        self.assign(keys, table.column("value"))
+
+    def __repr__(self) -> str:
+        keys = self._strings if self._strings is not None else self.key_dtype
+        return f"<Map of {keys} -> {self._value_strings} on rank {self.rank}: {len(self._table)} local keys>"
+
+
+class StringMap(StringValueMap, StringKeyMap):
+    """``Map(rail, str, str)`` (or with ``bytes`` on either side): strings of any length to strings of any length.
+    The keys' half (visits as calls of packed strings, erasures) is :class:`StringKeyMap`'s, the values' half
+    :class:`StringValueMap`'s; a key and its value travel together, as the two variable-size parts of one record
+    (segments of kind 2)."""
+
+
+#: The class ``Map(rail, key_dtype, value_dtype)`` makes, by whether its keys and its values are strings.
+_MAP_CLASSES: dict[tuple[bool, bool], type[Map]] = {
+    (False, False): Map,
+    (True, False): StringKeyMap,
+    (False, True): StringValueMap,
+    (True, True): StringMap,
+}
