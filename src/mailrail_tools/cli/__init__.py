@@ -71,6 +71,10 @@ COMMANDS = {
         "mailrail_tools.bench.containers",
         "CountingSet.add (uniform and Zipf keys) vs the Coalescer histogram it replaces",
     ),
+    ("bench", "read"): (
+        "mailrail_tools.bench.read",
+        "read_lines on every rank: MB/s beside wc -l and pyarrow in one process, memory per rank",
+    ),
     ("bench", "atomics"): ("mailrail_tools.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
     ("bench", "adversarial"): (
         "mailrail_tools.bench.adversarial",
@@ -316,9 +320,10 @@ def parse_command(argv: list[str]) -> argparse.Namespace:
             parser.print_help()
             raise SystemExit(0)
         if not rest[0].startswith("-"):
-            known = sorted({" ".join(path) for path in COMMANDS if path[: len(named)] == named})
+            # The word typed against the words that may follow the group (a shared group name is no likeness).
+            known = sorted({path[len(named)] for path in COMMANDS if path[: len(named)] == named and path != named})
             typed = " ".join(argv[: len(named) + 1])
-            parser.error(f"unknown command {typed!r}" + _did_you_mean(typed, known))
+            parser.error(f"unknown command {typed!r}" + _did_you_mean(rest[0], known, group=named))
     parsers[()].set_defaults(mailrail_argv=argv)  # a command that reruns itself
     args, unknown = parsers[()].parse_known_args(argv)  # --help and --version exit here
     if unknown:  # named by the command's own parser, not the root's
@@ -329,12 +334,13 @@ def parse_command(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _did_you_mean(word: str, known: Sequence[str]) -> str:
-    """`` (did you mean X?)`` for the closest of *known* to a mistyped *word* (a command quoted), else nothing."""
+def _did_you_mean(word: str, known: Sequence[str], *, group: tuple[str, ...] | None = None) -> str:
+    """`` (did you mean X?)`` for the closest of *known* to a mistyped *word*, else nothing; with *group*, *known*
+    are commands of that group, named whole and quoted."""
     close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
     if not close:
         return ""
-    return f" (did you mean {close[0]!r}?)" if " " in close[0] else f" (did you mean {close[0]}?)"
+    return f" (did you mean {' '.join((*group, close[0]))!r}?)" if group is not None else f" (did you mean {close[0]}?)"
 
 
 def _job_size() -> int:
