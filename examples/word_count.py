@@ -1,8 +1,9 @@
 """Word count over text files with a distributed CountingSet of strings: the top words of all the files.
 
-Each rank reads its share of the files (every size-th file, from its rank on), splits them into lower-case words
-(runs of Unicode letters, digits, ``_`` and ``'``, of any length) and adds them to one ``CountingSet(rail, str)``:
-exact words, whatever their length or script; repeated words are combined before they leave the rank.
+``read_lines`` gives each rank its share of the lines (a large file is split among the ranks at byte ranges);
+each rank splits them into lower-case words (runs of Unicode letters, digits, ``_`` and ``'``, of any length) and
+adds them to one ``CountingSet(rail, str)``: exact words, whatever their length or script; repeated words are
+combined before they leave the rank.
 ``top(k)`` is collective and the same on every rank.  ``--verify``: rank 0 counts every file again its own way
 (a ``collections.Counter`` over the raw text, split character by character) and compares.
 
@@ -17,15 +18,9 @@ from mpi4py import MPI
 
 from mailrail import MailRail
 from mailrail.containers import CountingSet
+from mailrail.io import read_lines
 
 WORD = re.compile(r"[\w']+")
-
-
-def my_texts(rank: int, size: int, paths: list[str]):
-    """This rank's share of the files, as text (every size-th file, from this rank on)."""
-    for path in paths[rank::size]:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            yield file.read()
 
 
 def counted_directly(paths: list[str]) -> collections.Counter:
@@ -47,8 +42,8 @@ args = parser.parse_args()
 
 with MailRail(MPI.COMM_WORLD) as rail:
     counts = CountingSet(rail, str)
-    for text in my_texts(rail.rank, rail.size, args.files):
-        counts.add(WORD.findall(text.lower()))  # a list of str: any length
+    for lines in read_lines(rail, args.files):  # this rank's share of the lines: pyarrow string arrays
+        counts.add(WORD.findall("\n".join(lines.to_pylist()).lower()))  # a list of str: any length
     words, times = counts.top(args.top)  # collective: every rank gets the same list (a pyarrow array of words)
     distinct, total = counts.size(), counts.total()
     if rail.rank == 0:

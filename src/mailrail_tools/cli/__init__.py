@@ -75,6 +75,10 @@ COMMANDS = {
         "mailrail_tools.bench.read",
         "read_lines on every rank: MB/s beside wc -l and pyarrow in one process, memory per rank",
     ),
+    ("bench", "wordcount"): (
+        "mailrail_tools.bench.wordcount",
+        "word count beside Dask's dataframes and polars, same run (mailrail run -n 2 bench wordcount --peer dask)",
+    ),
     ("bench", "atomics"): ("mailrail_tools.bench.atomics", "node credit pool: CPU vs MPI atomics under contention"),
     ("bench", "adversarial"): (
         "mailrail_tools.bench.adversarial",
@@ -95,6 +99,14 @@ COMMANDS = {
     ("app", "gnn"): (
         "mailrail_tools.apps.gnn",
         "GNN feature aggregation (one layer, by Array.gather), with its Alltoallv peer (mailrail run -n 4 app gnn)",
+    ),
+    ("app", "wordcount"): (
+        "mailrail_tools.apps.wordcount",
+        "word count over text files: read_lines, a CountingSet of str, top words (mailrail run -n 4 app wordcount DIR)",
+    ),
+    ("app", "pagerank"): (
+        "mailrail_tools.apps.pagerank",
+        "PageRank over an edge list (Parquet or text) on the containers, YGM's alg_pagerank (app pagerank --edges F)",
     ),
     ("compare",): (
         "mailrail_tools.bench.compare",
