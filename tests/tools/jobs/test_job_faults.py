@@ -598,7 +598,10 @@ def test_a_rank_killed_just_after_mpi_starts_leaves_no_segment(tmp_path):
 @pytest.mark.smoke
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_mailrail_run_ends_every_rank(signum):
-    with launched("--", "python", program_path("sleeper.py")) as job:
+    def as_from_a_terminal() -> None:  # the signal's default action, whatever this run inherited (nohup ignores SIGHUP)
+        signal.signal(signum, signal.SIG_DFL)
+
+    with launched("--", "python", program_path("sleeper.py"), preexec_fn=as_from_a_terminal) as job:
         job.wait_ready()
         os.kill(job.process.pid, signum)
         assert job.finish() == 128 + signum
