@@ -7,10 +7,10 @@ for the file's bytes.  Any Unicode character that is not one of those six is par
 UTF-8 never uses those bytes inside a multi-byte character, so splitting the bytes is splitting the text.
 
 :func:`count_words` reads with :func:`mailrail.io.read_lines` (each line to one rank, large files split at
-byte ranges), splits each batch with Arrow's ``ascii_split_whitespace`` and ``list_flatten`` (vectorized:
-no Python loop per word or line) and adds the words to a ``CountingSet(rail, str)``.  :func:`counted_directly`
-is the check: a ``collections.Counter`` over every file's raw bytes split by ``bytes.split()``, in one
-process, sharing no code with the count it checks.
+byte ranges), splits each batch with :func:`mailrail.io.split_words` (which splits by exactly this
+definition, in one compiled pass: no Python loop per word or line) and adds the words to a
+``CountingSet(rail, str)``.  :func:`counted_directly` is the check: a ``collections.Counter`` over every
+file's raw bytes split by ``bytes.split()``, in one process, sharing no code with the count it checks.
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ TOP = 10
 
 def words_of(lines: Any) -> Any:
     """The words of a ``pyarrow`` string array of lines, in order, as one string array (see the module doc)."""
-    import pyarrow.compute as pc
+    from mailrail.io import split_words
 
-    words = pc.list_flatten(pc.ascii_split_whitespace(lines))
-    # (a line that is empty or begins or ends with whitespace splits into empty strings too)
-    return words.filter(pc.greater(pc.binary_length(words), 0))
+    return split_words(lines)
 
 
 @dataclass
