@@ -15,13 +15,29 @@ import numpy as np
 cdef extern from *:
     """
     #define MAILRAIL_PREFETCH(address) __builtin_prefetch(address)
+    /* 8 bytes in the machine's order (one load), and the mask keeping a word's first n bytes (1 <= n <= 7). */
+    static inline unsigned long long mailrail_load8(const void* p) {
+        unsigned long long w;
+        __builtin_memcpy(&w, p, 8);
+        return w;
+    }
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    #define MAILRAIL_FIRST_BYTES(n) (~0ULL << (64 - 8 * (n)))
+    #else
+    #define MAILRAIL_FIRST_BYTES(n) (~0ULL >> (64 - 8 * (n)))
+    #endif
     """
     void prefetch "MAILRAIL_PREFETCH"(const void* address) noexcept nogil
+    uint64_t load8 "mailrail_load8"(const void* address) noexcept nogil
+    uint64_t first_bytes "MAILRAIL_FIRST_BYTES"(int64_t n) noexcept nogil
 
 #: Keys ahead of the one probed whose slot (and then entry, and then bytes) a batch prefetches: a table larger
 #: than the caches costs a few memory latencies per probe, and they overlap when the batch asks for them early.
 cdef enum:
     AHEAD = 12
+
+#: Slots up to which a table is taken to stay in the caches (1 MiB of slots) and batches skip the prefetching.
+cdef int64_t CACHED_SLOTS = 1 << 17
 
 ctypedef fused offset_t:
     int32_t
@@ -35,6 +51,8 @@ cdef uint8_t NO_BYTES = 0
 #: A slot's low 32 bits: its key's dense index + 1 (0: empty); all ones: a tombstone.
 cdef uint64_t LOW = 0xFFFFFFFFULL
 cdef uint64_t TOMBSTONE_SLOT = 0xFFFFFFFFULL
+#: Bytes allocated past the arena's room, so that a key's last word is read whole (``same_bytes``).
+cdef int64_t SLACK = 8
 
 
 cdef inline uint64_t slot_value(uint64_t h, int64_t i) noexcept nogil:
@@ -50,24 +68,43 @@ cdef inline uint64_t mix(uint64_t z) noexcept nogil:
     return z
 
 
-cdef inline uint64_t hash_one(const uint8_t* key, int64_t length) noexcept nogil:
+cdef inline uint64_t hash_one(const uint8_t* key, int64_t length, const uint8_t* end) noexcept nogil:
     """``h = SEED ^ (length * M2)``; for each 8-byte word of the key, in the machine's byte order (the last one
     zero-padded), ``h = (h ^ word) * M1`` then ``h ^= h >> 32``; finally ``mix(h)`` (see
-    ``varkeys.hash_bytes_numpy``)."""
+    ``varkeys.hash_bytes_numpy``).  *end*: where the key's buffer ends; a last partial word is read whole and
+    masked where 8 bytes from it stay inside, else byte by byte."""
     cdef uint64_t h = SEED ^ (<uint64_t>length * M2)
     cdef uint64_t word
     cdef int64_t at = 0
     while at + 8 <= length:
-        memcpy(&word, key + at, 8)
+        word = load8(key + at)
         h = (h ^ word) * M1
         h ^= h >> 32
         at += 8
     if at < length:
-        word = 0
-        memcpy(&word, key + at, length - at)
+        if key + at + 8 <= end:
+            word = load8(key + at) & first_bytes(length - at)
+        else:
+            word = 0
+            memcpy(&word, key + at, length - at)
         h = (h ^ word) * M1
         h ^= h >> 32
     return mix(h)
+
+
+cdef inline bint same_bytes(const uint8_t* stored, const uint8_t* key, int64_t length, const uint8_t* end) noexcept nogil:
+    """Whether *length* bytes at *stored* (in an arena readable 8 bytes past its keys) and at *key* (in a buffer
+    ending at *end*) are equal: word by word, the last partial word masked where *key*'s buffer allows."""
+    cdef int64_t at = 0
+    while at + 8 <= length:
+        if load8(stored + at) != load8(key + at):
+            return False
+        at += 8
+    if at == length:
+        return True
+    if key + at + 8 <= end:
+        return ((load8(stored + at) ^ load8(key + at)) & first_bytes(length - at)) == 0
+    return memcmp(stored + at, key + at, length - at) == 0
 
 
 cdef inline const uint8_t* base_of(const uint8_t[::1] data) noexcept nogil:
@@ -94,10 +131,23 @@ def hash_bytes(const offset_t[::1] offsets, const uint8_t[::1] data):
     result = np.empty(n, dtype=np.uint64)
     cdef uint64_t[::1] out = result
     cdef const uint8_t* base = base_of(data)
+    cdef const uint8_t* end = base + data.shape[0]
     with nogil:
         for i in range(n):
-            out[i] = hash_one(base + offsets[i], offsets[i + 1] - offsets[i])
+            out[i] = hash_one(base + offsets[i], offsets[i + 1] - offsets[i], end)
     return result
+
+
+def longest(const offset_t[::1] offsets):
+    """The length of the longest key (0 for none): see :func:`mailrail.containers.varkeys.longest_numpy`."""
+    cdef Py_ssize_t i, n = offsets.shape[0] - 1
+    cdef int64_t most = 0, length
+    with nogil:
+        for i in range(n):
+            length = offsets[i + 1] - offsets[i]
+            if length > most:
+                most = length
+    return most
 
 
 cdef packed struct Entry:
@@ -130,6 +180,8 @@ cdef class BytesTable:
     cdef int64_t arena_room
     cdef int64_t garbage  # arena bytes of erased keys
     cdef bint in_order  # the arena holds the keys in dense order, back to back
+    cdef uint64_t* scratch  # a batch's hashes
+    cdef Py_ssize_t scratch_room
     cdef int64_t initial  # the capacity clear() returns to
 
     def __init__(self, int64_t capacity=1024):
@@ -149,6 +201,9 @@ cdef class BytesTable:
         free(self.hashes)
         free(self.slot_of)
         free(self.arena)
+        free(self.scratch)
+        self.scratch = NULL
+        self.scratch_room = 0
         self.slots = NULL
         self.entries = NULL
         self.hashes = NULL
@@ -166,7 +221,7 @@ cdef class BytesTable:
         self.hashes = <uint64_t*>malloc(self.room * sizeof(uint64_t))
         self.slot_of = <int64_t*>malloc(self.room * sizeof(int64_t))
         self.arena_room = 16 * self.room
-        self.arena = <uint8_t*>malloc(self.arena_room)
+        self.arena = <uint8_t*>malloc(self.arena_room + SLACK)
         if not (self.slots and self.entries and self.hashes and self.slot_of and self.arena):
             self._free()
             raise MemoryError()
@@ -234,14 +289,14 @@ cdef class BytesTable:
                 return 0
         while self.arena_fill + nbytes > room:
             room *= 2
-        if not self._resize(<void**>&self.arena, room):
+        if not self._resize(<void**>&self.arena, room + SLACK):
             raise MemoryError()
         self.arena_room = room
         return 0
 
     cdef int _compact(self) except -1:
         """The live keys written again back to back, in dense order (the erased keys' bytes dropped)."""
-        cdef uint8_t* fresh = <uint8_t*>malloc(self.arena_room)
+        cdef uint8_t* fresh = <uint8_t*>malloc(self.arena_room + SLACK)
         cdef int64_t i, fill = 0
         if fresh == NULL:
             raise MemoryError()
@@ -256,8 +311,11 @@ cdef class BytesTable:
         self.in_order = True
         return 0
 
-    cdef inline int64_t _find(self, const uint8_t* key, int64_t length, uint64_t h, int64_t* stop) noexcept nogil:
-        """The key's dense index, or -1 with *stop* the empty slot its probe ended at."""
+    cdef inline int64_t _find(
+        self, const uint8_t* key, int64_t length, uint64_t h, const uint8_t* end, int64_t* stop
+    ) noexcept nogil:
+        """The key's dense index, or -1 with *stop* the empty slot its probe ended at (*end*: where the key's
+        buffer ends)."""
         cdef int64_t p = <int64_t>(h & <uint64_t>self.mask), i
         cdef uint64_t slot, tag = h >> 32
         while True:
@@ -267,9 +325,7 @@ cdef class BytesTable:
                 return -1
             if (slot >> 32) == tag and (slot & LOW) != LOW:
                 i = <int64_t>(slot & LOW) - 1
-                if self.entries[i].length == length and (
-                    length == 0 or memcmp(self.arena + self.entries[i].start, key, length) == 0
-                ):
+                if self.entries[i].length == length and same_bytes(self.arena + self.entries[i].start, key, length, end):
                     return i
             p = (p + 1) & self.mask
 
@@ -288,34 +344,55 @@ cdef class BytesTable:
             if slot != 0 and (slot & LOW) != LOW:
                 prefetch(self.arena + self.entries[(slot & LOW) - 1].start)
 
-    def insert(self, const offset_t[::1] offsets, const uint8_t[::1] data):
-        """Each key's dense index (int64), adding the absent ones in the order of their first occurrence, and
-        whether each position added its key (bool)."""
-        check(offsets, data.shape[0])
-        cdef Py_ssize_t n = offsets.shape[0] - 1, k
-        dense_array = np.empty(n, dtype=np.int64)
-        new_array = np.zeros(n, dtype=np.bool_)
-        cdef int64_t[::1] dense = dense_array
-        cdef uint8_t[::1] new = new_array.view(np.uint8)
-        cdef const uint8_t* base = base_of(data)
+    cdef uint64_t* _hash_scratch(self, Py_ssize_t n) except NULL:
+        """The table's buffer for a batch's *n* hashes (grown as needed, kept: no allocation per batch)."""
+        cdef Py_ssize_t room = self.scratch_room
+        if n > room or self.scratch == NULL:
+            room = max(n, 2 * room, 1024)
+            if not self._resize(<void**>&self.scratch, room * sizeof(uint64_t)):
+                raise MemoryError()
+            self.scratch_room = room
+        return self.scratch
+
+    cdef int _insert_all(
+        self,
+        const offset_t* offsets,
+        Py_ssize_t n,
+        const uint8_t* base,
+        const uint8_t* end,
+        int64_t* dense,
+        uint8_t* new,
+        int64_t* counts,
+        const int64_t* weights,
+    ) except -1:
+        """Inserts keys ``0..n-1`` (absent ones in the order of their first occurrence); where given, writes each
+        key's dense index to *dense*, marks in *new* the positions that added their key, and adds each key's weight
+        (1 without *weights*) to ``counts[dense index]`` (*counts* has room for ``size + n`` keys)."""
+        cdef Py_ssize_t k
         cdef const uint8_t* key
         cdef int64_t length, i, stop
         cdef uint64_t h
-        hashes_array = np.empty(n, dtype=np.uint64)
-        cdef uint64_t[::1] hashes = hashes_array
-        with nogil:
-            for k in range(n):
-                hashes[k] = hash_one(base + offsets[k], offsets[k + 1] - offsets[k])
+        # A table larger than the caches: every hash first, then each probe with what later probes read prefetched.
+        # A smaller one (a sender's table of held counts): each key hashed as it is probed, no prefetch to pay for.
+        cdef bint ahead = self.mask + 1 > CACHED_SLOTS
+        cdef uint64_t* hashes = self._hash_scratch(n) if ahead else NULL
+        if ahead:
+            with nogil:
+                for k in range(n):
+                    hashes[k] = hash_one(base + offsets[k], offsets[k + 1] - offsets[k], end)
         for k in range(n):
-            self._prefetch(&hashes[0], k, n)
             key = base + offsets[k]
             length = offsets[k + 1] - offsets[k]
-            h = hashes[k]
-            i = self._find(key, length, h, &stop)
+            if ahead:
+                self._prefetch(hashes, k, n)
+                h = hashes[k]
+            else:
+                h = hash_one(key, length, end)
+            i = self._find(key, length, h, end, &stop)
             if i < 0:
                 if (self.size + self.tombstones + 1) * 2 > self.mask + 1 or self.size >= self.room:
                     self._make_room()
-                    self._find(key, length, h, &stop)  # the empty slot in the rebuilt table
+                    self._find(key, length, h, end, &stop)  # the empty slot in the rebuilt table
                 if self.arena_fill + length > self.arena_room:
                     self._arena_room(length)
                 i = self.size
@@ -328,9 +405,49 @@ cdef class BytesTable:
                 if length:
                     memcpy(self.arena + self.arena_fill, key, length)
                 self.arena_fill += length
-                new[k] = 1
-            dense[k] = i
+                if new != NULL:
+                    new[k] = 1
+            if dense != NULL:
+                dense[k] = i
+            if counts != NULL:
+                counts[i] += 1 if weights == NULL else weights[k]
+        return 0
+
+    def insert(self, const offset_t[::1] offsets, const uint8_t[::1] data):
+        """Each key's dense index (int64), adding the absent ones in the order of their first occurrence, and
+        whether each position added its key (bool)."""
+        check(offsets, data.shape[0])
+        cdef Py_ssize_t n = offsets.shape[0] - 1
+        dense_array = np.empty(n, dtype=np.int64)
+        new_array = np.zeros(n, dtype=np.bool_)
+        cdef int64_t[::1] dense = dense_array
+        cdef uint8_t[::1] new = new_array.view(np.uint8)
+        cdef const uint8_t* base = base_of(data)
+        if n:
+            self._insert_all(&offsets[0], n, base, base + data.shape[0], &dense[0], &new[0], NULL, NULL)
         return dense_array, new_array
+
+    def count(self, const offset_t[::1] offsets, const uint8_t[::1] data, int64_t[::1] counts, weights=None):
+        """Inserts the keys as :meth:`insert` does and adds each key's weight (``weights[i]``, int64; 1 without
+        *weights*) to ``counts[its dense index]``; returns how many keys it added.  *counts* must have room for
+        every key the table may then hold (``len(table) + n``)."""
+        check(offsets, data.shape[0])
+        cdef Py_ssize_t n = offsets.shape[0] - 1
+        cdef const int64_t[::1] by
+        cdef const int64_t* weight = NULL
+        if counts.shape[0] < self.size + n:
+            raise ValueError(f"counts: room for {counts.shape[0]} keys, {self.size} held and {n} more to count")
+        if weights is not None:
+            by = weights
+            if by.shape[0] != n:
+                raise ValueError(f"weights: {by.shape[0]} for {n} keys")
+            if n:
+                weight = &by[0]
+        cdef int64_t before = self.size
+        cdef const uint8_t* base = base_of(data)
+        if n:
+            self._insert_all(&offsets[0], n, base, base + data.shape[0], NULL, NULL, &counts[0], weight)
+        return self.size - before
 
     def lookup(self, const offset_t[::1] offsets, const uint8_t[::1] data):
         """Each key's dense index (int64), -1 where absent."""
@@ -339,16 +456,16 @@ cdef class BytesTable:
         result = np.empty(n, dtype=np.int64)
         cdef int64_t[::1] dense = result
         cdef const uint8_t* base = base_of(data)
+        cdef const uint8_t* end = base + data.shape[0]
         cdef int64_t length, stop
-        hashes_array = np.empty(n, dtype=np.uint64)
-        cdef uint64_t[::1] hashes = hashes_array
+        cdef uint64_t* hashes = self._hash_scratch(n)
         with nogil:
             for k in range(n):
-                hashes[k] = hash_one(base + offsets[k], offsets[k + 1] - offsets[k])
+                hashes[k] = hash_one(base + offsets[k], offsets[k + 1] - offsets[k], end)
             for k in range(n):
-                self._prefetch(&hashes[0], k, n)
+                self._prefetch(hashes, k, n)
                 length = offsets[k + 1] - offsets[k]
-                dense[k] = self._find(base + offsets[k], length, hashes[k], &stop)
+                dense[k] = self._find(base + offsets[k], length, hashes[k], end, &stop)
         return result
 
     def erase(self, const offset_t[::1] offsets, const uint8_t[::1] data):
@@ -360,10 +477,11 @@ cdef class BytesTable:
         holes_array = np.empty(n, dtype=np.int64)
         cdef int64_t[::1] holes = holes_array
         cdef const uint8_t* base = base_of(data)
+        cdef const uint8_t* end = base + data.shape[0]
         cdef int64_t length, stop, i, erased = 0
         for k in range(n):
             length = offsets[k + 1] - offsets[k]
-            i = self._find(base + offsets[k], length, hash_one(base + offsets[k], length), &stop)
+            i = self._find(base + offsets[k], length, hash_one(base + offsets[k], length, end), end, &stop)
             if i >= 0:
                 self.slots[self.slot_of[i]] = TOMBSTONE_SLOT
                 self.tombstones += 1
@@ -391,38 +509,51 @@ cdef class BytesTable:
         self.size = new_size
         return removed_array, moved_from, moved_to
 
-    def keys(self, bint large=True):
-        """The keys in dense order, as fresh ``(offsets, data)``: int64 offsets from 0 (int32 if not *large*)."""
-        offsets_array = np.empty(self.size + 1, dtype=np.int64 if large else np.int32)
-        cdef int64_t total = 0, i
-        for i in range(self.size):
-            total += self.entries[i].length
+    def keys(self, bint large=True, order=None):
+        """The keys in dense order, or those at the dense indices *order* in its order, as fresh ``(offsets,
+        data)``: int64 offsets from 0 (int32 if not *large*)."""
+        cdef const int64_t[::1] picked
+        cdef int64_t count = self.size, total = 0, i, j, fill = 0
+        if order is not None:
+            picked = np.ascontiguousarray(order, dtype=np.int64)
+            count = picked.shape[0]
+            for j in range(count):
+                if picked[j] < 0 or picked[j] >= self.size:
+                    raise IndexError(f"order: index {picked[j]} of a table of {self.size} keys")
+                total += self.entries[picked[j]].length
+        else:
+            for i in range(self.size):
+                total += self.entries[i].length
         if not large and total >= 2**31:
             raise OverflowError(f"{total} bytes of keys do not take int32 offsets")
+        offsets_array = np.empty(count + 1, dtype=np.int64 if large else np.int32)
         data_array = np.empty(total, dtype=np.uint8)
         cdef uint8_t[::1] data = data_array
         cdef uint8_t* out = &data[0] if total else NULL
-        cdef int64_t fill = 0
         cdef int64_t[::1] wide
         cdef int32_t[::1] narrow
         if large:
             wide = offsets_array
-            for i in range(self.size):
-                wide[i] = fill
-                fill += self.entries[i].length
-            wide[self.size] = fill
         else:
             narrow = offsets_array
-            for i in range(self.size):
-                narrow[i] = <int32_t>fill
-                fill += self.entries[i].length
-            narrow[self.size] = <int32_t>fill
-        if self.in_order and self.garbage == 0:
+        for j in range(count):
+            i = j if order is None else picked[j]
+            if large:
+                wide[j] = fill
+            else:
+                narrow[j] = <int32_t>fill
+            fill += self.entries[i].length
+        if large:
+            wide[count] = fill
+        else:
+            narrow[count] = <int32_t>fill
+        if order is None and self.in_order and self.garbage == 0:
             if total:
                 memcpy(out, self.arena, total)
         else:
             fill = 0
-            for i in range(self.size):
+            for j in range(count):
+                i = j if order is None else picked[j]
                 memcpy(out + fill, self.arena + self.entries[i].start, self.entries[i].length)
                 fill += self.entries[i].length
         return offsets_array, data_array

@@ -81,8 +81,8 @@ class Container:
 
     def _check_lengths(self, blobs: Blobs, where: str, what: str = "key") -> None:
         """Refuse strings longer than a record of this container carries (MessageSizeError naming both sizes)."""
-        if blobs.count:
-            longest = int(blobs.lengths().max())
+        if blobs.count and blobs.nbytes > self._longest_string:  # else no string can be too long
+            longest = Strings.longest(blobs)
             if longest > self._longest_string:
                 raise MessageSizeError(
                     f"{where}: a {longest}-byte {what} does not fit in a {self.channels.datagram_size}-byte datagram, "

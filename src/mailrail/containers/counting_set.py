@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import Blobs, Rail
+from ..channels import Blobs, Rail, in_turn, rank_sort_dtype
 from ..collectives import collective
 from .arrivals import Arrivals, Run
 from .base import Container, Lookup, table_of
@@ -704,6 +704,15 @@ _COUNT = np.dtype([("count", np.int64)])
 _NOTHING = np.dtype([])
 
 
+def _room_for(counts: npt.NDArray[np.int64], needed: int) -> npt.NDArray[np.int64]:
+    """*counts*, or a copy grown to at least twice its length when it has fewer than *needed* entries."""
+    if needed <= len(counts):
+        return counts
+    grown = np.zeros(max(2 * len(counts), needed), dtype=np.int64)
+    grown[: len(counts)] = counts
+    return grown
+
+
 class StringCountingSet(CountingSet):
     """``CountingSet(rail, str)`` or ``CountingSet(rail, bytes)``: counts of strings of any length.
 
@@ -768,15 +777,10 @@ class StringCountingSet(CountingSet):
             self._plain_adds = max(0, self._plain_adds - 1)
             self._plain.send(Strings.owners(blobs, self.partitioner), None, blobs)
             return
-        dense, _ = self._held_table.insert(blobs)
-        distinct = len(self._held_table)
-        if distinct > len(self._held_counts):
-            grown = np.zeros(2 * distinct, dtype=np.int64)
-            grown[: len(self._held_counts)] = self._held_counts
-            self._held_counts = grown
-        np.add.at(self._held_counts, dense, 1)
+        self._held_counts = _room_for(self._held_counts, len(self._held_table) + blobs.count)
+        self._held_table.count(blobs, self._held_counts)
         self._held_added += blobs.count
-        if distinct >= self.held_keys_max:
+        if len(self._held_table) >= self.held_keys_max:
             self._send_held()
 
     def _send_held(self) -> None:
@@ -785,9 +789,16 @@ class StringCountingSet(CountingSet):
         distinct = len(self._held_table)
         if not distinct:
             return
-        keys, hashes = self._held_table.keys(), self._held_table.hashes()
+        # Grouped by owner here (a radix sort of the owners, the strings gathered in that order once), so that each
+        # owner's records leave in one send of its own: the channel has nothing to sort and no strings to copy.
+        owners = self.partitioner.owner_of_hashes(self._held_table.hashes())
+        size = self.partitioner.size
+        order = np.argsort(owners.astype(rank_sort_dtype(size)), kind="stable")
+        keys = self._held_table.keys(order)
         records = np.empty(distinct, dtype=_COUNT)
-        records["count"] = self._held_counts[:distinct]
+        records["count"] = self._held_counts[order]
+        per_owner = np.bincount(owners, minlength=size)
+        ends = np.cumsum(per_owner)
         added = self._held_added
         # Emptied first: an add from a handler run while they leave holds afresh.
         self._held_table.clear(keep=True)
@@ -799,7 +810,11 @@ class StringCountingSet(CountingSet):
                 self._sample_interval = self._plain_adds = doubled
             else:
                 self._sample_interval = self.sample_every
-        self._adds.send(self.partitioner.owner_of_hashes(hashes), records, keys)
+        for owner in in_turn(np.flatnonzero(per_owner).tolist(), self.rank):
+            end = int(ends[owner])
+            start = end - int(per_owner[owner])
+            part = Blobs(keys.offsets[start : end + 1], keys.data)
+            self._adds.send(np.full(end - start, owner, dtype=np.int64), records[start:end], part, copy=False)
 
     def _held_records(self) -> int:
         return len(self._held_table)
@@ -815,18 +830,8 @@ class StringCountingSet(CountingSet):
     def _count_run(self, run: Run) -> None:
         assert run.blobs is not None
         table = self._string_table
-        dense, _ = table.insert(run.blobs)
-        distinct = len(table)
-        if distinct > len(self._counts):
-            grown = np.zeros(max(2 * len(self._counts), distinct), dtype=np.int64)
-            grown[: len(self._counts)] = self._counts
-            self._counts = grown
-        if run.kind == _PAIRS:
-            np.add.at(self._counts, dense, run.records["count"])
-        elif 8 * len(dense) >= distinct:  # a bincount costs the table's length: for large runs only
-            self._counts[:distinct] += np.bincount(dense, minlength=distinct)
-        else:
-            np.add.at(self._counts, dense, 1)
+        self._counts = _room_for(self._counts, len(table) + run.blobs.count)
+        table.count(run.blobs, self._counts, run.records["count"] if run.kind == _PAIRS else None)
 
     def _counts_of(self, keys: Any) -> npt.NDArray[np.int64]:
         self._apply_arrivals()

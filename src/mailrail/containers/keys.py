@@ -168,6 +168,9 @@ class Strings:
         self.arrow_type = pa.string() if kind is str else pa.binary()
         self._accepted = (pa.string(), pa.large_string()) if kind is str else (pa.binary(), pa.large_binary())
         self._other = "bytes" if kind is str else "str"
+        self._plain_arrays = (
+            (pa.StringArray, pa.LargeStringArray) if kind is str else (pa.BinaryArray, pa.LargeBinaryArray)
+        )
 
     def __repr__(self) -> str:
         return self.kind.__name__
@@ -175,6 +178,10 @@ class Strings:
     def convert(self, values: Any, where: str, what: str = "keys") -> Blobs:
         """*values* as packed strings (no copy from a pyarrow array of the right type), else ``TypeError`` naming
         what was given, ``ValueError`` for nulls or an array that is not 1-D."""
+        if type(values) in self._plain_arrays:  # the common case, checked first: an Arrow array of the right type
+            if values.null_count:
+                raise ValueError(f"{where}: {values.null_count} of the {what} are null")
+            return Blobs.of(values)
         pa = _arrow()
         array = values
         if isinstance(values, pa.ChunkedArray):
@@ -217,6 +224,11 @@ class Strings:
         return blobs.arrow(kind)
 
     @staticmethod
+    def longest(blobs: Blobs) -> int:
+        """The length of the longest string (0 for none), in one pass over the offsets."""
+        return int(varkeys.longest(blobs.offsets)) if blobs.count else 0
+
+    @staticmethod
     def owners(blobs: Blobs, partitioner: HashPartitioner) -> npt.NDArray[np.int64]:
         """The rank owning each string: the high part of its hash times the ranks (see
         :mod:`~mailrail.containers.varkeys`)."""
@@ -236,6 +248,13 @@ class StringTable:
         dense, new = self._table.insert(keys.offsets, keys.data)
         return dense, new
 
+    def count(self, keys: Blobs, counts: npt.NDArray[np.int64], weights: npt.NDArray[np.int64] | None = None) -> int:
+        """Inserts the strings as :meth:`insert` does and adds each one's weight (1 without *weights*) to
+        ``counts[its dense index]``, in one compiled pass; returns how many strings it added.  *counts* must have
+        room for ``len(self) + keys.count`` strings."""
+        added: int = self._table.count(keys.offsets, keys.data, counts, weights)
+        return added
+
     def lookup(self, keys: Blobs) -> npt.NDArray[np.int64]:
         """Each string's dense index, -1 where absent."""
         found: npt.NDArray[np.int64] = self._table.lookup(keys.offsets, keys.data)
@@ -246,9 +265,10 @@ class StringTable:
         removed, moved_from, moved_to = self._table.erase(keys.offsets, keys.data)
         return removed, moved_from, moved_to
 
-    def keys(self) -> Blobs:
-        """Every string, in dense order, packed afresh (``int32`` offsets below 2 GiB)."""
-        offsets, data = self._table.keys(large=True)
+    def keys(self, order: npt.NDArray[np.int64] | None = None) -> Blobs:
+        """Every string, in dense order, or the strings at the dense indices *order* in its order, packed afresh
+        (``int32`` offsets below 2 GiB)."""
+        offsets, data = self._table.keys(large=True, order=order)
         if len(data) < 1 << 31:
             offsets = offsets.astype(np.int32)
         return Blobs(offsets, data)

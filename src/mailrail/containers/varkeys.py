@@ -14,10 +14,12 @@ trailing zero bytes differ.  The owner of a key is the high part of ``hash * ran
 fixed-size keys); a rank's own table uses the low bits.  Hashes agree between platforms of the same byte order.
 
 **The table** (:class:`BytesTable`) keeps keys with dense indices ``0..len-1``, as
-:class:`~mailrail.containers.table.KeyTable` does for fixed-size keys: a container keeps its values in numpy
-arrays indexed by them.  ``insert`` a batch (each key's index, and which positions added a key), ``lookup`` (the
-index or -1), ``erase`` (which positions removed a key, and how the last entries moved into the holes:
-``values[moved_to] = values[moved_from]``), ``keys()`` (all of them, packed, in dense order).
+:class:`~mailrail.containers.table.KeyTable` does for fixed-size keys: a container keeps its values in numpy arrays
+indexed by them.  ``insert`` a batch (each key's index, and which positions added a key), ``lookup`` (the index or
+-1), ``count`` (``insert``, and each key's weight, or 1, added to ``counts[its index]``: a histogram's kernel, with
+no array of indices in between), ``erase`` (which positions removed a key, and how the last entries moved into the
+holes: ``values[moved_to] = values[moved_from]``), ``keys()`` (all of them, packed, in dense order, or those at
+given dense indices, in their order).
 
 Both are compiled (``_varkeys.pyx``: a pass over the batch's bytes; open addressing over an arena of bytes)
 where the package was built with a compiler, else the Python reference below (a numpy pass per 8-byte word of
@@ -41,6 +43,8 @@ __all__ = [
     "BytesTablePython",
     "hash_bytes",
     "hash_bytes_numpy",
+    "longest",
+    "longest_numpy",
 ]
 
 _SEED = np.uint64(HASH_SEED)
@@ -92,6 +96,12 @@ def hash_bytes_numpy(offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray
     return _mix(h)
 
 
+def longest_numpy(offsets: npt.ArrayLike) -> int:
+    """The length of the longest key packed in *offsets* (``n + 1`` ascending offsets; 0 for no key)."""
+    starts = np.asarray(offsets)
+    return int(np.diff(starts).max()) if len(starts) > 1 else 0
+
+
 class BytesTablePython:
     """The Python reference of the compiled ``BytesTable``: a ``dict`` from each key's bytes to its dense index,
     and the keys in dense order.  Same methods, same results (see the module)."""
@@ -125,6 +135,23 @@ class BytesTablePython:
             dense[position] = found
         return dense, new
 
+    def count(
+        self,
+        offsets: npt.ArrayLike,
+        data: npt.ArrayLike,
+        counts: npt.NDArray[np.int64],
+        weights: npt.NDArray[np.int64] | None = None,
+    ) -> int:
+        starts, _ = _checked(offsets, data)
+        n = len(starts) - 1
+        if len(counts) < len(self._keys) + n:
+            raise ValueError(f"counts: room for {len(counts)} keys, {len(self._keys)} held and {n} more to count")
+        if weights is not None and len(weights) != n:
+            raise ValueError(f"weights: {len(weights)} for {n} keys")
+        dense, new = self.insert(offsets, data)
+        np.add.at(counts, dense, 1 if weights is None else np.asarray(weights, dtype=np.int64))
+        return int(new.sum())
+
     def lookup(self, offsets: npt.ArrayLike, data: npt.ArrayLike) -> npt.NDArray[np.int64]:
         index = self._index
         return np.array([index.get(key, -1) for key in self._split(offsets, data)], dtype=np.int64)
@@ -152,13 +179,22 @@ class BytesTablePython:
         del self._keys[size:]
         return removed, moved_from, moved_to
 
-    def keys(self, large: bool = True) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]:
-        lengths = np.array([len(key) for key in self._keys], dtype=np.int64)
+    def keys(
+        self, large: bool = True, order: npt.ArrayLike | None = None
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]:
+        keys = self._keys
+        if order is not None:
+            picked = np.asarray(order, dtype=np.int64).tolist()
+            for index in picked:
+                if index < 0 or index >= len(keys):
+                    raise IndexError(f"order: index {index} of a table of {len(keys)} keys")
+            keys = [keys[index] for index in picked]
+        lengths = np.array([len(key) for key in keys], dtype=np.int64)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         if not large and offsets[-1] >= 2**31:
             raise OverflowError(f"{offsets[-1]} bytes of keys do not take int32 offsets")
-        data = np.frombuffer(b"".join(self._keys), dtype=np.uint8).copy()
+        data = np.frombuffer(b"".join(keys), dtype=np.uint8).copy()
         return offsets if large else offsets.astype(np.int32), data
 
     def hashes_of_keys(self) -> npt.NDArray[np.uint64]:
@@ -193,5 +229,7 @@ _COMPILED = _compiled()
 IMPLEMENTATION = "python" if _COMPILED is None else "compiled"
 #: The hash of each key: the compiled pass where built, else :func:`hash_bytes_numpy`.
 hash_bytes: Any = hash_bytes_numpy if _COMPILED is None else _COMPILED.hash_bytes
+#: The longest key's length: the compiled pass where built, else :func:`longest_numpy`.
+longest: Any = longest_numpy if _COMPILED is None else _COMPILED.longest
 #: The table of variable-size keys: the compiled one where built, else :class:`BytesTablePython`.
 BytesTable: Any = BytesTablePython if _COMPILED is None else _COMPILED.BytesTable

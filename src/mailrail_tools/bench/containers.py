@@ -19,7 +19,10 @@ random letters (the same on every rank), each rank drawing ``--inserts`` of them
 ``--zipf``, the first words the most frequent; about 290,000 distinct words at the defaults), and two
 measurements interleaved: ``CountingSet(rail, str).add`` on the words (pyarrow string arrays of ``CHUNK``
 words per add) and ``CountingSet(rail, np.uint64).add`` on each word's number in the vocabulary (8-byte
-keys, the same counts); the ratio of their rates is what a string costs beside a number.
+keys, the same counts); the ratio of their rates is what a string costs beside a number.  Each measurement's CPU
+time is recorded too (``time.process_time`` on each rank, averaged over the ranks), and the ratio of the CPU times:
+on a machine other jobs load, wall-clock rates vary from trial to trial with the time slices a rank gets, the work
+done much less.
 """
 
 from __future__ import annotations
@@ -226,22 +229,23 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
     global_inserts = args.inserts * size
     names = ("CountingSet uint64", "CountingSet str")
     runs: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}  # CPU seconds per rank, each trial
     distinct: dict[str, int] = {}
     with MailRail(comm, **options) as rail:
 
-        def measure(name: str, counts: Any, batches: list[Any]) -> Callable[[], float]:
-            def insert() -> float:
+        def measure(name: str, counts: Any, batches: list[Any]) -> Callable[[], tuple[float, float]]:
+            def insert() -> tuple[float, float]:
                 counts.clear()
                 comm.Barrier()
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 for batch in batches:
                     counts.add(batch)
                 total = counts.total()
-                elapsed = time.perf_counter() - start
+                elapsed, used = time.perf_counter() - start, time.process_time() - start_cpu
                 if total != global_inserts:
                     raise AssertionError(f"{name}: total() is {total}, {global_inserts} keys were added")
                 distinct[name] = counts.size()
-                return elapsed
+                return elapsed, used
 
             return insert
 
@@ -252,15 +256,19 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
         }
         for trial in range(args.trials + 1):  # trial 0 warms up and is discarded
             for name, insert in measurements.items():
-                runtime = comm.allreduce(insert(), op=MPI.MAX)
+                elapsed, used = insert()
+                runtime = comm.allreduce(elapsed, op=MPI.MAX)
+                used_per_rank = comm.allreduce(used, op=MPI.SUM) / size
                 if trial:
                     runs[name].append(global_inserts / runtime)
+                    cpu[name].append(used_per_rank)
         if distinct[names[0]] != distinct[names[1]]:
             raise AssertionError(f"distinct keys differ: {distinct}")
         stats = rail.stats()
     if rank == 0:
         medians = {name: statistics.median(rates) for name, rates in runs.items()}
         ratio = medians[names[1]] / medians[names[0]]
+        cpu_medians = {name: statistics.median(seconds) for name, seconds in cpu.items()}
         lengths = np.diff(np.frombuffer(words.buffers()[1], np.int32)[: len(words) + 1])
         document = {
             "benchmark": "containers",
@@ -278,6 +286,9 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
             "inserts_per_s": runs,
             "median_inserts_per_s": medians,
             "ratio_str_to_uint64": ratio,
+            "cpu_s_per_rank": cpu,
+            "median_cpu_s_per_rank": cpu_medians,
+            "cpu_ratio_str_to_uint64": cpu_medians[names[0]] / cpu_medians[names[1]],
             "distinct_keys": distinct,
             "config": dict(options, seed=args.seed),
         }
@@ -289,8 +300,18 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
         )
         print(
             format_table(
-                ["measurement", "M inserts/s", "vs uint64", "distinct keys"],
-                [(name, medians[name] / 1e6, medians[name] / medians[names[0]], distinct[name]) for name in names],
+                ["measurement", "M inserts/s", "vs uint64", "CPU ms/rank", "vs uint64 (CPU)", "distinct keys"],
+                [
+                    (
+                        name,
+                        medians[name] / 1e6,
+                        medians[name] / medians[names[0]],
+                        cpu_medians[name] * 1e3,
+                        cpu_medians[names[0]] / cpu_medians[name],
+                        distinct[name],
+                    )
+                    for name in names
+                ],
             )
         )
     return 0

@@ -26,6 +26,7 @@ def implementation(request, monkeypatch):
     if request.param == "python":
         monkeypatch.setattr(varkeys, "hash_bytes", varkeys.hash_bytes_numpy)
         monkeypatch.setattr(varkeys, "BytesTable", varkeys.BytesTablePython)
+        monkeypatch.setattr(varkeys, "longest", varkeys.longest_numpy)
     return request.param
 
 

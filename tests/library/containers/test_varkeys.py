@@ -152,3 +152,93 @@ def test_bad_offsets_are_refused_alike(kernel):
         kernel(np.array([0, 3, 1], dtype=np.int64), data)
     with pytest.raises(ValueError, match="n \\+ 1 offsets, got none"):
         kernel(np.zeros(0, dtype=np.int64), data)
+
+
+# Strings of any length and content: empty, ASCII, non-ASCII (UTF-8 of up to 4 bytes a character), long ones (past
+# several 8-byte words), and raw bytes; few distinct ones, so that a batch repeats them.
+strings = st.one_of(
+    st.binary(max_size=40),
+    st.text(max_size=24).map(str.encode),
+    st.sampled_from([b"", b"a", b"ab", "über".encode(), "東京".encode(), b"x" * 7, b"x" * 8, b"x" * 9, b"y" * 200]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batches=st.lists(st.lists(strings, max_size=60), max_size=8),
+    weighted=st.booleans(),
+    wide=st.booleans(),
+    lead=st.binary(max_size=9),
+)
+def test_compiled_and_python_count_agree(batches, weighted, wide, lead):
+    # count() is insert() and a histogram of the dense indices: compiled and Python alike, and as a dict counts.
+    tables = [COMPILED.BytesTable(2), BytesTablePython(2)]
+    counts = [np.zeros(1, dtype=np.int64) for _ in tables]
+    expected: dict[bytes, int] = {}
+    for number, keys in enumerate(batches):
+        offsets, data = packed(keys, np.int64 if wide else np.int32, lead)
+        weights = np.arange(1, len(keys) + 1, dtype=np.int64) * (number + 1) if weighted else None
+        for index, table in enumerate(tables):
+            if len(counts[index]) < len(table) + len(keys):
+                grown = np.zeros(len(table) + len(keys), dtype=np.int64)
+                grown[: len(counts[index])] = counts[index]
+                counts[index] = grown
+            before = len(table)
+            added = table.count(offsets, data, counts[index], weights)
+            assert added == len(table) - before
+        for position, key in enumerate(keys):
+            expected[key] = expected.get(key, 0) + (1 if weights is None else int(weights[position]))
+    order = list(expected)  # dense order: first occurrences
+    for table, table_counts in zip(tables, counts):
+        key_offsets, key_data = table.keys()
+        stored = key_data.tobytes()
+        assert [stored[key_offsets[i] : key_offsets[i + 1]] for i in range(len(table))] == order
+        assert table_counts[: len(table)].tolist() == [expected[key] for key in order]
+        assert not table_counts[len(table) :].any()
+
+
+@pytest.mark.parametrize("table_class", TABLES)
+def test_count_refuses_too_few_counts_and_weights_alike(table_class):
+    table = table_class(4)
+    offsets, data = packed([b"a", b"b", b"a"])
+    with pytest.raises(ValueError, match="counts: room for 2 keys, 0 held and 3 more to count"):
+        table.count(offsets, data, np.zeros(2, dtype=np.int64))
+    with pytest.raises(ValueError, match="weights: 2 for 3 keys"):
+        table.count(offsets, data, np.zeros(3, dtype=np.int64), np.ones(2, dtype=np.int64))
+    assert len(table) == 0  # refused before anything was inserted
+    counts = np.zeros(3, dtype=np.int64)
+    assert table.count(offsets, data, counts, np.array([5, 6, 7], dtype=np.int64)) == 2
+    assert counts.tolist() == [12, 6, 0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(strings, max_size=50, unique=True), picks=st.lists(st.integers(0, 49), max_size=80))
+def test_compiled_and_python_keys_in_an_order_agree(keys, picks):
+    order = np.array([pick for pick in picks if pick < len(keys)], dtype=np.int64)
+    for table in (COMPILED.BytesTable(2), BytesTablePython(2)):
+        table.insert(*packed(keys))
+        for large in (True, False):
+            offsets, data = table.keys(large=large, order=order)
+            stored = data.tobytes()
+            assert offsets.dtype == (np.int64 if large else np.int32)
+            assert [stored[offsets[i] : offsets[i + 1]] for i in range(len(order))] == [keys[i] for i in order]
+        with pytest.raises(IndexError, match=f"order: index {len(keys)} of a table of {len(keys)} keys"):
+            table.keys(order=np.array([len(keys)], dtype=np.int64))
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(strings, max_size=50), wide=st.booleans(), lead=st.binary(max_size=9))
+def test_compiled_and_numpy_longest_agree(keys, wide, lead):
+    offsets, _ = packed(keys, np.int64 if wide else np.int32, lead)
+    assert COMPILED.longest(offsets) == varkeys.longest_numpy(offsets) == max(map(len, keys), default=0)
+
+
+@pytest.mark.parametrize("hash_bytes", HASHES)
+def test_a_last_word_is_hashed_alike_inside_and_at_the_end_of_the_buffer(hash_bytes):
+    # The compiled hash reads a key's last partial word whole where 8 bytes from it stay inside the buffer, byte by
+    # byte at its end: each key of every length, followed by more bytes and last in its buffer, hashes the same.
+    for length in range(0, 42):
+        key = bytes(range(1, length + 1))
+        inside = hash_bytes(*packed([key, b"\xff" * 9]))[0]
+        last = hash_bytes(*packed([b"\xff" * 9, key]))[1]
+        assert int(inside) == int(last) == spec_hash(key)
