@@ -9,6 +9,7 @@ key ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
+from mailrail._offsets cimport check_offsets, offset_t
 
 import numpy as np
 
@@ -38,10 +39,6 @@ cdef enum:
 
 #: Slots up to which a table is taken to stay in the caches (1 MiB of slots) and batches skip the prefetching.
 cdef int64_t CACHED_SLOTS = 1 << 17
-
-ctypedef fused offset_t:
-    int32_t
-    int64_t
 
 #: The hash's starting state and mixing constants (``partition.py``'s: splitmix64).
 cdef uint64_t SEED = 0x9E3779B97F4A7C15ULL
@@ -111,22 +108,9 @@ cdef inline const uint8_t* base_of(const uint8_t[::1] data) noexcept nogil:
     return &NO_BYTES if data.shape[0] == 0 else &data[0]
 
 
-cdef int check(const offset_t[::1] offsets, Py_ssize_t nbytes) except -1:
-    """Offsets must be ascending, within the data: a wrong one would read outside it."""
-    cdef Py_ssize_t i, n = offsets.shape[0]
-    if n == 0:
-        raise ValueError("offsets: a batch of n keys has n + 1 offsets, got none")
-    if offsets[0] < 0 or offsets[n - 1] > nbytes:
-        raise ValueError(f"offsets from {offsets[0]} to {offsets[n - 1]} for {nbytes} bytes of data")
-    for i in range(n - 1):
-        if offsets[i + 1] < offsets[i]:
-            raise ValueError(f"offsets must ascend: offset {i + 1} ({offsets[i + 1]}) is below offset {i}")
-    return 0
-
-
 def hash_bytes(const offset_t[::1] offsets, const uint8_t[::1] data):
     """The hash of each key (uint64): see :func:`mailrail.containers.varkeys.hash_bytes_numpy`."""
-    check(offsets, data.shape[0])
+    check_offsets(offsets, data.shape[0])
     cdef Py_ssize_t i, n = offsets.shape[0] - 1
     result = np.empty(n, dtype=np.uint64)
     cdef uint64_t[::1] out = result
@@ -416,7 +400,7 @@ cdef class BytesTable:
     def insert(self, const offset_t[::1] offsets, const uint8_t[::1] data):
         """Each key's dense index (int64), adding the absent ones in the order of their first occurrence, and
         whether each position added its key (bool)."""
-        check(offsets, data.shape[0])
+        check_offsets(offsets, data.shape[0])
         cdef Py_ssize_t n = offsets.shape[0] - 1
         dense_array = np.empty(n, dtype=np.int64)
         new_array = np.zeros(n, dtype=np.bool_)
@@ -431,7 +415,7 @@ cdef class BytesTable:
         """Inserts the keys as :meth:`insert` does and adds each key's weight (``weights[i]``, int64; 1 without
         *weights*) to ``counts[its dense index]``; returns how many keys it added.  *counts* must have room for
         every key the table may then hold (``len(table) + n``)."""
-        check(offsets, data.shape[0])
+        check_offsets(offsets, data.shape[0])
         cdef Py_ssize_t n = offsets.shape[0] - 1
         cdef const int64_t[::1] by
         cdef const int64_t* weight = NULL
@@ -451,7 +435,7 @@ cdef class BytesTable:
 
     def lookup(self, const offset_t[::1] offsets, const uint8_t[::1] data):
         """Each key's dense index (int64), -1 where absent."""
-        check(offsets, data.shape[0])
+        check_offsets(offsets, data.shape[0])
         cdef Py_ssize_t n = offsets.shape[0] - 1, k
         result = np.empty(n, dtype=np.int64)
         cdef int64_t[::1] dense = result
@@ -470,7 +454,7 @@ cdef class BytesTable:
 
     def erase(self, const offset_t[::1] offsets, const uint8_t[::1] data):
         """Removes the keys present; returns ``(removed, moved_from, moved_to)`` as ``KeyTable.erase`` does."""
-        check(offsets, data.shape[0])
+        check_offsets(offsets, data.shape[0])
         cdef Py_ssize_t n = offsets.shape[0] - 1, k
         removed_array = np.zeros(n, dtype=np.bool_)
         cdef uint8_t[::1] removed = removed_array.view(np.uint8)

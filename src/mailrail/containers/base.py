@@ -28,6 +28,19 @@ def _packed(blobs: Blobs) -> tuple[np.ndarray, np.ndarray]:
 __all__ = ["Container", "Lookup", "table_of"]
 
 
+def send_requests(requests: Channel, keys: np.ndarray | Blobs, owners: np.ndarray) -> None:
+    """Sends each key its owner (*owners*) a request on the channel *requests*: the key's position in *keys*,
+    and the key (a field ``key`` of the record, or its variable-size part for strings)."""
+    count = keys.count if isinstance(keys, Blobs) else len(keys)
+    records = np.empty(count, dtype=requests.dtype)
+    records["position"] = np.arange(count)
+    if isinstance(keys, Blobs):
+        requests.send(owners, records, keys)
+    else:
+        records["key"] = keys
+        requests.send(owners, records)
+
+
 def table_of(columns: dict[str, Any]) -> Any:
     """A ``pyarrow.Table`` of named columns: numpy arrays (:func:`~mailrail.containers.keys.arrow_column`: numbers
     without a copy where pyarrow can) or pyarrow arrays as they are."""
@@ -172,12 +185,12 @@ class Lookup:
         self.answer_into = answer_into
         self._strings = key_dtype if isinstance(key_dtype, Strings) else None
         if self._strings is None:
-            self._request_dtype = np.dtype([("position", "<i8"), ("key", key_dtype)])
-            self._requests = container._channel(self._request_dtype, self._on_request, f"{what} requests")
-        else:  # the keys beside the positions, as strings
-            self._request_dtype = np.dtype([("position", "<i8")])
             self._requests = container._channel(
-                self._request_dtype, self._on_string_request, f"{what} requests", blobs=True
+                np.dtype([("position", "<i8"), ("key", key_dtype)]), self._on_request, f"{what} requests"
+            )
+        else:  # the keys beside the positions, as strings
+            self._requests = container._channel(
+                np.dtype([("position", "<i8")]), self._on_string_request, f"{what} requests", blobs=True
             )
         self._reply_positions = container._channel(np.dtype("<i8"), self._on_positions, f"{what} reply positions")
         # One field, no padding: the values a contiguous array (a subarray dtype cannot view bytes itself).
@@ -200,14 +213,8 @@ class Lookup:
         # consecutive positions, in order, so every segment of requests or replies is such a run too (channels
         # keep a destination's records in order and cut them into consecutive pieces): placed by slice.
         self._runs = len(owners) < 2 or bool((owners[1:] >= owners[:-1]).all())
-        requests = np.empty(count, dtype=self._request_dtype)
-        requests["position"] = np.arange(count)
         try:
-            if isinstance(keys, Blobs):
-                self._requests.send(owners, requests, keys)
-            else:
-                requests["key"] = keys
-                self._requests.send(owners, requests)
+            send_requests(self._requests, keys, owners)
             self.container.rail.barrier()  # every request answered, every reply arrived
         finally:
             self._results = None

@@ -86,16 +86,21 @@ def _map_handle(token: int) -> Map:
     return found
 
 
+def _arguments_at(rank: int, arguments: bytes) -> Any:
+    """A visit's pickled extra arguments, unpickled as rank *rank* (handles in them resolve to its parts)."""
+    _receiving.append(rank)
+    try:
+        return pickle.loads(arguments)
+    finally:
+        _receiving.pop()
+
+
 def _visits_arrived(
     token: int, rank: int, if_contains: bool, fn: Callable[..., object], keys: bytes, arguments: bytes
 ) -> None:
     """A chunk of visits arrived at its owner *rank* (a call): apply them."""
     target = _part(token, rank)
-    _receiving.append(rank)
-    try:
-        args = pickle.loads(arguments)
-    finally:
-        _receiving.pop()
+    args = _arguments_at(rank, arguments)
     target._apply_visits(np.frombuffer(keys, dtype=target.key_dtype), fn, args, if_contains)
 
 
@@ -104,11 +109,7 @@ def _string_visits_arrived(
 ) -> None:
     """A chunk of visits of string keys arrived at its owner *rank* (a call): apply them."""
     target = _part(token, rank)
-    _receiving.append(rank)
-    try:
-        args = pickle.loads(arguments)
-    finally:
-        _receiving.pop()
+    args = _arguments_at(rank, arguments)
     keys = Blobs(np.frombuffer(offsets, dtype=np.int64), np.frombuffer(data, dtype=np.uint8))
     target._apply_visits(keys, fn, args, if_contains)  # type: ignore[arg-type]  # (a StringKeyMap)
 

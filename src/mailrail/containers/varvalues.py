@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..channels import Blobs
+from .base import send_requests
 from .keys import Strings
 
 if TYPE_CHECKING:
@@ -312,11 +313,13 @@ class StringLookup:
         self.answer_dtype = np.dtype(answer_dtype)
         self._string_keys = isinstance(keys, Strings)
         if isinstance(keys, Strings):
-            self._request_dtype = np.dtype([("position", "<i8")])
-            self._requests = container._channel(self._request_dtype, self._on_request, f"{what} requests", blobs=True)
+            self._requests = container._channel(
+                np.dtype([("position", "<i8")]), self._on_request, f"{what} requests", blobs=True
+            )
         else:
-            self._request_dtype = np.dtype([("position", "<i8"), ("key", keys)])
-            self._requests = container._channel(self._request_dtype, self._on_request, f"{what} requests")
+            self._requests = container._channel(
+                np.dtype([("position", "<i8"), ("key", keys)]), self._on_request, f"{what} requests"
+            )
         self._reply_dtype = np.dtype([("position", "<i8"), ("answer", self.answer_dtype)])
         self._replies = container._channel(self._reply_dtype, self._on_reply, f"{what} replies", blobs=True)
         # The running ask's answers as they come: (positions, fixed parts, strings) per arrival.
@@ -330,16 +333,10 @@ class StringLookup:
     def ask(self, keys: npt.NDArray[Any] | Blobs, owners: npt.NDArray[np.int64]) -> tuple[npt.NDArray[Any], Blobs]:
         """Collective, after the caller's ``_collective``: the owners' answers for *keys*, in their order."""
         count = keys.count if isinstance(keys, Blobs) else len(keys)
-        requests = np.empty(count, dtype=self._request_dtype)
-        requests["position"] = np.arange(count)
         pieces: list[tuple[npt.NDArray[np.int64], npt.NDArray[Any], Blobs]] = []
         self._pieces = pieces
         try:
-            if isinstance(keys, Blobs):
-                self._requests.send(owners, requests, keys)
-            else:
-                requests["key"] = keys
-                self._requests.send(owners, requests)
+            send_requests(self._requests, keys, owners)
             self.container.rail.barrier()  # every request answered, every reply arrived
         finally:
             self._pieces = None

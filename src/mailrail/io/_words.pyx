@@ -10,6 +10,7 @@ begins as if after whitespace.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
+from mailrail._offsets cimport check_offsets, offset_t
 
 import numpy as np
 
@@ -41,10 +42,6 @@ cdef extern from *:
     """
     int first_space "mailrail_first_space"(const uint8_t* p) noexcept nogil
 
-ctypedef fused offset_t:
-    int32_t
-    int64_t
-
 ctypedef fused word_offset_t:
     int32_t
     int64_t
@@ -61,19 +58,6 @@ cdef int64_t NARROW_BYTES = 1LL << 31
 
 cdef inline bint is_valid(const uint8_t* validity, int64_t bit) noexcept nogil:
     return validity == NULL or (validity[bit >> 3] >> (bit & 7)) & 1
-
-
-cdef int check(const offset_t[::1] offsets, Py_ssize_t nbytes) except -1:
-    """Offsets must be ascending, within the data: a wrong one would read (and write) outside it."""
-    cdef Py_ssize_t i, n = offsets.shape[0]
-    if n == 0:
-        raise ValueError("offsets: n lines have n + 1 offsets, got none")
-    if offsets[0] < 0 or offsets[n - 1] > nbytes:
-        raise ValueError(f"offsets from {offsets[0]} to {offsets[n - 1]} for {nbytes} bytes of data")
-    for i in range(n - 1):
-        if offsets[i + 1] < offsets[i]:
-            raise ValueError(f"offsets must ascend: offset {i + 1} ({offsets[i + 1]}) is below offset {i}")
-    return 0
 
 
 cdef Py_ssize_t split_into(
@@ -130,7 +114,7 @@ def split_words(
     whose bit ``first_bit + i`` of *validity* is 0 is null, and has no words; an empty *validity*: no nulls), as
     ``(word_offsets, word_data)``: ``word_offsets`` int32 when the lines hold fewer than 2**31 bytes (and not
     *wide*), else int64.  See :func:`mailrail.io.words.split_words_arrow`."""
-    check(offsets, data.shape[0])
+    check_offsets(offsets, data.shape[0])
     cdef Py_ssize_t lines = offsets.shape[0] - 1, words
     cdef int64_t nbytes = offsets[lines] - offsets[0]
     if validity.shape[0] != 0 and validity.shape[0] * 8 < first_bit + lines:
