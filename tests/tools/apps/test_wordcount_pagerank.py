@@ -51,13 +51,13 @@ def test_wordcount_is_exact_for_long_words_unicode_and_crlf(tmp_path, ranks):
     assert document["verified"] is True and "verified" in stdout
     assert document["total"] == sum(expected.values()) and document["distinct"] == len(expected)
     assert document["files"] == 3 and document["lines"] == 6
-    assert [(row["word"], row["count"]) for row in document["top"]] == [("the", 5), ("über", 3), ("東京", 2)] or [
-        row["count"] for row in document["top"]
-    ] == [5, 3, 2]
+    top = [(row["word"], row["count"]) for row in document["top"]]
+    assert top[:2] == [("the", 5), ("über", 3)] and top[2] in {("東京", 2), (LONG + "s", 2)}  # (a tie at 2)
     assert "über" in stdout
 
 
 @pytest.mark.mpi
+@pytest.mark.smoke
 def test_wordcount_splits_one_large_file_over_the_ranks_exactly(tmp_path):
     rng = np.random.default_rng(5)
     words = [f"w{n}" + "é" * (n % 23) for n in range(500)]
@@ -114,6 +114,7 @@ def test_pagerank_of_a_text_edge_list_matches_scipy(tmp_path, ranks, directed):
 
 
 @pytest.mark.mpi
+@pytest.mark.smoke
 def test_pagerank_of_a_parquet_edge_list_stops_at_the_tolerance(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
