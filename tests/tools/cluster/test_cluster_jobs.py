@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from helpers import (
+    BINARY_TRACE,
     OwnClusters,
     alive,
     assert_credit_requests_accounted,
@@ -25,8 +26,6 @@ from mailrail.flow import MODE_NAMES
 from mailrail_tools.cluster import ClusterSpec, Link, VirtualCluster, namespaces
 
 pytestmark = [pytest.mark.mpi, pytest.mark.cluster]
-
-TRACES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "trace", "ygm-traces")
 
 
 def cluster_job(cluster: VirtualCluster, ranks: int, name: str, *args: str, env: dict | None = None):
@@ -328,7 +327,7 @@ def test_replay_on_a_cluster(tmp_path, leaves_nothing):
     out = tmp_path / "replay.json"
     completed = mailrail(
         "replay",
-        os.path.join(TRACES, "ygm-histogram-binary-2ranks"),
+        str(BINARY_TRACE),
         "--cluster",
         "2",
         "--flow-control",
