@@ -37,6 +37,8 @@ from ..flags import SEED_MAX, int_in, one_line_errors
 from ..memory import peak_rss_bytes
 from ..mpi_facts import mpi_library
 from ..output import format_table, write_json
+from .metrics import current_rss_bytes
+from .wordcount import quiet_barrier
 
 #: The longest line of the generated corpus, in bytes (lines are 0 to this long, uniformly).
 LONGEST_LINE = 160
@@ -147,11 +149,6 @@ def pyarrow_lines(paths: list[str], batch_bytes: int) -> int:
     return lines
 
 
-def _resident_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def _reset_peak() -> bool:
     """Resets this process's peak resident set to what it holds now; False where the kernel cannot."""
     try:
@@ -206,7 +203,7 @@ def measure(args: argparse.Namespace, comm: Any, paths: list[str]) -> int:
             nonlocal peak_resets
             comm.Barrier()
             peak_resets = _reset_peak() and peak_resets
-            before = _resident_bytes()
+            before = current_rss_bytes()
             start = time.perf_counter()
             lines = 0
             for batch in read_lines(rail, paths, batch_bytes=args.batch_bytes):
@@ -224,7 +221,7 @@ def measure(args: argparse.Namespace, comm: Any, paths: list[str]) -> int:
                     start = time.perf_counter()
                     counts[name] = tool()
                     elapsed = time.perf_counter() - start
-                _quiet_barrier(comm)  # the others wait without taking a core from the tool
+                quiet_barrier(comm)  # the others wait without taking a core from the tool
                 return elapsed
 
             return measure_tool
@@ -301,10 +298,3 @@ def report(
         f"{', '.join(f'{g / 2**20:,.1f} MiB' for g in growth)}; {within} the bound 2 x batch_bytes + "
         f"{READ_LINES_ALLOWANCE >> 20} MiB = {bound / 2**20:,.0f} MiB"
     )
-
-
-def _quiet_barrier(comm: Any) -> None:
-    """A barrier whose waiting ranks sleep between tests instead of spinning on a core."""
-    request = comm.Ibarrier()
-    while not request.Test():
-        time.sleep(0.001)
