@@ -574,3 +574,291 @@ cdef class BytesTable:
 
     def __repr__(self):
         return f"BytesTable({self.size} keys, {self.mask + 1} slots, {self.arena_fill} bytes)"
+
+
+#: The longest string a HotStrings slot holds, in 8-byte words (longer ones always leave).
+cdef enum:
+    HOT_WORDS = 5
+
+#: The mask keeping a word's first n bytes, n = 0..8 (machine byte order).
+cdef uint64_t BYTE_MASKS[9]
+cdef int _n
+for _n in range(9):
+    BYTE_MASKS[_n] = 0 if _n == 0 else (0xFFFFFFFFFFFFFFFF if _n == 8 else first_bytes(_n))
+
+#: The slot hash's multipliers (``varkeys.HOT_MULTIPLIERS``: odd, one per word, then the length's and the final).
+cdef uint64_t HM[7]
+HM[:] = [0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93,
+         0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3]
+
+
+cdef packed struct HotSlot:
+    int64_t count  # held since the last take; 0: the slot takes any string
+    int32_t length  # -1: never held a string
+    int32_t spare
+    int64_t misses  # other strings met here since this one was placed
+    uint64_t words[HOT_WORDS]  # its bytes, zero-padded (a slot is one 64-byte cache line)
+
+
+cdef class HotStrings:
+    """A sender's direct-mapped cache of frequent strings and their counts: see
+    :class:`mailrail.containers.varkeys.HotStringsPython`, whose methods these are, compiled."""
+
+    cdef HotSlot* slots
+    cdef int shift
+    cdef int64_t nslots
+    cdef int64_t held  # slots with a count
+    # The leaving store: (count, string) records, in the order they left.
+    cdef int64_t* out_offsets
+    cdef int64_t* out_counts
+    cdef uint8_t* out_data
+    cdef int64_t out_size, out_room, out_fill, out_data_room
+    cdef int64_t* scratch  # a batch's slots
+    cdef Py_ssize_t scratch_room
+    cdef int32_t* out_owners  # each leaving record's owner
+    cdef uint64_t ranks
+
+    def __init__(self, int64_t slots=8192, int64_t ranks=1):
+        if slots < 1 or slots & (slots - 1) or slots > 1 << 24:
+            raise ValueError(f"slots must be a power of two from 1 to 2**24; got {slots}")
+        if ranks < 1 or ranks > 1 << 31:
+            raise ValueError(f"ranks must be from 1 to 2**31; got {ranks}")
+        self.ranks = ranks
+        self.nslots = slots
+        self.shift = 64
+        while (1 << (64 - self.shift)) < slots:
+            self.shift -= 1
+        self.slots = <HotSlot*>malloc(slots * sizeof(HotSlot))
+        self.out_room = 1024
+        self.out_data_room = 16 * 1024
+        self.out_offsets = <int64_t*>malloc((self.out_room + 1) * sizeof(int64_t))
+        self.out_counts = <int64_t*>malloc(self.out_room * sizeof(int64_t))
+        self.out_data = <uint8_t*>malloc(self.out_data_room)
+        self.out_owners = <int32_t*>malloc(self.out_room * sizeof(int32_t))
+        if not (self.slots and self.out_offsets and self.out_counts and self.out_data and self.out_owners):
+            raise MemoryError()
+        self.clear()
+
+    def __dealloc__(self):
+        free(self.slots)
+        free(self.out_offsets)
+        free(self.out_counts)
+        free(self.out_data)
+        free(self.scratch)
+        free(self.out_owners)
+
+    def clear(self):
+        """Forget every string held and leaving."""
+        cdef int64_t s
+        memset(self.slots, 0, self.nslots * sizeof(HotSlot))
+        for s in range(self.nslots):
+            self.slots[s].length = -1
+        self.held = 0
+        self.out_size = 0
+        self.out_fill = 0
+        self.out_offsets[0] = 0
+
+    cdef int _leave(self, const uint8_t* key, int64_t length, int64_t count, const uint8_t* end) except -1:
+        """A ``(count, string)`` record into the leaving store, with its owner (*end*: where the string's buffer
+        ends, for its hash)."""
+        cdef int64_t room
+        cdef uint64_t h
+        if self.out_size == self.out_room:
+            room = 2 * self.out_room
+            if not (_grow(<void**>&self.out_offsets, (room + 1) * sizeof(int64_t))
+                    and _grow(<void**>&self.out_counts, room * sizeof(int64_t))
+                    and _grow(<void**>&self.out_owners, room * sizeof(int32_t))):
+                raise MemoryError()
+            self.out_room = room
+        if self.out_fill + length > self.out_data_room:
+            room = 2 * self.out_data_room
+            while self.out_fill + length > room:
+                room *= 2
+            if not _grow(<void**>&self.out_data, room):
+                raise MemoryError()
+            self.out_data_room = room
+        if length:
+            memcpy(self.out_data + self.out_fill, key, length)
+        self.out_fill += length
+        self.out_counts[self.out_size] = count
+        h = hash_one(key, length, end)
+        # floor(h * ranks / 2**64), as partition._multiply_high computes it
+        self.out_owners[self.out_size] = <int32_t>((((h >> 32) * self.ranks) + (((h & LOW) * self.ranks) >> 32)) >> 32)
+        self.out_size += 1
+        self.out_offsets[self.out_size] = self.out_fill
+        return 0
+
+    cdef inline void _words(self, const uint8_t* key, int64_t length, const uint8_t* end, uint64_t* w) noexcept nogil:
+        """A string of at most ``HOT_WORDS * 8`` bytes as words, zero-padded (read whole where the buffer allows)."""
+        cdef int j
+        cdef uint8_t padded[HOT_WORDS * 8]
+        if key + HOT_WORDS * 8 <= end:
+            for j in range(HOT_WORDS):
+                w[j] = load8(key + 8 * j) & BYTE_MASKS[min(max(length - 8 * j, 0), 8)]
+        else:
+            memset(padded, 0, HOT_WORDS * 8)
+            memcpy(padded, key, length)
+            for j in range(HOT_WORDS):
+                w[j] = load8(padded + 8 * j)
+
+    cdef inline int64_t _slot_of(self, const uint64_t* w, int64_t length) noexcept nogil:
+        cdef uint64_t h = <uint64_t>length * HM[5]
+        cdef int j
+        for j in range(HOT_WORDS):
+            h ^= w[j] * HM[j]
+        h ^= h >> 32
+        return <int64_t>((h * HM[6]) >> self.shift) if self.shift < 64 else 0
+
+    cdef int _hold_all(self, const offset_t* offsets, Py_ssize_t n, const uint8_t* base, const uint8_t* end,
+                       int64_t* counted) except -1:
+        cdef Py_ssize_t k
+        cdef int j
+        cdef const uint8_t* key
+        cdef int64_t length
+        cdef uint64_t w[HOT_WORDS]
+        cdef uint64_t diff
+        cdef HotSlot* slot
+        # Every slot first (-1: too long to hold), then each string with the slots of those ahead prefetched: the
+        # slots outgrow the first caches.
+        cdef int64_t* where = self._scratch(n)
+        with nogil:
+            for k in range(n):
+                length = offsets[k + 1] - offsets[k]
+                if length > HOT_WORDS * 8:
+                    where[k] = -1
+                else:
+                    self._words(base + offsets[k], length, end, w)
+                    where[k] = self._slot_of(w, length)
+        for k in range(n):
+            if k + AHEAD < n and where[k + AHEAD] >= 0:
+                prefetch(&self.slots[where[k + AHEAD]])
+            key = base + offsets[k]
+            length = offsets[k + 1] - offsets[k]
+            if where[k] < 0:
+                self._leave(key, length, 1, end)
+                continue
+            self._words(key, length, end, w)
+            slot = &self.slots[where[k]]
+            diff = <uint64_t>(slot.length ^ <int32_t>length)
+            for j in range(HOT_WORDS):
+                diff |= slot.words[j] ^ w[j]
+            if diff == 0:
+                if slot.count == 0:
+                    self.held += 1
+                slot.count += 1
+                counted[0] += 1
+                continue
+            if slot.count != 0:
+                slot.misses += 1
+                if slot.misses <= slot.count:
+                    self._leave(key, length, 1, end)
+                    continue
+                self._leave(<const uint8_t*>slot.words, slot.length, slot.count, <const uint8_t*>slot.words + HOT_WORDS * 8)
+            else:
+                self.held += 1
+            slot.count = 1
+            slot.misses = 0
+            slot.length = <int32_t>length
+            for j in range(HOT_WORDS):
+                slot.words[j] = w[j]
+        return 0
+
+    cdef int64_t* _scratch(self, Py_ssize_t n) except NULL:
+        if n > self.scratch_room or self.scratch == NULL:
+            if not _grow(<void**>&self.scratch, max(n, 1024) * sizeof(int64_t)):
+                raise MemoryError()
+            self.scratch_room = max(n, 1024)
+        return self.scratch
+
+    def hold(self, const offset_t[::1] offsets, const uint8_t[::1] data):
+        """Counts each string of the batch in its slot, or sends it to the leaving store (see the Python
+        reference); returns how many of them a slot already held (the repeats combined)."""
+        check_offsets(offsets, data.shape[0])
+        cdef Py_ssize_t n = offsets.shape[0] - 1
+        cdef const uint8_t* base = base_of(data)
+        cdef int64_t counted = 0
+        if n:
+            self._hold_all(&offsets[0], n, base, base + data.shape[0], &counted)
+        return counted
+
+    def take(self, bint everything=False):
+        """The leaving store's records grouped by owner (in the order they left within an owner) as fresh
+        ``(offsets, data, counts, per_owner)`` (int64 offsets from 0; *per_owner*: each rank's number of them), and
+        the store emptied; with *everything*, every slot's held count first joins them (the slot keeps its string,
+        its count back to 0)."""
+        cdef int64_t s, k, at, length
+        cdef HotSlot* slot
+        if everything:
+            for s in range(self.nslots):
+                slot = &self.slots[s]
+                if slot.count:
+                    self._leave(<const uint8_t*>slot.words, slot.length, slot.count,
+                                <const uint8_t*>slot.words + HOT_WORDS * 8)
+                    slot.count = 0
+                    slot.misses = 0
+            self.held = 0
+        cdef int64_t n = self.out_size
+        per_owner = np.zeros(self.ranks, dtype=np.int64)
+        offsets = np.empty(n + 1, dtype=np.int64)
+        data = np.empty(self.out_fill, dtype=np.uint8)
+        counts = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] per = per_owner
+        cdef int64_t[::1] o = offsets
+        cdef int64_t[::1] c = counts
+        cdef uint8_t[::1] dv = data
+        # A counting sort by owner: each owner's first record, then its first byte, then each record in place.
+        cdef int64_t* slot_at = <int64_t*>malloc((self.ranks + 1) * sizeof(int64_t))
+        cdef int64_t* byte_at = <int64_t*>malloc((self.ranks + 1) * sizeof(int64_t))
+        if slot_at == NULL or byte_at == NULL:
+            free(slot_at)
+            free(byte_at)
+            raise MemoryError()
+        cdef int32_t r
+        memset(byte_at, 0, (self.ranks + 1) * sizeof(int64_t))
+        for k in range(n):
+            per[self.out_owners[k]] += 1
+            byte_at[self.out_owners[k] + 1] += self.out_offsets[k + 1] - self.out_offsets[k]
+        slot_at[0] = 0
+        for r in range(<int32_t>self.ranks):
+            slot_at[r + 1] = slot_at[r] + per[r]
+            byte_at[r + 1] += byte_at[r]
+        o[n] = self.out_fill
+        for k in range(n):
+            r = self.out_owners[k]
+            at = slot_at[r]
+            slot_at[r] += 1
+            length = self.out_offsets[k + 1] - self.out_offsets[k]
+            o[at] = byte_at[r]
+            c[at] = self.out_counts[k]
+            if length:
+                memcpy(&dv[byte_at[r]], self.out_data + self.out_offsets[k], length)
+            byte_at[r] += length
+        free(slot_at)
+        free(byte_at)
+        self.out_size = 0
+        self.out_fill = 0
+        return offsets, data, counts, per_owner
+
+    @property
+    def leaving(self):
+        """Records in the leaving store."""
+        return self.out_size
+
+    def __len__(self):
+        """Slots holding a count."""
+        return self.held
+
+    @property
+    def nbytes(self):
+        return self.nslots * sizeof(HotSlot) + self.out_room * 16 + self.out_data_room
+
+    def __repr__(self):
+        return f"HotStrings({self.held} of {self.nslots} slots held, {self.out_size} leaving)"
+
+
+cdef bint _grow(void** pointer, size_t nbytes) noexcept:
+    cdef void* grown = realloc(pointer[0], nbytes)
+    if grown == NULL:
+        return False
+    pointer[0] = grown
+    return True

@@ -51,8 +51,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import Blobs, Rail, in_turn, rank_sort_dtype
+from ..channels import Blobs, Rail, in_turn
 from ..collectives import collective
+from . import varkeys
 from .arrivals import Arrivals, Run
 from .base import Container, Lookup, table_of
 from .hot import split_hot
@@ -720,19 +721,22 @@ class StringCountingSet(CountingSet):
     batch may be); ``top`` returns its keys as a pyarrow array.  Owners count in a
     :class:`~mailrail.containers.keys.StringTable` (compiled: open addressing over an arena of bytes).
 
-    **Combining.**  A sender adds its strings up in a table of its own (a
-    :class:`~mailrail.containers.keys.StringTable`, one compiled pass per batch) until it holds
-    :attr:`held_keys_max` distinct strings, or until the next flush or barrier; then each leaves once, as a
-    ``(count, string)`` record, to the owner its hash names.  A string costs more than a number to send and to
-    count (its bytes, a table probe by hash and bytes rather than a dense array), so every repeat combined pays:
-    Zipf words (exponent 1.1, 600,000 of them, 2 ranks) left as about one record per four words added.  When a table
-    saved less than ``combine_threshold`` of the records (strings that rarely repeat), the next adds go as
-    plain strings, twice as many each time (from ``sample_every`` up to ``sample_every_max``), before the sender
-    adds up again.
+    **Combining.**  A sender counts the strings it meets often in a cache of its own (a
+    :class:`~mailrail.containers.varkeys.HotStrings`: ``hot_slots`` slots of one cache line, a string of up to 40
+    bytes in each, one compiled pass per batch), and its counts leave as ``(count, string)`` records at the next
+    flush or barrier.  Other strings (those of a slot a more frequent one holds, those a slot gives up, those
+    longer than 40 bytes) leave as records too, ``leaving_max`` of them together: a string costs more than a
+    number to send and to count (its bytes, a table probe by hash and bytes rather than a dense array), so the
+    frequent strings are counted where they are met, and the sender's pass touches a few hundred KiB, not a table
+    of every string it has seen.  When a batch counted less than ``combine_threshold`` of its strings in the cache
+    (strings that rarely repeat), the next adds go as plain strings, twice as many each time (from
+    ``sample_every`` up to ``sample_every_max``), before the sender tries the cache again.
     """
 
-    #: Distinct strings a sender adds up before they leave (see the class).
-    held_keys_max = 1 << 16
+    #: The sender's cache of frequent strings, in slots of one string each (see the class).
+    hot_slots = 1 << 16
+    #: Records a sender lets gather before they leave together (see the class).
+    leaving_max = 1 << 14
 
     @collective
     def __init__(self, rail: Rail, kind: type) -> None:  # (CountingSet.__init__'s setup is for fixed-size keys)
@@ -750,9 +754,7 @@ class StringCountingSet(CountingSet):
             blobs=frozenset({_PLAIN, _PAIRS}),
         )
         # The sender's combining (see the class).
-        self._held_table = StringTable(self.held_keys_max)
-        self._held_counts = np.zeros(self.held_keys_max, dtype=np.int64)
-        self._held_added = 0  # strings added into the held table since it last left
+        self._hot_strings: Any = None  # made at the first add: a set that only receives needs none
         self._plain_adds = 0  # adds left to send as plain strings
         self._sample_interval = 0
         self._adds = self._channel(_COUNT, self._on_string_pairs, "adds", blobs=True)
@@ -777,47 +779,41 @@ class StringCountingSet(CountingSet):
             self._plain_adds = max(0, self._plain_adds - 1)
             self._plain.send(Strings.owners(blobs, self.partitioner), None, blobs)
             return
-        self._held_counts = _room_for(self._held_counts, len(self._held_table) + blobs.count)
-        self._held_table.count(blobs, self._held_counts)
-        self._held_added += blobs.count
-        if len(self._held_table) >= self.held_keys_max:
-            self._send_held()
+        if self._hot_strings is None:
+            self._hot_strings = varkeys.HotStrings(self.hot_slots, self.partitioner.size)
+        counted = self._hot_strings.hold(blobs.offsets, blobs.data)
+        if counted < self.combine_threshold * blobs.count:  # strings that rarely repeat: plain adds for a while
+            doubled = min(max(2 * self._sample_interval, self.sample_every), self.sample_every_max)
+            self._sample_interval = self._plain_adds = doubled
+        else:
+            self._sample_interval = self.sample_every
+        if self._hot_strings.leaving >= self.leaving_max:
+            self._send_leaving()
 
     def _send_held(self) -> None:
-        """Send each string held with its count (the rail's channels call it at every flush and barrier; and when
-        the table is full), and decide whether the next adds add up (see the class)."""
-        distinct = len(self._held_table)
-        if not distinct:
+        """Send every string held with its count (the rail's channels call it at every flush and barrier)."""
+        self._send_leaving(everything=True)
+
+    def _send_leaving(self, everything: bool = False) -> None:
+        """Send the records leaving the cache, and with *everything* its held counts too (see the class)."""
+        if self._hot_strings is None:
             return
-        # Grouped by owner here (a radix sort of the owners, the strings gathered in that order once), so that each
-        # owner's records leave in one send of its own: the channel has nothing to sort and no strings to copy.
-        owners = self.partitioner.owner_of_hashes(self._held_table.hashes())
-        size = self.partitioner.size
-        order = np.argsort(owners.astype(rank_sort_dtype(size)), kind="stable")
-        keys = self._held_table.keys(order)
-        records = np.empty(distinct, dtype=_COUNT)
-        records["count"] = self._held_counts[order]
-        per_owner = np.bincount(owners, minlength=size)
+        offsets, data, counts, per_owner = self._hot_strings.take(everything)
+        if not len(counts):
+            return
+        records = np.empty(len(counts), dtype=_COUNT)
+        records["count"] = counts
         ends = np.cumsum(per_owner)
-        added = self._held_added
-        # Emptied first: an add from a handler run while they leave holds afresh.
-        self._held_table.clear(keep=True)
-        self._held_counts[:distinct] = 0
-        self._held_added = 0
-        if not self.channels.in_barrier:
-            if distinct > (1 - self.combine_threshold) * added:
-                doubled = min(max(2 * self._sample_interval, self.sample_every), self.sample_every_max)
-                self._sample_interval = self._plain_adds = doubled
-            else:
-                self._sample_interval = self.sample_every
+        # Grouped by owner already: each owner's records leave in one send of their own, nothing to sort or copy.
         for owner in in_turn(np.flatnonzero(per_owner).tolist(), self.rank):
             end = int(ends[owner])
             start = end - int(per_owner[owner])
-            part = Blobs(keys.offsets[start : end + 1], keys.data)
+            part = Blobs(offsets[start : end + 1], data)
             self._adds.send(np.full(end - start, owner, dtype=np.int64), records[start:end], part, copy=False)
 
     def _held_records(self) -> int:
-        return len(self._held_table)
+        hot = self._hot_strings
+        return 0 if hot is None else len(hot) + hot.leaving
 
     # -- the owner ---------------------------------------------------------------
 
@@ -893,9 +889,8 @@ class StringCountingSet(CountingSet):
         """Collective: empty the set on every rank, as :meth:`CountingSet.clear`."""
         self._collective("clear")
         self._arrivals.clear()
-        self._held_table.clear(keep=True)
-        self._held_counts[:] = 0
-        self._held_added = 0
+        if self._hot_strings is not None:
+            self._hot_strings.clear()
         self._string_table.clear(keep=True)
         self._counts[:] = 0
         self.channels.allreduce_sum(0)

@@ -35,12 +35,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .partition import HASH_SEED
+from .partition import HASH_SEED, _multiply_high
 
 __all__ = [
     "IMPLEMENTATION",
     "BytesTable",
     "BytesTablePython",
+    "HOT_BYTES",
+    "HotStrings",
+    "HotStringsPython",
     "hash_bytes",
     "hash_bytes_numpy",
     "longest",
@@ -216,6 +219,142 @@ class BytesTablePython:
         return f"BytesTablePython({len(self._keys)} keys)"
 
 
+#: The longest string a :class:`HotStrings` slot holds (longer ones always leave), and its words.
+HOT_BYTES = 40
+_HOT_WORDS = HOT_BYTES // 8
+#: The slot hash's multipliers: one per word of a held string, then the length's, then the final one's.
+HOT_MULTIPLIERS = np.array(
+    [
+        0x9E3779B97F4A7C15,
+        0xBF58476D1CE4E5B9,
+        0x94D049BB133111EB,
+        0xD6E8FEB86659FD93,
+        0xA0761D6478BD642F,
+        0xE7037ED1A0B428DB,
+        0x8EBC6AF09C88C6E3,
+    ],
+    dtype=np.uint64,
+)
+
+
+def hot_slots_numpy(offsets: npt.ArrayLike, data: npt.ArrayLike, bits: int) -> npt.NDArray[np.int64]:
+    """Each string's :class:`HotStrings` slot of ``2**bits`` (0 for strings longer than ``HOT_BYTES``, which no
+    slot holds): its bytes zero-padded to five words ``w``, in the machine's byte order; ``h = length * M[5] ^
+    w[0] * M[0] ^ ... ^ w[4] * M[4]``, ``h ^= h >> 32``, the slot the top *bits* of ``h * M[6]``
+    (``M``: :data:`HOT_MULTIPLIERS`).  Five independent multiplications and no loop over the bytes: a slot
+    needs a spread of strings, not a hash every rank agrees on."""
+    starts, raw = _checked(offsets, data)
+    lengths = np.diff(starts)
+    count = len(lengths)
+    padded = np.zeros((count, HOT_BYTES), dtype=np.uint8)
+    short = lengths <= HOT_BYTES
+    column = np.arange(HOT_BYTES)
+    inside = short[:, None] & (column[None, :] < lengths[:, None])
+    source = np.concatenate([raw, np.zeros(HOT_BYTES, dtype=np.uint8)])
+    padded[inside] = source[(starts[:-1, None] + column[None, :])[inside]]
+    words = padded.view(np.uint64)
+    with np.errstate(over="ignore"):
+        h = lengths.astype(np.uint64) * HOT_MULTIPLIERS[5]
+        for j in range(_HOT_WORDS):
+            h ^= words[:, j] * HOT_MULTIPLIERS[j]
+        h ^= h >> np.uint64(32)
+        slots = (h * HOT_MULTIPLIERS[6]) >> np.uint64(64 - bits) if bits else np.zeros(count, dtype=np.uint64)
+    return np.where(short, slots, 0).astype(np.int64)
+
+
+class HotStringsPython:
+    """A sender's direct-mapped cache of frequent strings and their counts (the Python reference of the compiled
+    ``HotStrings``; same methods, same results).
+
+    :meth:`hold` takes a batch, and returns how many of its strings a slot already held (repeats combined).  Each
+    string of at most :data:`HOT_BYTES` bytes goes to its slot
+    (:func:`hot_slots_numpy`): the slot's own string adds one to its count; a slot with no count takes it (count
+    1); else the slot counts a *miss*, and once its misses exceed its count the slot's string leaves with its
+    count and the new one takes its place, while before that the new string leaves with count 1.  So a frequent
+    string keeps its slot against rare ones, and a rare one that took a slot first gives it up soon.  Longer
+    strings always leave.  Leaving means joining the *leaving store*, ``(count, string)`` records in order, which
+    :meth:`take` hands out: the caller sends them to their owners.
+    """
+
+    def __init__(self, slots: int = 8192, ranks: int = 1) -> None:
+        if slots < 1 or slots & (slots - 1) or slots > 1 << 24:
+            raise ValueError(f"slots must be a power of two from 1 to 2**24; got {slots}")
+        if ranks < 1 or ranks > 1 << 31:
+            raise ValueError(f"ranks must be from 1 to 2**31; got {ranks}")
+        self._ranks = ranks
+        self._bits = slots.bit_length() - 1
+        self._slots = slots
+        self.clear()
+
+    def clear(self) -> None:
+        self._strings: list[bytes | None] = [None] * self._slots
+        self._counts = [0] * self._slots
+        self._misses = [0] * self._slots
+        self._held = 0
+        self._leaving: list[tuple[bytes, int]] = []
+
+    def hold(self, offsets: npt.ArrayLike, data: npt.ArrayLike) -> int:
+        slots = hot_slots_numpy(offsets, data, self._bits).tolist()
+        strings, counts, misses = self._strings, self._counts, self._misses
+        counted = 0
+        for key, s in zip(BytesTablePython._split(offsets, data), slots):
+            if len(key) > HOT_BYTES:
+                self._leaving.append((key, 1))
+                continue
+            if strings[s] == key:
+                self._held += counts[s] == 0
+                counts[s] += 1
+                counted += 1
+                continue
+            if counts[s]:
+                misses[s] += 1
+                if misses[s] <= counts[s]:
+                    self._leaving.append((key, 1))
+                    continue
+                self._leaving.append((strings[s], counts[s]))
+            else:
+                self._held += 1
+            strings[s], counts[s], misses[s] = key, 1, 0
+        return counted
+
+    def take(self, everything: bool = False) -> tuple[npt.NDArray[Any], ...]:
+        """The leaving records grouped by owner (``floor(hash * ranks / 2**64)``, :func:`hash_bytes_numpy`), in
+        the order they left within an owner: ``(offsets, data, counts, per_owner)``; the store emptied.  With
+        *everything*, each slot's held count first leaves (the slot keeps its string, its count back to 0)."""
+        if everything:
+            for s in range(self._slots):
+                if self._counts[s]:
+                    self._leaving.append((self._strings[s], self._counts[s]))  # type: ignore[arg-type]
+                    self._counts[s] = self._misses[s] = 0
+            self._held = 0
+        keys = [key for key, _ in self._leaving]
+        offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum([len(key) for key in keys], out=offsets[1:])
+        data = np.frombuffer(b"".join(keys), dtype=np.uint8)
+        counts = np.array([count for _, count in self._leaving], dtype=np.int64)
+        self._leaving = []
+        owners = _multiply_high(hash_bytes_numpy(offsets, data), self._ranks)
+        order = np.argsort(owners, kind="stable")
+        keys = [keys[i] for i in order.tolist()]
+        np.cumsum([len(key) for key in keys], out=offsets[1:])
+        data = np.frombuffer(b"".join(keys), dtype=np.uint8).copy()
+        return offsets, data, counts[order], np.bincount(owners, minlength=self._ranks).astype(np.int64)
+
+    @property
+    def leaving(self) -> int:
+        return len(self._leaving)
+
+    def __len__(self) -> int:
+        return self._held
+
+    @property
+    def nbytes(self) -> int:
+        return 64 * self._slots
+
+    def __repr__(self) -> str:
+        return f"HotStringsPython({self._held} of {self._slots} slots held, {len(self._leaving)} leaving)"
+
+
 def _compiled() -> Any:
     try:
         return importlib.import_module("mailrail.containers._varkeys")
@@ -233,3 +372,5 @@ hash_bytes: Any = hash_bytes_numpy if _COMPILED is None else _COMPILED.hash_byte
 longest: Any = longest_numpy if _COMPILED is None else _COMPILED.longest
 #: The table of variable-size keys: the compiled one where built, else :class:`BytesTablePython`.
 BytesTable: Any = BytesTablePython if _COMPILED is None else _COMPILED.BytesTable
+#: The sender's cache of frequent strings: the compiled one where built, else :class:`HotStringsPython`.
+HotStrings: Any = HotStringsPython if _COMPILED is None else _COMPILED.HotStrings

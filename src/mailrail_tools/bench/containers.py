@@ -16,10 +16,12 @@ checked: the global total of counts equals the inserts, and so does the histogra
 
 ``--keys str`` measures strings instead: a vocabulary of ``--vocabulary`` distinct words of 1 to 40
 random letters (the same on every rank), each rank drawing ``--inserts`` of them by a Zipf law (exponent
-``--zipf``, the first words the most frequent; about 290,000 distinct words at the defaults), and two
-measurements interleaved: ``CountingSet(rail, str).add`` on the words (pyarrow string arrays of ``CHUNK``
-words per add) and ``CountingSet(rail, np.uint64).add`` on each word's number in the vocabulary (8-byte
-keys, the same counts); the ratio of their rates is what a string costs beside a number.  Each measurement's CPU
+``--zipf``, the first words the most frequent; about 290,000 distinct words at the defaults), and three
+measurements interleaved: ``CountingSet(rail, np.uint64).add`` on each word's number in the vocabulary (8-byte
+keys below the vocabulary's size, the same counts), ``CountingSet(rail, np.uint64).add`` on each word's 64-bit
+hash (8-byte keys spread over all 64 bits, as a user who hashes words to numbers gets them), and
+``CountingSet(rail, str).add`` on the words (pyarrow string arrays of ``CHUNK`` words per add); the ratios of
+their rates are what a string costs beside a number.  Each measurement's CPU
 time is recorded too (``time.process_time`` on each rank, averaged over the ranks), and the ratio of the CPU times:
 on a machine other jobs load, wall-clock rates vary from trial to trial with the time slices a rank gets, the work
 done much less.
@@ -104,6 +106,14 @@ def vocabulary(seed: int, count: int) -> Any:
     np.cumsum(lengths, out=offsets[1:])
     words = pa.Array.from_buffers(pa.large_string(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(letters)])
     return pc.unique(words).slice(0, count).cast(pa.string())
+
+
+def _packed(strings: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A pyarrow string array's offsets and bytes, as the kernels take them."""
+    from mailrail.channels import Blobs
+
+    blobs = Blobs.of(strings)
+    return blobs.offsets, blobs.data
 
 
 def run(args: argparse.Namespace) -> int:
@@ -216,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
 def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) -> int:
     """``--keys str``: CountingSet(rail, str) on Zipf words against CountingSet(rail, np.uint64) on their numbers."""
     from mailrail._mpi import MPI
-    from mailrail.containers import CountingSet
+    from mailrail.containers import CountingSet, varkeys
     from mailrail.rail import MailRail
 
     comm = MPI.COMM_WORLD
@@ -227,7 +237,7 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
     drawn = words.take(numbers)  # this rank's words, in the order of their numbers
     chunks = [drawn.slice(offset, CHUNK) for offset in range(0, len(drawn), CHUNK)]
     global_inserts = args.inserts * size
-    names = ("CountingSet uint64", "CountingSet str")
+    names = ("CountingSet uint64", "CountingSet uint64 hashes", "CountingSet str")
     runs: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}  # CPU seconds per rank, each trial
     distinct: dict[str, int] = {}
@@ -250,9 +260,12 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
             return insert
 
         number_batches = [numbers[offset : offset + CHUNK] for offset in range(0, len(numbers), CHUNK)]
+        hashes = varkeys.hash_bytes(*_packed(drawn))
+        hash_batches = [hashes[offset : offset + CHUNK] for offset in range(0, len(hashes), CHUNK)]
         measurements = {
             names[0]: measure(names[0], CountingSet(rail, np.uint64), number_batches),
-            names[1]: measure(names[1], CountingSet(rail, str), chunks),
+            names[1]: measure(names[1], CountingSet(rail, np.uint64), hash_batches),
+            names[2]: measure(names[2], CountingSet(rail, str), chunks),
         }
         for trial in range(args.trials + 1):  # trial 0 warms up and is discarded
             for name, insert in measurements.items():
@@ -262,12 +275,12 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
                 if trial:
                     runs[name].append(global_inserts / runtime)
                     cpu[name].append(used_per_rank)
-        if distinct[names[0]] != distinct[names[1]]:
+        if len(set(distinct.values())) != 1:
             raise AssertionError(f"distinct keys differ: {distinct}")
         stats = rail.stats()
     if rank == 0:
         medians = {name: statistics.median(rates) for name, rates in runs.items()}
-        ratio = medians[names[1]] / medians[names[0]]
+        ratio = medians[names[2]] / medians[names[0]]
         cpu_medians = {name: statistics.median(seconds) for name, seconds in cpu.items()}
         lengths = np.diff(np.frombuffer(words.buffers()[1], np.int32)[: len(words) + 1])
         document = {
@@ -286,9 +299,11 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
             "inserts_per_s": runs,
             "median_inserts_per_s": medians,
             "ratio_str_to_uint64": ratio,
+            "ratio_str_to_uint64_hashes": medians[names[2]] / medians[names[1]],
             "cpu_s_per_rank": cpu,
             "median_cpu_s_per_rank": cpu_medians,
-            "cpu_ratio_str_to_uint64": cpu_medians[names[0]] / cpu_medians[names[1]],
+            "cpu_ratio_str_to_uint64": cpu_medians[names[0]] / cpu_medians[names[2]],
+            "cpu_ratio_str_to_uint64_hashes": cpu_medians[names[1]] / cpu_medians[names[2]],
             "distinct_keys": distinct,
             "config": dict(options, seed=args.seed),
         }
@@ -300,12 +315,21 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
         )
         print(
             format_table(
-                ["measurement", "M inserts/s", "vs uint64", "CPU ms/rank", "vs uint64 (CPU)", "distinct keys"],
+                [
+                    "measurement",
+                    "M inserts/s",
+                    "vs uint64",
+                    "vs hashes",
+                    "CPU ms/rank",
+                    "vs uint64 (CPU)",
+                    "distinct keys",
+                ],
                 [
                     (
                         name,
                         medians[name] / 1e6,
                         medians[name] / medians[names[0]],
+                        medians[name] / medians[names[1]],
                         cpu_medians[name] * 1e3,
                         cpu_medians[names[0]] / cpu_medians[name],
                         distinct[name],

@@ -16,17 +16,19 @@ from hypothesis import strategies as st
 
 from containers_support import tiny_world
 from mailrail.containers import Bag, CountingSet, Map, Set, varkeys
+from mailrail.containers.counting_set import StringCountingSet
 from mailrail.errors import MessageSizeError
 from mailrail.testing import World
 
 
 @pytest.fixture(autouse=True, params=["compiled", "python"])
 def implementation(request, monkeypatch):
-    """Every test on the compiled hash and table, and again on their Python references."""
+    """Every test on the compiled hash, table and cache, and again on their Python references."""
     if request.param == "python":
         monkeypatch.setattr(varkeys, "hash_bytes", varkeys.hash_bytes_numpy)
         monkeypatch.setattr(varkeys, "BytesTable", varkeys.BytesTablePython)
         monkeypatch.setattr(varkeys, "longest", varkeys.longest_numpy)
+        monkeypatch.setattr(varkeys, "HotStrings", varkeys.HotStringsPython)
     return request.param
 
 
@@ -95,6 +97,29 @@ def check_counting(results, kind):
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_a_counting_set_of_strings_counts_every_input_type(kind, size):
     check_counting(tiny_world(size, seed=size).run(counting_program, 7, kind, []), kind)
+
+
+@pytest.mark.parametrize("slots, leaving", [(1, 1), (2, 3), (8, 1000)])
+def test_a_small_sender_cache_evicts_and_sends_early_yet_counts_exactly(monkeypatch, slots, leaving):
+    # Few slots: strings meet others in their slot, leave at once or evict the slot's string with its count, and the
+    # leaving records go mid-stream; long strings (over 40 bytes) never take a slot.
+    monkeypatch.setattr(StringCountingSet, "hot_slots", slots)
+    monkeypatch.setattr(StringCountingSet, "leaving_max", leaving)
+    extra = ["long " * 10, "longer " * 10] * 5 + [f"w{i % 7}" for i in range(60)]
+    check_counting(tiny_world(3, seed=slots).run(counting_program, slots, str, extra), str)
+
+
+def test_strings_that_never_repeat_go_plain_and_count_exactly():
+    def program(rail):
+        counts = CountingSet(rail, str)
+        words = [f"{rail.rank}-{i}" for i in range(400)]
+        for start in range(0, len(words), 20):
+            counts.add(words[start : start + 20])
+        plain = counts._plain_adds > 0  # the first batch combined nothing: the next ones went plain
+        return {"plain": plain, "total": counts.total(), "size": counts.size()}
+
+    for result in tiny_world(2, seed=0).run(program):
+        assert result == {"plain": True, "total": 800, "size": 800}
 
 
 words_strategy = st.lists(st.text(max_size=30), max_size=150)

@@ -242,3 +242,95 @@ def test_a_last_word_is_hashed_alike_inside_and_at_the_end_of_the_buffer(hash_by
         inside = hash_bytes(*packed([key, b"\xff" * 9]))[0]
         last = hash_bytes(*packed([b"\xff" * 9, key]))[1]
         assert int(inside) == int(last) == spec_hash(key)
+
+
+# -- HotStrings: a sender's cache of frequent strings --------------------------------------------------------------
+
+HOT = [pytest.param(varkeys.HotStringsPython, id="python"), pytest.param(COMPILED.HotStrings, id="compiled")]
+
+
+def owner_of(key: bytes, ranks: int) -> int:
+    return (spec_hash(key) * ranks) >> 64
+
+
+def leaving(taken: tuple[np.ndarray, ...]) -> list[tuple[bytes, int]]:
+    offsets, data, counts, _ = taken
+    raw = data.tobytes()
+    return [(raw[offsets[i] : offsets[i + 1]], int(counts[i])) for i in range(len(counts))]
+
+
+small_keys = st.lists(st.binary(max_size=48) | st.sampled_from([b"the", b"of", b"a", b"and", b"x" * 40, b"y" * 41]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batches=st.lists(small_keys, max_size=6),
+    slots=st.sampled_from([1, 2, 8, 64]),
+    ranks=st.integers(1, 5),
+    takes=st.lists(st.booleans(), min_size=6, max_size=6),
+    wide=st.booleans(),
+    lead=st.binary(max_size=9),
+)
+def test_compiled_and_python_hot_strings_agree_and_lose_nothing(batches, slots, ranks, takes, wide, lead):
+    tables = [cache(slots, ranks) for cache in (varkeys.HotStringsPython, COMPILED.HotStrings)]
+    total: dict[bytes, int] = {}
+    added: dict[bytes, int] = {}
+    for batch, everything in zip(batches, takes, strict=False):
+        offsets, data = packed(batch, np.int64 if wide else np.int32, lead)
+        assert tables[0].hold(offsets, data) == tables[1].hold(offsets, data)
+        assert len(tables[0]) == len(tables[1]) and tables[0].leaving == tables[1].leaving
+        taken = [table.take(everything) for table in tables]
+        for part in range(4):
+            np.testing.assert_array_equal(taken[0][part], taken[1][part])
+        records = leaving(taken[1])
+        # Grouped by owner, each owner's count as said.
+        owners = [owner_of(key, ranks) for key, _ in records]
+        assert owners == sorted(owners)
+        assert np.bincount(owners, minlength=ranks).tolist() == taken[1][3].tolist()
+        for key in batch:
+            added[key] = added.get(key, 0) + 1
+        for key, count in records:
+            assert count >= 1
+            total[key] = total.get(key, 0) + count
+    last = [leaving(table.take(everything=True)) for table in tables]
+    assert last[0] == last[1]
+    for key, count in last[1]:
+        total[key] = total.get(key, 0) + count
+    assert all(len(table) == 0 and table.leaving == 0 for table in tables)
+    assert total == added  # every string counted exactly once, across slots and leaving records
+
+
+@pytest.mark.parametrize("cache", HOT)
+def test_a_frequent_string_keeps_its_slot_and_rare_ones_leave(cache):
+    table = cache(1)  # one slot: every string meets every other
+    offsets, data = packed([b"hot"] * 5 + [b"rare1", b"rare2"] + [b"hot"] * 3)
+    assert table.hold(offsets, data) == 7  # the hot string's repeats; the rare ones leave at once
+    assert leaving(table.take()) == [(b"rare1", 1), (b"rare2", 1)]
+    assert len(table) == 1
+    assert leaving(table.take(everything=True)) == [(b"hot", 8)]
+    # Kept with no count, the slot takes the next string at once.
+    offsets, data = packed([b"new", b"hot"])
+    assert table.hold(offsets, data) == 0
+    # "hot" then met "new" in the slot: it left at once, before "new"'s count.
+    assert leaving(table.take(everything=True)) == [(b"hot", 1), (b"new", 1)]
+
+
+@pytest.mark.parametrize("cache", HOT)
+def test_a_rare_string_that_came_first_gives_its_slot_up(cache):
+    table = cache(1)
+    offsets, data = packed([b"rare", b"hot", b"hot", b"hot"])
+    table.hold(offsets, data)
+    # "rare" (count 1) gives its slot to "hot" at its second miss; "hot"'s first leaves with count 1.
+    assert leaving(table.take()) == [(b"hot", 1), (b"rare", 1)]
+    assert leaving(table.take(everything=True)) == [(b"hot", 2)]
+
+
+@pytest.mark.parametrize("cache", HOT)
+def test_hot_strings_refuse_bad_sizes_and_offsets(cache):
+    for slots in (0, 3, 1 << 25):
+        with pytest.raises(ValueError, match=f"slots must be a power of two.*got {slots}"):
+            cache(slots)
+    with pytest.raises(ValueError, match="ranks must be from 1 to 2\\*\\*31; got 0"):
+        cache(8, 0)
+    with pytest.raises(ValueError, match="offsets must ascend"):
+        cache(8).hold(np.array([0, 3, 1], dtype=np.int64), np.zeros(4, dtype=np.uint8))
