@@ -32,6 +32,17 @@ def memory_problem(comm: Any, bytes_per_rank: int, what: str) -> str | None:
     return agreed_problem(comm, problem)
 
 
+def reset_peak_rss() -> bool:
+    """Restart this process's peak resident set (``VmHWM``) from what it holds now (Linux's
+    ``/proc/self/clear_refs``); False where the kernel refuses, and the peak then counts from the process's start."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident set size (``VmHWM``), in bytes."""
     try:

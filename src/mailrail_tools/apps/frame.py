@@ -19,7 +19,7 @@ from mailrail import Rail
 from mailrail.config import FLOW_CONTROL_MODES
 
 from ..flags import SEED_MAX, add_rail_arguments, checked_rail_options, choice_list, int_in, one_line_errors
-from ..memory import peak_rss_bytes
+from ..memory import peak_rss_bytes, reset_peak_rss
 from ..output import format_table, write_json
 
 #: The bulk-synchronous peers an application may run beside MailRail.
@@ -86,15 +86,6 @@ def app_rail_options(
     return chosen_modes(args, config.flow_control), options
 
 
-def reset_peak_memory() -> None:
-    """Start a new peak-RSS window for this process (Linux: VmHWM restarts from the current RSS)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear:
-            clear.write("5")
-    except OSError:
-        pass
-
-
 def run_app(comm: Any, app: App, args: argparse.Namespace, modes: list[str], options: dict[str, Any]) -> int:
     """Trials of *app* in each of *modes* (and its peer) on rails of *options* (:func:`app_rail_options`),
     verified; table, JSON; exit status 1 on a wrong result."""
@@ -110,7 +101,7 @@ def run_app(comm: Any, app: App, args: argparse.Namespace, modes: list[str], opt
     rate_key, units = app.rate
     for trial in range(args.trials + 1):  # trial 0 warms up, is verified, and is not reported
         for mode, runner in runners.items():
-            reset_peak_memory()
+            peak_reset = reset_peak_rss()
             comm.Barrier()
             start = time.perf_counter()
             figures = runner()
@@ -126,6 +117,7 @@ def run_app(comm: Any, app: App, args: argparse.Namespace, modes: list[str], opt
                         **{rate_key: units / runtime},
                         correct=correct,
                         peak_rss_bytes=max(peaks) if peaks else None,
+                        peak_rss_since="trial" if peak_reset else "process start",
                         peak_rss_bytes_per_rank=peaks,
                     )
                 )

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..flags import SEED_MAX, int_in, one_line_errors
-from ..memory import peak_rss_bytes
+from ..memory import peak_rss_bytes, reset_peak_rss
 from ..mpi_facts import mpi_library
 from ..output import format_table, write_json
 from .metrics import current_rss_bytes
@@ -149,16 +149,6 @@ def pyarrow_lines(paths: list[str], batch_bytes: int) -> int:
     return lines
 
 
-def _reset_peak() -> bool:
-    """Resets this process's peak resident set to what it holds now; False where the kernel cannot."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def run(args: argparse.Namespace) -> int:
     from mailrail._mpi import MPI  # MPI starts when the run begins, not to parse flags
 
@@ -202,7 +192,7 @@ def measure(args: argparse.Namespace, comm: Any, paths: list[str]) -> int:
         def mailrail_read() -> float:
             nonlocal peak_resets
             comm.Barrier()
-            peak_resets = _reset_peak() and peak_resets
+            peak_resets = reset_peak_rss() and peak_resets
             before = current_rss_bytes()
             start = time.perf_counter()
             lines = 0
