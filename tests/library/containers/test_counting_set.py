@@ -84,6 +84,32 @@ def test_a_handler_adding_while_the_barrier_runs_is_counted():
         assert counts == [9, 9, 9, 0] and total == 27
 
 
+@pytest.mark.parametrize("part", [1, 7, 4096])
+def test_one_large_add_goes_in_parts_and_counts_exactly(monkeypatch, part):
+    monkeypatch.setattr(CountingSet, "add_batch_keys", part)
+    batches = {}
+
+    def program(rail):
+        counting = CountingSet(rail, np.uint64)
+        seen = []
+        monkeypatch.setattr(
+            counting, "_add_batch", lambda keys, real=counting._add_batch: seen.append(len(keys)) or real(keys)
+        )
+        rng = np.random.default_rng(rail.rank)
+        keys = np.concatenate([rng.zipf(1.3, 3000) % 500, rng.integers(0, 1 << 40, 1000)]).astype(np.uint64)
+        counting.add(keys)  # one call
+        batches[rail.rank] = seen
+        return keys, counting.count(np.unique(keys)), counting.total()
+
+    results = World(2, seed=part).run(program)
+    everything = np.concatenate([keys for keys, _, _ in results])
+    for rank, (keys, counts, total) in enumerate(results):
+        unique = np.unique(keys)
+        assert counts.tolist() == [int(np.count_nonzero(everything == key)) for key in unique]
+        assert total == len(everything)
+        assert batches[rank] == [min(part, 4000 - start) for start in range(0, 4000, part)]
+
+
 def test_one_rank_needs_no_messages():
     def program(rail):
         counting = CountingSet(rail, "S16")
