@@ -10,8 +10,10 @@ measurements interleaved trial by trial so the machine's drift hits them alike:
   the sender, a hash table at the owner);
 - ``CountingSet zipf``: ``CountingSet.add`` on the Zipf keys, where combining on the sender pays.
 
-Each measurement is timed until every key is counted: through ``CountingSet.total()`` (a barrier, then
-each owner counts what it buffered) and through the histogram's own count and sum.  Every trial is
+With ``--one-batch`` each ``CountingSet`` measurement adds a rank's keys in one call, as a user's program
+does; else in adds of ``CHUNK`` keys.  Each measurement is timed until every key is counted: through
+``CountingSet.total()`` (a barrier, then each owner counts what it buffered) and through the histogram's own
+count and sum.  Every trial is
 checked: the global total of counts equals the inserts, and so does the histogram's.
 
 ``--keys str`` measures strings instead: a vocabulary of ``--vocabulary`` distinct words of 1 to 40
@@ -71,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int_in(1, 1 << 26),
         default=VOCABULARY,
         help="--keys str: distinct words to draw from (default %(default)s)",
+    )
+    parser.add_argument(
+        "--one-batch",
+        action="store_true",
+        help="each CountingSet measurement adds a rank's keys in one call, as a user writes it (default: adds of "
+        f"{CHUNK:,} keys)",
     )
     parser.add_argument("--seed", type=int_in(0, SEED_MAX), default=1)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
@@ -139,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     owners = table.owners(uniform)
     runs: dict[str, list[float]] = {"coalescer histogram": [], "CountingSet uniform": [], "CountingSet zipf": []}
     distinct: dict[str, int] = {}
+    per_add = args.inserts if args.one_batch else CHUNK
     with MailRail(comm, **options) as rail:
         coalescer = Coalescer(rail, np.uint64, table.add)
 
@@ -163,8 +172,8 @@ def run(args: argparse.Namespace) -> int:
                 counts.clear()
                 comm.Barrier()
                 start = time.perf_counter()
-                for offset in range(0, len(keys), CHUNK):
-                    counts.add(keys[offset : offset + CHUNK])
+                for offset in range(0, len(keys), per_add):
+                    counts.add(keys[offset : offset + per_add])
                 total = counts.total()  # collective: the barrier, then every owner counts what it holds
                 elapsed = time.perf_counter() - start
                 if total != global_inserts:
@@ -193,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             "mpi": mpi_library(),
             "ranks": size,
             "inserts_per_rank": args.inserts,
+            "keys_per_add": per_add,
             "log2_table": args.log2_table,
             "zipf_exponent": args.zipf,
             "datagram_size": config.datagram_size,
@@ -208,8 +218,8 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json, document)
         print(
             f"containers: {size} ranks, {args.inserts:,} keys per rank below 2^{args.log2_table} "
-            f"(zipf exponent {args.zipf}), {config.datagram_size} B datagrams, {stats['flow_control']} flow "
-            f"control, median of {args.trials} interleaved trials"
+            f"(zipf exponent {args.zipf}), CountingSet adds of {per_add:,} keys, {config.datagram_size} B datagrams, "
+            f"{stats['flow_control']} flow control, median of {args.trials} interleaved trials"
         )
         print(
             format_table(
@@ -237,7 +247,7 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
     drawn = words.take(numbers)  # this rank's words, in the order of their numbers
     chunks = [drawn.slice(offset, CHUNK) for offset in range(0, len(drawn), CHUNK)]
     global_inserts = args.inserts * size
-    names = ("CountingSet uint64", "CountingSet uint64 hashes", "CountingSet str")
+    names = ("CountingSet uint64", "CountingSet hashes", "CountingSet str")
     runs: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}  # CPU seconds per rank, each trial
     distinct: dict[str, int] = {}

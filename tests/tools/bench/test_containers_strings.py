@@ -32,16 +32,16 @@ def test_bench_containers_keys_str_reports_both_rates_and_their_ratio(tmp_path):
     document = json.loads(out.read_text())
     assert document["keys"] == "str" and document["ranks"] == 2 and document["vocabulary"] == 3000
     medians = document["median_inserts_per_s"]
-    assert set(medians) == {"CountingSet uint64", "CountingSet uint64 hashes", "CountingSet str"}
+    assert set(medians) == {"CountingSet uint64", "CountingSet hashes", "CountingSet str"}
     assert document["ratio_str_to_uint64"] == pytest.approx(medians["CountingSet str"] / medians["CountingSet uint64"])
     cpu = document["median_cpu_s_per_rank"]
     assert set(cpu) == set(medians) and min(cpu.values()) > 0
     assert document["cpu_ratio_str_to_uint64"] == pytest.approx(cpu["CountingSet uint64"] / cpu["CountingSet str"])
     assert document["ratio_str_to_uint64_hashes"] == pytest.approx(
-        medians["CountingSet str"] / medians["CountingSet uint64 hashes"]
+        medians["CountingSet str"] / medians["CountingSet hashes"]
     )
     assert document["cpu_ratio_str_to_uint64_hashes"] == pytest.approx(
-        cpu["CountingSet uint64 hashes"] / cpu["CountingSet str"]
+        cpu["CountingSet hashes"] / cpu["CountingSet str"]
     )
     assert all(len(seconds) == 1 for seconds in document["cpu_s_per_rank"].values())
     assert len(set(document["distinct_keys"].values())) == 1 and document["distinct_keys"]["CountingSet str"] > 0
