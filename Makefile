@@ -16,7 +16,8 @@ SOURCES = src simulate tests examples docs
 COMPILED_SOURCES = pyproject.toml simulate/pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mailrail/flow/_ledger.pyx \
 	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd \
 	src/mailrail/transport/_compiled.pyx src/mailrail/containers/_hot.pyx \
-	src/mailrail/containers/_varkeys.pyx src/mailrail/io/_words.pyx src/mailrail/_offsets.pxd
+	src/mailrail/containers/_varkeys.pyx src/mailrail/containers/_table.pyx src/mailrail/io/_words.pyx \
+	src/mailrail/_offsets.pxd
 
 .PHONY: demo test test-fast lint docs docs-check chromium checks environments test-main test-uptime test-python-transport test-other-mpi site-mpi-packages \
 	test-site-mpi $(SITE_MPIS:%=test-site-%) simulate-runs simulate-lossy-runs simulate-calibration simulate-paper clean
@@ -96,7 +97,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check $(SOURCES)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m mypy.stubtest mailrail._protocol mailrail.flow._ledger mailrail.transport._compiled \
-		mailrail.flow._atomics mailrail.containers._hot mailrail.containers._varkeys mailrail.io._words --allowlist stubtest-allowlist.txt
+		mailrail.flow._atomics mailrail.containers._hot mailrail.containers._varkeys mailrail.containers._table mailrail.io._words --allowlist stubtest-allowlist.txt
 	$(VENV)/bin/lint-imports
 
 # The documentation site, warnings as errors: docs/_build/html/index.html.

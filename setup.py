@@ -5,7 +5,8 @@ Each sits beside its Python half: mailrail.flow._atomics (C): CPU atomics for no
 (Cython): protocol.py's Endpoint; mailrail.transport._compiled (Cython): the compiled transport
 (transport/compiled.py resolves its MPI); mailrail.containers._hot (Cython): the CountingSet sender's hot-key
 lookup (containers/hot.py); mailrail.containers._varkeys (Cython): the hash and the hash table of variable-size
-keys (containers/varkeys.py); mailrail.io._words (Cython): lines split into words (io/words.py).  None needs MPI
+keys (containers/varkeys.py); mailrail.containers._table (Cython): one-word keys' probes of the containers' hash
+table (containers/table.py); mailrail.io._words (Cython): lines split into words (io/words.py).  None needs MPI
 headers.
 """
 
@@ -80,6 +81,7 @@ def extensions() -> list[Extension]:
         Extension("mailrail.transport._compiled", ["src/mailrail/transport/_compiled.pyx"], optional=True),
         Extension("mailrail.containers._hot", ["src/mailrail/containers/_hot.pyx"], optional=True),
         Extension("mailrail.containers._varkeys", ["src/mailrail/containers/_varkeys.pyx"], optional=True),
+        Extension("mailrail.containers._table", ["src/mailrail/containers/_table.pyx"], optional=True),
         Extension("mailrail.io._words", ["src/mailrail/io/_words.pyx"], optional=True),
     ]
     return built + cythonize(cython_modules, include_path=["src"], compiler_directives={"language_level": 3})

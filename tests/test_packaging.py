@@ -57,6 +57,8 @@ def test_the_wheel_has_the_compiled_modules_and_stubs_and_no_sources_to_compile(
         "mailrail/transport/_compiled",
         "mailrail/flow/_atomics",
         "mailrail/containers/_hot",
+        "mailrail/containers/_varkeys",
+        "mailrail/containers/_table",
         "mailrail/io/_words",
     ):
         assert any(name.startswith(module + ".") and name.endswith(".so") for name in names), module

@@ -26,6 +26,7 @@ of its slots.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,7 +36,22 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .keys import fixed_dtype
 from .partition import as_keys, has_padding, hash_words, key_words, words_per_key
 
-__all__ = ["Erased", "Inserted", "KeyTable"]
+__all__ = ["IMPLEMENTATION", "Erased", "Inserted", "KeyTable"]
+
+
+def _compiled() -> Any:
+    try:
+        return importlib.import_module("mailrail.containers._table")
+    except ImportError:  # not built (no compiler at install): the numpy passes do it all
+        return None
+
+
+#: The probes of one-word keys (8-byte keys and narrower) and the placement of every key in a rebuilt table:
+#: compiled (``_table.pyx``, one key after another in C) where the package was built with a compiler, else None
+#: and the numpy passes below.
+ONE_WORD = _compiled()
+#: ``"compiled"`` where one-word keys are probed in C, else ``"numpy"``: chosen once, at import.
+IMPLEMENTATION = "numpy" if ONE_WORD is None else "compiled"
 
 _EMPTY = 0
 _TOMBSTONE = -1
@@ -165,6 +181,9 @@ class KeyTable:
         for array, entries in zip(self._dense_arrays, old):
             array[:n] = entries
         self._size = n
+        if ONE_WORD is not None:
+            ONE_WORD.place(self._slots, self._slot_of, hashes)
+            return
         # Distinct keys: a key losing a slot to another, or finding one taken, just moves on.
         ids = np.arange(n, dtype=np.int64)
         pos = self._home(hashes)
@@ -359,7 +378,12 @@ class KeyTable:
     def lookup(self, keys: npt.ArrayLike) -> _Index:
         """The dense index of each key of the 1-D batch *keys* (int64), -1 where the key is absent."""
         _, words = self._as_words(keys)
-        return self._probe(words, hash_words(words))[0]
+        hashes = hash_words(words)
+        if self._width == 1 and ONE_WORD is not None:
+            index = np.empty(len(hashes), dtype=np.int64)
+            ONE_WORD.lookup_words(self._slots, self._fingerprints, words[:, 0], hashes, index)
+            return index
+        return self._probe(words, hashes)[0]
 
     def __contains__(self, key: object) -> bool:
         """Whether one key is present (for tests and interactive use: batches go through :meth:`lookup`)."""
@@ -374,6 +398,8 @@ class KeyTable:
         raw, words = self._as_words(keys)
         n = words.shape[0]
         hashes = hash_words(words)
+        if self._width == 1 and self._shared and ONE_WORD is not None:
+            return self._insert_one_word(words[:, 0], hashes)
         index, stop = self._probe(words, hashes, want_stop=True)
         new = np.zeros(n, dtype=bool)
         missing = np.flatnonzero(index < 0)
@@ -401,6 +427,31 @@ class KeyTable:
         else:
             self._renumber(first, missing, index, new)
         return Inserted(index, new)
+
+    def _insert_one_word(self, words: npt.NDArray[np.uint64], hashes: npt.NDArray[np.uint64]) -> Inserted:
+        """:meth:`insert` of 8-byte keys (their own words), compiled: as many keys as the load allows at a time,
+        then a rebuild (doubling, or in place where tombstones held the room), until the batch is done."""
+        n = len(words)
+        index = np.empty(n, dtype=np.int64)
+        new = np.zeros(n, dtype=bool)
+        done = 0
+        while True:
+            limit = self._mask // 2 + 1 - self._tombstones  # live keys the load allows: at most 1/2 with tombstones
+            done, self._size = ONE_WORD.insert_words(
+                self._slots,
+                self._fingerprints,
+                self._slot_of,
+                words,
+                hashes,
+                done,
+                self._size,
+                limit,
+                index,
+                new.view(np.uint8),
+            )
+            if done == n:
+                return Inserted(index, new)
+            self._rebuild(max(self._mask + 1, _slots_for(self._size + 1, 3)))
 
     def _count_distinct(self, words: npt.NDArray[np.uint64], hashes: npt.NDArray[np.uint64]) -> int:
         """How many distinct keys the rows of *words* hold: exactly, unless two of them have the same 64-bit hash,

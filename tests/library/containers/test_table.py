@@ -1,7 +1,10 @@
 """KeyTable, the vectorized hash set of fixed-dtype keys, against a Python model: dense indices, the order new keys
-take, erase's moves applied to a parallel value array, growth and tombstones.  No MPI here."""
+take, erase's moves applied to a parallel value array, growth and tombstones.  Every test runs twice: with one-word
+keys probed by the compiled kernels (``_table.pyx``) and by the numpy passes alone.  No MPI here."""
 
 from __future__ import annotations
+
+import importlib
 
 import numpy as np
 import pytest
@@ -11,6 +14,16 @@ from hypothesis import strategies as st
 import mailrail.containers.table as table_module
 from mailrail.containers.partition import key_words
 from mailrail.containers.table import KeyTable
+
+COMPILED = importlib.import_module("mailrail.containers._table")  # make test builds it: no skip
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def implementation(request, monkeypatch):
+    """Every test with one-word keys probed in C, and again by the numpy passes alone."""
+    monkeypatch.setattr(table_module, "ONE_WORD", COMPILED if request.param == "compiled" else None)
+    return request.param
+
 
 RECORD = np.dtype([("a", "<i4"), ("b", "<f8")])  # packed (align=False): 12 bytes
 PADDED = np.dtype([("a", "u1"), ("b", "<u4")], align=True)
@@ -371,3 +384,52 @@ def test_a_tombstone_is_never_taken_for_a_key(monkeypatch, mode, erased):
     batch = np.array([35, *range(100, 110)], dtype=np.uint64)
     assert table.lookup(batch).tolist() == [6] + [-1] * 10
     slots_are_consistent(table)
+
+
+def test_the_compiled_probes_are_the_ones_chosen():
+    assert table_module.IMPLEMENTATION == "compiled"
+
+
+def test_a_batch_larger_than_the_room_rebuilds_midway_and_answers_as_numpy(monkeypatch):
+    # 50,000 keys with repeats into a table made for 16: several rebuilds inside one insert, tombstones between.
+    rng = np.random.default_rng(3)
+    batches = [rng.integers(0, 1 << 62, 20000, dtype=np.uint64) for _ in range(3)]
+    batches[1][:4000] = batches[0][::5]  # keys seen before
+    answers = []
+    for one_word in (COMPILED, None):
+        monkeypatch.setattr(table_module, "ONE_WORD", one_word)
+        table = KeyTable(np.uint64, capacity=16)
+        seen = []
+        for number, batch in enumerate(batches):
+            seen.append(table.insert(batch))
+            if number == 1:
+                seen.append(table.erase(batch[:7000]))
+        seen.append(table.lookup(np.concatenate(batches)))
+        slots_are_consistent(table)
+        answers.append((seen, table.keys.copy(), len(table)))
+    (compiled, compiled_keys, compiled_length), (numpy, numpy_keys, numpy_length) = answers
+    assert compiled_length == numpy_length and np.array_equal(compiled_keys, numpy_keys)
+    for mine, theirs in zip(compiled, numpy):
+        for a, b in zip(mine, theirs) if isinstance(mine, tuple) else [(mine, theirs)]:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_the_kernels_refuse_mismatched_arrays():
+    slots = np.zeros(16, dtype=np.int32)
+    stored = np.zeros(8, dtype=np.uint64)
+    words = np.arange(3, dtype=np.uint64)
+    with pytest.raises(ValueError, match="must be as long; got 3, 2"):
+        COMPILED.lookup_words(slots, stored, words, words[:2], np.empty(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="a table of 16 slots and 8 entries takes no 9 keys"):
+        COMPILED.insert_words(
+            slots,
+            stored,
+            np.zeros(8, dtype=np.int32),
+            words,
+            words,
+            0,
+            0,
+            9,
+            np.empty(3, np.int64),
+            np.zeros(3, np.uint8),
+        )
