@@ -158,19 +158,28 @@ def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 # -- MailRail's knobs as flags ----------------------------------------------------------
 
 
-def add_rail_arguments(parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
+def add_rail_arguments(
+    parser: argparse.ArgumentParser, *, skip: Sequence[str] = (), defaults: dict[str, Any] | None = None
+) -> None:
     """One ``--flag`` per MailRail knob (:func:`mailrail.config.knobs`, with their meanings); unset
     flags fall back to ``MAILRAIL_*`` / defaults.  Each value is checked by its knob's parser as argv
-    is parsed (``--datagram-size 0`` is a usage error) and kept as given, for :func:`rail_flags`."""
+    is parsed (``--datagram-size 0`` is a usage error) and kept as given, for :func:`rail_flags`.
+
+    *defaults*: the command's own defaults, as it gives them to :func:`checked_rail_options` (a value, or a text
+    saying how the command computes it); the help then says what the command runs with, beside the library's."""
     group = parser.add_argument_group("MailRail options (override MAILRAIL_* variables)")
+    own = defaults or {}
     for knob in flag_knobs():
         if knob.name not in skip:
+            default = f"default {knob.default_text}"
+            if knob.name in own:
+                default = f"this command's default {own[knob.name]}, the library's {knob.default_text}"
             group.add_argument(
                 "--" + knob.name.replace("_", "-"),
                 dest=knob.name,
                 default=None,
                 type=_checked_by_knob(knob.name),
-                help=f"{knob.help} ({knob.variable}; default {knob.default_text})".replace("`", "").replace("%", "%%"),
+                help=f"{knob.help} ({knob.variable}; {default})".replace("`", "").replace("%", "%%"),
             )
 
 

@@ -2,6 +2,9 @@
 
 import argparse
 
+import pytest
+
+from mailrail_tools.cli import main
 from mailrail_tools.flags import add_rail_arguments, rail_options
 
 
@@ -18,3 +21,18 @@ def test_a_commands_defaults_yield_to_flags_and_to_the_environment(clean_environ
     monkeypatch.setenv("MAILRAIL_RECV_POOL_SLOTS", "512")
     assert rail_options(parsed(), defaults) == {"datagram_size": 131072}
     assert rail_options(parsed("--flow-control", "node")) == {"flow_control": "node"}
+
+
+def test_a_commands_help_says_the_defaults_it_runs_with(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one line per flag's help
+    for command, expected in [
+        (["bench", "histogram"], "this command's default 131072, the library's 4096"),
+        (["bench", "containers"], "this command's default 131072, the library's 4096"),
+        (["app", "cc"], "this command's default 131072, the library's 4096"),
+        (["app", "moe"], "this command's default 64 tokens' records (at --hidden), the library's 4096"),
+        (["app", "wordcount"], "(MAILRAIL_DATAGRAM_SIZE; default 4096)"),
+    ]:
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert expected in text, command

@@ -43,7 +43,7 @@ RAIL_DEFAULTS = {"datagram_size": 1 << 17, "recv_pool_slots": 64, "send_pool_slo
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rmat_arguments(parser)
     parser.add_argument("--edges", metavar="FILE", help="read an edge list instead: 'u v' lines (.gz too) or .npy")
-    add_app_arguments(parser)
+    add_app_arguments(parser, RAIL_DEFAULTS)
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:

@@ -26,7 +26,8 @@ from ..output import format_table, write_json
 BASELINES = ("alltoallv",)
 
 
-def add_app_arguments(parser: argparse.ArgumentParser) -> None:
+def add_app_arguments(parser: argparse.ArgumentParser, rail_defaults: dict[str, Any]) -> None:
+    """The flags every app takes; *rail_defaults*: the app's own MailRail defaults, as its help states them."""
     one_line_errors(parser)
     parser.add_argument(
         "--modes",
@@ -42,7 +43,7 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int_in(0, SEED_MAX), default=1, help="seed of every random choice (default 1)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    add_rail_arguments(parser)
+    add_rail_arguments(parser, defaults=rail_defaults)
 
 
 class App(Protocol):

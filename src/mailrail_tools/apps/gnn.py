@@ -47,6 +47,10 @@ TOP_VERTICES = 5
 LOW32 = np.int64(0xFFFFFFFF)
 
 
+#: The app's own receive and send pools (each rank), unless chosen.
+RAIL_POOLS = {"recv_pool_slots": 64, "send_pool_slots": 32}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rmat_arguments(parser)
     parser.add_argument(
@@ -60,7 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time the halo's gather alone, not the mean: Array.gather against its Alltoallv peer",
     )
-    add_app_arguments(parser)
+    add_app_arguments(
+        parser,
+        {
+            "datagram_size": f"8 B and up to {REPLIES_PER_DATAGRAM} replies (at --features), at most 1 MiB of them",
+            **RAIL_POOLS,
+        },
+    )
 
 
 def reply_size(features: int) -> int:
@@ -268,8 +278,7 @@ def run(args: argparse.Namespace) -> int:
     record = reply_size(args.features)
     rail_defaults = {
         "datagram_size": 8 + record * max(1, min(REPLIES_PER_DATAGRAM, (1 << 20) // record)),
-        "recv_pool_slots": 64,
-        "send_pool_slots": 32,
+        **RAIL_POOLS,
     }
     checked = app_rail_options("gnn", args, rail_defaults)
     if checked is None:

@@ -37,6 +37,10 @@ TOKENS_MAX, EXPERTS_MAX, TOP_K_MAX = 2**32 - 1, 1 << 16, 1 << 8
 HIDDEN_MAX = 1 << 20
 
 
+#: The app's own receive and send pools (each rank), unless chosen.
+RAIL_POOLS = {"recv_pool_slots": 64, "send_pool_slots": 32}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int_in(1, TOKENS_MAX), default=2048, help="tokens per rank (default 2048)")
     parser.add_argument(
@@ -57,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="Zipf exponent of expert popularity, 0..100 (0: uniform)",
     )
-    add_app_arguments(parser)
+    add_app_arguments(parser, {"datagram_size": "64 tokens' records (at --hidden)", **RAIL_POOLS})
 
 
 def record_type(hidden: int) -> np.dtype:
@@ -272,8 +276,7 @@ def run(args: argparse.Namespace) -> int:
     # dominates), with pools sized to match, unless chosen.
     rail_defaults = {
         "datagram_size": 64 * record_type(args.hidden).itemsize,
-        "recv_pool_slots": 64,
-        "send_pool_slots": 32,
+        **RAIL_POOLS,
     }
     checked = app_rail_options("moe", args, rail_defaults)
     if checked is None:

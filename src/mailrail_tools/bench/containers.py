@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int_in(0, SEED_MAX), default=1)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    add_rail_arguments(parser)
+    add_rail_arguments(parser, defaults=RAIL_DEFAULTS)
 
 
 def zipf_keys(rng: np.random.Generator, count: int, exponent: float, log2_table: int) -> np.ndarray:

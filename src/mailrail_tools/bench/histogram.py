@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run a bulk-synchronous mpi4py histogram on the same keys",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    add_rail_arguments(parser)
+    add_rail_arguments(parser, defaults=RAIL_DEFAULTS)
 
 
 def make_keys(rng: np.random.Generator, count: int, log2_table: int, rmat: bool) -> np.ndarray:

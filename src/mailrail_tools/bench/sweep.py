@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --cluster: ranks on each node (default: %(default)s)",
     )
     add_cluster_arguments(parser)
-    add_rail_arguments(parser, skip=("flow_control",))
+    add_rail_arguments(parser, skip=("flow_control",), defaults={"recv_pool_slots": DEFAULT_RECV_POOL_SLOTS})
 
 
 def study_table(points: list[dict[str, Any]]) -> str:
