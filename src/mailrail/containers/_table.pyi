@@ -1,4 +1,4 @@
-"""One-word keys' probes of a KeyTable, compiled (``_table.pyx``; the numpy passes of ``table.py`` are the reference)."""
+"""One-word keys' probes of a KeyTable, compiled (``_table.pyx``; the reference: ``table.py``'s numpy passes)."""
 
 from typing import Any
 
