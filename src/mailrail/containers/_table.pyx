@@ -39,6 +39,21 @@ cdef inline void _prefetch(const slot_t* slots, const uint64_t* stored, const ui
             prefetch(&stored[slot - 1])
 
 
+cdef inline int64_t _find(const slot_t* slots, const uint64_t* stored, uint64_t word, uint64_t h, uint64_t mask,
+                          int64_t* stop) noexcept nogil:
+    """The dense index of the key *word* (its hash *h*), or -1 with *stop* the empty slot its probe ended at."""
+    cdef int64_t p = <int64_t>(h & mask)
+    cdef slot_t slot
+    while True:
+        slot = slots[p]
+        if slot == 0:
+            stop[0] = p
+            return -1
+        if slot > 0 and stored[slot - 1] == word:
+            return slot - 1
+        p = <int64_t>((<uint64_t>p + 1) & mask)
+
+
 def insert_words(
     slot_t[::1] slots,
     uint64_t[::1] stored,
@@ -56,9 +71,6 @@ def insert_words(
     than *limit* keys.  Returns ``(next, size)``: the first position not done, and the table's size after."""
     cdef Py_ssize_t k, n = words.shape[0]
     cdef uint64_t mask = <uint64_t>(slots.shape[0] - 1)
-    cdef uint64_t word
-    cdef int64_t p
-    cdef slot_t slot
     if n != hashes.shape[0] or n != index.shape[0] or n != new.shape[0]:
         raise ValueError(f"words, hashes, index and new must be as long; got {n}, {hashes.shape[0]}, "
                          f"{index.shape[0]} and {new.shape[0]}")
@@ -67,30 +79,22 @@ def insert_words(
     if start >= n:
         return n, size
     cdef Py_ssize_t stopped = n
+    cdef int64_t found, stop
     with nogil:
         for k in range(start, n):
             _prefetch(&slots[0], &stored[0], &hashes[0], mask, k, n)
-            word = words[k]
-            p = <int64_t>(hashes[k] & mask)
-            while True:
-                slot = slots[p]
-                if slot == 0:
-                    if size >= limit:
-                        stopped = k
-                        break
-                    slots[p] = <slot_t>(size + 1)
-                    stored[size] = word
-                    slot_of[size] = <slot_t>p
-                    index[k] = size
-                    new[k] = 1
-                    size += 1
+            found = _find(&slots[0], &stored[0], words[k], hashes[k], mask, &stop)
+            if found < 0:
+                if size >= limit:
+                    stopped = k
                     break
-                if slot > 0 and stored[slot - 1] == word:
-                    index[k] = slot - 1
-                    break
-                p = <int64_t>((<uint64_t>p + 1) & mask)
-            if stopped != n:
-                break
+                slots[stop] = <slot_t>(size + 1)
+                stored[size] = words[k]
+                slot_of[size] = <slot_t>stop
+                found = size
+                new[k] = 1
+                size += 1
+            index[k] = found
     return stopped, size
 
 
@@ -104,29 +108,17 @@ def lookup_words(
     """Each key's dense index into *index* (-1 where absent)."""
     cdef Py_ssize_t k, n = words.shape[0]
     cdef uint64_t mask = <uint64_t>(slots.shape[0] - 1)
-    cdef uint64_t word
-    cdef int64_t p
-    cdef slot_t slot
     if n != hashes.shape[0] or n != index.shape[0]:
         raise ValueError(f"words, hashes and index must be as long; got {n}, {hashes.shape[0]} and {index.shape[0]}")
     if slots.shape[0] & (slots.shape[0] - 1):
         raise ValueError(f"a table has a power of two of slots; got {slots.shape[0]}")
     if n == 0:
         return
+    cdef int64_t stop
     with nogil:
         for k in range(n):
             _prefetch(&slots[0], &stored[0], &hashes[0], mask, k, n)
-            word = words[k]
-            p = <int64_t>(hashes[k] & mask)
-            while True:
-                slot = slots[p]
-                if slot == 0:
-                    index[k] = -1
-                    break
-                if slot > 0 and stored[slot - 1] == word:
-                    index[k] = slot - 1
-                    break
-                p = <int64_t>((<uint64_t>p + 1) & mask)
+            index[k] = _find(&slots[0], &stored[0], words[k], hashes[k], mask, &stop)
 
 
 def place(slot_t[::1] slots, slot_t[::1] slot_of, const uint64_t[::1] hashes):
