@@ -579,12 +579,20 @@ cdef class BytesTable:
 #: The longest string a HotStrings slot holds, in 8-byte words (longer ones always leave).
 cdef enum:
     HOT_WORDS = 5
+    RING = 16  # strings ahead whose slot a HotStrings pass prefetches (a power of two)
 
 #: The mask keeping a word's first n bytes, n = 0..8 (machine byte order).
 cdef uint64_t BYTE_MASKS[9]
 cdef int _n
 for _n in range(9):
     BYTE_MASKS[_n] = 0 if _n == 0 else (0xFFFFFFFFFFFFFFFF if _n == 8 else first_bytes(_n))
+
+#: The masks of a string of each length up to HOT_WORDS * 8 bytes: its bytes in each of its words.
+cdef uint64_t HOT_MASKS[HOT_WORDS * 8 + 1][HOT_WORDS]
+cdef int _length, _word
+for _length in range(HOT_WORDS * 8 + 1):
+    for _word in range(HOT_WORDS):
+        HOT_MASKS[_length][_word] = BYTE_MASKS[min(max(_length - 8 * _word, 0), 8)]
 
 #: The slot hash's multipliers (``varkeys.HOT_MULTIPLIERS``: odd, one per word, then the length's and the final).
 cdef uint64_t HM[7]
@@ -613,8 +621,6 @@ cdef class HotStrings:
     cdef int64_t* out_counts
     cdef uint8_t* out_data
     cdef int64_t out_size, out_room, out_fill, out_data_room
-    cdef int64_t* scratch  # a batch's slots
-    cdef Py_ssize_t scratch_room
     cdef int32_t* out_owners  # each leaving record's owner
     cdef uint64_t ranks
 
@@ -644,7 +650,6 @@ cdef class HotStrings:
         free(self.out_offsets)
         free(self.out_counts)
         free(self.out_data)
-        free(self.scratch)
         free(self.out_owners)
 
     def clear(self):
@@ -694,7 +699,7 @@ cdef class HotStrings:
         cdef uint8_t padded[HOT_WORDS * 8]
         if key + HOT_WORDS * 8 <= end:
             for j in range(HOT_WORDS):
-                w[j] = load8(key + 8 * j) & BYTE_MASKS[min(max(length - 8 * j, 0), 8)]
+                w[j] = load8(key + 8 * j) & HOT_MASKS[length][j]
         else:
             memset(padded, 0, HOT_WORDS * 8)
             memcpy(padded, key, length)
@@ -711,64 +716,62 @@ cdef class HotStrings:
 
     cdef int _hold_all(self, const offset_t* offsets, Py_ssize_t n, const uint8_t* base, const uint8_t* end,
                        int64_t* counted) except -1:
-        cdef Py_ssize_t k
-        cdef int j
+        # Each string's words and slot are worked out RING strings ahead, into a ring, and its slot prefetched then:
+        # the slots outgrow the first caches, and a string's words are read once.
+        cdef Py_ssize_t k, ahead
+        cdef int j, e
         cdef const uint8_t* key
         cdef int64_t length
-        cdef uint64_t w[HOT_WORDS]
         cdef uint64_t diff
         cdef HotSlot* slot
-        # Every slot first (-1: too long to hold), then each string with the slots of those ahead prefetched: the
-        # slots outgrow the first caches.
-        cdef int64_t* where = self._scratch(n)
-        with nogil:
-            for k in range(n):
-                length = offsets[k + 1] - offsets[k]
-                if length > HOT_WORDS * 8:
-                    where[k] = -1
-                else:
-                    self._words(base + offsets[k], length, end, w)
-                    where[k] = self._slot_of(w, length)
+        cdef uint64_t ring_words[RING][HOT_WORDS]
+        cdef int64_t ring_slot[RING]
+        for ahead in range(min(<Py_ssize_t>RING, n)):
+            self._ahead(offsets, ahead, base, end, ring_words[ahead], &ring_slot[ahead])
         for k in range(n):
-            if k + AHEAD < n and where[k + AHEAD] >= 0:
-                prefetch(&self.slots[where[k + AHEAD]])
+            e = k & (RING - 1)
             key = base + offsets[k]
             length = offsets[k + 1] - offsets[k]
-            if where[k] < 0:
+            if ring_slot[e] < 0:
                 self._leave(key, length, 1, end)
-                continue
-            self._words(key, length, end, w)
-            slot = &self.slots[where[k]]
-            diff = <uint64_t>(slot.length ^ <int32_t>length)
-            for j in range(HOT_WORDS):
-                diff |= slot.words[j] ^ w[j]
-            if diff == 0:
-                if slot.count == 0:
-                    self.held += 1
-                slot.count += 1
-                counted[0] += 1
-                continue
-            if slot.count != 0:
-                slot.misses += 1
-                if slot.misses <= slot.count:
-                    self._leave(key, length, 1, end)
-                    continue
-                self._leave(<const uint8_t*>slot.words, slot.length, slot.count, <const uint8_t*>slot.words + HOT_WORDS * 8)
             else:
-                self.held += 1
-            slot.count = 1
-            slot.misses = 0
-            slot.length = <int32_t>length
-            for j in range(HOT_WORDS):
-                slot.words[j] = w[j]
+                slot = &self.slots[ring_slot[e]]
+                diff = <uint64_t>(slot.length ^ <int32_t>length)
+                for j in range(HOT_WORDS):
+                    diff |= slot.words[j] ^ ring_words[e][j]
+                if diff == 0:
+                    if slot.count == 0:
+                        self.held += 1
+                    slot.count += 1
+                    counted[0] += 1
+                elif slot.count != 0 and slot.misses + 1 <= slot.count:
+                    slot.misses += 1
+                    self._leave(key, length, 1, end)
+                else:
+                    if slot.count != 0:
+                        self._leave(<const uint8_t*>slot.words, slot.length, slot.count,
+                                    <const uint8_t*>slot.words + HOT_WORDS * 8)
+                    else:
+                        self.held += 1
+                    slot.count = 1
+                    slot.misses = 0
+                    slot.length = <int32_t>length
+                    for j in range(HOT_WORDS):
+                        slot.words[j] = ring_words[e][j]
+            if k + RING < n:
+                self._ahead(offsets, k + RING, base, end, ring_words[e], &ring_slot[e])
         return 0
 
-    cdef int64_t* _scratch(self, Py_ssize_t n) except NULL:
-        if n > self.scratch_room or self.scratch == NULL:
-            if not _grow(<void**>&self.scratch, max(n, 1024) * sizeof(int64_t)):
-                raise MemoryError()
-            self.scratch_room = max(n, 1024)
-        return self.scratch
+    cdef inline void _ahead(self, const offset_t* offsets, Py_ssize_t k, const uint8_t* base, const uint8_t* end,
+                            uint64_t* w, int64_t* where) noexcept nogil:
+        """String *k*'s words and slot (-1: too long to hold), its slot prefetched."""
+        cdef int64_t length = offsets[k + 1] - offsets[k]
+        if length > HOT_WORDS * 8:
+            where[0] = -1
+            return
+        self._words(base + offsets[k], length, end, w)
+        where[0] = self._slot_of(w, length)
+        prefetch(&self.slots[where[0]])
 
     def hold(self, const offset_t[::1] offsets, const uint8_t[::1] data):
         """Counts each string of the batch in its slot, or sends it to the leaving store (see the Python

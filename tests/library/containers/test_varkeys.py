@@ -334,3 +334,18 @@ def test_hot_strings_refuse_bad_sizes_and_offsets(cache):
         cache(8, 0)
     with pytest.raises(ValueError, match="offsets must ascend"):
         cache(8).hold(np.array([0, 3, 1], dtype=np.int64), np.zeros(4, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("count", [15, 16, 17, 1000])
+def test_long_batches_of_hot_strings_agree_around_the_compiled_ring(count):
+    # The compiled pass works 16 strings ahead: batches shorter, as long, one longer and much longer than that.
+    rng = np.random.default_rng(count)
+    vocabulary = [bytes(rng.integers(97, 123, rng.integers(0, 45))) for _ in range(60)]
+    keys = [vocabulary[i] for i in np.minimum(rng.zipf(1.3, count) - 1, 59)]
+    offsets, data = packed(keys)
+    tables = [varkeys.HotStringsPython(8, 3), COMPILED.HotStrings(8, 3)]
+    assert tables[0].hold(offsets, data) == tables[1].hold(offsets, data)
+    for everything in (False, True):
+        taken = [table.take(everything) for table in tables]
+        for part in range(4):
+            np.testing.assert_array_equal(taken[0][part], taken[1][part])
