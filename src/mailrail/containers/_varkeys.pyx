@@ -791,7 +791,7 @@ cdef class HotStrings:
         its count back to 0)."""
         cdef int64_t s, k, at, length
         cdef HotSlot* slot
-        if everything:
+        if everything and self.held:  # (held counts the slots with a count: none, no scan of every slot)
             for s in range(self.nslots):
                 slot = &self.slots[s]
                 if slot.count:

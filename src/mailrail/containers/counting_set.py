@@ -300,12 +300,18 @@ class CountingSet(Container):
         self._plain.send(owners[single], unique[single])
         self._send_pairs(owners[repeated], unique[repeated], counts[repeated])
         combining = self._saves(len(unique) - pairs, pairs, len(keys))
-        # Samples that find nothing to combine come half as often each time: a sample (a sort, then its send)
-        # costs several plain sends of its batch, a cost that keys that never repeat would pay for nothing.
-        doubled = min(max(2 * self._sample_interval, self.sample_every), self.sample_every_max)
-        self._sample_interval = self.sample_every if combining else doubled
+        self._sample_interval = self._next_sample_interval(combining)
         self._until_sample = self._sample_interval - 1
         self._hot = self._hot_keys(unique, counts, words, owners, carried) if combining else None
+
+    def _next_sample_interval(self, combining: bool) -> int:
+        """Adds from this sample to the next: ``sample_every`` while combining pays; else twice the last interval,
+        up to ``sample_every_max``.  Samples that find nothing to combine come half as often each time: a sample
+        (a sort, then its send) costs several plain sends of its batch, which keys that never repeat would pay for
+        nothing."""
+        if combining:
+            return self.sample_every
+        return min(max(2 * self._sample_interval, self.sample_every), self.sample_every_max)
 
     def _add_hot(self, keys: npt.NDArray[Any], words: npt.NDArray[np.uint64], hot: _HotKeys) -> None:
         """Add the batch's hot keys to the counts held on the sender (or, inside a barrier, send one record per
@@ -791,11 +797,10 @@ class StringCountingSet(CountingSet):
         if self._hot_strings is None:
             self._hot_strings = varkeys.HotStrings(self.hot_slots, self.partitioner.size)
         counted = self._hot_strings.hold(blobs.offsets, blobs.data)
-        if counted < self.combine_threshold * blobs.count:  # strings that rarely repeat: plain adds for a while
-            doubled = min(max(2 * self._sample_interval, self.sample_every), self.sample_every_max)
-            self._sample_interval = self._plain_adds = doubled
-        else:
-            self._sample_interval = self.sample_every
+        combining = counted >= self.combine_threshold * blobs.count  # else strings that rarely repeat
+        self._sample_interval = self._next_sample_interval(combining)
+        if not combining:  # plain adds for a while
+            self._plain_adds = self._sample_interval
         if self._hot_strings.leaving >= self.leaving_max:
             self._send_leaving()
 
@@ -805,11 +810,10 @@ class StringCountingSet(CountingSet):
 
     def _send_leaving(self, everything: bool = False) -> None:
         """Send the records leaving the cache, and with *everything* its held counts too (see the class)."""
-        if self._hot_strings is None:
+        hot = self._hot_strings
+        if hot is None or not (hot.leaving or (everything and len(hot))):  # nothing to send (a flush's usual case)
             return
-        offsets, data, counts, per_owner = self._hot_strings.take(everything)
-        if not len(counts):
-            return
+        offsets, data, counts, per_owner = hot.take(everything)
         records = np.empty(len(counts), dtype=_COUNT)
         records["count"] = counts
         ends = np.cumsum(per_owner)

@@ -321,7 +321,7 @@ class HotStringsPython:
         """The leaving records grouped by owner (``floor(hash * ranks / 2**64)``, :func:`hash_bytes_numpy`), in
         the order they left within an owner: ``(offsets, data, counts, per_owner)``; the store emptied.  With
         *everything*, each slot's held count first leaves (the slot keeps its string, its count back to 0)."""
-        if everything:
+        if everything and self._held:
             for s in range(self._slots):
                 if self._counts[s]:
                     self._leaving.append((self._strings[s], self._counts[s]))  # type: ignore[arg-type]
