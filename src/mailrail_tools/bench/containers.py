@@ -13,8 +13,8 @@ measurements interleaved trial by trial so the machine's drift hits them alike:
 With ``--one-batch`` each ``CountingSet`` measurement adds a rank's keys in one call, as a user's program
 does; else in adds of ``CHUNK`` keys.  Each measurement is timed until every key is counted: through
 ``CountingSet.total()`` (a barrier, then each owner counts what it buffered) and through the histogram's own
-count and sum.  Every trial is
-checked: the global total of counts equals the inserts, and so does the histogram's.
+count and sum.  Every trial is checked: the global total of counts equals the inserts, and so does the
+histogram's.
 
 ``--keys str`` measures strings instead: a vocabulary of ``--vocabulary`` distinct words of 1 to 40
 random letters (the same on every rank), each rank drawing ``--inserts`` of them by a Zipf law (exponent
@@ -23,10 +23,9 @@ measurements interleaved: ``CountingSet(rail, np.uint64).add`` on each word's nu
 keys below the vocabulary's size, the same counts), ``CountingSet(rail, np.uint64).add`` on each word's 64-bit
 hash (8-byte keys spread over all 64 bits, as a user who hashes words to numbers gets them), and
 ``CountingSet(rail, str).add`` on the words (pyarrow string arrays of ``CHUNK`` words per add); the ratios of
-their rates are what a string costs beside a number.  Each measurement's CPU
-time is recorded too (``time.process_time`` on each rank, averaged over the ranks), and the ratio of the CPU times:
-on a machine other jobs load, wall-clock rates vary from trial to trial with the time slices a rank gets, the work
-done much less.
+their rates are what a string costs beside a number.  Each measurement's CPU time is recorded too
+(``time.process_time`` on each rank, averaged over the ranks), and the ratio of the CPU times: on a machine other
+jobs load, wall-clock rates vary from trial to trial with the time slices a rank gets, the work done much less.
 """
 
 from __future__ import annotations
@@ -114,14 +113,6 @@ def vocabulary(seed: int, count: int) -> Any:
     np.cumsum(lengths, out=offsets[1:])
     words = pa.Array.from_buffers(pa.large_string(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(letters)])
     return pc.unique(words).slice(0, count).cast(pa.string())
-
-
-def _packed(strings: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A pyarrow string array's offsets and bytes, as the kernels take them."""
-    from mailrail.channels import Blobs
-
-    blobs = Blobs.of(strings)
-    return blobs.offsets, blobs.data
 
 
 def run(args: argparse.Namespace) -> int:
@@ -236,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
 def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) -> int:
     """``--keys str``: CountingSet(rail, str) on Zipf words against CountingSet(rail, np.uint64) on their numbers."""
     from mailrail._mpi import MPI
+    from mailrail.channels import Blobs
     from mailrail.containers import CountingSet, varkeys
     from mailrail.rail import MailRail
 
@@ -270,7 +262,8 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
             return insert
 
         number_batches = [numbers[offset : offset + CHUNK] for offset in range(0, len(numbers), CHUNK)]
-        hashes = varkeys.hash_bytes(*_packed(drawn))
+        packed = Blobs.of(drawn)
+        hashes = varkeys.hash_bytes(packed.offsets, packed.data)
         hash_batches = [hashes[offset : offset + CHUNK] for offset in range(0, len(hashes), CHUNK)]
         measurements = {
             names[0]: measure(names[0], CountingSet(rail, np.uint64), number_batches),
