@@ -50,7 +50,7 @@ def test_the_counter_table_is_counters_py():
 
 
 def test_the_memory_table_is_memory_plan():
-    """Rank mode refused from 1,024 ranks (more than the 512 slots), node mode at 1,024 nodes, adaptive never;
+    """Rank mode refused from 1,024 ranks (more than the 256 slots), node mode at 1,024 nodes, adaptive never;
     each row's numbers are memory_plan's."""
     table = generate().memory_table()
     rows = [line.split(" | ") for line in table.splitlines()[2:]]
@@ -62,8 +62,8 @@ def test_the_memory_table_is_memory_plan():
         ("16,384 (16)", "rank"),
         ("16,384 (16)", "node"),
     }
-    assert "| 16,384 (64) | 256 | node | 2 | 4,096 B + 3,072 B | 1 MiB |" in table
-    assert all(row[5].startswith("4 KiB") for row in rows if row[2] == "adaptive")  # one slot, any size
+    assert "| 16,384 (64) | 256 | node | 1 | 4,096 B + 3,072 B | 8 MiB |" in table
+    assert all(row[5].startswith("32 KiB") for row in rows if row[2] == "adaptive")  # one slot, any size
     assert "{include} _generated/memory.md" in (DOCS / "flow-control.md").read_text()
 
 

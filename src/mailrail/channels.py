@@ -77,6 +77,7 @@ __all__ = [
     "HEADER_SIZE",
     "ALIGNMENT",
     "check_by_reference",
+    "group_by_rank",
     "in_turn",
     "name_of",
 ]
@@ -103,6 +104,18 @@ _NAME_LENGTH = struct.Struct("<H")
 POLLS_PER_SEND = 4
 #: Channel numbers are 16-bit.
 MAX_CHANNELS = 1 << 16
+
+
+def _compiled_grouping() -> Any:
+    try:
+        return importlib.import_module("mailrail._grouping")
+    except ImportError:  # built without a compiler: the numpy passes of group_by_rank
+        return None
+
+
+#: The counting sort of :func:`group_by_rank`, compiled (``_grouping.pyx``) where the package was built with a
+#: compiler, else None (its numpy passes: a stable radix sort and a gather).
+GROUPING = _compiled_grouping()
 
 
 def _aligned(offset: int) -> int:
@@ -187,6 +200,25 @@ def in_turn(dests: list[int], rank: int) -> list[int]:
     itself last.  Ranks do not all start on rank 0, and local work runs after the remote ranks have theirs."""
     first = bisect.bisect_right(dests, rank)
     return dests[first:] + dests[:first]
+
+
+def group_by_rank(dests: np.ndarray, records: np.ndarray, ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """*records* grouped by their destination in *dests* (ranks ``0 .. ranks - 1``, already checked), ranks in
+    ascending order and records in their own order within a rank, and each rank's count.  All to one rank: *records*
+    itself, no copy."""
+    if GROUPING is not None:
+        counts = np.empty(ranks, dtype=np.int64)
+        records = np.ascontiguousarray(records)
+        grouped = np.empty_like(records)
+        data, out = records.view(np.uint8).reshape(-1), grouped.view(np.uint8).reshape(-1)
+        if GROUPING.group_by_rank(dests.astype(np.int64, copy=False), data, records.itemsize, counts, out) == 1:
+            return records, counts
+        return grouped, counts
+    counts = np.bincount(dests.astype(np.intp, copy=False), minlength=ranks)
+    if np.count_nonzero(counts) == 1:
+        return records, counts
+    order = np.argsort(dests.astype(rank_sort_dtype(ranks), copy=False), kind="stable")  # radix sort: O(n)
+    return records[order], counts
 
 
 def rank_sort_dtype(ranks: int) -> type:
@@ -648,27 +680,17 @@ class Channels:
                 self._flush_staged()
 
     def _partition_and_send(self, channel: Channel, dests: np.ndarray, records: np.ndarray) -> None:
-        size, rank = self.size, self.rank
+        rank = self.rank
         channel.records_sent += len(records)
-        if len(records) == 1 or (dests[0] == dests).all():  # one destination: no sort
-            dest = int(dests[0])
-            if dest == rank:
-                self._deliver_locally(channel, records.view())
-            else:
-                self._append_records(dest, channel, records)
-            return
-        ranks: np.ndarray = dests.astype(self._rank_dtype, copy=False)
-        order = np.argsort(ranks, kind="stable")  # radix sort for 16-bit keys: O(n)
-        sorted_records = records[order]
-        counts = np.bincount(ranks, minlength=size)
+        grouped, counts = group_by_rank(dests, records, self.size)
         ends = np.cumsum(counts)
         for dest in in_turn(np.flatnonzero(counts).tolist(), rank):
             end = int(ends[dest])
             start = end - int(counts[dest])
             if dest == rank:
-                self._deliver_locally(channel, sorted_records[start:end])
+                self._deliver_locally(channel, grouped[start:end])  # a view: the caller's array stays writeable
             else:
-                self._append_records(dest, channel, sorted_records[start:end])
+                self._append_records(dest, channel, grouped[start:end])
 
     def _deliver_locally(self, channel: Channel, records: np.ndarray, blobs: tuple[Blobs, ...] | None = None) -> None:
         # No MPI, no copy into a datagram: the handler gets them at once, read-only as arrivals are;

@@ -169,9 +169,9 @@ def knob(
 class Config:
     """Every MailRail knob, validated (:meth:`from_env` reads them; :func:`knobs` describes them)."""
 
-    datagram_size: int = knob(4096, _int(1), "bytes per message slot: the largest payload")
-    send_pool_slots: int = knob(256, _int(1), "send buffers per rank: held by the application, in flight and deferred")
-    recv_pool_slots: int = knob(512, _int(1), "receive slots per rank; the credit budget of every credit mode")
+    datagram_size: int = knob(32768, _int(1), "bytes per message slot: the largest payload")
+    send_pool_slots: int = knob(128, _int(1), "send buffers per rank: held by the application, in flight and deferred")
+    recv_pool_slots: int = knob(256, _int(1), "receive slots per rank; the credit budget of every credit mode")
     max_recvs: int | None = knob(
         None, _int(1), "receives kept posted (the other slots wait, unposted)", shown="all receive slots"
     )

@@ -17,11 +17,24 @@ first ones; without partners, any two victims receive within a few messages of e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["choose_victims", "destinations", "spread"]
+from mailrail.config import default
+
+__all__ = ["RAIL", "choose_victims", "destinations", "rail_default", "spread"]
+
+#: The incast's datagrams and pools: the paper's 4 KiB datagrams, 512 receive and 256 send slots (the library's
+#: defaults until its larger datagrams, chosen for throughput: docs, configuration).  ``bench adversarial``,
+#: ``compare``, ``sweep`` and the model of them (``mailrail simulate``) run with these unless a flag says otherwise.
+RAIL = {"datagram_size": 4096, "recv_pool_slots": 512, "send_pool_slots": 256}
+
+
+def rail_default(name: str) -> Any:
+    """The incast's value of the knob *name*: :data:`RAIL`'s, else the library's default."""
+    return RAIL[name] if name in RAIL else default(name)
 
 
 def choose_victims(ranks: int, victims: int, seed: int) -> list[int]:

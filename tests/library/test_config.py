@@ -28,11 +28,11 @@ from mailrail_tools.jobs import control
 def test_defaults_with_an_empty_environment():
     config = Config.from_env({})
     assert config == Config()
-    assert config.datagram_size == 4096
-    assert config.send_pool_slots == 256
-    assert config.recv_pool_slots == 512
+    assert config.datagram_size == 32768
+    assert config.send_pool_slots == 128
+    assert config.recv_pool_slots == 256
     assert config.max_recvs is None
-    assert config.posted_receives == 512
+    assert config.posted_receives == 256
     assert config.flow_control == "none"
     assert config.credit_threshold == 2
     assert config.piggyback is True

@@ -216,17 +216,20 @@ def test_a_point_is_scaled_down_to_fit_its_time_limit(tmp_path):
     assert point["runtime_s_at_bytes_asked"] > point["runtime_s"]
 
 
-def test_the_model_and_its_flags_default_to_mailrail_s_knobs():
-    """One owner of a knob's default (config.py): the model, its projections and `simulate`'s flags read it,
-    never restate it."""
+def test_the_model_and_its_flags_default_to_the_incasts_knobs():
+    """One owner of a knob's default (config.py, and the incast's own datagrams and pools in incast.py): the model,
+    its projections and `simulate`'s flags read it, never restate it."""
+    import dataclasses
     import inspect
 
     from mailrail.config import Config, default
+    from mailrail_tools.incast import RAIL
     from mailrail_simulate.model import Workload
     from mailrail_simulate.projection import project, recv_slots_for
     from mailrail_tools.cli import build_parser
 
-    knobs = Config()
+    knobs = dataclasses.replace(Config(), **RAIL)
+    assert RAIL["datagram_size"] == 4096  # the paper's
     load = Workload(ranks=2, ranks_per_node=1, victims=1, messages_per_rank=1, mode="none")
     assert (load.datagram_size, load.recv_slots, load.send_slots, load.credit_threshold, load.piggyback) == (
         knobs.datagram_size,

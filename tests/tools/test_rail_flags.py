@@ -4,6 +4,7 @@ import argparse
 
 import pytest
 
+from mailrail.config import default
 from mailrail_tools.cli import main
 from mailrail_tools.flags import add_rail_arguments, rail_options
 
@@ -23,14 +24,19 @@ def test_a_commands_defaults_yield_to_flags_and_to_the_environment(clean_environ
     assert rail_options(parsed("--flow-control", "node")) == {"flow_control": "node"}
 
 
+LIBRARY = default("datagram_size")
+
+
 def test_a_commands_help_says_the_defaults_it_runs_with(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")  # one line per flag's help
     for command, expected in [
-        (["bench", "histogram"], "this command's default 131072, the library's 4096"),
-        (["bench", "containers"], "this command's default 131072, the library's 4096"),
-        (["app", "cc"], "this command's default 131072, the library's 4096"),
-        (["app", "moe"], "this command's default 64 tokens' records (at --hidden), the library's 4096"),
-        (["app", "wordcount"], "(MAILRAIL_DATAGRAM_SIZE; default 4096)"),
+        (["bench", "histogram"], f"(MAILRAIL_DATAGRAM_SIZE; default {LIBRARY})"),
+        (["bench", "containers"], f"(MAILRAIL_DATAGRAM_SIZE; default {LIBRARY})"),
+        (["bench", "adversarial"], f"this command's default 4096, the library's {LIBRARY}"),
+        (["compare"], f"this command's default 4096, the library's {LIBRARY}"),
+        (["app", "cc"], f"this command's default 131072, the library's {LIBRARY}"),
+        (["app", "moe"], f"this command's default 64 tokens' records (at --hidden), the library's {LIBRARY}"),
+        (["app", "wordcount"], f"(MAILRAIL_DATAGRAM_SIZE; default {LIBRARY})"),
     ]:
         with pytest.raises(SystemExit):
             main([*command, "--help"])

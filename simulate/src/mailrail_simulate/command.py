@@ -24,12 +24,12 @@ import textwrap
 import time
 from typing import Any
 
-from mailrail.config import default
 from mailrail.flow.modes import MODE_NAMES as MODES
 from mailrail_tools.figures import missing as figure_missing
 from mailrail_tools.figures import pyplot
 from mailrail_tools.figures import save as save_figure
 from mailrail_tools.flags import choice_list, float_in, int_in, int_list_in, missing_module, usage_error
+from mailrail_tools.incast import rail_default
 from mailrail_tools.output import format_table, write_json
 
 from .projection import DEFAULT_MAX_MESSAGES, DEFAULT_POINT_TIME_LIMIT, METHODS
@@ -105,7 +105,7 @@ def add_adversarial_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--datagram-size", type=int_in(1, 1 << 30), default=default("datagram_size"), help="(default: %(default)s)"
+        "--datagram-size", type=int_in(1, 1 << 30), default=rail_default("datagram_size"), help="(default: %(default)s)"
     )
     parser.add_argument(
         "--credits-per-pair",
@@ -119,16 +119,16 @@ def _workload_arguments(parser: argparse.ArgumentParser) -> None:
         "--recv-slots",
         type=int_in(1, 1 << 40),
         default=None,
-        help=f"receive slots per rank (default: {default('recv_pool_slots')}, or with --credits-per-pair the slots "
-        "that back it)",
+        help=f"receive slots per rank (default: {rail_default('recv_pool_slots')}, or with --credits-per-pair the "
+        "slots that back it)",
     )
     parser.add_argument(
-        "--send-slots", type=int_in(1, 1 << 30), default=default("send_pool_slots"), help="(default: %(default)s)"
+        "--send-slots", type=int_in(1, 1 << 30), default=rail_default("send_pool_slots"), help="(default: %(default)s)"
     )
     parser.add_argument(
         "--credit-threshold",
         type=int_in(1, 1 << 30),
-        default=default("credit_threshold"),
+        default=rail_default("credit_threshold"),
         help="(default: %(default)s)",
     )
     parser.add_argument("--partners", type=int_in(0, 1 << 20), default=0, help="as bench adversarial's (default: 0)")

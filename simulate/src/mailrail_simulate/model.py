@@ -49,13 +49,12 @@ from typing import Any
 
 import numpy as np
 
-from mailrail.config import default
 from mailrail.errors import ConfigError
 from mailrail.flow.base import ANSWER, KIND_MASK, FlowControl
 from mailrail.flow.modes import FlowParts, NodeLayout, flow_mode
 from mailrail.flow.node import LocalCounters, SharedCounters
 from mailrail.protocol import NO_SLOT, Endpoint
-from mailrail_tools.incast import choose_victims, spread
+from mailrail_tools.incast import choose_victims, rail_default, spread
 from mailrail_tools.incast import destinations as incast_destinations
 
 from .network import Network
@@ -100,12 +99,12 @@ class Workload:
     victims: int
     messages_per_rank: int
     mode: str
-    datagram_size: int = default("datagram_size")
-    recv_slots: int = default("recv_pool_slots")
-    send_slots: int = default("send_pool_slots")
-    credit_threshold: int = default("credit_threshold")
-    credits_per_pair: int | None = default("credits_per_pair")
-    piggyback: bool = default("piggyback")
+    datagram_size: int = rail_default("datagram_size")
+    recv_slots: int = rail_default("recv_pool_slots")
+    send_slots: int = rail_default("send_pool_slots")
+    credit_threshold: int = rail_default("credit_threshold")
+    credits_per_pair: int | None = rail_default("credits_per_pair")
+    piggyback: bool = rail_default("piggyback")
     partners: int = 0
     seed: int = 1
     receive_work_s: float = 0.0

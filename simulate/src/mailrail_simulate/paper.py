@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from mailrail.config import default
 from mailrail.flow.modes import flow_mode
+from mailrail_tools.incast import rail_default
 
 MIB = 1 << 20
 
@@ -58,7 +58,7 @@ CREDIT_THRESHOLD = 2
 RANKS_PER_NODE = 64
 VICTIMS = 4
 #: Adaptive mode's receive slots: MailRail's default (its memory does not grow with the job).
-ADAPTIVE_RECV_SLOTS: int = default("recv_pool_slots")
+ADAPTIVE_RECV_SLOTS: int = rail_default("recv_pool_slots")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mailrail.config import default
 from mailrail.flow.modes import flow_mode
+from mailrail_tools.incast import rail_default
 
 if TYPE_CHECKING:  # (the model is imported when a point is computed: the commands' flags need none of it)
     from .model import Workload
@@ -40,7 +40,7 @@ def recv_slots_for(
     back a credit per pair for every sender the mode counts; else MailRail's default."""
     if recv_slots is not None:
         return int(recv_slots)
-    slots = int(default("recv_pool_slots"))
+    slots = int(rail_default("recv_pool_slots"))
     if credits_per_pair is None:
         return slots
     senders = flow_mode(mode).senders(ranks, -(-ranks // ranks_per_node))
@@ -54,11 +54,11 @@ def project(
     bytes_per_rank: int,
     *,
     ranks_per_node: int,
-    datagram_size: int = default("datagram_size"),
+    datagram_size: int = rail_default("datagram_size"),
     credits_per_pair: int | None = None,
     recv_slots: int | None = None,
-    send_slots: int = default("send_pool_slots"),
-    credit_threshold: int = default("credit_threshold"),
+    send_slots: int = rail_default("send_pool_slots"),
+    credit_threshold: int = rail_default("credit_threshold"),
     partners: int = 0,
     seed: int = 1,
     link_rate_bps: float | None = None,

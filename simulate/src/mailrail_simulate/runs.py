@@ -12,8 +12,8 @@ import json
 import os
 from typing import Any
 
-from mailrail.config import default
 from mailrail_tools.cluster.spec import MTU, tbf_burst_bytes
+from mailrail_tools.incast import rail_default
 
 from .model import Workload
 from .params import ParamsError
@@ -121,14 +121,14 @@ def _case(
         victims=int(shape["victims"]),
         messages_per_rank=int(shape["messages_per_rank"]),
         mode=mode,
-        datagram_size=int(config.get("datagram_size", options.get("datagram_size", default("datagram_size")))),
-        recv_slots=int(config.get("recv_pool_slots", options.get("recv_pool_slots", default("recv_pool_slots")))),
-        send_slots=int(config.get("send_pool_slots", options.get("send_pool_slots", default("send_pool_slots")))),
+        datagram_size=int(config.get("datagram_size", options.get("datagram_size", rail_default("datagram_size")))),
+        recv_slots=int(config.get("recv_pool_slots", options.get("recv_pool_slots", rail_default("recv_pool_slots")))),
+        send_slots=int(config.get("send_pool_slots", options.get("send_pool_slots", rail_default("send_pool_slots")))),
         credit_threshold=int(
-            config.get("credit_threshold", options.get("credit_threshold", default("credit_threshold")))
+            config.get("credit_threshold", options.get("credit_threshold", rail_default("credit_threshold")))
         ),
         credits_per_pair=config.get("credits_per_pair", options.get("credits_per_pair")),
-        piggyback=bool(config.get("piggyback", options.get("piggyback", default("piggyback")))),
+        piggyback=bool(config.get("piggyback", options.get("piggyback", rail_default("piggyback")))),
         partners=int(shape.get("partners") or 0),
         seed=int(shape.get("seed", 1)),
         receive_work_s=float(shape.get("receive_work_us") or 0.0) * 1e-6,

@@ -48,6 +48,7 @@ from ..flags import (
     one_line_errors,
     usage_error,
 )
+from ..incast import RAIL as INCAST_RAIL
 from ..incast import choose_victims, destinations, spread
 from ..memory import memory_problem, peak_rss_bytes
 from ..mpi_facts import mpi_library
@@ -156,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "turns: ratios between them then share the job's placement of ranks on cores (instead of "
         "--flow-control; not with --metrics)",
     )
-    add_rail_arguments(parser)
+    add_rail_arguments(parser, defaults=INCAST_RAIL)
 
 
 @dataclasses.dataclass
@@ -315,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
     from mailrail.flow.node_memory import NodeTopology
     from mailrail.rail import MailRail  # MailRail starts MPI: imported when the run begins, not to parse flags
 
-    checked = checked_rail_options("bench adversarial", args)
+    checked = checked_rail_options("bench adversarial", args, INCAST_RAIL)
     if checked is None:
         return 2
     options, config = checked

@@ -40,6 +40,7 @@ from ..cluster.spec import MAX_NODES, ClusterSpec, node_of_rank, ranks_per_node
 from ..cluster.virtual import USERNS_VARIABLE, first_out_of_memory
 from ..figures import missing
 from ..flags import MPI_INT_MAX, add_rail_arguments, choice_list, float_in, int_in, rail_options, usage_error
+from ..incast import RAIL as INCAST_RAIL
 from ..incast import choose_victims
 from ..output import format_table, write_json
 from .adversarial import add_workload_arguments
@@ -60,6 +61,8 @@ DEFAULT_NODES = 4
 DEFAULT_MESSAGES = 6000
 #: The shared memory budget: receive slots per rank (the credit budget of every credit mode).
 DEFAULT_RECV_POOL_SLOTS = 64
+#: The incast's datagrams and send pool (the paper's), in this shared budget of receive slots.
+RAIL_DEFAULTS = {**INCAST_RAIL, "recv_pool_slots": DEFAULT_RECV_POOL_SLOTS}
 #: On a virtual cluster, the victim's node gets this much memory: room to spare for a node of four
 #: credit-mode ranks, and less than what MPI buffers at an unconstrained victim of the default
 #: workload (docs: performance, "The main job on the virtual cluster").
@@ -144,7 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`mailrail cluster up --scheduler slurm` (--cluster up[:NAME]) or, with --cluster auto, on --nodes "
         "nodes of the Slurm allocation this runs in (an sbatch script; default there, else mpiexec)",
     )
-    add_rail_arguments(parser, skip=("flow_control",))
+    add_rail_arguments(parser, skip=("flow_control",), defaults=RAIL_DEFAULTS)
 
 
 def workload(
@@ -152,8 +155,7 @@ def workload(
 ) -> dict[str, Any]:
     """The one workload and memory budget every mode runs with (on *cluster_nodes* real nodes, if given: a
     virtual cluster's, or those of the Slurm allocation *allocation*, a job id)."""
-    options = rail_options(args)
-    options.setdefault("recv_pool_slots", DEFAULT_RECV_POOL_SLOTS)
+    options = rail_options(args, RAIL_DEFAULTS)
     if cluster_nodes is not None:
         if options.get("ranks_per_node") is not None:
             raise ConfigError(

@@ -41,7 +41,7 @@ import numpy as np
 from ..flags import SEED_MAX, add_rail_arguments, checked_rail_options, int_in, one_line_errors, usage_error
 from ..mpi_facts import mpi_library
 from ..output import format_table, write_json
-from .histogram import CHUNK, RAIL_DEFAULTS, Table, make_keys
+from .histogram import CHUNK, Table, make_keys
 
 #: Zipf exponent of the skewed keys (the issue's: a power law like word and vertex frequencies).
 ZIPF_EXPONENT = 1.1
@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int_in(0, SEED_MAX), default=1)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    add_rail_arguments(parser, defaults=RAIL_DEFAULTS)
+    add_rail_arguments(parser)
 
 
 def zipf_keys(rng: np.random.Generator, count: int, exponent: float, log2_table: int) -> np.ndarray:
@@ -118,7 +118,7 @@ def vocabulary(seed: int, count: int) -> Any:
 def run(args: argparse.Namespace) -> int:
     if not args.zipf > 1:
         return usage_error("bench containers", f"--zipf must be above 1, got {args.zipf}")
-    checked = checked_rail_options("bench containers", args, RAIL_DEFAULTS)
+    checked = checked_rail_options("bench containers", args)
     if checked is None:
         return 2
     options, config = checked

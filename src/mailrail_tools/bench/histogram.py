@@ -38,11 +38,6 @@ from ..output import format_table, write_json
 
 RMAT_PROBABILITIES = (0.57, 0.19, 0.19, 0.05)  # Graph500 a, b, c, d
 CHUNK = 8192  # keys partitioned per step: cache-sized, and receives interleave with sends
-#: The histogram's own knob defaults (a flag or MAILRAIL_* variable wins): 128 KiB datagrams of
-#: 16,384 keys spread MailRail's per-datagram cost over 32x the keys of 4 KiB ones (ahead of the
-#: alltoallv peer where 4 KiB datagrams fell behind it: docs, performance), in fewer slots (8 MiB of
-#: receive pool).
-RAIL_DEFAULTS = {"datagram_size": 128 * 1024, "recv_pool_slots": 64, "send_pool_slots": 32}
 EXACT_CHECK_MAX_LOG2 = 24
 #: Keys are uint64 below 2**log2_table counted as int64; 2**40 counters (8 TiB) is past any machine's memory.
 LOG2_TABLE_MAX = 40
@@ -77,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run a bulk-synchronous mpi4py histogram on the same keys",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    add_rail_arguments(parser, defaults=RAIL_DEFAULTS)
+    add_rail_arguments(parser)
 
 
 def make_keys(rng: np.random.Generator, count: int, log2_table: int, rmat: bool) -> np.ndarray:
@@ -138,7 +133,7 @@ class Table:
 
 
 def run(args: argparse.Namespace) -> int:
-    checked = checked_rail_options("bench histogram", args, RAIL_DEFAULTS)
+    checked = checked_rail_options("bench histogram", args)
     if checked is None:
         return 2
     options, config = checked

@@ -42,7 +42,7 @@ from ..flags import (
 from ..incast import choose_victims
 from ..output import format_table, write_json
 from .adversarial import add_workload_arguments, incast_ratio
-from .compare import DEFAULT_RECV_POOL_SLOTS, MODES, TIME_LIMIT_RANGE, note_out_of_memory, outcome_text, ranks_flag
+from .compare import MODES, RAIL_DEFAULTS, TIME_LIMIT_RANGE, note_out_of_memory, outcome_text, ranks_flag
 from .jobs import adversarial_args, all_finished, refusal, run_adversarial
 from .plots import plot_sweep
 
@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --cluster: ranks on each node (default: %(default)s)",
     )
     add_cluster_arguments(parser)
-    add_rail_arguments(parser, skip=("flow_control",), defaults={"recv_pool_slots": DEFAULT_RECV_POOL_SLOTS})
+    add_rail_arguments(parser, skip=("flow_control",), defaults=RAIL_DEFAULTS)
 
 
 def study_table(points: list[dict[str, Any]]) -> str:
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         return usage_error("sweep", f"--min-ranks {args.min_ranks} exceeds --max-ranks {args.max_ranks}")
     if "weak" in studies and args.weak_victims > args.max_ranks:
         return usage_error("sweep", f"--weak-victims {args.weak_victims} exceeds --max-ranks {args.max_ranks}")
-    checked = checked_rail_options("sweep", args, {"recv_pool_slots": DEFAULT_RECV_POOL_SLOTS})
+    checked = checked_rail_options("sweep", args, RAIL_DEFAULTS)
     if checked is None:
         return 2
     options = checked[0]  # the budget compare uses, unless MAILRAIL_RECV_POOL_SLOTS or a flag says otherwise

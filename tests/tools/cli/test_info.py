@@ -7,7 +7,7 @@ import json
 import pytest
 
 from helpers import ROOT, assert_succeeded, mailrail
-from mailrail.config import FLOW_CONTROL_MODES
+from mailrail.config import FLOW_CONTROL_MODES, default
 from mailrail.flow import memory_plan
 from mailrail_tools.cli import main
 from mailrail_tools.cli.info import COLUMNS
@@ -15,6 +15,7 @@ from mailrail_tools.jobs.which_mpi import mpi_origin
 
 REQUIRED = {"refused": bool, "reason": (str, type(None)), "credits_per_pair": int}
 REQUIRED_BYTES = ("recv_bytes_per_rank", "credit_state_bytes_per_rank")
+SLOTS, SIZE = default("recv_pool_slots"), default("datagram_size")
 
 
 def plan(capsys, tmp_path, *flags: str) -> tuple[dict, str]:
@@ -32,14 +33,14 @@ def test_the_plan_of_a_4096_rank_job_refuses_rank_mode_and_says_what_to_change(c
             assert isinstance(entry[key], kind), (key, entry)
         for key in REQUIRED_BYTES:
             assert type(entry[key]) is int, (key, entry)
-    # 512 receive slots (the default) for 4096 sender ranks: 0 credits each
+    # the default receive slots (fewer than 4096) for 4096 sender ranks: 0 credits each
     assert modes["rank"]["refused"] and "at least 4096" in modes["rank"]["reason"]
     assert "flow_control='node'" in modes["rank"]["reason"]
     assert modes["rank"]["credits_per_pair"] == 0
-    assert modes["node"] == {**modes["node"], "refused": False, "reason": None, "credits_per_pair": 512 // 64}
-    assert modes["adaptive"]["credits_per_pair"] == 512 // 8  # the lease
+    assert modes["node"] == {**modes["node"], "refused": False, "reason": None, "credits_per_pair": SLOTS // 64}
+    assert modes["adaptive"]["credits_per_pair"] == SLOTS // 8  # the lease
     assert not modes["none"]["refused"] and modes["none"]["credits_per_pair"] == 0
-    assert all(entry["recv_bytes_per_rank"] == 512 * 4096 for entry in modes.values())
+    assert all(entry["recv_bytes_per_rank"] == SLOTS * SIZE for entry in modes.values())
     assert "rank: rank-based flow control gets 0 credits per sender rank" in out
     assert max(len(line) for line in out.splitlines()) <= COLUMNS
 
@@ -66,7 +67,7 @@ def test_an_explicit_credits_per_pair_that_does_not_fit_refuses_the_static_modes
     document, _ = plan(capsys, tmp_path, "--ranks", "16", "--ranks-per-node", "4", "--credits-per-pair", "64")
     modes = document["modes"]
     assert modes["rank"]["refused"] and "MAILRAIL_CREDITS_PER_PAIR=64 x 16 sender ranks" in modes["rank"]["reason"]
-    assert not modes["node"]["refused"] and modes["node"]["credits_per_pair"] == 64  # 64 x 4 nodes <= 512
+    assert not modes["node"]["refused"] and modes["node"]["credits_per_pair"] == 64  # 64 x 4 nodes <= the default receive slots
     assert modes["adaptive"]["credits_per_pair"] == 64
 
 
