@@ -223,10 +223,10 @@ def test_the_model_and_its_flags_default_to_the_incasts_knobs():
     import inspect
 
     from mailrail.config import Config, default
-    from mailrail_tools.incast import RAIL
     from mailrail_simulate.model import Workload
     from mailrail_simulate.projection import project, recv_slots_for
     from mailrail_tools.cli import build_parser
+    from mailrail_tools.incast import RAIL
 
     knobs = dataclasses.replace(Config(), **RAIL)
     assert RAIL["datagram_size"] == 4096  # the paper's

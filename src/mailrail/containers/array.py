@@ -125,8 +125,8 @@ class Array(Container):
         """
         index, owners, offsets = self._locate(indices, "set")
         values = self._values_for(values, len(index), "set")
-        if len(index):
-            self._send_updates(SET, owners, offsets, values)
+        for part in self._parts(len(index)):
+            self._send_updates(SET, owners[part], offsets[part], values[part])
 
     def reduce(self, indices: Any, values: Any, op: str | np.ufunc = "add") -> None:
         """Asynchronous: ``array[indices[i]] = op(array[indices[i]], values[i])`` at the owners.
@@ -143,8 +143,12 @@ class Array(Container):
         assert code is not None  # _ufunc_for refuses the others
         index, owners, offsets = self._locate(indices, "reduce")
         values = self._values_for(values, len(index), "reduce")
-        if not len(index):
-            return
+        for part in self._parts(len(index)):  # each part combined here, then sent
+            self._reduce_part(code, ufunc, index[part], owners[part], offsets[part], values[part])
+
+    def _reduce_part(
+        self, code: int, ufunc: np.ufunc, index: np.ndarray, owners: np.ndarray, offsets: np.ndarray, values: np.ndarray
+    ) -> None:
         if not _strictly_increasing(index):
             order = np.argsort(index, kind="stable")
             index, values = index[order], values[order]

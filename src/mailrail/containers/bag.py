@@ -78,9 +78,11 @@ class Bag(Container):
         count = len(items)
         if count == 0:
             return
-        dests = (self._cursor + np.arange(count, dtype=np.int64)) % self.ranks
-        self._cursor = (self._cursor + count) % self.ranks
-        self._items_channel.send(dests, items)
+        for part in self._parts(count):
+            chunk = items[part]
+            dests = (self._cursor + np.arange(len(chunk), dtype=np.int64)) % self.ranks
+            self._cursor = (self._cursor + len(chunk)) % self.ranks
+            self._items_channel.send(dests, chunk)
 
     def local_insert(self, items: npt.ArrayLike) -> None:
         """Put the items of the 1-D batch *items* in this rank's own share, at once: no message (YGM's

@@ -9,7 +9,7 @@ handlers, and see every asynchronous operation any rank issued before them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,10 @@ class Container:
     kind = "Container"
     #: What the container calls one of its keys in errors (a disjoint set has items).
     key_noun = "key"
+    #: Keys an operation sends at a time: a larger batch goes in parts of this many, one after another, each
+    #: hashed, grouped by owner and sent as a batch of its own.  A part's work stays within the caches, and arrivals
+    #: are applied between parts; each owner still receives the batch's records in the batch's order.
+    batch_keys = 1 << 16
 
     def __init__(self, rail: Rail) -> None:
         self.rail = rail
@@ -72,6 +76,11 @@ class Container:
         self._strings: Strings | None = None
         #: The longest string a record of this container's channels can carry (see :meth:`_channel`).
         self._longest_string = 1 << 62
+
+    def _parts(self, count: int) -> Iterator[slice]:
+        """The parts of a batch of *count* keys (see :attr:`batch_keys`), in order."""
+        for start in range(0, count, self.batch_keys):
+            yield slice(start, start + self.batch_keys)
 
     def owner(self, keys: Any) -> np.ndarray:
         """The rank that owns each key (``int64``): put your own data beside the container's."""

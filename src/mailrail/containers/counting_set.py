@@ -28,7 +28,7 @@ up to 8 bytes, :mod:`~mailrail.containers.hot`): the hot keys' counts are *held 
 batches, and the rest go as plain keys; a batch whose hot keys are less than the threshold's share makes the
 next batch a sample.
 
-**A large add goes in parts** of ``add_batch_keys``, each handled as an add of its own: a sample then sorts a part,
+**A large add goes in parts** of ``batch_keys``, each handled as an add of its own: a sample then sorts a part,
 not millions of keys, and each part's work stays within the caches, so one call of any size runs as fast as the
 best chunking by hand.
 
@@ -181,9 +181,6 @@ class CountingSet(Container):
     dense_extent = 1 << 22
     #: ... or this many times the distinct keys it has counted, whichever is more.
     dense_spread = 4
-    #: Keys one add handles at a time: a larger batch goes in parts of this many, each an add of its own below
-    #: (so a sample sorts a part, not a batch of millions, and a part's work stays within the caches).
-    add_batch_keys = 1 << 16
     #: The sender combines exactly (a sort) its first add and every sample_every-th add after it.
     sample_every = 32
     #: While samples find nothing to combine, each comes after twice as many adds as the last, up to this many.
@@ -262,8 +259,8 @@ class CountingSet(Container):
         safely, ``ValueError`` unless 1-D.
         """
         keys = self._keys(keys, "add")
-        for start in range(0, len(keys), self.add_batch_keys):
-            self._add_batch(keys[start : start + self.add_batch_keys])
+        for part in self._parts(len(keys)):  # a sample then sorts a part, not a batch of millions
+            self._add_batch(keys[part])
 
     def _add_batch(self, keys: npt.NDArray[Any]) -> None:
         if self._until_sample == 0:

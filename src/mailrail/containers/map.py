@@ -283,12 +283,11 @@ class Map(Container):
         self._send_pairs(self._assigns, keys, values)
 
     def _send_pairs(self, channel: Any, keys: npt.NDArray[Any], values: npt.NDArray[Any]) -> None:
-        if len(keys) == 0:
-            return
-        records = np.empty(len(keys), dtype=self._pair_dtype)
-        records["key"] = keys
-        records["value"] = values
-        channel.send(self.partitioner.owner(keys), records)
+        for part in self._parts(len(keys)):
+            records = np.empty(len(keys[part]), dtype=self._pair_dtype)
+            records["key"] = keys[part]
+            records["value"] = values[part]
+            channel.send(self.partitioner.owner(keys[part]), records)
 
     def reduce(self, keys: npt.ArrayLike, values: Any, op: str | np.ufunc) -> None:
         """Combine each value into its key's value with *op*; an absent key takes the value as given
@@ -303,8 +302,10 @@ class Map(Container):
         ufunc = ufunc_of(op, f"{self.kind}.reduce()")
         keys, values = self._pairs(keys, values, "reduce")
         self._check_op(ufunc, "reduce")
-        if len(keys) == 0:
-            return
+        for part in self._parts(len(keys)):  # each part combined here, then sent
+            self._reduce_part(keys[part], values[part], ufunc)
+
+    def _reduce_part(self, keys: npt.NDArray[Any], values: npt.NDArray[Any], ufunc: np.ufunc) -> None:
         words = key_words(keys)
         order, starts = _group(words)
         firsts = order[starts]

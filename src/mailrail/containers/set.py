@@ -74,10 +74,9 @@ class Set(Container):
         self._send(self._erases, self._keys(keys, "erase"))
 
     def _send(self, channel: Any, keys: npt.NDArray[Any]) -> None:
-        if len(keys) == 0:
-            return
-        unique, _, words = distinct_keys(keys)
-        channel.send(self.partitioner.owner_of_words(words), unique)
+        for part in self._parts(len(keys)):
+            unique, _, words = distinct_keys(keys[part])
+            channel.send(self.partitioner.owner_of_words(words), unique)
 
     def _on_insert(self, source: int, keys: npt.NDArray[Any]) -> None:
         # A datagram holds a few hundred keys: one table operation per datagram would cost more in numpy calls

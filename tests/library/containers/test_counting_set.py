@@ -86,7 +86,7 @@ def test_a_handler_adding_while_the_barrier_runs_is_counted():
 
 @pytest.mark.parametrize("part", [1, 7, 4096])
 def test_one_large_add_goes_in_parts_and_counts_exactly(monkeypatch, part):
-    monkeypatch.setattr(CountingSet, "add_batch_keys", part)
+    monkeypatch.setattr(CountingSet, "batch_keys", part)
     batches = {}
 
     def program(rail):

@@ -67,7 +67,9 @@ def test_an_explicit_credits_per_pair_that_does_not_fit_refuses_the_static_modes
     document, _ = plan(capsys, tmp_path, "--ranks", "16", "--ranks-per-node", "4", "--credits-per-pair", "64")
     modes = document["modes"]
     assert modes["rank"]["refused"] and "MAILRAIL_CREDITS_PER_PAIR=64 x 16 sender ranks" in modes["rank"]["reason"]
-    assert not modes["node"]["refused"] and modes["node"]["credits_per_pair"] == 64  # 64 x 4 nodes <= the default receive slots
+    assert (
+        not modes["node"]["refused"] and modes["node"]["credits_per_pair"] == 64
+    )  # 64 x 4 nodes <= the default receive slots
     assert modes["adaptive"]["credits_per_pair"] == 64
 
 
