@@ -41,7 +41,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import HEADER_SIZE, MAX_CHANNELS, Blobs, Channels, Rail, check_by_reference, in_turn, name_of
+from ..channels import (
+    HEADER_SIZE,
+    MAX_CHANNELS,
+    Blobs,
+    Channels,
+    Rail,
+    check_by_reference,
+    group_by_rank,
+    in_turn,
+    name_of,
+)
 from ..collectives import collective
 from ..errors import MailRailError, MessageSizeError
 from .arrivals import Arrivals, Run
@@ -367,8 +377,9 @@ class Map(Container):
         except TypeError as error:
             raise TypeError(f"{where}: {str(error).removeprefix('rail.call: ')}") from None
         arguments = _pickled(args, where)
-        if len(keys):
-            self._call_owners(_visits_arrived, self.partitioner.owner(keys), keys, (if_contains, fn), (arguments,))
+        for part in self._parts(len(keys)):
+            owners = self.partitioner.owner(keys[part])
+            self._call_owners(_visits_arrived, owners, keys[part], (if_contains, fn), (arguments,))
 
     def _call_owners(
         self,
@@ -389,9 +400,7 @@ class Map(Container):
                 f"{items.dtype.itemsize}-byte item in a {self.channels.datagram_size}-byte datagram "
                 f"(MAILRAIL_DATAGRAM_SIZE): pass smaller arguments, or raise the datagram size"
             )
-        order = np.argsort(owners, kind="stable")
-        ordered = items[order]
-        counts = np.bincount(owners, minlength=self.ranks)
+        ordered, counts = group_by_rank(owners, items, self.ranks)
         ends = np.cumsum(counts)
         for dest in in_turn(np.flatnonzero(counts).tolist(), self.rank):
             end = int(ends[dest])
