@@ -95,7 +95,7 @@ class Array(Container):
 
     def owner(self, keys: Any) -> np.ndarray:
         """The rank that owns each index (``int64``); ``IndexError`` for an index outside ``0..length-1``."""
-        return self._locate(keys, "owner")[1]
+        return self._place(self._indices(keys, "owner"))[0]
 
     def local(self) -> Any:
         """This rank's block, a ``pyarrow.Table`` of columns ``index`` (``int64``) and ``value`` (fixed-size
@@ -123,10 +123,10 @@ class Array(Container):
         or one element for every index.  When several sets reach one index before a barrier, one of them
         is the last applied: which one is unspecified (no order between ranks, nor between datagrams).
         """
-        index, owners, offsets = self._locate(indices, "set")
+        index = self._indices(indices, "set")
         values = self._values_for(values, len(index), "set")
         for part in self._parts(len(index)):
-            self._send_updates(SET, owners[part], offsets[part], values[part])
+            self._send_updates(SET, *self._place(index[part]), values[part])
 
     def reduce(self, indices: Any, values: Any, op: str | np.ufunc = "add") -> None:
         """Asynchronous: ``array[indices[i]] = op(array[indices[i]], values[i])`` at the owners.
@@ -141,22 +141,20 @@ class Array(Container):
         ufunc = self._ufunc_for(op)
         code = code_of(ufunc)
         assert code is not None  # _ufunc_for refuses the others
-        index, owners, offsets = self._locate(indices, "reduce")
+        index = self._indices(indices, "reduce")
         values = self._values_for(values, len(index), "reduce")
         for part in self._parts(len(index)):  # each part combined here, then sent
-            self._reduce_part(code, ufunc, index[part], owners[part], offsets[part], values[part])
+            self._reduce_part(code, ufunc, index[part], values[part])
 
-    def _reduce_part(
-        self, code: int, ufunc: np.ufunc, index: np.ndarray, owners: np.ndarray, offsets: np.ndarray, values: np.ndarray
-    ) -> None:
+    def _reduce_part(self, code: int, ufunc: np.ufunc, index: np.ndarray, values: np.ndarray) -> None:
         if not _strictly_increasing(index):
             order = np.argsort(index, kind="stable")
             index, values = index[order], values[order]
             starts = np.flatnonzero(np.concatenate(([True], index[1:] != index[:-1])))
             if len(starts) < len(index):
                 values = ufunc.reduceat(values, starts, axis=0, dtype=self._base)
-            owners, offsets = owners[order][starts], offsets[order][starts]
-        self._send_updates(code + 1, owners, offsets, values)
+            index = index[starts]
+        self._send_updates(code + 1, *self._place(index), values)
 
     def _send_updates(self, code: int, owners: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
         records = np.empty(len(offsets), dtype=self._record)
@@ -222,11 +220,10 @@ class Array(Container):
 
     # -- checks ------------------------------------------------------------------
 
-    def _locate(self, indices: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """*indices* as int64, their owners, their offsets in the owners' blocks; errors name *where*."""
-        index = self._indices(indices, where)
+    def _place(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The owners of checked int64 indices (:meth:`_indices`), and their offsets in the owners' blocks."""
         owners = self.blocks.owner(index)
-        return index, owners, index - self._starts[owners]
+        return owners, index - self._starts[owners]
 
     def _indices(self, indices: Any, where: str) -> np.ndarray:
         """*indices* as a 1-D int64 array, each in ``0..length-1``; else an error naming *where* (and the
