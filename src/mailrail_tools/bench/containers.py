@@ -26,6 +26,8 @@ hash (8-byte keys spread over all 64 bits, as a user who hashes words to numbers
 their rates are what a string costs beside a number.  Each measurement's CPU time is recorded too
 (``time.process_time`` on each rank, averaged over the ranks), and the ratio of the CPU times: on a machine other
 jobs load, wall-clock rates vary from trial to trial with the time slices a rank gets, the work done much less.
+
+``--keys operations`` runs every container operation in one call against chunked calls (:mod:`.operations`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..flags import SEED_MAX, add_rail_arguments, checked_rail_options, int_in, 
 from ..mpi_facts import mpi_library
 from ..output import format_table, write_json
 from .histogram import CHUNK, Table, make_keys
+from .operations import run_operations
 
 #: Zipf exponent of the skewed keys (the issue's: a power law like word and vertex frequencies).
 ZIPF_EXPONENT = 1.1
@@ -63,9 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--keys",
-        choices=["uint64", "str"],
+        choices=["uint64", "str", "operations"],
         default="uint64",
-        help="uint64: CountingSet against the histogram; str: strings against their numbers (default %(default)s)",
+        help="uint64: CountingSet against the histogram; str: strings against their numbers; operations: every "
+        "container operation in one call against chunked calls (default %(default)s)",
     )
     parser.add_argument(
         "--vocabulary",
@@ -124,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     options, config = checked
     if args.keys == "str":
         return run_strings(args, options, config)
+    if args.keys == "operations":
+        return run_operations(args, options, config)
     from mailrail._mpi import MPI
     from mailrail.coalesce import Coalescer
     from mailrail.containers import CountingSet
