@@ -19,6 +19,7 @@ import numpy as np
 
 from ..mpi_facts import mpi_library
 from ..output import format_table, write_json
+from .containers import run_conditions, run_fields
 
 #: The chunkings one call is compared with: keys per call.
 CHUNKINGS = (1 << 16, 1 << 13)
@@ -158,10 +159,7 @@ def run_operations(args: argparse.Namespace, options: dict[str, Any], config: An
             "ranks": ranks,
             "inserts_per_rank": args.inserts,
             "keys_per_call": calls,
-            "datagram_size": config.datagram_size,
-            "flow_control": stats["flow_control"],
-            "implementation": stats["implementation"],
-            "trials": args.trials,
+            **run_fields(config, stats, args.trials),
             "inserts_per_s": {name: {str(per): r for per, r in by.items()} for name, by in rates.items()},
             "median_inserts_per_s": {name: {str(per): r for per, r in by.items()} for name, by in medians.items()},
             "one_call_to_best_chunking": ratios,
@@ -170,8 +168,7 @@ def run_operations(args: argparse.Namespace, options: dict[str, Any], config: An
         write_json(args.json, document)
         print(
             f"containers --keys operations: {ranks} ranks, {args.inserts:,} keys per rank in one call or in calls of "
-            f"{' or '.join(f'{per:,}' for per in CHUNKINGS)}, {config.datagram_size} B datagrams, "
-            f"{stats['flow_control']} flow control, median of {args.trials} interleaved trials"
+            f"{' or '.join(f'{per:,}' for per in CHUNKINGS)}, {run_conditions(config, stats, args.trials)}"
         )
         print(
             format_table(
