@@ -113,3 +113,19 @@ def _cell(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def rail_fields(config: Any, stats: dict[str, Any], trials: int) -> dict[str, Any]:
+    """A benchmark's JSON fields on how its rail ran (datagrams, flow control, implementation) and its trials."""
+    return {
+        "datagram_size": config.datagram_size,
+        "flow_control": stats["flow_control"],
+        "implementation": stats["implementation"],
+        "trials": trials,
+    }
+
+
+def rail_conditions(config: Any, stats: dict[str, Any], trials: int) -> str:
+    """The end of a benchmark table's title: the datagrams, the flow control and the trials."""
+    flow = stats["flow_control"]
+    return f"{config.datagram_size} B datagrams, {flow} flow control, median of {trials} interleaved trials"

@@ -42,8 +42,9 @@ import numpy as np
 
 from ..flags import SEED_MAX, add_rail_arguments, checked_rail_options, int_in, one_line_errors, usage_error
 from ..mpi_facts import mpi_library
-from ..output import format_table, write_json
+from ..output import format_table, rail_conditions, rail_fields, write_json
 from .histogram import CHUNK, Table, make_keys
+from .operations import run_operations
 
 #: Zipf exponent of the skewed keys (the issue's: a power law like word and vertex frequencies).
 ZIPF_EXPONENT = 1.1
@@ -87,22 +88,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rail_arguments(parser)
 
 
-def run_fields(config: Any, stats: dict[str, Any], trials: int) -> dict[str, Any]:
-    """The JSON fields every measurement of ``bench containers`` shares: how the rail ran, and the trials."""
-    return {
-        "datagram_size": config.datagram_size,
-        "flow_control": stats["flow_control"],
-        "implementation": stats["implementation"],
-        "trials": trials,
-    }
-
-
-def run_conditions(config: Any, stats: dict[str, Any], trials: int) -> str:
-    """The end of each table's title: the datagrams, the flow control and the trials."""
-    flow = stats["flow_control"]
-    return f"{config.datagram_size} B datagrams, {flow} flow control, median of {trials} interleaved trials"
-
-
 def zipf_keys(rng: np.random.Generator, count: int, exponent: float, log2_table: int) -> np.ndarray:
     """Zipf-distributed keys below ``2**log2_table``: key k - 1 drawn with probability ~ k**-exponent."""
     return ((rng.zipf(exponent, count).astype(np.uint64) - np.uint64(1)) % np.uint64(1 << log2_table)).astype(np.uint64)
@@ -144,8 +129,6 @@ def run(args: argparse.Namespace) -> int:
     if args.keys == "str":
         return run_strings(args, options, config)
     if args.keys == "operations":
-        from .operations import run_operations
-
         return run_operations(args, options, config)
     from mailrail._mpi import MPI
     from mailrail.coalesce import Coalescer
@@ -219,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             "keys_per_add": per_add,
             "log2_table": args.log2_table,
             "zipf_exponent": args.zipf,
-            **run_fields(config, stats, args.trials),
+            **rail_fields(config, stats, args.trials),
             "inserts_per_s": runs,
             "median_inserts_per_s": medians,
             "ratio_to_histogram": {name: rate / reference for name, rate in medians.items()},
@@ -230,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"containers: {size} ranks, {args.inserts:,} keys per rank below 2^{args.log2_table} "
             f"(zipf exponent {args.zipf}), CountingSet adds of {per_add:,} keys, "
-            f"{run_conditions(config, stats, args.trials)}"
+            f"{rail_conditions(config, stats, args.trials)}"
         )
         print(
             format_table(
@@ -315,7 +298,7 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
             "vocabulary": len(words),
             "mean_word_bytes": float(lengths.mean()),
             "zipf_exponent": args.zipf,
-            **run_fields(config, stats, args.trials),
+            **rail_fields(config, stats, args.trials),
             "inserts_per_s": runs,
             "median_inserts_per_s": medians,
             "ratio_str_to_uint64": ratio,
@@ -330,7 +313,7 @@ def run_strings(args: argparse.Namespace, options: dict[str, Any], config: Any) 
         write_json(args.json, document)
         print(
             f"containers --keys str: {size} ranks, {args.inserts:,} words per rank of {len(words):,} "
-            f"(1-{LONGEST_WORD} letters, zipf exponent {args.zipf}), {run_conditions(config, stats, args.trials)}"
+            f"(1-{LONGEST_WORD} letters, zipf exponent {args.zipf}), {rail_conditions(config, stats, args.trials)}"
         )
         print(
             format_table(

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..mpi_facts import mpi_library
-from ..output import format_table, write_json
-from .containers import run_conditions, run_fields
+from ..output import format_table, rail_conditions, rail_fields, write_json
 
 #: The chunkings one call is compared with: keys per call.
 CHUNKINGS = (1 << 16, 1 << 13)
@@ -159,7 +158,7 @@ def run_operations(args: argparse.Namespace, options: dict[str, Any], config: An
             "ranks": ranks,
             "inserts_per_rank": args.inserts,
             "keys_per_call": calls,
-            **run_fields(config, stats, args.trials),
+            **rail_fields(config, stats, args.trials),
             "inserts_per_s": {name: {str(per): r for per, r in by.items()} for name, by in rates.items()},
             "median_inserts_per_s": {name: {str(per): r for per, r in by.items()} for name, by in medians.items()},
             "one_call_to_best_chunking": ratios,
@@ -168,7 +167,7 @@ def run_operations(args: argparse.Namespace, options: dict[str, Any], config: An
         write_json(args.json, document)
         print(
             f"containers --keys operations: {ranks} ranks, {args.inserts:,} keys per rank in one call or in calls of "
-            f"{' or '.join(f'{per:,}' for per in CHUNKINGS)}, {run_conditions(config, stats, args.trials)}"
+            f"{' or '.join(f'{per:,}' for per in CHUNKINGS)}, {rail_conditions(config, stats, args.trials)}"
         )
         print(
             format_table(
