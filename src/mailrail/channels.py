@@ -59,7 +59,7 @@ import reprlib
 import struct
 import types
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -80,6 +80,7 @@ __all__ = [
     "group_by_rank",
     "in_turn",
     "name_of",
+    "spans_in_turn",
 ]
 
 #: Segment header: channel number, magic, kind, payload bytes.
@@ -200,6 +201,15 @@ def in_turn(dests: list[int], rank: int) -> list[int]:
     itself last.  Ranks do not all start on rank 0, and local work runs after the remote ranks have theirs."""
     first = bisect.bisect_right(dests, rank)
     return dests[first:] + dests[:first]
+
+
+def spans_in_turn(counts: np.ndarray, rank: int) -> Iterator[tuple[int, int, int]]:
+    """Each rank that has records in a grouping by rank (*counts*: each rank's records, as :func:`group_by_rank`
+    gives them), in the order *rank* sends to them (:func:`in_turn`): the rank, and where its records start and end."""
+    ends = np.cumsum(counts)
+    for dest in in_turn(np.flatnonzero(counts).tolist(), rank):
+        end = int(ends[dest])
+        yield dest, end - int(counts[dest]), end
 
 
 def group_by_rank(dests: np.ndarray, records: np.ndarray, ranks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -683,10 +693,7 @@ class Channels:
         rank = self.rank
         channel.records_sent += len(records)
         grouped, counts = group_by_rank(dests, records, self.size)
-        ends = np.cumsum(counts)
-        for dest in in_turn(np.flatnonzero(counts).tolist(), rank):
-            end = int(ends[dest])
-            start = end - int(counts[dest])
+        for dest, start, end in spans_in_turn(counts, rank):
             if dest == rank:
                 self._deliver_locally(channel, grouped[start:end])  # a view: the caller's array stays writeable
             else:
@@ -722,10 +729,7 @@ class Channels:
             order = np.argsort(ranks, kind="stable")
             sorted_records, sorted_parts = records[order], tuple(part.take(order) for part in blobs)
             counts = np.bincount(ranks, minlength=self.size)
-        ends = np.cumsum(counts)
-        for dest in in_turn(np.flatnonzero(counts).tolist(), rank):
-            end = int(ends[dest])
-            start = end - int(counts[dest])
+        for dest, start, end in spans_in_turn(counts, rank):
             parts = tuple(Blobs(part.offsets[start : end + 1], part.data) for part in sorted_parts)
             if dest == rank:
                 self._deliver_locally(channel, sorted_records[start:end], parts)

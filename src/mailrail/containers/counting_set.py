@@ -55,7 +55,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ..channels import Blobs, Rail, in_turn
+from ..channels import Blobs, Rail, spans_in_turn
 from ..collectives import collective
 from . import varkeys
 from .arrivals import Arrivals, Run
@@ -813,11 +813,8 @@ class StringCountingSet(CountingSet):
         offsets, data, counts, per_owner = hot.take(everything)
         records = np.empty(len(counts), dtype=_COUNT)
         records["count"] = counts
-        ends = np.cumsum(per_owner)
         # Grouped by owner already: each owner's records leave in one send of their own, nothing to sort or copy.
-        for owner in in_turn(np.flatnonzero(per_owner).tolist(), self.rank):
-            end = int(ends[owner])
-            start = end - int(per_owner[owner])
+        for owner, start, end in spans_in_turn(per_owner, self.rank):
             part = Blobs(offsets[start : end + 1], data)
             self._adds.send(np.full(end - start, owner, dtype=np.int64), records[start:end], part, copy=False)
 

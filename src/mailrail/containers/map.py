@@ -49,8 +49,8 @@ from ..channels import (
     Rail,
     check_by_reference,
     group_by_rank,
-    in_turn,
     name_of,
+    spans_in_turn,
 )
 from ..collectives import collective
 from ..errors import MailRailError, MessageSizeError
@@ -401,10 +401,7 @@ class Map(Container):
                 f"(MAILRAIL_DATAGRAM_SIZE): pass smaller arguments, or raise the datagram size"
             )
         ordered, counts = group_by_rank(owners, items, self.ranks)
-        ends = np.cumsum(counts)
-        for dest in in_turn(np.flatnonzero(counts).tolist(), self.rank):
-            end = int(ends[dest])
-            first = end - int(counts[dest])
+        for dest, first, end in spans_in_turn(counts, self.rank):
             for start in range(first, end, per_call):
                 chunk = ordered[start : min(start + per_call, end)]
                 self.rail.call(dest, arrived, self._token, dest, *head, chunk.tobytes(), *tail)
@@ -743,10 +740,7 @@ class StringKeyMap(Map):
                 f"or raise the datagram size"
             )
         counts = np.bincount(owners, minlength=self.ranks)
-        ends = np.cumsum(counts)
-        for dest in in_turn(np.flatnonzero(counts).tolist(), self.rank):
-            end = int(ends[dest])
-            start = end - int(counts[dest])
+        for dest, start, end in spans_in_turn(counts, self.rank):
             while start < end:
                 stop = min(end, int(np.searchsorted(sizes, sizes[start] + room - 8, side="right")) - 1)
                 stop = max(stop, start + 1)
