@@ -66,7 +66,6 @@ from .keys import (
     Strings,
     StringTable,
     canonical,
-    distinct_keys,
     fixed_dtype,
     is_string_type,
     keys_of_words,
@@ -75,7 +74,7 @@ from .keys import (
     string_ranked,
 )
 from .partition import HASH_SEED, has_padding, hash_words, key_words, words_per_key
-from .table import KeyTable
+from .table import KeyTable, distinct_keys
 
 __all__ = ["CountingSet", "StringCountingSet"]
 

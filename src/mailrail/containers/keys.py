@@ -1,5 +1,5 @@
 """Keys and items as the containers take them: the type check, conversion of a batch, and the helpers over keys'
-bytes (distinct keys of a batch, their canonical form, their byte order).
+bytes (their canonical form, their byte order; a batch's distinct keys are :mod:`~mailrail.containers.table`'s).
 
 Every container checks its key (or item, or value) type here once, at construction (:func:`fixed_dtype`, or
 :class:`Strings` for ``str`` and ``bytes``), and converts each batch it is given (:func:`as_keys`,
@@ -35,7 +35,6 @@ __all__ = [
     "as_keys",
     "byte_order",
     "canonical",
-    "distinct_keys",
     "fixed_dtype",
     "keys_of_words",
     "ranked",
@@ -96,28 +95,6 @@ def keys_of_words(words: npt.NDArray[np.uint64], dtype: np.dtype[Any]) -> npt.ND
     if raw.shape[1] != itemsize:
         raw = np.ascontiguousarray(raw[:, :itemsize])
     return raw.view(dtype).reshape(count)
-
-
-def distinct_keys(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
-    """The distinct keys of a 1-D batch (equal by their bytes), how often each occurs, and their canonical words.
-
-    Keys come back sorted by their canonical words, in canonical form (structured padding zeroed).  One sort of
-    the batch: what a sender pays to send each distinct key once.
-    """
-    words = key_words(keys)
-    width = words.shape[1]
-    if width == 1:  # a sort and a pass: a quarter faster than np.unique's general path
-        ordered = np.sort(words[:, 0])
-        starts_run = np.ones(len(ordered), dtype=bool)
-        np.not_equal(ordered[1:], ordered[:-1], out=starts_run[1:])
-        starts = np.flatnonzero(starts_run)
-        counts = np.diff(starts, append=len(ordered))
-        unique_words = ordered[starts].reshape(-1, 1)
-    else:
-        rows = np.ascontiguousarray(words).view(np.dtype((np.void, 8 * width))).reshape(-1)
-        unique_rows, counts = np.unique(rows, return_counts=True)
-        unique_words = np.ascontiguousarray(unique_rows).view(np.uint64).reshape(-1, width)
-    return keys_of_words(unique_words, keys.dtype), counts.astype(np.int64), unique_words
 
 
 def canonical(keys: npt.NDArray[Any]) -> npt.NDArray[Any]:

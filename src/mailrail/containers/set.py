@@ -21,8 +21,8 @@ from ..channels import Blobs, Rail
 from ..collectives import collective
 from .arrivals import Arrivals, Run
 from .base import Container, Lookup, table_of
-from .keys import Strings, StringTable, canonical, distinct_keys, fixed_dtype, is_string_type, numpy_column
-from .table import KeyTable
+from .keys import Strings, StringTable, canonical, fixed_dtype, is_string_type, numpy_column
+from .table import KeyTable, distinct_keys
 
 __all__ = ["Set", "StringSet"]
 

@@ -142,9 +142,10 @@ def run_bounded(
                 shutil.rmtree(session, ignore_errors=True)
                 shutil.rmtree(control.shared_memory_dir(session), ignore_errors=True)
                 remove_segments(segments)
+                relays_until = time.monotonic() + control.GONE_S  # one bound for both, not one each
                 for ended in (relay, out_relay):
                     if ended is not None:
-                        ended.close()
+                        ended.close(max(0.0, relays_until - time.monotonic()))
                 unregister()
 
 
@@ -177,12 +178,12 @@ class _Relay:
             data = data.replace(b"\0", b"")
             write_all(self._target, self._messages.feed(data) if self._messages is not None else data)
 
-    def close(self) -> None:
-        """Wait (bounded) for what the ended job wrote to be passed on, then close the pipe."""
+    def close(self, bound: float = control.GONE_S) -> None:
+        """Wait up to *bound* seconds for what the ended job wrote to be passed on, then close the pipe."""
         if self.writer >= 0:
             os.close(self.writer)
         if self._thread is not None:
-            self._thread.join(control.GONE_S)
+            self._thread.join(bound)
         if self._thread is None or not self._thread.is_alive():
             os.close(self.reader)  # (a thread still reading, held by a process outside the job, keeps it)
 

@@ -13,7 +13,7 @@ from helpers import mpirun
 from mailrail.containers import counting_set
 from mailrail.containers.counting_set import CountingSet
 from mailrail.containers.hot import split_hot_numpy
-from mailrail.containers.keys import byte_order, canonical, distinct_keys, numpy_column
+from mailrail.containers.keys import byte_order, canonical, numpy_column
 from mailrail.testing import World
 
 # -- under mpiexec ------------------------------------------------------------------------------------------------
@@ -130,26 +130,6 @@ def local_of(counting):
 
 
 # -- the helpers ---------------------------------------------------------------------------------------------------
-
-
-def test_distinct_keys_combines_equal_bytes_and_keeps_canonical_keys():
-    record = np.dtype([("a", "u1"), ("b", "<u4")], align=True)
-    keys = np.zeros(4, dtype=record)
-    keys["a"], keys["b"] = [1, 2, 1, 1], [10, 20, 10, 11]
-    keys.view(np.uint8).reshape(4, 8)[:, 1:4] = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [0, 0, 0]]  # padding garbage
-    unique, counts, words = distinct_keys(keys)
-    assert sorted(zip(unique["a"].tolist(), unique["b"].tolist(), counts.tolist())) == [
-        (1, 10, 2),
-        (1, 11, 1),
-        (2, 20, 1),
-    ]
-    assert not unique.view(np.uint8).reshape(3, 8)[:, 1:4].any()
-    assert words.shape == (3, 1)
-    for dtype in (np.int8, np.int16, np.int32, np.uint64, np.float32, "S3", "S16", "S20"):
-        keys = np.arange(-5, 7).astype(dtype)
-        unique, counts, _ = distinct_keys(np.concatenate([keys, keys[:4]]))
-        assert unique.dtype == np.dtype(dtype) and sorted(unique.tolist()) == sorted(keys.tolist())
-        assert sorted(counts.tolist()) == [1] * 8 + [2] * 4
 
 
 def test_byte_order_is_memcmp_order_and_canonical_zeroes_padding():

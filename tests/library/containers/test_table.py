@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import mailrail.containers.table as table_module
 from mailrail.containers.partition import key_words
-from mailrail.containers.table import KeyTable
+from mailrail.containers.table import KeyTable, distinct_keys
 
 COMPILED = importlib.import_module("mailrail.containers._table")  # make test builds it: no skip
 
@@ -433,3 +433,46 @@ def test_the_kernels_refuse_mismatched_arrays():
             np.empty(3, np.int64),
             np.zeros(3, np.uint8),
         )
+
+
+# -- a batch's distinct keys ------------------------------------------------------------------------------------
+
+
+def test_distinct_keys_combines_equal_bytes_and_keeps_canonical_keys():
+    record = np.dtype([("a", "u1"), ("b", "<u4")], align=True)
+    keys = np.zeros(4, dtype=record)
+    keys["a"], keys["b"] = [1, 2, 1, 1], [10, 20, 10, 11]
+    keys.view(np.uint8).reshape(4, 8)[:, 1:4] = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [0, 0, 0]]  # padding garbage
+    unique, counts, words = distinct_keys(keys)
+    assert sorted(zip(unique["a"].tolist(), unique["b"].tolist(), counts.tolist())) == [
+        (1, 10, 2),
+        (1, 11, 1),
+        (2, 20, 1),
+    ]
+    assert not unique.view(np.uint8).reshape(3, 8)[:, 1:4].any()
+    assert words.shape == (3, 1)
+    for dtype in (np.int8, np.int16, np.int32, np.uint64, np.float32, "S3", "S16", "S20"):
+        keys = np.arange(-5, 7).astype(dtype)
+        unique, counts, _ = distinct_keys(np.concatenate([keys, keys[:4]]))
+        assert unique.dtype == np.dtype(dtype) and sorted(unique.tolist()) == sorted(keys.tolist())
+        assert sorted(counts.tolist()) == [1] * 8 + [2] * 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["<u8", "<i4", "<f8", "u1", "S16"]),
+    st.lists(st.integers(0, 40), min_size=0, max_size=400),
+)
+def test_distinct_keys_counts_each_key_once_by_its_bytes(dtype, draws):
+    """Every key once, with how often it occurs, and its canonical words: compared, by bytes, with a Counter."""
+    from collections import Counter
+
+    dtype = np.dtype(dtype)
+    palette = np.array([0, 1, 255, 2**31 - 1, 7, 1 << 20, 3, 9, 12, 40] * 5)[:41]
+    if dtype.kind == "f":
+        palette = np.array([0.0, -0.0, 1.5, np.inf, -2.25] * 9)[:41]
+    keys = palette[draws].astype(dtype) if dtype.kind != "S" else np.array([b"k%d" % d * 3 for d in draws], "S16")
+    unique, counts, words = distinct_keys(keys)
+    assert unique.dtype == dtype and counts.dtype == np.int64 and words.dtype == np.uint64
+    assert dict(zip((k.tobytes() for k in unique), counts.tolist(), strict=True)) == Counter(k.tobytes() for k in keys)
+    assert np.array_equal(words, key_words(unique))

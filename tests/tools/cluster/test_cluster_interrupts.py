@@ -43,6 +43,13 @@ GONE_BOUND_S = 30.0
 #: Seconds a command may take to reach a moment of its life (a cluster built, every rank up) on a loaded machine.
 MOMENT_BOUND_S = 120.0
 
+#: ``python -m mailrail_tools`` that prints every thread's stack on SIGUSR2: a command still running past its bound
+#: is asked where it is before it is killed, so that a rare hang says where it hung.
+WITH_STACKS_ON_SIGUSR2 = (
+    "import faulthandler, runpy, signal; faulthandler.register(signal.SIGUSR2, all_threads=True); "
+    "runpy.run_module('mailrail_tools', run_name='__main__', alter_sys=True)"
+)
+
 
 class Command:
     """``python -m mailrail_tools ARGS`` as its own process, its output read by threads, so that every wait
@@ -55,7 +62,7 @@ class Command:
     def __init__(self, args: list[str], *, sigint_ignored: bool = False) -> None:
         disposition = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mailrail_tools", *args],
+            [sys.executable, "-c", WITH_STACKS_ON_SIGUSR2, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -87,7 +94,21 @@ class Command:
         self.own.close()
 
     def output(self) -> str:
-        return "".join(self.stdout)[-2000:] + "\n--- stderr ---\n" + "".join(self.stderr)[-3000:]
+        return "".join(self.stdout)[-2000:] + "\n--- stderr ---\n" + "".join(self.stderr)[-6000:]
+
+    def process_tree(self) -> str:
+        """The command and its descendants, a line each: pid, state, what it runs."""
+        lines = []
+        for pid in sorted({self.process.pid} | control.descendants([self.process.pid])):
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    state = stat.read().rsplit(")", 1)[1].split()[0]
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    argv = cmdline.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+            except OSError:
+                continue
+            lines.append(f"  {pid} {state} {argv}")
+        return "\n".join(lines)
 
     def fail(self, what: str) -> None:
         self.close()
@@ -143,7 +164,10 @@ class Command:
         try:
             self.process.wait(timeout=bound)
         except subprocess.TimeoutExpired:
-            self.fail(f"still running {bound:.0f} s after the signal")
+            tree = self.process_tree()
+            self.process.send_signal(signal.SIGUSR2)  # its stacks, on its standard error
+            time.sleep(1.0)
+            self.fail(f"still running {bound:.0f} s after the signal; its processes:\n{tree}")
         for reader in self.readers:
             reader.join(timeout=5)
         return "".join(self.stderr)
