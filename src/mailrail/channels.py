@@ -92,6 +92,7 @@ MAGIC = 0xA7
 KIND_RECORDS = 0
 KIND_CALL = 1
 KIND_BLOBS = 2
+KIND_CALLS = 3
 #: A kind 2 segment's count of records and of variable-size parts per record.
 _BLOB_COUNT = struct.Struct("<II")
 #: The most variable-size parts a record of a channel has.
@@ -101,6 +102,29 @@ _COUNT = struct.Struct("<I")
 _LENGTH = struct.Struct("<Q")
 _NO_BUFFERS = _COUNT.pack(0)
 _NAME_LENGTH = struct.Struct("<H")
+#: The argument types a call may wait for its destination's batch with (see :meth:`Channels.call`): their pickling
+#: cannot fail (numpy's scalars included), and strings and bytes up to :data:`BATCHED_TEXT_BYTES` long keep a call
+#: far below a datagram.
+_BATCHED_ARGUMENT_TYPES = frozenset(
+    {
+        int,
+        float,
+        bool,
+        type(None),
+        str,
+        bytes,
+        np.int64,
+        np.int32,
+        np.uint64,
+        np.uint32,
+        np.float64,
+        np.float32,
+        np.bool_,
+    }
+)
+BATCHED_TEXT_BYTES = 256
+#: Calls a destination's batch starts with room for, before the pickled size of earlier batches is known.
+_FIRST_BATCH_CALLS = 64
 #: Most arrivals dispatched after each datagram sent: receive aggressively, so peers' credits come back.
 POLLS_PER_SEND = 4
 #: Channel numbers are 16-bit.
@@ -426,8 +450,12 @@ class Channels:
         self._caches: list[tuple[Callable[[], None], Callable[[], int]]] = []  # senders' caches, see add_cache
         self._closed = False
         self.datagrams_sent = 0
-        self.calls_sent = 0
+        self._calls_staged = 0
         self.calls_received = 0
+        # Calls waiting for their destination's batch: function, arguments, function, ... per destination.
+        self._batches: list[list[Any]] = [[] for _ in range(size)]
+        self._batched_dests: set[int] = set()
+        self._batch_items = 2 * _FIRST_BATCH_CALLS  # a batch's length (two items a call) that fills a datagram
 
     # -- opening -----------------------------------------------------------
 
@@ -904,20 +932,43 @@ class Channels:
         :class:`~mailrail.errors.MessageSizeError` for a call larger than one datagram (calls are never
         split); :class:`~mailrail.errors.InvalidDestinationError` for a rank out of range.  Calls to this
         rank run at once (after the running handler, if called from one), unpickled like the others.
+
+        Calls to another rank whose arguments are numbers, ``None`` or short strings and bytes wait in that
+        rank's batch, pickled together in one ``pickle.dumps`` when the batch would fill a datagram, at the
+        next flush or barrier, or before another call to that rank: the receiver unpickles the batch in one
+        ``pickle.loads``, and each function is named once per batch.  Calls to one rank run in the order they
+        were made.
         """
         if self._closed:
             self._check_open()
-        dest = checked_rank(operator.index(dest), self.size)  # a float rank is refused (TypeError), not truncated
-        reference = self._references.get(fn)
-        if reference is None:
-            reference = self._reference_of(fn)
+        if type(dest) is not int or not 0 <= dest < self.size:  # (the common case checked inline: it is per call)
+            dest = checked_rank(operator.index(dest), self.size)  # a float rank is refused (TypeError), not truncated
+        if fn not in self._references:
+            self._reference_of(fn)
+        if dest != self.rank and not self._busy and not self._flush_each_send:
+            for arg in args:
+                kind = type(arg)
+                if kind not in _BATCHED_ARGUMENT_TYPES or (
+                    (kind is str or kind is bytes) and len(arg) > BATCHED_TEXT_BYTES
+                ):
+                    break
+            else:
+                batch = self._batches[dest]
+                if not batch:
+                    self._batched_dests.add(dest)
+                batch.append(fn)
+                batch.append(args)
+                if len(batch) >= self._batch_items:
+                    self._pump(lambda: self._append_batch(dest))
+                return
+        reference = self._references[fn]
         buffers: list[pickle.PickleBuffer] = []
         try:
             body = pickle.dumps(args, 5, buffer_callback=buffers.append)
         except Exception as error:
             raise TypeError(_unpicklable(fn, args, error)) from error
         payload = self._pack_call(fn, reference, body, buffers)
-        self.calls_sent += 1
+        self._calls_staged += 1
         if self._busy:  # from a handler, while a send or a dispatch runs: after it
             self.after_handler(
                 (lambda: self._run_call(payload)) if dest == self.rank else (lambda: self._append_call(dest, payload)),
@@ -967,7 +1018,52 @@ class Channels:
             )
         return payload
 
+    def _append_batch(self, dest: int) -> None:
+        """Stage *dest*'s batch of calls: one pickle, one segment (or the batch in halves, each its own, where the
+        pickle is larger than a datagram)."""
+        batch = self._batches[dest]
+        self._batches[dest] = []
+        self._batched_dests.discard(dest)
+        calls = len(batch) // 2
+        self._calls_staged += calls
+        self._stage_batch(dest, batch, calls)
+
+    def _stage_batch(self, dest: int, batch: list[Any], calls: int) -> None:
+        payload = pickle.dumps(batch, 5)
+        nbytes = len(payload)
+        room = self.datagram_size - HEADER_SIZE
+        # the next batches' length: what fills a datagram at this batch's bytes per call, a tenth to spare
+        self._batch_items = 2 * max(1, int(0.9 * room * calls / nbytes))
+        if nbytes > room:
+            if calls == 1:
+                raise MessageSizeError(
+                    f"rail.call({name_of(batch[0])}, ...) pickles into {nbytes} bytes, more than the "
+                    f"{self.datagram_size}-byte datagram (MAILRAIL_DATAGRAM_SIZE): calls are not split"
+                )
+            half = calls // 2
+            self._stage_batch(dest, batch[: 2 * half], half)
+            self._stage_batch(dest, batch[2 * half :], calls - half)
+            return
+        self._stage_segment(dest, KIND_CALLS, payload, calls)
+
+    def _batched_calls(self) -> int:
+        return sum(len(self._batches[dest]) for dest in self._batched_dests) // 2
+
+    @property
+    def calls_sent(self) -> int:
+        """Calls made on this rank (to any rank, itself included), sent or still waiting to be."""
+        return self._calls_staged + self._batched_calls()
+
+    def _flush_batches(self) -> None:
+        while self._batched_dests:
+            self._append_batch(next(iter(self._batched_dests)))
+
     def _append_call(self, dest: int, payload: bytes) -> None:
+        if self._batches[dest]:  # calls to one rank run in the order they were made
+            self._append_batch(dest)
+        self._stage_segment(dest, KIND_CALL, payload, 1)
+
+    def _stage_segment(self, dest: int, kind: int, payload: bytes, calls: int) -> None:
         nbytes = len(payload)
         fill = self._fill[dest]
         header_at = _aligned(fill)
@@ -977,14 +1073,14 @@ class Channels:
         view = self._row_views[dest]
         if view is None:
             view = self._staging_row(dest).data
-        HEADER.pack_into(view, header_at, 0, MAGIC, KIND_CALL, nbytes)
+        HEADER.pack_into(view, header_at, 0, MAGIC, kind, nbytes)
         start = header_at + HEADER_SIZE
         view[start : start + nbytes] = payload
         self._fill[dest] = start + nbytes
         self._tail_channel[dest] = -1
         self._staged_dests.add(dest)
-        self._count[dest] += 1
-        self._staged_records += 1
+        self._count[dest] += calls
+        self._staged_records += calls
 
     def _function(self, name: bytes) -> Callable[..., object]:
         """The function a call names, imported once per name on this rank."""
@@ -1022,6 +1118,23 @@ class Channels:
         self._handler_depth += 1
         try:
             fn(*args)
+        finally:
+            self._handler_depth -= 1
+
+    def _run_calls(self, payload: memoryview) -> None:
+        """Run a batch of calls (:meth:`_append_batch`), in order."""
+        try:
+            batch = pickle.loads(payload)
+        except (AttributeError, ImportError) as error:  # a function, or a module, this rank does not have
+            raise AttributeError(
+                f"rank {self.rank} received calls of a function it cannot find ({error}): define the functions a "
+                f"rail calls at the top level of a module every rank imports"
+            ) from error
+        self.calls_received += len(batch) // 2
+        self._handler_depth += 1
+        try:
+            for at in range(0, len(batch), 2):
+                batch[at](*batch[at + 1])
         finally:
             self._handler_depth -= 1
 
@@ -1100,6 +1213,8 @@ class Channels:
                 self._dispatch_blobs(channel, message, data, start, end)
             elif kind == KIND_CALL:
                 self._run_call(view[start:end])
+            elif kind == KIND_CALLS:
+                self._run_calls(view[start:end])
             else:
                 raise ProtocolError(self._malformed(message, offset, f"a segment of unknown kind {kind}"))
             offset = _aligned(end)
@@ -1175,12 +1290,18 @@ class Channels:
         self._pump(self._flush_staged)
 
     def _flush_staged(self) -> None:
+        self._flush_batches()
+        self._flush_rows()
+
+    def _flush_rows(self) -> None:
         while self._staged_dests:
             self._transmit_row(next(iter(self._staged_dests)))
 
     def staged(self) -> int:
         """Records and calls accepted and not sent yet (staged, or waiting behind a running send)."""
-        return self._staged_records + self._nested_items + sum(held() for _, held in self._caches)
+        return (
+            self._staged_records + self._batched_calls() + self._nested_items + sum(held() for _, held in self._caches)
+        )
 
     @collective
     def barrier(self) -> int:

@@ -247,6 +247,7 @@ class MailRail(BarrierEntry):
             if self._finalized:
                 raise FinalizedError("channels used after finalize()")
             self._channels = Channels(self, ControlCollectives(self))
+            self.call = self._channels.call  # type: ignore[method-assign]  # (a call is per message: no frame of ours)
         return self._channels
 
     def call(self, dest: int, fn: Callable[..., object], *args: Any) -> None:

@@ -1,10 +1,12 @@
 """Channels: two record channels and calls on one rail, nested sends and calls, exactly once.
 
-Every rank sends random uint64 records on one channel, 12-byte words on another, and calls
-``tally`` on random ranks; a record whose value is even is forwarded once from inside the handler,
-and every call makes one more call from inside itself (``hop``), to this rank or another.  One
-``rail.barrier()`` completes all of it.  Each rank checks the multisets it received against what
-every rank sent (each regenerates the others' inputs from the seed).  ``RESULT`` of rank 0: counts.
+Every rank sends random uint64 records on one channel, 12-byte words on another, and calls ``tally`` on random
+ranks; a record whose value is even is forwarded once from inside the handler, and every call makes one more
+call from inside itself (``hop``), to this rank or another. One ``rail.barrier()`` completes all of it. Every
+rank also calls ``small`` with numbers and a short string (calls that wait in their destination's batch),
+which must run once each, in the order each sender made them. Each rank checks the multisets it received
+against what every rank sent (each regenerates the others' inputs from the seed). ``RESULT`` of rank 0:
+counts.
 """
 
 import argparse
@@ -39,6 +41,7 @@ def inputs(sender: int):
 received_numbers: list[np.ndarray] = []
 received_words: list[np.ndarray] = []
 calls: list[tuple[int, int, int]] = []  # (origin, number, hops)
+small_calls: dict[int, list[int]] = {}  # origin: the numbers of its small calls, in the order they ran
 
 
 def on_numbers(source: int, records: np.ndarray) -> None:
@@ -60,6 +63,11 @@ def tally(origin: int, number: int, hops: int, payload: np.ndarray) -> None:
         rail.call((number + rank) % size, tally, origin, number, 1, payload)
 
 
+def small(origin: int, number: int, word: str, weight: float) -> None:
+    assert word == f"s{number}" and weight == number / 2
+    small_calls.setdefault(origin, []).append(number)
+
+
 rail = MailRail(comm)
 numbers = rail.channels.open(np.uint64, on_numbers, name="numbers")
 words = rail.channels.open(WORD, on_words, name="words")
@@ -68,6 +76,7 @@ numbers.send(mine[1], mine[0])
 words.send(mine[3], mine[2])
 for index, dest in enumerate(mine[4].tolist()):
     rail.call(dest, tally, rank, index, 0, np.array([index], dtype=np.int64))
+    rail.call(dest, small, rank, index, f"s{index}", index / 2)
 rail.barrier()
 
 # Expected at this rank, from every sender's inputs.
@@ -92,6 +101,9 @@ got_n = np.sort(np.concatenate(received_numbers)) if received_numbers else np.em
 assert np.array_equal(got_n, expected_n), f"rank {rank}: numbers differ ({len(got_n)} vs {len(expected_n)})"
 got_w = np.sort(np.concatenate(received_words)) if received_words else np.empty(0, WORD)
 assert np.array_equal(got_w, np.sort(np.concatenate(expected_words))), f"rank {rank}: words differ"
+for sender in range(size):
+    wanted = np.flatnonzero(inputs(sender)[4] == rank).tolist()
+    assert small_calls.get(sender, []) == wanted, f"rank {rank}: small calls from {sender} missing or out of order"
 first_hops = sum(1 for c in calls if c[2] == 0)
 assert first_hops == expected_calls, f"rank {rank}: {first_hops} calls, expected {expected_calls}"
 totals = comm.allreduce(np.array([len(got_n), len(got_w), len(calls), sum(c[1] for c in calls)]), op=MPI.SUM)

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from mailrail.errors import InvalidDestinationError, MessageSizeError
+from mailrail.errors import InvalidDestinationError, MessageSizeError, UndeliveredWarning
 from mailrail.testing import World
 from worlds import BACKENDS, make_world
 
@@ -185,3 +185,73 @@ def test_deferred_work_runs_after_the_handler_and_at_once_outside_handlers():
 
     for rank, (events, report) in enumerate(World(2, 0).run(program)):
         assert events == [("outside", rank), ("handler", 7), ("deferred", 7)] and not any(report.values())
+
+
+# -- calls in batches -----------------------------------------------------------------------------------------------
+
+
+def note(number: int, payload: object) -> None:
+    """A call that records its number on the rank it runs on."""
+    STATE.seen.append(number)
+
+
+def calls_of_every_kind(rail, calls: int):
+    """Calls to the next rank with small arguments (which wait in that rank's batch) interleaved with calls whose
+    arguments go on their own (a numpy array, a long string)."""
+    STATE.rail, STATE.seen = rail, []
+    dest = (rail.rank + 1) % rail.size
+    for number in range(calls):
+        if number % 7 == 3:
+            rail.call(dest, note, number, np.full(3, number))
+        elif number % 11 == 5:
+            rail.call(dest, note, number, "x" * 300)
+        else:
+            rail.call(dest, note, number, "w")
+    sent = rail.channels.calls_sent
+    rail.barrier()
+    return STATE.seen, sent, rail.finalize()
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_calls_to_a_rank_run_once_each_and_in_the_order_they_were_made(seed, backend):
+    """Batches split to fit 512-byte datagrams, calls sent on their own between them: every call runs once, and the
+    calls of one rank to another run in the order they were made."""
+    size, calls = 3, 1500
+    results = make_world(backend, size, seed, datagram_size=512, send_pool_slots=4, recv_pool_slots=4).run(
+        calls_of_every_kind, calls
+    )
+    for seen, sent, report in results:
+        assert seen == list(range(calls)) and sent == calls
+        assert not any(report.values())
+
+
+def calls_left_waiting(rail):
+    rail.call((rail.rank + 1) % rail.size, note, 1, "w")  # waits in its batch: no flush, no barrier
+    return rail.finalize()
+
+
+def test_calls_waiting_in_a_batch_at_finalize_are_reported_as_staged():
+    with pytest.warns(UndeliveredWarning, match="1 record.s. and call.s. left staged"):
+        reports = World(2, 0).run(calls_left_waiting)
+    assert [report["staged"] for report in reports] == [1, 1]
+
+
+def test_a_batch_naming_a_function_the_receiver_lacks_raises_naming_the_rank_and_the_fix():
+    import pickle
+    import sys
+    import types
+
+    module = types.ModuleType("mailrail_test_vanishing")
+    exec("def vanishing(number):\n    pass\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        batch = pickle.dumps([module.vanishing, (1,)], 5)  # as the sender pickles a batch
+        del module.vanishing  # the receiver's module lacks it
+
+        def receive(rail):
+            rail.channels._run_calls(memoryview(batch))
+
+        with pytest.raises(AttributeError, match=r"rank 0 received calls of a function it cannot find .*top level"):
+            World(1, 0).run(receive)
+    finally:
+        del sys.modules[module.__name__]
