@@ -115,3 +115,15 @@ def test_the_tutorial_s_unit_test_passes_in_the_in_memory_world():
     namespace: dict = {}
     exec(compile(tutorial_block("from mailrail.testing import World"), "tutorial", "exec"), namespace)
     namespace["test_the_two_commonest_words"]()
+
+
+@pytest.mark.parametrize(
+    "mode, ranks, implementation",
+    [("none", 2, "compiled"), ("rank", 4, "python"), ("node", 4, "compiled"), ("adaptive", 3, "python")],
+)
+def test_the_key_value_store_answers_every_get_as_a_dictionary_would(mode, ranks, implementation):
+    """100,000 operations a rank: puts as calls, gets as asks, every answer checked against one dictionary."""
+    env = {"MAILRAIL_FLOW_CONTROL": mode, "MAILRAIL_RANKS_PER_NODE": "2", "MAILRAIL_IMPLEMENTATION": implementation}
+    out = run(ranks, str(ROOT / "examples" / "kv_store.py"), "--operations", "100000", "--verify", env=env)
+    assert f"{ranks} ranks, {100000 * ranks:,} operations" in out and "verified: " in out, out
+    assert f", {50000 * ranks:,} answers" in out, out

@@ -16,6 +16,7 @@ from .errors import (
     MessageSizeError,
     ProtocolError,
     ReleaseError,
+    RemoteError,
     SlowRankWarning,
     StallError,
     UndeliveredError,
@@ -23,7 +24,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:  # the real classes for type checkers; at run time __getattr__ imports them on first use
-    from .channels import Rail
+    from .channels import Future, Rail, wait
     from .coalesce import Coalescer
     from .interfaces import DatagramRail
     from .rail import MailRail, Message
@@ -36,6 +37,8 @@ __all__ = [
     "Rail",
     "DatagramRail",
     "Coalescer",
+    "Future",
+    "wait",
     "Config",
     "MailRailError",
     "ConfigError",
@@ -50,6 +53,7 @@ __all__ = [
     "CollectiveMismatchError",
     "SlowRankWarning",
     "ProtocolError",
+    "RemoteError",
     "UndeliveredWarning",
     "UndeliveredError",
 ]
@@ -62,10 +66,10 @@ def __getattr__(name: str) -> Any:
         from . import rail
 
         return getattr(rail, name)
-    if name == "Rail":  # the types a program's own functions take a rail by (no MPI to import them)
-        from .channels import Rail
+    if name in ("Rail", "Future", "wait"):  # what a program's own functions take and use (no MPI to import them)
+        from . import channels
 
-        return Rail
+        return getattr(channels, name)
     if name == "DatagramRail":
         from .interfaces import DatagramRail
 

@@ -57,15 +57,17 @@ import operator
 import pickle
 import reprlib
 import struct
+import time
+import traceback
 import types
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .collectives import collective
-from .errors import MailRailError, MessageSizeError, ProtocolError
+from .errors import MailRailError, MessageSizeError, ProtocolError, RemoteError
 from .interfaces import DatagramRail
 from .protocol import checked_rank
 
@@ -74,6 +76,7 @@ __all__ = [
     "Blobs",
     "Channel",
     "Channels",
+    "Future",
     "HEADER_SIZE",
     "ALIGNMENT",
     "check_by_reference",
@@ -81,6 +84,7 @@ __all__ = [
     "in_turn",
     "name_of",
     "spans_in_turn",
+    "wait",
 ]
 
 #: Segment header: channel number, magic, kind, payload bytes.
@@ -275,6 +279,10 @@ class Rail(DatagramRail, Protocol):
         """Run ``fn(*args)`` on rank *dest*, asynchronously (an active message)."""
         ...
 
+    def ask(self, dest: int, fn: Callable[..., object], *args: Any) -> Future:
+        """Run ``fn(*args)`` on rank *dest*; a :class:`Future` of its answer."""
+        ...
+
 
 class Channel:
     """A stream of fixed-size records of one numpy *dtype* on a rail's :class:`Channels`.
@@ -452,9 +460,12 @@ class Channels:
         self.datagrams_sent = 0
         self._calls_staged = 0
         self.calls_received = 0
+        self._asks: dict[int, Future] = {}  # this rank's asks not answered yet, by number
+        self._next_ask = 0
         # Calls waiting for their destination's batch: function, arguments, function, ... per destination.
         self._batches: list[list[Any]] = [[] for _ in range(size)]
         self._batched_dests: set[int] = set()
+        self._staging_soon: set[int] = set()  # destinations whose full batch is staged after the running handler
         self._batch_items = 2 * _FIRST_BATCH_CALLS  # a batch's length (two items a call) that fills a datagram
 
     # -- opening -----------------------------------------------------------
@@ -708,7 +719,11 @@ class Channels:
             self._busy = False
 
     def _drain(self) -> None:
-        while self._nested or self._flush_requested or (self._flush_each_send and self._staged_dests):
+        while (
+            self._nested
+            or self._flush_requested
+            or (self._flush_each_send and (self._staged_dests or self._batched_dests))
+        ):
             while self._nested:
                 work, items = self._nested.popleft()
                 self._nested_items -= items
@@ -961,13 +976,21 @@ class Channels:
                 if len(batch) >= self._batch_items:
                     self._pump(lambda: self._append_batch(dest))
                 return
-        reference = self._references[fn]
+        self._call_alone(dest, fn, args)
+
+    def _call_alone(
+        self, dest: int, fn: Callable[..., object], args: tuple[Any, ...], asked: Callable[..., object] | None = None
+    ) -> None:
+        """A call pickled on its own (and the function of the ask it carries, *asked*, named by its errors)."""
+        reference = self._references.get(fn) or self._reference_of(fn)
         buffers: list[pickle.PickleBuffer] = []
         try:
             body = pickle.dumps(args, 5, buffer_callback=buffers.append)
         except Exception as error:
+            if asked is not None:
+                raise TypeError(_unpicklable(asked, args[3], error).replace("rail.call", "rail.ask", 1)) from error
             raise TypeError(_unpicklable(fn, args, error)) from error
-        payload = self._pack_call(fn, reference, body, buffers)
+        payload = self._pack_call(asked or fn, reference, body, buffers)
         self._calls_staged += 1
         if self._busy:  # from a handler, while a send or a dispatch runs: after it
             self.after_handler(
@@ -985,6 +1008,131 @@ class Channels:
                 self._drain()
         finally:
             self._busy = False
+
+    def ask(self, dest: int, fn: Callable[..., object], *args: Any) -> Future:
+        """Run ``fn(*args)`` on rank *dest* and return a :class:`Future` of what it returns (or raises).
+
+        The ask travels as a call does (:meth:`call`: the same checks, errors, batches and datagrams), and its
+        answer comes back as one.  :meth:`Future.result` and :func:`wait` make progress until the answer is
+        there; ``rail.barrier()`` completes every ask made before it.  Allowed inside handlers (only waiting for
+        an answer is not).  An exception raised by *fn* on *dest* is raised by ``result()`` on this rank as a
+        :class:`~mailrail.errors.RemoteError` naming the rank, with its traceback; the job goes on.  Asks never
+        answered when the rail is finalized are reported (``"unanswered"``)."""
+        if self._closed:
+            self._check_open()
+        if type(dest) is not int or not 0 <= dest < self.size:
+            dest = checked_rank(operator.index(dest), self.size)
+        if fn not in self._references:
+            self._reference_of(fn)
+        ask_id = self._next_ask
+        self._next_ask += 1
+        future = Future(self, dest)
+        wire = (self.rank, ask_id, fn, args)
+        if dest != self.rank and not self._busy and not self._flush_each_send:
+            for arg in args:  # (_batchable, inline: it is per ask)
+                kind = type(arg)
+                if kind not in _BATCHED_ARGUMENT_TYPES or (
+                    (kind is str or kind is bytes) and len(arg) > BATCHED_TEXT_BYTES
+                ):
+                    break
+            else:
+                self._asks[ask_id] = future
+                batch = self._batches[dest]
+                if not batch:
+                    self._batched_dests.add(dest)
+                batch.append(_ask)
+                batch.append(wire)
+                if len(batch) >= self._batch_items:
+                    self._pump(lambda: self._append_batch(dest))
+                return future
+        self._asks[ask_id] = future
+        try:
+            self._call_alone(dest, _ask, wire, asked=fn)
+        except BaseException:
+            del self._asks[ask_id]
+            raise
+        return future
+
+    def _serve_ask(self, origin: int, ask_id: int, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
+        """Run an ask's function here and send its answer back: what it returned, or what it raised."""
+        try:
+            value = fn(*args)
+        except Exception as error:
+            self._answer_failed(origin, ask_id, error)
+            return
+        self._answer_to(origin, ask_id, False, value)
+
+    def _answer_failed(self, origin: int, ask_id: int, error: BaseException) -> None:
+        failure = (type(error).__qualname__, str(error), "".join(traceback.format_exception(error)))
+        self._answer_to(origin, ask_id, True, failure)
+
+    def _answer_to(self, origin: int, ask_id: int, failed: bool, value: Any) -> None:
+        wire = (self.rank, ask_id, failed, value)
+        if origin == self.rank:
+            self._take_answer(*wire)
+        elif not failed and _batchable(wire):  # answers given inside a dispatch wait in the asker's batch too
+            batch = self._batches[origin]
+            if not batch:
+                self._batched_dests.add(origin)
+            batch.append(_answer)
+            batch.append(wire)
+            if len(batch) >= self._batch_items and origin not in self._staging_soon:
+                self._stage_soon(origin)
+        else:
+            try:
+                self._call_alone(origin, _answer, wire)
+            except TypeError as error:  # an answer that cannot be pickled: the asker learns why
+                self._answer_failed(origin, ask_id, error)
+
+    def _stage_soon(self, dest: int) -> None:
+        """Stage *dest*'s batch once the running handler is done (or now, outside handlers)."""
+        self._staging_soon.add(dest)
+        self.after_handler(functools.partial(self._append_batch, dest))
+
+    def _take_answer(self, source: int, ask_id: int, failed: bool, value: Any) -> None:
+        future = self._asks.pop(ask_id, None)
+        if future is None:
+            raise ProtocolError(f"rank {source} answered ask {ask_id}, which rank {self.rank} is not waiting for")
+        if failed:
+            kind, message, remote_traceback = value
+            future._settle(RemoteError(source, kind, message, remote_traceback), failed=True)
+        else:
+            future._settle(value, failed=False)
+
+    def _run_internal(self, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
+        if fn is _ask:
+            self._serve_ask(*args)
+        else:
+            self._take_answer(*args)
+
+    def unanswered(self) -> int:
+        """Asks made on this rank whose answer has not arrived."""
+        return len(self._asks)
+
+    def wait_for(self, futures: Sequence[Future]) -> None:
+        """Make progress until every one of *futures* (of this rank's asks) is answered (see :func:`wait`)."""
+        if self._busy or self._handler_depth:
+            raise MailRailError(
+                "waiting for an answer (Future.result(), mailrail.wait) inside a handler: answers arrive while this "
+                "rank's handlers run, so a handler that waits would wait for itself; ask, return, and read the "
+                "answer after the barrier or in a call the answering function makes"
+            )
+        self._check_open()
+        # As in a barrier, what handlers send meanwhile leaves at once: the answers this rank gives while it waits
+        # for its own may be what its askers wait for.
+        self._flush_each_send = True
+        try:
+            self.flush()  # the asks waiting in their batches leave
+            idle = 0
+            for future in futures:
+                while future._state is _WAITING:
+                    if self.poll():
+                        idle = 0
+                    else:  # nothing arrived: give the core to the ranks that have work (oversubscribed nodes)
+                        idle += 1
+                        time.sleep(0 if idle < _IDLE_POLLS else _IDLE_SLEEP_S)
+        finally:
+            self._flush_each_send = False
 
     def _reference_of(self, fn: Callable[..., object]) -> bytes:
         """*fn*'s reference on the wire (``module:qualname``), checked once per function."""
@@ -1021,7 +1169,10 @@ class Channels:
     def _append_batch(self, dest: int) -> None:
         """Stage *dest*'s batch of calls: one pickle, one segment (or the batch in halves, each its own, where the
         pickle is larger than a datagram)."""
+        self._staging_soon.discard(dest)
         batch = self._batches[dest]
+        if not batch:  # (staged already, by an earlier flush)
+            return
         self._batches[dest] = []
         self._batched_dests.discard(dest)
         calls = len(batch) // 2
@@ -1117,7 +1268,10 @@ class Channels:
         self.calls_received += 1
         self._handler_depth += 1
         try:
-            fn(*args)
+            if fn is _ask or fn is _answer:
+                self._run_internal(fn, args)
+            else:
+                fn(*args)
         finally:
             self._handler_depth -= 1
 
@@ -1132,9 +1286,45 @@ class Channels:
             ) from error
         self.calls_received += len(batch) // 2
         self._handler_depth += 1
+        # Asks served and answers taken inline: they are as many as the calls, and a frame each would cost more
+        # than their work (the general paths are _serve_ask and _take_answer).
+        asks, rank = self._asks, self.rank
         try:
             for at in range(0, len(batch), 2):
-                batch[at](*batch[at + 1])
+                fn = batch[at]
+                if fn is _ask:
+                    origin, ask_id, asked, args = batch[at + 1]
+                    if origin == rank:
+                        self._serve_ask(origin, ask_id, asked, args)
+                        continue
+                    try:
+                        value = asked(*args)
+                    except Exception as error:
+                        self._answer_failed(origin, ask_id, error)
+                        continue
+                    kind = type(value)
+                    if kind not in _BATCHED_ARGUMENT_TYPES or (
+                        (kind is str or kind is bytes) and len(value) > BATCHED_TEXT_BYTES
+                    ):
+                        self._answer_to(origin, ask_id, False, value)
+                        continue
+                    answers = self._batches[origin]
+                    if not answers:
+                        self._batched_dests.add(origin)
+                    answers.append(_answer)
+                    answers.append((rank, ask_id, False, value))
+                    if len(answers) >= self._batch_items and origin not in self._staging_soon:
+                        self._stage_soon(origin)
+                elif fn is _answer:
+                    source, ask_id, failed, value = batch[at + 1]
+                    future = asks.pop(ask_id, None) if not failed else None
+                    if future is None:
+                        self._take_answer(source, ask_id, failed, value)
+                    else:
+                        future._state = _ANSWERED
+                        future._value = value
+                else:
+                    fn(*batch[at + 1])
         finally:
             self._handler_depth -= 1
 
@@ -1334,6 +1524,81 @@ def name_of(fn: object) -> str:
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None) or repr(fn)
     return f"{module}.{qualname}" if module else str(qualname)
+
+
+def _batchable(args: tuple[Any, ...]) -> bool:
+    """Whether a call with *args* may wait in its destination's batch (see :data:`_BATCHED_ARGUMENT_TYPES`)."""
+    for arg in args:
+        kind = type(arg)
+        if kind not in _BATCHED_ARGUMENT_TYPES or ((kind is str or kind is bytes) and len(arg) > BATCHED_TEXT_BYTES):
+            return False
+    return True
+
+
+def _ask(origin: int, ask_id: int, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
+    """An ask on the wire (run by the receiving rank's :meth:`Channels._serve_ask`, never called)."""
+    raise AssertionError("an ask is served by its rail's channels")
+
+
+def _answer(source: int, ask_id: int, failed: bool, value: Any) -> None:
+    """An answer on the wire (taken by the asking rank's :meth:`Channels._take_answer`, never called)."""
+    raise AssertionError("an answer is taken by its rail's channels")
+
+
+_WAITING, _ANSWERED, _FAILED = "waiting", "answered", "failed"
+#: Empty polls a waiting rank makes before it sleeps between polls, and how long it sleeps then.
+_IDLE_POLLS = 64
+_IDLE_SLEEP_S = 1e-4
+
+
+class Future:
+    """What a :meth:`rail.ask <Channels.ask>` will return: :meth:`result` waits for it (making progress on the
+    rail), :meth:`done` says whether it is there.  *dest* is the rank asked."""
+
+    __slots__ = ("_channels", "dest", "_state", "_value")
+
+    def __init__(self, channels: Channels, dest: int) -> None:
+        self._channels, self.dest = channels, dest
+        self._state = _WAITING
+        self._value: Any = None
+
+    def _settle(self, value: Any, failed: bool) -> None:
+        self._state, self._value = (_FAILED if failed else _ANSWERED), value
+
+    def done(self) -> bool:
+        """Whether the answer is there (no progress is made to find out)."""
+        return self._state is not _WAITING
+
+    def result(self) -> Any:
+        """What the function returned on rank :attr:`dest`, waiting for it if need be; what it raised there
+        raises here as a :class:`~mailrail.errors.RemoteError`.  Not from inside a handler (a
+        :class:`~mailrail.errors.MailRailError` says why)."""
+        if self._state is _WAITING:
+            self._channels.wait_for([self])
+        if self._state is _FAILED:
+            raise self._value
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"<Future of rank {self.dest}: {self._state}>"
+
+
+def wait(futures: Iterable[Future]) -> list[Any]:
+    """Wait for every one of *futures* (making progress on their rails) and return their results, in order; the
+    first that failed raises its :class:`~mailrail.errors.RemoteError` (the others keep theirs)."""
+    futures = list(futures)
+    for channels, waiting in _by_channels(futures).items():
+        channels.wait_for(waiting)
+    return [future.result() for future in futures]
+
+
+def _by_channels(futures: list[Future]) -> dict[Channels, list[Future]]:
+    grouped: dict[Channels, list[Future]] = {}
+    for future in futures:
+        if not isinstance(future, Future):
+            raise TypeError(f"mailrail.wait() takes futures of rail.ask(), got {reprlib.repr(future)}")
+        grouped.setdefault(future._channels, []).append(future)
+    return grouped
 
 
 def check_by_reference(fn: object) -> None:

@@ -58,6 +58,18 @@ class ProtocolError(MailRailError):
     """A peer broke the credit protocol (e.g. sent without a credit): a MailRail bug."""
 
 
+class RemoteError(MailRailError):
+    """The function of a :meth:`rail.ask <mailrail.channels.Channels.ask>` raised on the rank that ran it; raised by
+    :meth:`Future.result() <mailrail.channels.Future.result>` on the rank that asked.  *rank* is where it ran,
+    *kind* the exception's type name, *remote_traceback* its traceback there (also in the message)."""
+
+    def __init__(self, rank: int, kind: str, message: str, remote_traceback: str) -> None:
+        super().__init__(
+            f"rank {rank} raised {kind}: {message}\n--- the traceback on rank {rank} ---\n{remote_traceback.rstrip()}"
+        )
+        self.rank, self.kind, self.remote_traceback = rank, kind, remote_traceback
+
+
 class ConfigWarning(UserWarning):
     """An environment variable looks like a knob but is none (``MAILRAIL_*`` misspelled): it is ignored.
 
@@ -129,7 +141,8 @@ def report_undelivered(where: str, report: dict[str, int], strict: bool) -> None
         f"{where}: {report['deferred']} deferred message(s) never sent, {report['unreleased']} received "
         f"message(s) never released, {report['unreceived']} arrived message(s) never returned by receive(), "
         f"{report['reserved']} reserved send buffer(s) never sent, {report['staged']} record(s) and call(s) left "
-        f"staged in the rail's channels and containers; call barrier() (quiescence) before finalize()"
+        f"staged in the rail's channels and containers, {report['unanswered']} ask(s) never answered; call "
+        f"barrier() (quiescence) before finalize()"
     )
     if strict:
         raise UndeliveredError(text)

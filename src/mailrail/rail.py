@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._mpi import MPI
-from .channels import Channels
+from .channels import Channels, Future
 from .collectives import WITH_BLOCK_END, BarrierEntry, Call, CollectiveCalls, Judge, call_site, program_frame
 from .config import KNOBS, Config
 from .errors import (
@@ -247,7 +247,9 @@ class MailRail(BarrierEntry):
             if self._finalized:
                 raise FinalizedError("channels used after finalize()")
             self._channels = Channels(self, ControlCollectives(self))
-            self.call = self._channels.call  # type: ignore[method-assign]  # (a call is per message: no frame of ours)
+            # (a call or an ask is per message: no frame of ours)
+            self.call = self._channels.call  # type: ignore[method-assign]
+            self.ask = self._channels.ask  # type: ignore[method-assign]
         return self._channels
 
     def call(self, dest: int, fn: Callable[..., object], *args: Any) -> None:
@@ -255,6 +257,12 @@ class MailRail(BarrierEntry):
         :meth:`Channels.call <mailrail.channels.Channels.call>`).  The next :meth:`barrier` completes it,
         and whatever it calls in turn."""
         self.channels.call(dest, fn, *args)
+
+    def ask(self, dest: int, fn: Callable[..., object], *args: Any) -> Future:
+        """Run ``fn(*args)`` on rank *dest* and return a :class:`~mailrail.channels.Future` of its answer (see
+        :meth:`Channels.ask <mailrail.channels.Channels.ask>`): ``future.result()`` waits for it, ``rail.barrier()``
+        completes every ask."""
+        return self.channels.ask(dest, fn, *args)
 
     @property
     def comm(self) -> MPI.Comm:
@@ -558,8 +566,8 @@ class MailRail(BarrierEntry):
         Never drops data silently: messages still deferred (``"deferred"``), received
         but not released (``"unreleased"``), arrived but never returned by
         :meth:`receive` (``"unreceived"``), send buffers reserved and never sent
-        (``"reserved"``) and records and calls left staged in the rail's channels (``"staged"``)
-        are counted and reported with an :class:`~mailrail.errors.UndeliveredWarning`
+        (``"reserved"``), records and calls left staged in the rail's channels (``"staged"``) and asks never
+        answered (``"unanswered"``) are counted and reported with an :class:`~mailrail.errors.UndeliveredWarning`
         (:class:`~mailrail.errors.UndeliveredError` if *strict*).  Returns the counts.
 
         With ``stall_timeout`` set, waiting that long for the other ranks raises
@@ -582,6 +590,7 @@ class MailRail(BarrierEntry):
         self._finalized = True
         transport, endpoint = self._transport, self._endpoint
         reserved = endpoint.reserved
+        unanswered = self._channels.unanswered() if self._channels is not None else 0
         staged = self._channels.close() if self._channels is not None else 0
         unreleased = endpoint.held
         dropped_deferred = endpoint.stop()  # the application's calls raise from now on
@@ -615,6 +624,7 @@ class MailRail(BarrierEntry):
             "unreceived": unreceived,
             "reserved": reserved,
             "staged": staged,
+            "unanswered": unanswered,
         }
         report_undelivered(f"MailRail.finalize() on rank {self.rank}", report, strict)
         return report

@@ -35,4 +35,5 @@ def test_stats_while_sends_are_deferred_mean_the_same_on_both_transports(transpo
         "unreceived": 0,
         "reserved": 0,
         "staged": 0,
+        "unanswered": 0,
     }

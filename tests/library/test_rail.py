@@ -142,7 +142,7 @@ def test_a_refused_non_contiguous_view_leaves_its_slot_reserved(errors):
 
 def test_finalize_reports_reserved_buffers_never_sent(errors):
     report = errors["finalize_reserved_report"]
-    assert report == {"deferred": 0, "unreleased": 0, "unreceived": 0, "reserved": 1, "staged": 0}
+    assert report == {"deferred": 0, "unreleased": 0, "unreceived": 0, "reserved": 1, "staged": 0, "unanswered": 0}
     assert len(errors["finalize_reserved_warnings"]) == 1
     assert "1 reserved send buffer(s) never sent" in errors["finalize_reserved_warnings"][0]
 
@@ -188,7 +188,7 @@ def test_received_data_is_a_read_only_view(errors):
 
 def test_finalize_reports_what_was_never_delivered(errors):
     report, warnings = errors["finalize_report"]
-    assert report == {"deferred": 0, "unreleased": 1, "unreceived": 1, "reserved": 0, "staged": 0}
+    assert report == {"deferred": 0, "unreleased": 1, "unreceived": 1, "reserved": 0, "staged": 0, "unanswered": 0}
     assert len(warnings) == 1
     assert "1 received message(s) never released" in warnings[0]
     assert "1 arrived message(s) never returned by receive()" in warnings[0]

@@ -15,7 +15,9 @@ import json
 import numpy as np
 from mpi4py import MPI
 
+import mailrail
 from mailrail import MailRail
+from mailrail.errors import RemoteError
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--seed", type=int, default=1)
@@ -68,6 +70,14 @@ def small(origin: int, number: int, word: str, weight: float) -> None:
     small_calls.setdefault(origin, []).append(number)
 
 
+def cube(number: int) -> int:
+    return number**3
+
+
+def refuse(number: int) -> None:
+    raise KeyError(number)
+
+
 rail = MailRail(comm)
 numbers = rail.channels.open(np.uint64, on_numbers, name="numbers")
 words = rail.channels.open(WORD, on_words, name="words")
@@ -104,6 +114,15 @@ assert np.array_equal(got_w, np.sort(np.concatenate(expected_words))), f"rank {r
 for sender in range(size):
     wanted = np.flatnonzero(inputs(sender)[4] == rank).tolist()
     assert small_calls.get(sender, []) == wanted, f"rank {rank}: small calls from {sender} missing or out of order"
+# Asks: answered in order of the futures, an exception raised on the answering rank comes back.
+futures = [rail.ask((rank + i) % size, cube, i) for i in range(args.count // 3)]
+assert mailrail.wait(futures) == [i**3 for i in range(args.count // 3)], f"rank {rank}: wrong answers"
+try:
+    rail.ask((rank + 1) % size, refuse, rank).result()
+    raise AssertionError("a remote KeyError was not raised")
+except RemoteError as error:
+    assert error.rank == (rank + 1) % size and error.kind == "KeyError" and "in refuse" in str(error)
+rail.barrier()
 first_hops = sum(1 for c in calls if c[2] == 0)
 assert first_hops == expected_calls, f"rank {rank}: {first_hops} calls, expected {expected_calls}"
 totals = comm.allreduce(np.array([len(got_n), len(got_w), len(calls), sum(c[1] for c in calls)]), op=MPI.SUM)

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..channels import Channels
+from ..channels import Channels, Future
 from ..collectives import WITH_BLOCK_END, BarrierEntry, Call, CollectiveCalls, Judge, call_site
 from ..config import default
 from ..errors import (
@@ -448,6 +448,11 @@ class Rail(BarrierEntry):
         <mailrail.channels.Channels.call>`); the next :meth:`barrier` completes it."""
         self.channels.call(dest, fn, *args)
 
+    def ask(self, dest: int, fn: Callable[..., object], *args: Any) -> Future:
+        """Run ``fn(*args)`` on rank *dest*; a :class:`~mailrail.channels.Future` of its answer (see
+        :meth:`Channels.ask <mailrail.channels.Channels.ask>`)."""
+        return self.channels.ask(dest, fn, *args)
+
     def reserve_send_buffer(self) -> np.ndarray | None:
         """A writable ``datagram_size``-byte send buffer, or None (backpressure: every buffer is reserved or
         in flight; keep calling :meth:`receive` and retry).  A None is a switch point."""
@@ -564,10 +569,10 @@ class Rail(BarrierEntry):
         """Collective: the real rail's report of what was never delivered, warned about or raised if *strict*.
 
         Counts send buffers reserved and never sent (``"reserved"``), received messages never released
-        (``"unreleased"``), arrived messages never received (``"unreceived"``: every message to this rank
-        still in the network when all ranks are in finalize()), records and calls left staged in the
-        channels (``"staged"``); ``"deferred"`` is always 0 (no credits here).  The rail refuses every
-        call afterwards (:class:`~mailrail.errors.FinalizedError`).
+        (``"unreleased"``), arrived messages never received (``"unreceived"``: every message to this rank still in
+        the network when all ranks are in finalize()), records and calls left staged in the channels
+        (``"staged"``), asks never answered (``"unanswered"``); ``"deferred"`` is always 0 (no credits here).  The
+        rail refuses every call afterwards (:class:`~mailrail.errors.FinalizedError`).
         """
         if self._finalized:
             raise FinalizedError("finalize() called twice")
@@ -576,6 +581,7 @@ class Rail(BarrierEntry):
         self._enter_collective("finalize()", site=WITH_BLOCK_END.format(call_site()) if self._exiting else None)
         try:
             self._finalized = True
+            unanswered = self._channels.unanswered() if self._channels is not None else 0
             staged = self._channels.close() if self._channels is not None else 0
             report = {
                 "deferred": 0,
@@ -584,6 +590,7 @@ class Rail(BarrierEntry):
                 "reserved": 0,
                 **self._finish(),
                 "staged": staged,
+                "unanswered": unanswered,
             }
         finally:
             self._leave_collective()

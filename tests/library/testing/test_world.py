@@ -585,7 +585,7 @@ def test_in_an_implementation_credits_travel_and_finalize_reports_what_was_left(
     arrivals = results[0][0]
     assert sorted(arrivals) == sorted((source, payload(source, i, 16)) for source in range(3) for i in range(40))
     reports = [report for _, _, report in results]
-    assert reports[0] == {"deferred": 0, "unreleased": 1, "unreceived": 1, "reserved": 0, "staged": 0}
+    assert reports[0] == {"deferred": 0, "unreleased": 1, "unreceived": 1, "reserved": 0, "staged": 0, "unanswered": 0}
     assert not any(reports[1].values()) and not any(reports[2].values())
     has_credits = flow_mode(backend.split("/")[1]).has_credits
     credit_messages = sum(stats["credit_messages_sent"] for _, stats, _ in results)
