@@ -56,7 +56,7 @@ def test_the_protocols_declare_the_application_api():
         "finalize",
         "stats",
     }
-    assert members(Rail) == members(DatagramRail) | {"channels", "call"}
+    assert members(Rail) == members(DatagramRail) | {"channels", "call", "ask"}
 
 
 @pytest.mark.parametrize("rail_class", RAILS, ids=lambda c: f"{c.__module__}.{c.__qualname__}")

@@ -309,7 +309,7 @@ def test_the_report_counts_what_was_left_staged_unreleased_reserved_and_unreceiv
             return rail.finalize()
 
     reports = World(2, seed=4).run(program)
-    assert reports[0] == {"deferred": 0, "unreleased": 1, "unreceived": 1, "reserved": 1, "staged": 5}
+    assert reports[0] == {"deferred": 0, "unreleased": 1, "unreceived": 1, "reserved": 1, "staged": 5, "unanswered": 0}
     assert reports[1] == dict.fromkeys(reports[1], 0)
 
 
