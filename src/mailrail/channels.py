@@ -14,7 +14,10 @@ Kind 0 is a run of fixed-size records of one channel (consecutive sends of one c
 destination extend the same segment); kind 1 is one call (:meth:`Channels.call`): a uint32 count of
 out-of-band buffers and their uint64 lengths, the function's ``module:qualname`` (uint16 length, then
 UTF-8), then with no buffers the pickled arguments; with some, the pickle's uint64 length, the pickle,
-and each buffer at an 8-byte offset.  Kind 2 is a run of *n* records of a channel whose records have *m*
+and each buffer at an 8-byte offset.  Kind 3 is a batch of calls (:meth:`Channels.call`): one pickled list,
+function, arguments, function, arguments...  Kind 4 is a piece of a segment larger than a datagram (a large
+call): its channel number holds the kind of the whole segment, plus 256 on the last piece; the pieces from one
+rank arrive in order and are joined.  Kind 2 is a run of *n* records of a channel whose records have *m*
 variable-size parts (``open(..., blobs=m)``; ``blobs=True`` is one: a string key, or a string value beside a
 fixed-size key; two: a string key and its string value, or the two strings of a union's walk) beside their
 fixed-size part of the channel's dtype (which may be empty)::
@@ -97,6 +100,7 @@ KIND_RECORDS = 0
 KIND_CALL = 1
 KIND_BLOBS = 2
 KIND_CALLS = 3
+KIND_PIECE = 4
 #: A kind 2 segment's count of records and of variable-size parts per record.
 _BLOB_COUNT = struct.Struct("<II")
 #: The most variable-size parts a record of a channel has.
@@ -465,6 +469,7 @@ class Channels:
         # Calls waiting for their destination's batch: function, arguments, function, ... per destination.
         self._batches: list[list[Any]] = [[] for _ in range(size)]
         self._batched_dests: set[int] = set()
+        self._pieces: dict[int, bytearray] = {}  # a call larger than a datagram, its pieces so far, by source
         self._staging_soon: set[int] = set()  # destinations whose full batch is staged after the running handler
         self._batch_items = 2 * _FIRST_BATCH_CALLS  # a batch's length (two items a call) that fills a datagram
 
@@ -944,9 +949,10 @@ class Channels:
         or class that every rank can import; *args* are pickled (protocol 5, numpy arrays and other
         buffers out of band).  Bad input raises here, before anything is sent: ``TypeError`` for a lambda,
         a nested function, a bound method or an argument that cannot be pickled;
-        :class:`~mailrail.errors.MessageSizeError` for a call larger than one datagram (calls are never
-        split); :class:`~mailrail.errors.InvalidDestinationError` for a rank out of range.  Calls to this
-        rank run at once (after the running handler, if called from one), unpickled like the others.
+        :class:`~mailrail.errors.InvalidDestinationError` for a rank out of range.  A call larger than a
+        datagram travels in pieces, a datagram each, under the same flow control, and runs once the last is
+        there.  Calls to this rank run at once (after the running handler, if called from one), unpickled like
+        the others.
 
         Calls to another rank whose arguments are numbers, ``None`` or short strings and bytes wait in that
         rank's batch, pickled together in one ``pickle.dumps`` when the batch would fill a datagram, at the
@@ -1158,12 +1164,6 @@ class Channels:
                 parts.append(b"\0" * (_aligned(length) - length))
                 parts.append(raw.tobytes())
             payload = b"".join(parts)
-        if HEADER_SIZE + len(payload) > self.datagram_size:
-            raise MessageSizeError(
-                f"rail.call({name_of(fn)}, ...) packs into {HEADER_SIZE + len(payload)} bytes, more than the "
-                f"{self.datagram_size}-byte datagram (MAILRAIL_DATAGRAM_SIZE): calls are not split; send large "
-                f"data through a container or a channel, or raise the datagram size"
-            )
         return payload
 
     def _append_batch(self, dest: int) -> None:
@@ -1186,11 +1186,9 @@ class Channels:
         # the next batches' length: what fills a datagram at this batch's bytes per call, a tenth to spare
         self._batch_items = 2 * max(1, int(0.9 * room * calls / nbytes))
         if nbytes > room:
-            if calls == 1:
-                raise MessageSizeError(
-                    f"rail.call({name_of(batch[0])}, ...) pickles into {nbytes} bytes, more than the "
-                    f"{self.datagram_size}-byte datagram (MAILRAIL_DATAGRAM_SIZE): calls are not split"
-                )
+            if calls == 1:  # (a number of thousands of digits)
+                self._stage_segment(dest, KIND_CALLS, payload, calls)
+                return
             half = calls // 2
             self._stage_batch(dest, batch[: 2 * half], half)
             self._stage_batch(dest, batch[2 * half :], calls - half)
@@ -1215,6 +1213,17 @@ class Channels:
         self._stage_segment(dest, KIND_CALL, payload, 1)
 
     def _stage_segment(self, dest: int, kind: int, payload: bytes, calls: int) -> None:
+        """One segment of *kind* in *dest*'s row; a payload larger than a datagram goes in pieces (see the module)."""
+        room = self.datagram_size - HEADER_SIZE
+        if len(payload) > room:
+            view = memoryview(payload)
+            for start in range(0, len(payload), room):
+                last = start + room >= len(payload)
+                self._stage_one(dest, KIND_PIECE, view[start : start + room], calls if last else 0, kind | last << 8)
+            return
+        self._stage_one(dest, kind, payload, calls)
+
+    def _stage_one(self, dest: int, kind: int, payload: bytes | memoryview, calls: int, number: int = 0) -> None:
         nbytes = len(payload)
         fill = self._fill[dest]
         header_at = _aligned(fill)
@@ -1224,7 +1233,7 @@ class Channels:
         view = self._row_views[dest]
         if view is None:
             view = self._staging_row(dest).data
-        HEADER.pack_into(view, header_at, 0, MAGIC, kind, nbytes)
+        HEADER.pack_into(view, header_at, number, MAGIC, kind, nbytes)
         start = header_at + HEADER_SIZE
         view[start : start + nbytes] = payload
         self._fill[dest] = start + nbytes
@@ -1274,6 +1283,24 @@ class Channels:
                 fn(*args)
         finally:
             self._handler_depth -= 1
+
+    def _take_piece(self, message: Any, offset: int, number: int, piece: memoryview) -> None:
+        """A piece of a segment larger than a datagram: the pieces from one rank arrive in order, one segment's
+        after another's; the last one completes the segment, which runs as if it had come whole."""
+        source = message.source
+        whole = self._pieces.get(source)
+        if whole is None:
+            whole = self._pieces[source] = bytearray()
+        whole += piece
+        if number >> 8:
+            del self._pieces[source]
+            kind = number & 0xFF
+            if kind == KIND_CALL:
+                self._run_call(memoryview(whole))
+            elif kind == KIND_CALLS:
+                self._run_calls(memoryview(whole))
+            else:
+                raise ProtocolError(self._malformed(message, offset, f"the pieces of a segment of kind {kind}"))
 
     def _run_calls(self, payload: memoryview) -> None:
         """Run a batch of calls (:meth:`_append_batch`), in order."""
@@ -1405,6 +1432,8 @@ class Channels:
                 self._run_call(view[start:end])
             elif kind == KIND_CALLS:
                 self._run_calls(view[start:end])
+            elif kind == KIND_PIECE:
+                self._take_piece(message, offset, number, view[start:end])
             else:
                 raise ProtocolError(self._malformed(message, offset, f"a segment of unknown kind {kind}"))
             offset = _aligned(end)

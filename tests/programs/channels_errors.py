@@ -48,7 +48,7 @@ attempt("lambda", lambda: rail.call(0, lambda x: x, 1))
 attempt("nested", lambda: rail.call(0, make_inner()))
 attempt("bound", lambda: rail.call(0, Holder().method))
 attempt("unpicklable", lambda: rail.call(0, fine, 1, threading.Lock()))
-attempt("too_big", lambda: rail.call(0, fine, b"x" * 1000))
+attempt("large", lambda: rail.call(0, fine, b"x" * 1000))  # no error: a large call goes in pieces
 attempt("bad_dest", lambda: rail.call(5, fine))
 attempt("float_dest", lambda: rail.call(0.0, fine))
 channel = rail.channels.open(np.uint64, collective_inside, name="inside")

@@ -70,6 +70,14 @@ def small(origin: int, number: int, word: str, weight: float) -> None:
     small_calls.setdefault(origin, []).append(number)
 
 
+bulk_sums: list[tuple[int, int]] = []
+
+
+def bulk(origin: int, values: np.ndarray) -> None:
+    """A call larger than a datagram (it travels in pieces)."""
+    bulk_sums.append((origin, int(values.sum())))
+
+
 def cube(number: int) -> int:
     return number**3
 
@@ -87,7 +95,10 @@ words.send(mine[3], mine[2])
 for index, dest in enumerate(mine[4].tolist()):
     rail.call(dest, tally, rank, index, 0, np.array([index], dtype=np.int64))
     rail.call(dest, small, rank, index, f"s{index}", index / 2)
+rail.call((rank + 1) % size, bulk, rank, np.arange(20_000 + rank, dtype=np.int64))
 rail.barrier()
+previous_rank = (rank - 1) % size
+assert bulk_sums == [(previous_rank, (20_000 + previous_rank) * (19_999 + previous_rank) // 2)], bulk_sums
 
 # Expected at this rank, from every sender's inputs.
 expected_numbers = []

@@ -390,7 +390,7 @@ class Map(Container):
         tail: tuple[Any, ...],
     ) -> None:
         """``arrived(token, owner, *head, chunk_bytes, *tail)`` on each owner, for its items in datagram-sized
-        chunks (calls are never split)."""
+        chunks (each call one datagram: no pieces to join)."""
         room = self.channels.datagram_size - _CALL_SLACK
         room -= len(pickle.dumps((arrived, (self._token, self.ranks, *head, b"", *tail)), protocol=5))
         per_call = room // items.dtype.itemsize

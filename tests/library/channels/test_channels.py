@@ -255,3 +255,67 @@ def test_a_batch_naming_a_function_the_receiver_lacks_raises_naming_the_rank_and
             World(1, 0).run(receive)
     finally:
         del sys.modules[module.__name__]
+
+
+def received_large(number: int, payload: object) -> None:
+    STATE.seen.append((number, _checksum(payload)))
+
+
+def _checksum(payload: object) -> float:
+    if isinstance(payload, np.ndarray):
+        return float(payload.sum())
+    if isinstance(payload, bytes):
+        return float(sum(payload))
+    return float(sum(payload["values"]))
+
+
+def large_payload(number: int, rank: int) -> object:
+    kind = number % 3
+    if kind == 0:
+        return np.arange(1000 + 37 * number, dtype=np.float64) + rank
+    if kind == 1:
+        return bytes([(number + rank) % 256]) * (700 + 211 * number)
+    return {"values": list(range(number * 50 + rank))}
+
+
+def large_calls(rail, calls: int):
+    """Calls larger than a 512-byte datagram (in pieces) between small ones, to the next rank; and asks whose
+    answers are larger than a datagram."""
+    STATE.rail, STATE.seen = rail, []
+    dest = (rail.rank + 1) % rail.size
+    for number in range(calls):
+        rail.call(dest, received_large, number, large_payload(number, rail.rank))
+        rail.call(dest, note_large, number)
+    answers = mailrail_wait([rail.ask(dest, doubled_range, 500 + number) for number in range(5)])
+    rail.barrier()
+    return STATE.seen, [float(answer.sum()) for answer in answers], rail.finalize()
+
+
+def note_large(number: int) -> None:
+    STATE.seen.append((number, None))
+
+
+def doubled_range(length: int) -> np.ndarray:
+    return 2 * np.arange(length, dtype=np.float64)
+
+
+def mailrail_wait(futures):
+    import mailrail
+
+    return mailrail.wait(futures)
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_calls_and_answers_larger_than_a_datagram_arrive_whole_once_and_in_order(seed, backend):
+    size, calls = 3, 24
+    results = make_world(backend, size, seed, datagram_size=512, send_pool_slots=4, recv_pool_slots=8).run(
+        large_calls, calls
+    )
+    for rank, (seen, answers, report) in enumerate(results):
+        sender = (rank - 1) % size
+        expected = []
+        for number in range(calls):
+            expected += [(number, _checksum(large_payload(number, sender))), (number, None)]
+        assert seen == expected
+        assert answers == [float(2 * np.arange(500 + number).sum()) for number in range(5)]
+        assert not any(report.values())
