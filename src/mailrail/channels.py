@@ -69,7 +69,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .collectives import collective
+from .collectives import CollectiveCalls, collective
 from .errors import MailRailError, MessageSizeError, ProtocolError, RemoteError
 from .interfaces import DatagramRail
 from .protocol import checked_rank
@@ -469,6 +469,10 @@ class Channels:
         # Calls waiting for their destination's batch: function, arguments, function, ... per destination.
         self._batches: list[list[Any]] = [[] for _ in range(size)]
         self._batched_dests: set[int] = set()
+        # Calls from ranks that had left a collective this rank was still in: (source, kind, number, payload), run
+        # once this rank's program has left it too (a function it defines after the collective exists by then).
+        self._held: deque[tuple[int, int, int, bytes]] = deque()
+        self._collective_calls: CollectiveCalls | None = getattr(rail, "_calls", None)
         self._pieces: dict[int, bytearray] = {}  # a call larger than a datagram, its pieces so far, by source
         self._staging_soon: set[int] = set()  # destinations whose full batch is staged after the running handler
         self._batch_items = 2 * _FIRST_BATCH_CALLS  # a batch's length (two items a call) that fills a datagram
@@ -958,7 +962,8 @@ class Channels:
         rank's batch, pickled together in one ``pickle.dumps`` when the batch would fill a datagram, at the
         next flush or barrier, or before another call to that rank: the receiver unpickles the batch in one
         ``pickle.loads``, and each function is named once per batch.  Calls to one rank run in the order they
-        were made.
+        were made.  A call made after a collective waits on a rank that is still in that collective until its
+        program has left it (a function defined after the collective exists there by then).
         """
         if self._closed:
             self._check_open()
@@ -1128,6 +1133,8 @@ class Channels:
         # for its own may be what its askers wait for.
         self._flush_each_send = True
         try:
+            if self._held:
+                self._pump(self._run_held)
             self.flush()  # the asks waiting in their batches leave
             idle = 0
             for future in futures:
@@ -1219,9 +1226,10 @@ class Channels:
             view = memoryview(payload)
             for start in range(0, len(payload), room):
                 last = start + room >= len(payload)
-                self._stage_one(dest, KIND_PIECE, view[start : start + room], calls if last else 0, kind | last << 8)
+                number = self._epoch() << 8 | last << 7 | kind
+                self._stage_one(dest, KIND_PIECE, view[start : start + room], calls if last else 0, number)
             return
-        self._stage_one(dest, kind, payload, calls)
+        self._stage_one(dest, kind, payload, calls, self._epoch() if kind != KIND_RECORDS else 0)
 
     def _stage_one(self, dest: int, kind: int, payload: bytes | memoryview, calls: int, number: int = 0) -> None:
         nbytes = len(payload)
@@ -1247,9 +1255,21 @@ class Channels:
         module, _, qualname = name.decode().partition(":")
         target = _resolve(module, qualname)
         if target is None:
-            raise AttributeError(f"a call names {module}.{qualname}, which module {module!r} on this rank lacks")
+            raise AttributeError(
+                f"rank {self.rank} received a call of {module}.{qualname}, which module {module!r} on this rank lacks: "
+                f"{_DEFINE_FUNCTIONS}"
+            )
         self._functions[name] = target
         return target  # type: ignore[no-any-return]
+
+    def _unpickled(self, data: memoryview, buffers: list[bytearray] | None = None) -> Any:
+        """A call's arguments; a function among them (a visit's) that this rank cannot find is said in one line."""
+        try:
+            return pickle.loads(data, buffers=buffers)
+        except (AttributeError, ImportError) as error:
+            raise AttributeError(
+                f"rank {self.rank} received a call naming a function it cannot find ({error}): {_DEFINE_FUNCTIONS}"
+            ) from error
 
     def _run_call(self, payload: bytes | memoryview) -> None:
         view = memoryview(payload)
@@ -1261,7 +1281,7 @@ class Channels:
         offset += name_length
         fn = self._functions.get(name) or self._function(name)
         if not count:
-            args = pickle.loads(view[offset:])
+            args = self._unpickled(view[offset:])
         else:
             lengths = [_LENGTH.unpack_from(view, _COUNT.size + 8 * i)[0] for i in range(count)]
             (body_length,) = _LENGTH.unpack_from(view, offset)
@@ -1273,7 +1293,7 @@ class Channels:
                 offset = _aligned(offset)
                 buffers.append(bytearray(view[offset : offset + length]))  # own copies: the slot is released after
                 offset += length
-            args = pickle.loads(body, buffers=buffers)
+            args = self._unpickled(body, buffers)
         self.calls_received += 1
         self._handler_depth += 1
         try:
@@ -1284,23 +1304,54 @@ class Channels:
         finally:
             self._handler_depth -= 1
 
-    def _take_piece(self, message: Any, offset: int, number: int, piece: memoryview) -> None:
+    def _take_piece(self, source: int, number: int, piece: memoryview) -> None:
         """A piece of a segment larger than a datagram: the pieces from one rank arrive in order, one segment's
         after another's; the last one completes the segment, which runs as if it had come whole."""
-        source = message.source
         whole = self._pieces.get(source)
         if whole is None:
             whole = self._pieces[source] = bytearray()
         whole += piece
-        if number >> 8:
+        if number & 0x80:
             del self._pieces[source]
-            kind = number & 0xFF
+            kind = number & 0x7F
             if kind == KIND_CALL:
                 self._run_call(memoryview(whole))
             elif kind == KIND_CALLS:
                 self._run_calls(memoryview(whole))
             else:
-                raise ProtocolError(self._malformed(message, offset, f"the pieces of a segment of kind {kind}"))
+                raise ProtocolError(f"rank {source} sent the pieces of a segment of kind {kind}, not of calls")
+
+    # -- calls after a collective this rank is still in ------------------------
+
+    def _epoch(self) -> int:
+        """The collectives this rank's program has left (their count, modulo 256): what its calls carry."""
+        calls = self._collective_calls
+        if calls is None:
+            return 0
+        return (calls.number - int(calls.depth > 0)) & 0xFF
+
+    def _ahead(self, epoch: int) -> bool:
+        """Whether a call sent at *epoch* comes from a rank that has left a collective this rank is still in."""
+        return 0 < (epoch - self._epoch()) & 0xFF < 128
+
+    def _hold(self, source: int, kind: int, number: int, payload: memoryview) -> None:
+        """Keep a call for when this rank has left the collective its sender left (a copy: the datagram goes)."""
+        self._held.append((source, kind, number, bytes(payload)))
+
+    def _run_held(self) -> None:
+        """Run the calls held for the collective this rank has now left, in the order they came."""
+        held = self._held
+        while held:
+            source, kind, number, payload = held[0]
+            if self._ahead(number >> 8 if kind == KIND_PIECE else number):
+                return
+            held.popleft()
+            if kind == KIND_PIECE:
+                self._take_piece(source, number, memoryview(payload))
+            elif kind == KIND_CALLS:
+                self._run_calls(memoryview(payload))
+            else:
+                self._run_call(memoryview(payload))
 
     def _run_calls(self, payload: memoryview) -> None:
         """Run a batch of calls (:meth:`_append_batch`), in order."""
@@ -1308,8 +1359,7 @@ class Channels:
             batch = pickle.loads(payload)
         except (AttributeError, ImportError) as error:  # a function, or a module, this rank does not have
             raise AttributeError(
-                f"rank {self.rank} received calls of a function it cannot find ({error}): define the functions a "
-                f"rail calls at the top level of a module every rank imports"
+                f"rank {self.rank} received calls of a function it cannot find ({error}): {_DEFINE_FUNCTIONS}"
             ) from error
         self.calls_received += len(batch) // 2
         self._handler_depth += 1
@@ -1362,6 +1412,8 @@ class Channels:
         self._check_open()
         if self._busy:
             return self._poll_once()
+        if self._held:
+            self._pump(self._run_held)
         received = False
 
         def once() -> None:
@@ -1428,12 +1480,15 @@ class Channels:
                     )
                 channel = channels[number]
                 self._dispatch_blobs(channel, message, data, start, end)
-            elif kind == KIND_CALL:
-                self._run_call(view[start:end])
-            elif kind == KIND_CALLS:
-                self._run_calls(view[start:end])
-            elif kind == KIND_PIECE:
-                self._take_piece(message, offset, number, view[start:end])
+            elif kind == KIND_CALL or kind == KIND_CALLS or kind == KIND_PIECE:
+                if self._ahead(number >> 8 if kind == KIND_PIECE else number):  # (a rank's epochs only grow: its
+                    self._hold(source, kind, number, view[start:end])  # later calls are held too, in order)
+                elif kind == KIND_CALL:
+                    self._run_call(view[start:end])
+                elif kind == KIND_CALLS:
+                    self._run_calls(view[start:end])
+                else:
+                    self._take_piece(source, number, view[start:end])
             else:
                 raise ProtocolError(self._malformed(message, offset, f"a segment of unknown kind {kind}"))
             offset = _aligned(end)
@@ -1519,7 +1574,11 @@ class Channels:
     def staged(self) -> int:
         """Records and calls accepted and not sent yet (staged, or waiting behind a running send)."""
         return (
-            self._staged_records + self._batched_calls() + self._nested_items + sum(held() for _, held in self._caches)
+            self._staged_records
+            + self._batched_calls()
+            + self._nested_items
+            + len(self._held)
+            + sum(held() for _, held in self._caches)
         )
 
     @collective
@@ -1535,6 +1594,8 @@ class Channels:
         # Set before the flush: a handler run by the flush's own polls may send, and that must leave too.
         self._flush_each_send = True
         try:
+            if self._held:
+                self._pump(self._run_held)
             self.flush()
             handled: int = self.rail.barrier(handler=self.dispatch)
             return handled
@@ -1574,6 +1635,11 @@ def _answer(source: int, ask_id: int, failed: bool, value: Any) -> None:
     raise AssertionError("an answer is taken by its rail's channels")
 
 
+#: What to do when a rank lacks a function a call names.
+_DEFINE_FUNCTIONS = (
+    "define the functions that calls, asks and visits name at the top level of a module every rank imports (a "
+    "script: before its first collective, or after it: calls wait until their rank has left it)"
+)
 _WAITING, _ANSWERED, _FAILED = "waiting", "answered", "failed"
 #: Empty polls a waiting rank makes before it sleeps between polls, and how long it sleeps then.
 _IDLE_POLLS = 64

@@ -319,3 +319,38 @@ def test_calls_and_answers_larger_than_a_datagram_arrive_whole_once_and_in_order
         assert seen == expected
         assert answers == [float(2 * np.arange(500 + number).sum()) for number in range(5)]
         assert not any(report.values())
+
+
+# -- calls sent after a collective ------------------------------------------------------------------------------------
+
+
+def defined_later(origin: int, left: int) -> None:
+    """A call made by a rank that had left *left* barriers: it must not run before this rank has left as many (a
+    function a script defines after a barrier exists only then)."""
+    if STATE.left < left:
+        STATE.early.append((origin, left, STATE.left))
+    STATE.ran += 1
+
+
+def calls_after_a_barrier(rail, rounds: int):
+    STATE.rail, STATE.left, STATE.early, STATE.ran = rail, 0, [], 0
+    for _ in range(rounds):
+        rail.barrier()
+        STATE.left += 1
+        for dest in range(rail.size):
+            if dest != rail.rank:
+                rail.call(dest, defined_later, rail.rank, STATE.left)
+                rail.call(dest, defined_later, np.array([rail.rank]), np.int16(STATE.left))  # pickled alone
+    rail.barrier()
+    STATE.left += 1
+    return STATE.early, STATE.ran, rail.finalize()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_call_sent_after_a_barrier_waits_until_its_rank_has_left_the_barrier(seed, backend):
+    """A rank that leaves a barrier first and calls on another rank still in it: the call runs once that rank has
+    returned to its program (issue 52: a function it defines after the barrier did not exist yet)."""
+    size, rounds = 4, 3
+    for early, ran, report in make_world(backend, size, seed).run(calls_after_a_barrier, rounds):
+        assert early == [] and ran == 2 * rounds * (size - 1)
+        assert not any(report.values())

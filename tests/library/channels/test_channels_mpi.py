@@ -48,3 +48,12 @@ def test_bad_calls_and_records_are_refused_naming_the_value():
         got_kind, message, staged = result[case]
         assert got_kind == kind and words in message, (case, result[case])
         assert staged == 0 or case == "collective_inside", (case, staged)
+
+
+@pytest.mark.parametrize("mode", ["none", "adaptive"])
+def test_functions_defined_after_a_barrier_are_there_when_their_calls_run(mode):
+    """Issue 52: 15 of 23 such runs failed, a rank still finishing a barrier running a call to a function it had
+    not defined yet.  Several runs of 4 ranks on 2 cores: each must run every call once."""
+    for _ in range(4):
+        result = mpirun(4, "defined_later.py", env={"MAILRAIL_FLOW_CONTROL": mode})
+        assert result == {"notes": 16, "bumped": 4 * 400.0}, result
