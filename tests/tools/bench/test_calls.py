@@ -1,4 +1,5 @@
-"""mailrail bench calls under mpiexec: rail.call against mpi4py's pickled isend, every call checked."""
+"""mailrail bench calls under mpiexec: rail.call against mpi4py's pickled isend, rail.ask against a raw
+request/reply, every call and answer checked."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def test_bench_calls_reports_both_rates_and_the_calls_each_datagram_carried(tmp_
     assert document["ratio"] == pytest.approx(document["call_per_s"] / document["isend_per_s"])
     # small calls wait in their destination's batch: a 32 KiB datagram carries many hundreds of them
     assert document["calls_per_datagram"] > 500
-    assert "rail.call/s" in completed.stdout
+    assert document["ask_per_s"] > 0 and document["raw_ask_per_s"] > 0 and len(document["ask_runs"]) == 1
+    assert document["ask_ratio"] == pytest.approx(document["ask_per_s"] / document["raw_ask_per_s"])
+    assert "rail.call vs comm.isend" in completed.stdout and "rail.ask vs isend and irecv" in completed.stdout
 
 
 def test_a_lost_call_fails_the_check():
@@ -30,3 +33,10 @@ def test_a_lost_call_fails_the_check():
     calls._Tally.count, calls._Tally.total = 9, 36
     with pytest.raises(AssertionError, match="rail.call: received 9 calls summing to 36, expected 10 summing to 45"):
         calls._check(None, False, 10, "rail.call")
+
+
+def test_a_wrong_answer_fails_the_check():
+    with pytest.raises(AssertionError, match="rail.ask: 3 answers, the first wrong or missing at ask 2"):
+        calls._check_answers([0, 1, 9], 3, "rail.ask")
+    with pytest.raises(AssertionError, match="the first wrong or missing at ask 2"):
+        calls._check_answers([0, 1], 3, "rail.ask")
