@@ -10,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 
+import mailrail
 from mailrail.errors import InvalidDestinationError, MessageSizeError, UndeliveredWarning
 from mailrail.testing import World
 from worlds import BACKENDS, make_world
@@ -286,7 +287,7 @@ def large_calls(rail, calls: int):
     for number in range(calls):
         rail.call(dest, received_large, number, large_payload(number, rail.rank))
         rail.call(dest, note_large, number)
-    answers = mailrail_wait([rail.ask(dest, doubled_range, 500 + number) for number in range(5)])
+    answers = mailrail.wait([rail.ask(dest, doubled_range, 500 + number) for number in range(5)])
     rail.barrier()
     return STATE.seen, [float(answer.sum()) for answer in answers], rail.finalize()
 
@@ -297,12 +298,6 @@ def note_large(number: int) -> None:
 
 def doubled_range(length: int) -> np.ndarray:
     return 2 * np.arange(length, dtype=np.float64)
-
-
-def mailrail_wait(futures):
-    import mailrail
-
-    return mailrail.wait(futures)
 
 
 @pytest.mark.parametrize("seed", [0, 2])
