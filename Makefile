@@ -14,7 +14,7 @@ OTHER_MPI_WHEEL ?= mpich
 SOURCES = src simulate tests examples docs
 # What the editable install compiles (setup.py): a change rebuilds the environments.
 COMPILED_SOURCES = pyproject.toml simulate/pyproject.toml setup.py src/mailrail/flow/_atomics.c src/mailrail/flow/_ledger.pyx \
-	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd src/mailrail/_grouping.pyx \
+	src/mailrail/flow/_ledger.pxd src/mailrail/_protocol.pyx src/mailrail/_protocol.pxd src/mailrail/_grouping.pyx src/mailrail/_futures.pyx \
 	src/mailrail/transport/_compiled.pyx src/mailrail/containers/_hot.pyx \
 	src/mailrail/containers/_varkeys.pyx src/mailrail/containers/_table.pyx src/mailrail/io/_words.pyx \
 	src/mailrail/_offsets.pxd
@@ -96,7 +96,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check $(SOURCES)
 	$(VENV)/bin/ruff format --check $(SOURCES)
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m mypy.stubtest mailrail._protocol mailrail._grouping mailrail.flow._ledger mailrail.transport._compiled \
+	$(VENV)/bin/python -m mypy.stubtest mailrail._protocol mailrail._grouping mailrail._futures mailrail.flow._ledger mailrail.transport._compiled \
 		mailrail.flow._atomics mailrail.containers._hot mailrail.containers._varkeys mailrail.containers._table mailrail.io._words --allowlist stubtest-allowlist.txt
 	$(VENV)/bin/lint-imports
 
@@ -263,6 +263,6 @@ simulate-paper: $(VENV)/.installed
 	$(SIMULATE_PAPER) --experiments table1,goodput --method fluid --json $(SIMULATE_DATA)/paper-fluid.json
 
 clean:
-	rm -rf $(VENV) $(VENV_MPICH) $(SITE_MPIS:%=.venv-site-%) build src/*.egg-info src/mailrail/*.so src/mailrail/*/*.so src/mailrail/_protocol.c src/mailrail/_grouping.c \
+	rm -rf $(VENV) $(VENV_MPICH) $(SITE_MPIS:%=.venv-site-%) build src/*.egg-info src/mailrail/*.so src/mailrail/*/*.so src/mailrail/_protocol.c src/mailrail/_grouping.c src/mailrail/_futures.c \
 		src/mailrail/flow/_ledger.c src/mailrail/transport/_compiled.c \
 		docs/_build docs/_generated

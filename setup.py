@@ -2,7 +2,8 @@
 
 Each sits beside its Python half: mailrail.flow._atomics (C): CPU atomics for node credit pools
 (flow/node_memory.py); mailrail.flow._ledger (Cython): flow/'s credit accounting; mailrail._protocol
-(Cython): protocol.py's Endpoint; mailrail._grouping (Cython): channels.py's records grouped by rank;
+(Cython): protocol.py's Endpoint; mailrail._grouping (Cython): channels.py's records grouped by rank; mailrail._futures
+(Cython): futures.py's Future, untracked by the garbage collector;
 mailrail.transport._compiled (Cython): the compiled transport
 (transport/compiled.py resolves its MPI); mailrail.containers._hot (Cython): the CountingSet sender's hot-key
 lookup (containers/hot.py); mailrail.containers._varkeys (Cython): the hash and the hash table of variable-size
@@ -80,6 +81,7 @@ def extensions() -> list[Extension]:
         Extension("mailrail.flow._ledger", ["src/mailrail/flow/_ledger.pyx"], optional=True),
         Extension("mailrail._protocol", ["src/mailrail/_protocol.pyx"], optional=True),
         Extension("mailrail._grouping", ["src/mailrail/_grouping.pyx"], optional=True),
+        Extension("mailrail._futures", ["src/mailrail/_futures.pyx"], optional=True),
         Extension("mailrail.transport._compiled", ["src/mailrail/transport/_compiled.pyx"], optional=True),
         Extension("mailrail.containers._hot", ["src/mailrail/containers/_hot.pyx"], optional=True),
         Extension("mailrail.containers._varkeys", ["src/mailrail/containers/_varkeys.pyx"], optional=True),

@@ -15,9 +15,11 @@ destination extend the same segment); kind 1 is one call (:meth:`Channels.call`)
 out-of-band buffers and their uint64 lengths, the function's ``module:qualname`` (uint16 length, then
 UTF-8), then with no buffers the pickled arguments; with some, the pickle's uint64 length, the pickle,
 and each buffer at an 8-byte offset.  Kind 3 is a batch of calls (:meth:`Channels.call`): one pickled list,
-function, arguments, function, arguments...  Kind 4 is a piece of a segment larger than a datagram (a large
-call): its channel number holds the kind of the whole segment (bits 0-6), 1 on the last piece (bit 7) and the
-sender's epoch (bits 8-15); the pieces from one rank arrive in order and are joined.  In kinds 1 and 3 the
+function, arguments, function, arguments..., where asks and answers in a row come as one group: a marker and a
+list of their numbers and functions and arguments, or numbers and values (:func:`_ask`, :func:`_answer`).  Kind 4
+is a piece of a segment larger than a datagram (a large call): its channel number holds the kind of the whole
+segment (bits 0-6), 1 on the last piece (bit 7) and the sender's epoch (bits 8-15); the pieces from one rank
+arrive in order and are joined.  In kinds 1 and 3 the
 channel number is the sender's epoch: the collectives its program had left, modulo 256 (a rank still in one
 holds calls from ranks past it: :meth:`Channels.call`).  Kind 2 is a run of *n* records of a channel whose
 records have *m* variable-size parts (``open(..., blobs=m)``; ``blobs=True`` is one: a string key, or a string
@@ -66,13 +68,14 @@ import time
 import traceback
 import types
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .collectives import CollectiveCalls, collective
 from .errors import MailRailError, MessageSizeError, ProtocolError, RemoteError
+from .futures import ANSWERED, WAITING, Future, wait
 from .interfaces import DatagramRail
 from .protocol import checked_rank
 
@@ -471,13 +474,15 @@ class Channels:
         # Calls waiting for their destination's batch: function, arguments, function, ... per destination.
         self._batches: list[list[Any]] = [[] for _ in range(size)]
         self._batched_dests: set[int] = set()
+        self._grouped_dests: set[int] = set()  # destinations whose batch holds a group of asks or answers
         # Calls from ranks that had left a collective this rank was still in: (source, kind, number, payload), run
         # once this rank's program has left it too (a function it defines after the collective exists by then).
         self._held: deque[tuple[int, int, int, bytes]] = deque()
         self._collective_calls: CollectiveCalls | None = getattr(rail, "_calls", None)
         self._pieces: dict[int, bytearray] = {}  # a call larger than a datagram, its pieces so far, by source
         self._staging_soon: set[int] = set()  # destinations whose full batch is staged after the running handler
-        self._batch_items = 2 * _FIRST_BATCH_CALLS  # a batch's length (two items a call) that fills a datagram
+        # A batch's length that fills a datagram: two items a call, and a group's items (three an ask, two an answer).
+        self._batch_items = 2 * _FIRST_BATCH_CALLS
 
     # -- opening -----------------------------------------------------------
 
@@ -1038,12 +1043,10 @@ class Channels:
         if fn not in self._references:
             self._reference_of(fn)
         ask_id = self._next_ask
-        self._next_ask += 1
-        future = Future(self, dest)
-        wire = (self.rank, ask_id, fn, args)
-        self._asks[ask_id] = future
+        self._next_ask = ask_id + 1
+        future = self._asks[ask_id] = Future(self, dest)
         if dest != self.rank and not self._busy and not self._flush_each_send:
-            for arg in args:  # (_batchable and _batch_call, inline: they are per ask, see _run_calls)
+            for arg in args:  # (_batchable, inline: it is per ask, see _run_calls)
                 kind = type(arg)
                 if kind not in _BATCHED_ARGUMENT_TYPES or (
                     (kind is str or kind is bytes) and len(arg) > BATCHED_TEXT_BYTES
@@ -1051,15 +1054,21 @@ class Channels:
                     break
             else:
                 batch = self._batches[dest]
-                if not batch:
-                    self._batched_dests.add(dest)
-                batch.append(_ask)
-                batch.append(wire)
-                if len(batch) >= self._batch_items:
+                if batch and batch[-2] is _ask:  # asks in a row join one group: number, function, arguments, ...
+                    group = batch[-1]
+                    group += (ask_id, fn, args)
+                else:
+                    if not batch:
+                        self._batched_dests.add(dest)
+                    self._grouped_dests.add(dest)
+                    group = [ask_id, fn, args]
+                    batch.append(_ask)
+                    batch.append(group)
+                if len(batch) + len(group) >= self._batch_items:
                     self._pump(lambda: self._append_batch(dest))
                 return future
         try:
-            self._call_alone(dest, _ask, wire, asked=fn)
+            self._call_alone(dest, _ask, (self.rank, ask_id, fn, args), asked=fn)
         except BaseException:
             del self._asks[ask_id]
             raise
@@ -1079,28 +1088,32 @@ class Channels:
         self._answer_to(origin, ask_id, True, failure)
 
     def _answer_to(self, origin: int, ask_id: int, failed: bool, value: Any) -> None:
-        wire = (self.rank, ask_id, failed, value)
         if origin == self.rank:
-            self._take_answer(*wire)
-        elif not failed and _batchable(wire):  # answers given inside a dispatch wait in the asker's batch too
-            self._batch_call(origin, _answer, wire)
+            self._take_answer(origin, ask_id, failed, value)
+        elif not failed and _batchable((value,)):  # answers given inside a dispatch wait in the asker's batch too
+            self._batch_answers(origin, [ask_id, value])
         else:
             try:
-                self._call_alone(origin, _answer, wire)
+                self._call_alone(origin, _answer, (self.rank, ask_id, failed, value))
             except TypeError as error:  # an answer that cannot be pickled: the asker learns why
                 self._answer_failed(origin, ask_id, error)
 
-    def _batch_call(self, dest: int, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
-        """Put a call in *dest*'s batch; a batch that would fill a datagram is staged (after the running handler,
-        inside one).  :meth:`call`, :meth:`ask` and :meth:`_run_calls` do the same inline: a frame per call costs
-        a tenth of a call's rate."""
-        batch = self._batches[dest]
-        if not batch:
-            self._batched_dests.add(dest)
-        batch.append(fn)
-        batch.append(args)
-        if len(batch) >= self._batch_items and dest not in self._staging_soon:
-            self._stage_soon(dest)
+    def _batch_answers(self, origin: int, given: list[Any]) -> None:
+        """Put answers (ask number, value, ...) in *origin*'s batch, in the group of answers last there if there is
+        one; a batch that would fill a datagram is staged (after the running handler, inside one)."""
+        batch = self._batches[origin]
+        if batch and batch[-2] is _answer:
+            group = batch[-1]
+            group += given
+        else:
+            if not batch:
+                self._batched_dests.add(origin)
+            self._grouped_dests.add(origin)
+            group = given
+            batch.append(_answer)
+            batch.append(group)
+        if len(batch) + len(group) >= self._batch_items and origin not in self._staging_soon:
+            self._stage_soon(origin)
 
     def _stage_soon(self, dest: int) -> None:
         """Stage *dest*'s batch once the running handler is done (or now, outside handlers)."""
@@ -1145,7 +1158,7 @@ class Channels:
             self.flush()  # the asks waiting in their batches leave
             idle = 0
             for future in futures:
-                while future._state is _WAITING:
+                while future._state is WAITING:
                     if self.poll():
                         idle = 0
                     else:  # nothing arrived: give the core to the ranks that have work (oversubscribed nodes)
@@ -1189,25 +1202,28 @@ class Channels:
             return
         self._batches[dest] = []
         self._batched_dests.discard(dest)
-        calls = len(batch) // 2
+        if dest in self._grouped_dests:
+            self._grouped_dests.discard(dest)
+            calls, items = _calls_and_items(batch)
+        else:  # (calls only: two items each)
+            calls, items = len(batch) // 2, len(batch)
         self._calls_staged += calls
-        self._stage_batch(dest, batch, calls)
+        self._stage_batch(dest, batch, calls, items)
 
-    def _stage_batch(self, dest: int, batch: list[Any], calls: int) -> None:
+    def _stage_batch(self, dest: int, batch: list[Any], calls: int, items: int) -> None:
         payload = pickle.dumps(batch, 5)
         nbytes = len(payload)
         room = self.datagram_size - HEADER_SIZE
-        # the next batches' length: what fills a datagram at this batch's bytes per call, a tenth to spare
-        self._batch_items = 2 * max(1, int(0.9 * room * calls / nbytes))
+        # the next batches' length: what fills a datagram at this batch's bytes per item, a tenth to spare
+        self._batch_items = max(2, int(0.9 * room * items / nbytes))
         if nbytes > room and calls > 1:  # (one call alone that large goes in pieces)
-            half = calls // 2
-            self._stage_batch(dest, batch[: 2 * half], half)
-            self._stage_batch(dest, batch[2 * half :], calls - half)
+            for half in _halves(batch):
+                self._stage_batch(dest, half, *_calls_and_items(half))
             return
         self._stage_segment(dest, KIND_CALLS, payload, calls)
 
     def _batched_calls(self) -> int:
-        return sum(len(self._batches[dest]) for dest in self._batched_dests) // 2
+        return sum(_calls_and_items(self._batches[dest])[0] for dest in self._batched_dests)
 
     @property
     def calls_sent(self) -> int:
@@ -1321,7 +1337,7 @@ class Channels:
             if kind == KIND_CALL:
                 self._run_call(memoryview(whole))
             elif kind == KIND_CALLS:
-                self._run_calls(memoryview(whole))
+                self._run_calls(source, memoryview(whole))
             else:
                 raise ProtocolError(f"rank {source} sent the pieces of a segment of kind {kind}, not of calls")
 
@@ -1353,61 +1369,63 @@ class Channels:
             if kind == KIND_PIECE:
                 self._take_piece(source, number, memoryview(payload))
             elif kind == KIND_CALLS:
-                self._run_calls(memoryview(payload))
+                self._run_calls(source, memoryview(payload))
             else:
                 self._run_call(memoryview(payload))
 
-    def _run_calls(self, payload: memoryview) -> None:
-        """Run a batch of calls (:meth:`_append_batch`), in order."""
+    def _run_calls(self, source: int, payload: memoryview) -> None:
+        """Run a batch of calls from *source* (:meth:`_append_batch`), in order: serve its asks (their answers go
+        back in one group) and settle the futures its answers are for."""
         try:
             batch = pickle.loads(payload)
         except (AttributeError, ImportError) as error:  # a function, or a module, this rank does not have
             raise AttributeError(
                 f"rank {self.rank} received calls of a function it cannot find ({error}): {_DEFINE_FUNCTIONS}"
             ) from error
-        self.calls_received += len(batch) // 2
+        calls = len(batch) // 2
         self._handler_depth += 1
-        # Asks served and answers taken inline: they are as many as the calls, and the frames of the general paths
-        # (_serve_ask, _answer_to, _batch_call, _take_answer) cost a tenth to a fifth of the asks' rate.
-        asks, rank = self._asks, self.rank
+        # Asks served and answers taken inline, in loops over their groups: they are as many as the calls, and the
+        # frames of the general paths (_serve_ask, _answer_to, _take_answer) cost a tenth to a fifth of their rate.
         try:
             for at in range(0, len(batch), 2):
                 fn = batch[at]
                 if fn is _ask:
-                    origin, ask_id, asked, args = batch[at + 1]
-                    if origin == rank:
-                        self._serve_ask(origin, ask_id, asked, args)
-                        continue
-                    try:
-                        value = asked(*args)
-                    except Exception as error:
-                        self._answer_failed(origin, ask_id, error)
-                        continue
-                    kind = type(value)
-                    if kind not in _BATCHED_ARGUMENT_TYPES or (
-                        (kind is str or kind is bytes) and len(value) > BATCHED_TEXT_BYTES
-                    ):
-                        self._answer_to(origin, ask_id, False, value)
-                        continue
-                    answers = self._batches[origin]  # (_batch_call, inline)
-                    if not answers:
-                        self._batched_dests.add(origin)
-                    answers.append(_answer)
-                    answers.append((rank, ask_id, False, value))
-                    if len(answers) >= self._batch_items and origin not in self._staging_soon:
-                        self._stage_soon(origin)
+                    group = batch[at + 1]
+                    calls += len(group) // 3 - 1
+                    given: list[Any] = []
+                    items = iter(group)
+                    for ask_id, asked, args in zip(items, items, items):
+                        try:
+                            value = asked(*args)
+                        except Exception as error:
+                            self._answer_failed(source, ask_id, error)
+                            continue
+                        kind = type(value)
+                        if kind not in _BATCHED_ARGUMENT_TYPES or (
+                            (kind is str or kind is bytes) and len(value) > BATCHED_TEXT_BYTES
+                        ):
+                            self._answer_to(source, ask_id, False, value)
+                            continue
+                        given += (ask_id, value)
+                    if given:
+                        self._batch_answers(source, given)
                 elif fn is _answer:
-                    source, ask_id, failed, value = batch[at + 1]
-                    future = asks.pop(ask_id, None) if not failed else None
-                    if future is None:
-                        self._take_answer(source, ask_id, failed, value)
-                    else:
-                        future._state = _ANSWERED
-                        future._value = value
+                    group = batch[at + 1]
+                    calls += len(group) // 2 - 1
+                    asks = self._asks
+                    items = iter(group)
+                    for ask_id, value in zip(items, items):
+                        future = asks.pop(ask_id, None)
+                        if future is None:
+                            self._take_answer(source, ask_id, False, value)  # (it says what is wrong)
+                        else:
+                            future._state = ANSWERED
+                            future._value = value
                 else:
                     fn(*batch[at + 1])
         finally:
             self._handler_depth -= 1
+            self.calls_received += calls
 
     # -- receiving -------------------------------------------------------------
 
@@ -1490,7 +1508,7 @@ class Channels:
                 elif kind == KIND_CALL:
                     self._run_call(view[start:end])
                 elif kind == KIND_CALLS:
-                    self._run_calls(view[start:end])
+                    self._run_calls(source, view[start:end])
                 else:
                     self._take_piece(source, number, view[start:end])
             else:
@@ -1611,7 +1629,11 @@ class Channels:
         if self._closed:
             return 0
         self._closed = True
-        return self.staged()
+        staged = self.staged()
+        # Futures are not tracked by the garbage collector (mailrail.futures): asks left unanswered (the rail has
+        # read unanswered() by now) would keep these channels alive through them.
+        self._asks.clear()
+        return staged
 
 
 def name_of(fn: object) -> str:
@@ -1630,13 +1652,44 @@ def _batchable(args: tuple[Any, ...]) -> bool:
 
 
 def _ask(origin: int, ask_id: int, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
-    """An ask on the wire (run by the receiving rank's :meth:`Channels._serve_ask`, never called)."""
+    """An ask on the wire, never called: alone, a call of ``_ask`` with the asking rank, the ask's number, the
+    function and its arguments (served by :meth:`Channels._serve_ask`); in a batch, ``_ask`` and a group of asks in
+    one list, number, function, arguments, number, ... (the asking rank is the batch's source)."""
     raise AssertionError("an ask is served by its rail's channels")
 
 
 def _answer(source: int, ask_id: int, failed: bool, value: Any) -> None:
-    """An answer on the wire (taken by the asking rank's :meth:`Channels._take_answer`, never called)."""
+    """An answer on the wire, never called: alone, a call of ``_answer`` with the answering rank, the ask's number,
+    whether it failed and the value (taken by :meth:`Channels._take_answer`); in a batch, ``_answer`` and a group
+    of answers in one list, number, value, number, ... (none failed: a failure goes alone)."""
     raise AssertionError("an answer is taken by its rail's channels")
+
+
+#: The items per ask or answer of a batch's group, by its marker.
+_GROUP_WIDTHS: dict[Callable[..., object], int] = {_ask: 3, _answer: 2}
+
+
+def _calls_and_items(batch: list[Any]) -> tuple[int, int]:
+    """A batch's calls (asks and answers included) and its items (its own, and its groups')."""
+    calls, items = len(batch) // 2, len(batch)
+    for at in range(0, len(batch), 2):
+        width = _GROUP_WIDTHS.get(batch[at])
+        if width:
+            group = len(batch[at + 1])
+            calls += group // width - 1
+            items += group
+    return calls, items
+
+
+def _halves(batch: list[Any]) -> tuple[list[Any], list[Any]]:
+    """A batch of more than one call in two, each with about half its items (a lone group split in two groups)."""
+    if len(batch) > 2:
+        half = len(batch) // 4 * 2
+        return batch[:half], batch[half:]
+    marker, group = batch
+    width = _GROUP_WIDTHS[marker]
+    half = len(group) // width // 2 * width
+    return [marker, group[:half]], [marker, group[half:]]
 
 
 #: What to do when a rank lacks a function a call names.
@@ -1644,60 +1697,9 @@ _DEFINE_FUNCTIONS = (
     "define the functions that calls, asks and visits name at the top level of a module every rank imports (a "
     "script: before its first collective, or after it: calls wait until their rank has left it)"
 )
-_WAITING, _ANSWERED, _FAILED = "waiting", "answered", "failed"
 #: Empty polls a waiting rank makes before it sleeps between polls, and how long it sleeps then.
 _IDLE_POLLS = 64
 _IDLE_SLEEP_S = 1e-4
-
-
-class Future:
-    """What a :meth:`rail.ask <Channels.ask>` will return: :meth:`result` waits for it (making progress on the
-    rail), :meth:`done` says whether it is there.  *dest* is the rank asked."""
-
-    __slots__ = ("_channels", "dest", "_state", "_value")
-
-    def __init__(self, channels: Channels, dest: int) -> None:
-        self._channels, self.dest = channels, dest
-        self._state = _WAITING
-        self._value: Any = None
-
-    def _settle(self, value: Any, failed: bool) -> None:
-        self._state, self._value = (_FAILED if failed else _ANSWERED), value
-
-    def done(self) -> bool:
-        """Whether the answer is there (no progress is made to find out)."""
-        return self._state is not _WAITING
-
-    def result(self) -> Any:
-        """What the function returned on rank :attr:`dest`, waiting for it if need be; what it raised there
-        raises here as a :class:`~mailrail.errors.RemoteError`.  Not from inside a handler (a
-        :class:`~mailrail.errors.MailRailError` says why)."""
-        if self._state is _WAITING:
-            self._channels.wait_for([self])
-        if self._state is _FAILED:
-            raise self._value
-        return self._value
-
-    def __repr__(self) -> str:
-        return f"<Future of rank {self.dest}: {self._state}>"
-
-
-def wait(futures: Iterable[Future]) -> list[Any]:
-    """Wait for every one of *futures* (making progress on their rails) and return their results, in order; the
-    first that failed raises its :class:`~mailrail.errors.RemoteError` (the others keep theirs)."""
-    futures = list(futures)
-    for channels, waiting in _by_channels(futures).items():
-        channels.wait_for(waiting)
-    return [future.result() for future in futures]
-
-
-def _by_channels(futures: list[Future]) -> dict[Channels, list[Future]]:
-    grouped: dict[Channels, list[Future]] = {}
-    for future in futures:
-        if not isinstance(future, Future):
-            raise TypeError(f"mailrail.wait() takes futures of rail.ask(), got {reprlib.repr(future)}")
-        grouped.setdefault(future._channels, []).append(future)
-    return grouped
 
 
 def check_by_reference(fn: object) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from helpers import (
     MPI_TIMEOUT,
+    alive,
     job_environment,
     job_files_left,
     job_processes_left,
@@ -260,6 +261,26 @@ def test_under_mailrail_run_the_mismatch_ends_the_job_before_its_timeout():
     assert f"rank 0 called CountingSet.total() at {site_of('total')}; rank 1 called {at_the_end_of_with()}" in (
         completed.stderr
     )
+
+
+@pytest.mark.parametrize("launcher", ["mailrail run", "mpiexec"])
+def test_a_rank_dying_before_it_answers_ends_the_job_naming_it(launcher):
+    """Issue 52: rank 0 waits in ``Future.result()`` for an answer rank 1 never gives (killed while running the asked
+    function).  The job's failure path ends it, the waiting rank too, within the bound, and says which rank died."""
+    if launcher == "mailrail run":
+        completed = mailrail("run", "-n", "2", "--", "python", program_path("ask_of_a_dead_rank.py"), timeout=120)
+        last = completed.stderr.strip().splitlines()[-1]
+        assert re.fullmatch(
+            r"mailrail run: the job failed with exit status \d+: (rank 1|a rank on \S+) was killed by signal 9.*", last
+        ), completed.stderr
+    else:  # plain mpiexec: the MPI's own failure path
+        completed = run_plain(2, "ask_of_a_dead_rank.py", env={})
+        assert "signal 9" in completed.stdout + completed.stderr, completed.stderr
+    assert completed.returncode != 0 and "got past" not in completed.stdout, completed.stdout
+    pids = [int(pid) for pid in re.findall(r"READY \d+ (\d+)", completed.stdout)]
+    assert len(pids) == 2, completed.stdout
+    assert not [pid for pid in pids if alive(pid)] and job_processes_left() == []
+    assert job_files_left() == set()
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

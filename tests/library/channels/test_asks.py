@@ -8,8 +8,11 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import mailrail
+from mailrail import channels, futures
 from mailrail.errors import InvalidDestinationError, MailRailError, RemoteError, UndeliveredWarning
 from mailrail.testing import World
 from worlds import BACKENDS, make_world
@@ -20,6 +23,16 @@ STATE = threading.local()
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def future_class(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type:
+    """Every test over both future classes (mailrail.futures): the compiled one where built, and the Python one."""
+    if request.param == "python":
+        monkeypatch.setattr(channels, "Future", futures.PythonFuture)
+    elif futures._compiled_futures() is None:
+        pytest.skip("not built")
+    return channels.Future
 
 
 def square(number: int) -> int:
@@ -147,3 +160,91 @@ def test_bad_asks_are_refused_before_anything_is_sent():
     assert "argument 0 (lock" in outcomes["unpicklable"][1]
     assert outcomes["not_futures"] == (TypeError, "mailrail.wait() takes futures of rail.ask(), got 3")
     assert not any(report.values())
+
+
+def run_in_order(origin: int, number: int) -> int:
+    STATE.order.append(number)
+    return number + 1
+
+
+def noted(origin: int, number: int) -> None:
+    STATE.order.append(number)
+
+
+def calls_and_asks_in_turn(rail):
+    """Calls and asks to one rank, interleaved in runs of various lengths, from both ranks: each rank's run them in
+    the order they were made; a run of asks is a group in the batch."""
+    STATE.order = []
+    peer = 1 - rail.rank
+    kinds = np.random.default_rng(rail.rank).integers(0, 3, 3000)  # 0: call; 1, 2: ask (runs of asks are longer)
+    futures_made = []
+    for number, kind in enumerate(kinds.tolist()):
+        if kind:
+            futures_made.append((number, rail.ask(peer, run_in_order, rail.rank, number)))
+        else:
+            rail.call(peer, noted, rail.rank, number)
+    answers = [(number, future.result()) for number, future in futures_made]
+    rail.barrier()
+    channels_of = rail.channels
+    return STATE.order, answers, channels_of.calls_sent, channels_of.calls_received, rail.finalize()
+
+
+def test_calls_and_asks_to_one_rank_run_in_the_order_they_were_made(backend):
+    results = make_world(backend, 2, 3, datagram_size=1024, send_pool_slots=4, recv_pool_slots=8).run(
+        calls_and_asks_in_turn
+    )
+    for order, answers, _, _, report in results:
+        assert order == list(range(3000))  # (the peer's numbers, in its order)
+        assert all(answer == number + 1 for number, answer in answers) and not any(report.values())
+    # every call, ask and answer counted once on each side
+    assert sum(result[2] for result in results) == sum(result[3] for result in results) > 2 * 3000
+
+
+def echo(text: str) -> str:
+    return text[::-1]
+
+
+def asks_with_long_texts(rail):
+    texts = [f"{i:05d}" + chr(0x4E00 + i % 500) * (40 + i % 40) for i in range(600)]  # 126-360 bytes of UTF-8
+    answers = mailrail.wait([rail.ask(1 - rail.rank, echo, text) for text in texts])
+    rail.barrier()
+    return answers == [text[::-1] for text in texts], rail.finalize()
+
+
+def test_groups_of_asks_and_answers_larger_than_a_datagram_are_split(backend):
+    for right, report in make_world(backend, 2, 1, datagram_size=512, send_pool_slots=4).run(asks_with_long_texts):
+        assert right and not any(report.values())
+
+
+def flattened(batch: list) -> list:
+    """A batch's calls, asks and answers, one entry each, in order."""
+    entries = []
+    for at in range(0, len(batch), 2):
+        marker, items = batch[at], batch[at + 1]
+        width = channels._GROUP_WIDTHS.get(marker)
+        if width is None:
+            entries.append((marker, items))
+        else:
+            entries += [(marker, tuple(items[i : i + width])) for i in range(0, len(items), width)]
+    return entries
+
+
+@given(runs=st.lists(st.tuples(st.sampled_from(["call", "ask", "answer"]), st.integers(1, 6)), min_size=1, max_size=8))
+def test_a_batch_in_halves_keeps_its_calls_in_order_and_counts_them(runs):
+    batch, number = [], 0
+    for kind, length in runs:
+        if kind == "call":
+            for _ in range(length):
+                batch += [square, (number,)]
+                number += 1
+        else:
+            marker, width = (channels._ask, 3) if kind == "ask" else (channels._answer, 2)
+            batch += [marker, [number + i // width if i % width == 0 else "x" for i in range(length * width)]]
+            number += length
+    calls, items = channels._calls_and_items(batch)
+    assert calls == number == len(flattened(batch))
+    assert items == len(batch) + sum(len(batch[at + 1]) for at in range(0, len(batch), 2) if batch[at] is not square)
+    if calls > 1:
+        first, second = channels._halves(batch)
+        assert flattened(first) + flattened(second) == flattened(batch)
+        assert channels._calls_and_items(first)[0] >= 1 and channels._calls_and_items(second)[0] >= 1

@@ -250,7 +250,7 @@ def test_a_batch_naming_a_function_the_receiver_lacks_raises_naming_the_rank_and
         del module.vanishing  # the receiver's module lacks it
 
         def receive(rail):
-            rail.channels._run_calls(memoryview(batch))
+            rail.channels._run_calls(1, memoryview(batch))
 
         with pytest.raises(AttributeError, match=r"rank 0 received calls of a function it cannot find .*top level"):
             World(1, 0).run(receive)
