@@ -109,6 +109,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         if value == 0 or 0.01 <= abs(value) < 1e6:
             return f"{value:,.2f}"
+        if 1e6 <= abs(value) < 1e18:  # a rate of millions in whole units, as the table's other numbers read
+            return f"{value:,.0f}"
         return f"{value:.3g}"
     if isinstance(value, int):
         return f"{value:,}"

@@ -23,6 +23,16 @@ def test_a_table_that_fits_is_one_line_a_row():
     ]
 
 
+def test_floats_read_as_numbers_at_every_size():
+    rows = [("rate", 1_163_421.7), ("huge", 2.5e19), ("tiny", 0.00042), ("negative", -3_000_000.0)]
+    assert format_table(["what", "value"], rows).splitlines()[2:] == [
+        "    rate   1,163,422",
+        "    huge     2.5e+19",
+        "    tiny     0.00042",
+        "negative  -3,000,000",
+    ]
+
+
 def test_a_wide_table_wraps_headers_and_text_and_keeps_numbers_whole():
     headers = ["mode", "status", *(f"measure number {i} in MiB" for i in range(6))]
     rows = [["node", "out of memory (node 1, cap 384 MiB) at 12.3 s", *([123456.789] * 6)]]
