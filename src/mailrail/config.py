@@ -165,13 +165,42 @@ def knob(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+#: The pools' memory a rank gets by default: 256 receive and 128 send slots of the default 32 KiB datagrams.
+RECV_POOL_BYTES = 8 << 20
+SEND_POOL_BYTES = 4 << 20
+#: The default slot counts' bounds, whatever the datagram size: at least the default datagram's, at most the paper's
+#: pools of 4 KiB datagrams.  Small datagrams need slots more than bytes: a stream of 4 KiB datagrams is held back
+#: by the sends it may have in flight (the performance page, "The defaults a user gets").
+RECV_POOL_SLOTS_BOUNDS = (256, 512)
+SEND_POOL_SLOTS_BOUNDS = (128, 256)
+
+
+def default_pool_slots(datagram_size: int) -> tuple[int, int]:
+    """The send and receive slots a rank gets for *datagram_size* when it sets neither: as many as
+    :data:`SEND_POOL_BYTES` and :data:`RECV_POOL_BYTES` hold, within their bounds."""
+    size = max(1, datagram_size)
+    send = min(max(SEND_POOL_BYTES // size, SEND_POOL_SLOTS_BOUNDS[0]), SEND_POOL_SLOTS_BOUNDS[1])
+    recv = min(max(RECV_POOL_BYTES // size, RECV_POOL_SLOTS_BOUNDS[0]), RECV_POOL_SLOTS_BOUNDS[1])
+    return send, recv
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Every MailRail knob, validated (:meth:`from_env` reads them; :func:`knobs` describes them)."""
 
     datagram_size: int = knob(32768, _int(1), "bytes per message slot: the largest payload")
-    send_pool_slots: int = knob(128, _int(1), "send buffers per rank: held by the application, in flight and deferred")
-    recv_pool_slots: int = knob(256, _int(1), "receive slots per rank; the credit budget of every credit mode")
+    send_pool_slots: int = knob(
+        None,
+        _int(1),
+        "send buffers per rank: held by the application, in flight and deferred",
+        shown="128 (4 MiB of the default datagrams; smaller ones get up to 256)",
+    )
+    recv_pool_slots: int = knob(
+        None,
+        _int(1),
+        "receive slots per rank; the credit budget of every credit mode",
+        shown="256 (8 MiB of the default datagrams; smaller ones get up to 512)",
+    )
     max_recvs: int | None = knob(
         None, _int(1), "receives kept posted (the other slots wait, unposted)", shown="all receive slots"
     )
@@ -241,6 +270,12 @@ class Config:
         "`raise` frees what is local and re-raises",
         flag=False,
     )
+
+    def __post_init__(self) -> None:
+        derived = default_pool_slots(self.datagram_size)  # (pools left unset: sized for the datagram size)
+        for name, slots in zip(("send_pool_slots", "recv_pool_slots"), derived, strict=True):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, slots)
 
     @property
     def posted_receives(self) -> int:
@@ -347,10 +382,9 @@ KNOBS: dict[str, Parser] = {f.name: f.metadata["parse"] for f in dataclasses.fie
 
 def default(name: str) -> Any:
     """The default of the knob *name* (a :class:`Config` field): what every tool that restates a knob uses."""
-    field = Config.__dataclass_fields__.get(name)
-    if field is None:
+    if name not in Config.__dataclass_fields__:
         raise KeyError(f"no knob named {name!r}")
-    return field.default
+    return getattr(Config(), name)  # (the pools' slots derived at the default datagram size)
 
 
 def physical_memory() -> int | None:

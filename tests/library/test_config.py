@@ -15,6 +15,8 @@ from mailrail.config import (
     MPI_INT_MAX,
     NON_KNOB_VARIABLES,
     Config,
+    default,
+    default_pool_slots,
     env_name,
     knobs,
     physical_memory,
@@ -44,6 +46,19 @@ def test_defaults_with_an_empty_environment():
     assert config.atomics == "auto"
     assert config.implementation == "auto"
     assert config.trace is None
+
+
+def test_unset_pools_hold_their_memory_at_the_datagram_size_within_bounds():
+    sizes = (512, 4096, 16384, 24576, 32768, 65536, 1 << 20)
+    assert [default_pool_slots(size) for size in sizes] == [
+        (256, 512), (256, 512), (256, 512), (170, 341), (128, 256), (128, 256), (128, 256)
+    ]  # fmt: skip
+    small = Config.from_env({"MAILRAIL_DATAGRAM_SIZE": "4096"})
+    assert (small.send_pool_slots, small.recv_pool_slots, small.posted_receives) == (256, 512, 512)
+    assert Config(datagram_size=4096) == small
+    chosen = Config.from_env({"MAILRAIL_DATAGRAM_SIZE": "4096", "MAILRAIL_RECV_POOL_SLOTS": "64"})
+    assert (chosen.send_pool_slots, chosen.recv_pool_slots) == (256, 64)  # a pool set is the one set
+    assert (default("send_pool_slots"), default("recv_pool_slots")) == (128, 256)
 
 
 def test_from_env_reads_the_process_environment_by_default(monkeypatch):
