@@ -1200,13 +1200,10 @@ class Channels:
         batch = self._batches[dest]
         if not batch:  # (staged already, by an earlier flush)
             return
+        calls, items = self._batch_counts(dest, batch)
         self._batches[dest] = []
         self._batched_dests.discard(dest)
-        if dest in self._grouped_dests:
-            self._grouped_dests.discard(dest)
-            calls, items = _calls_and_items(batch)
-        else:  # (calls only: two items each)
-            calls, items = len(batch) // 2, len(batch)
+        self._grouped_dests.discard(dest)
         self._calls_staged += calls
         self._stage_batch(dest, batch, calls, items)
 
@@ -1222,8 +1219,15 @@ class Channels:
             return
         self._stage_segment(dest, KIND_CALLS, payload, calls)
 
+    def _batch_counts(self, dest: int, batch: list[Any]) -> tuple[int, int]:
+        """*dest*'s batch's calls and items (:func:`_calls_and_items`), without a look at each call where it holds
+        no group (a batch of calls only: two items each)."""
+        if dest in self._grouped_dests:
+            return _calls_and_items(batch)
+        return len(batch) // 2, len(batch)
+
     def _batched_calls(self) -> int:
-        return sum(_calls_and_items(self._batches[dest])[0] for dest in self._batched_dests)
+        return sum(self._batch_counts(dest, self._batches[dest])[0] for dest in self._batched_dests)
 
     @property
     def calls_sent(self) -> int:
