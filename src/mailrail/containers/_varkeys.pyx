@@ -6,7 +6,7 @@ Keys are byte strings packed as Arrow packs them (``offsets``, ``n + 1`` int32 o
 key ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 from mailrail._offsets cimport check_offsets, offset_t
@@ -27,8 +27,59 @@ cdef extern from *:
     #else
     #define MAILRAIL_FIRST_BYTES(n) (~0ULL >> (64 - 8 * (n)))
     #endif
+    /* A string's HotStrings slot from its five zero-padded words: varkeys.hot_slots_numpy, the multipliers
+       varkeys.HOT_MULTIPLIERS as literals (immediate operands: none reloaded from memory per string). */
+    static inline long long mailrail_hot_slot(unsigned long long w0, unsigned long long w1, unsigned long long w2,
+                                              unsigned long long w3, unsigned long long w4, long long length,
+                                              int shift) {
+        unsigned long long h = (unsigned long long)length * 0xE7037ED1A0B428DBULL;
+        h ^= w0 * 0x9E3779B97F4A7C15ULL;
+        h ^= w1 * 0xBF58476D1CE4E5B9ULL;
+        h ^= w2 * 0x94D049BB133111EBULL;
+        h ^= w3 * 0xD6E8FEB86659FD93ULL;
+        h ^= w4 * 0xA0761D6478BD642FULL;
+        h ^= h >> 32;
+        return shift < 64 ? (long long)((h * 0x8EBC6AF09C88C6E3ULL) >> shift) : 0;
+    }
+    /* Whether a slot's five words and length are a string's (zero-padded words). */
+    static inline int mailrail_same_hot(const uint64_t* a, int a_length, const uint64_t* b,
+                                        int b_length) {
+        return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4])
+                | (uint64_t)(a_length ^ b_length)) == 0;
+    }
+    /* hash_one's rounds over a key of at most 40 bytes whose 40 bytes from its start may be read: five words,
+       masked to the key (masks: HOT_MASKS[length]), each round kept only where the key has that word.  No branch
+       depends on the length, which varies from key to key; the loop over words mispredicts at its end. */
+    static inline uint64_t mailrail_rounds_short(const uint8_t* key, int64_t length, uint64_t h,
+                                                 const uint64_t* masks) {
+        uint64_t r, keep;
+        int j;
+        for (j = 0; j < 5; j++) {
+            r = (h ^ (mailrail_load8(key + 8 * j) & masks[j])) * 0xBF58476D1CE4E5B9ULL;
+            r ^= r >> 32;
+            keep = (uint64_t)0 - (uint64_t)(8 * j < length);
+            h = (r & keep) | (h & ~keep);
+        }
+        return h;
+    }
+    /* Whether two keys of the same length (at most 40 bytes, both readable 40 bytes from their starts) are equal. */
+    static inline int mailrail_same_short(const uint8_t* a, const uint8_t* b, const uint64_t* masks) {
+        return (((mailrail_load8(a) ^ mailrail_load8(b)) & masks[0])
+                | ((mailrail_load8(a + 8) ^ mailrail_load8(b + 8)) & masks[1])
+                | ((mailrail_load8(a + 16) ^ mailrail_load8(b + 16)) & masks[2])
+                | ((mailrail_load8(a + 24) ^ mailrail_load8(b + 24)) & masks[3])
+                | ((mailrail_load8(a + 32) ^ mailrail_load8(b + 32)) & masks[4])) == 0;
+    }
     """
+    uint64_t rounds_short "mailrail_rounds_short"(const uint8_t* key, int64_t length, uint64_t h,
+                                                  const uint64_t* masks) noexcept nogil
+    bint same_short "mailrail_same_short"(const uint8_t* a, const uint8_t* b, const uint64_t* masks) noexcept nogil
+    bint same_hot "mailrail_same_hot"(const uint64_t* a, int32_t a_length, const uint64_t* b,
+                                      int32_t b_length) noexcept nogil
     void prefetch "MAILRAIL_PREFETCH"(const void* address) noexcept nogil
+    int count_trailing_zeros "__builtin_ctzll"(uint64_t bits) noexcept nogil
+    int64_t hot_slot "mailrail_hot_slot"(uint64_t w0, uint64_t w1, uint64_t w2, uint64_t w3, uint64_t w4,
+                                         int64_t length, int shift) noexcept nogil
     uint64_t load8 "mailrail_load8"(const void* address) noexcept nogil
     uint64_t first_bytes "MAILRAIL_FIRST_BYTES"(int64_t n) noexcept nogil
 
@@ -48,8 +99,29 @@ cdef uint8_t NO_BYTES = 0
 #: A slot's low 32 bits: its key's dense index + 1 (0: empty); all ones: a tombstone.
 cdef uint64_t LOW = 0xFFFFFFFFULL
 cdef uint64_t TOMBSTONE_SLOT = 0xFFFFFFFFULL
-#: Bytes allocated past the arena's room, so that a key's last word is read whole (``same_bytes``).
-cdef int64_t SLACK = 8
+
+cdef enum:
+    CACHE_LINE = 64
+    #: A short key, in 8-byte words: hashed and compared without a loop over its words, and the longest string a
+    #: HotStrings slot holds (longer ones always leave).
+    HOT_WORDS = 5
+    RING = 16  # strings ahead whose slot a HotStrings pass prefetches (a power of two)
+
+#: Bytes allocated past the arena's room, so that a short key's words are read whole (``same_bytes``).
+cdef int64_t SLACK = HOT_WORDS * 8
+
+#: The mask keeping a word's first n bytes, n = 0..8 (machine byte order).
+cdef uint64_t BYTE_MASKS[9]
+cdef int _n
+for _n in range(9):
+    BYTE_MASKS[_n] = 0 if _n == 0 else (0xFFFFFFFFFFFFFFFF if _n == 8 else first_bytes(_n))
+
+#: The masks of a string of each length up to HOT_WORDS * 8 bytes: its bytes in each of its words.
+cdef uint64_t HOT_MASKS[HOT_WORDS * 8 + 1][HOT_WORDS]
+cdef int _length, _word
+for _length in range(HOT_WORDS * 8 + 1):
+    for _word in range(HOT_WORDS):
+        HOT_MASKS[_length][_word] = BYTE_MASKS[min(max(_length - 8 * _word, 0), 8)]
 
 
 cdef inline uint64_t slot_value(uint64_t h, int64_t i) noexcept nogil:
@@ -73,6 +145,8 @@ cdef inline uint64_t hash_one(const uint8_t* key, int64_t length, const uint8_t*
     cdef uint64_t h = SEED ^ (<uint64_t>length * M2)
     cdef uint64_t word
     cdef int64_t at = 0
+    if length <= HOT_WORDS * 8 and key + HOT_WORDS * 8 <= end:
+        return mix(rounds_short(key, length, h, HOT_MASKS[length]))
     while at + 8 <= length:
         word = load8(key + at)
         h = (h ^ word) * M1
@@ -90,9 +164,11 @@ cdef inline uint64_t hash_one(const uint8_t* key, int64_t length, const uint8_t*
 
 
 cdef inline bint same_bytes(const uint8_t* stored, const uint8_t* key, int64_t length, const uint8_t* end) noexcept nogil:
-    """Whether *length* bytes at *stored* (in an arena readable 8 bytes past its keys) and at *key* (in a buffer
+    """Whether *length* bytes at *stored* (in an arena readable SLACK bytes past its keys) and at *key* (in a buffer
     ending at *end*) are equal: word by word, the last partial word masked where *key*'s buffer allows."""
     cdef int64_t at = 0
+    if length <= HOT_WORDS * 8 and key + HOT_WORDS * 8 <= end:
+        return same_short(stored, key, HOT_MASKS[length])
     while at + 8 <= length:
         if load8(stored + at) != load8(key + at):
             return False
@@ -576,31 +652,7 @@ cdef class BytesTable:
         return f"BytesTable({self.size} keys, {self.mask + 1} slots, {self.arena_fill} bytes)"
 
 
-#: The longest string a HotStrings slot holds, in 8-byte words (longer ones always leave).
-cdef enum:
-    HOT_WORDS = 5
-    RING = 16  # strings ahead whose slot a HotStrings pass prefetches (a power of two)
-
-#: The mask keeping a word's first n bytes, n = 0..8 (machine byte order).
-cdef uint64_t BYTE_MASKS[9]
-cdef int _n
-for _n in range(9):
-    BYTE_MASKS[_n] = 0 if _n == 0 else (0xFFFFFFFFFFFFFFFF if _n == 8 else first_bytes(_n))
-
-#: The masks of a string of each length up to HOT_WORDS * 8 bytes: its bytes in each of its words.
-cdef uint64_t HOT_MASKS[HOT_WORDS * 8 + 1][HOT_WORDS]
-cdef int _length, _word
-for _length in range(HOT_WORDS * 8 + 1):
-    for _word in range(HOT_WORDS):
-        HOT_MASKS[_length][_word] = BYTE_MASKS[min(max(_length - 8 * _word, 0), 8)]
-
-#: The slot hash's multipliers (``varkeys.HOT_MULTIPLIERS``: odd, one per word, then the length's and the final).
-cdef uint64_t HM[7]
-HM[:] = [0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93,
-         0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3]
-
-
-cdef packed struct HotSlot:
+cdef struct HotSlot:
     int64_t count  # held since the last take; 0: the slot takes any string
     int32_t length  # -1: never held a string
     int32_t spare
@@ -612,10 +664,12 @@ cdef class HotStrings:
     """A sender's direct-mapped cache of frequent strings and their counts: see
     :class:`mailrail.containers.varkeys.HotStringsPython`, whose methods these are, compiled."""
 
-    cdef HotSlot* slots
+    cdef HotSlot* slots  # aligned to a cache line: a slot is one line, not parts of two
+    cdef void* slots_memory  # what malloc gave (slots lies within it), for free
     cdef int shift
     cdef int64_t nslots
     cdef int64_t held  # slots with a count
+    cdef uint64_t* held_bits  # which: a bit per slot (a take of everything visits just these, in slot order)
     # The leaving store: (count, string) records, in the order they left.
     cdef int64_t* out_offsets
     cdef int64_t* out_counts
@@ -634,28 +688,33 @@ cdef class HotStrings:
         self.shift = 64
         while (1 << (64 - self.shift)) < slots:
             self.shift -= 1
-        self.slots = <HotSlot*>malloc(slots * sizeof(HotSlot))
+        self.slots_memory = malloc(slots * sizeof(HotSlot) + CACHE_LINE)
+        self.slots = <HotSlot*>_aligned(self.slots_memory)
         self.out_room = 1024
         self.out_data_room = 16 * 1024
         self.out_offsets = <int64_t*>malloc((self.out_room + 1) * sizeof(int64_t))
         self.out_counts = <int64_t*>malloc(self.out_room * sizeof(int64_t))
         self.out_data = <uint8_t*>malloc(self.out_data_room)
         self.out_owners = <int32_t*>malloc(self.out_room * sizeof(int32_t))
-        if not (self.slots and self.out_offsets and self.out_counts and self.out_data and self.out_owners):
+        self.held_bits = <uint64_t*>malloc(((slots + 63) // 64) * sizeof(uint64_t))
+        if not (self.slots and self.out_offsets and self.out_counts and self.out_data and self.out_owners
+                and self.held_bits):
             raise MemoryError()
         self.clear()
 
     def __dealloc__(self):
-        free(self.slots)
+        free(self.slots_memory)
         free(self.out_offsets)
         free(self.out_counts)
         free(self.out_data)
         free(self.out_owners)
+        free(self.held_bits)
 
     def clear(self):
         """Forget every string held and leaving."""
         cdef int64_t s
         memset(self.slots, 0, self.nslots * sizeof(HotSlot))
+        memset(self.held_bits, 0, ((self.nslots + 63) // 64) * sizeof(uint64_t))
         for s in range(self.nslots):
             self.slots[s].length = -1
         self.held = 0
@@ -693,26 +752,23 @@ cdef class HotStrings:
         self.out_offsets[self.out_size] = self.out_fill
         return 0
 
-    cdef inline void _words(self, const uint8_t* key, int64_t length, const uint8_t* end, uint64_t* w) noexcept nogil:
-        """A string of at most ``HOT_WORDS * 8`` bytes as words, zero-padded (read whole where the buffer allows)."""
-        cdef int j
+    cdef inline int64_t _place(self, const uint8_t* key, int64_t length, const uint8_t* end, uint64_t* w) noexcept nogil:
+        """A string of at most ``HOT_WORDS * 8`` bytes as words into *w*, zero-padded (read whole where the buffer
+        allows), and its slot."""
+        cdef uint64_t w0, w1, w2, w3, w4
+        cdef const uint64_t* masks = HOT_MASKS[length]
         cdef uint8_t padded[HOT_WORDS * 8]
-        if key + HOT_WORDS * 8 <= end:
-            for j in range(HOT_WORDS):
-                w[j] = load8(key + 8 * j) & HOT_MASKS[length][j]
-        else:
+        if key + HOT_WORDS * 8 > end:
             memset(padded, 0, HOT_WORDS * 8)
             memcpy(padded, key, length)
-            for j in range(HOT_WORDS):
-                w[j] = load8(padded + 8 * j)
-
-    cdef inline int64_t _slot_of(self, const uint64_t* w, int64_t length) noexcept nogil:
-        cdef uint64_t h = <uint64_t>length * HM[5]
-        cdef int j
-        for j in range(HOT_WORDS):
-            h ^= w[j] * HM[j]
-        h ^= h >> 32
-        return <int64_t>((h * HM[6]) >> self.shift) if self.shift < 64 else 0
+            key = padded
+        w0 = load8(key) & masks[0]
+        w1 = load8(key + 8) & masks[1]
+        w2 = load8(key + 16) & masks[2]
+        w3 = load8(key + 24) & masks[3]
+        w4 = load8(key + 32) & masks[4]
+        w[0], w[1], w[2], w[3], w[4] = w0, w1, w2, w3, w4
+        return hot_slot(w0, w1, w2, w3, w4, length, self.shift)
 
     cdef int _hold_all(self, const offset_t* offsets, Py_ssize_t n, const uint8_t* base, const uint8_t* end,
                        int64_t* counted) except -1:
@@ -736,11 +792,9 @@ cdef class HotStrings:
                 self._leave(key, length, 1, end)
             else:
                 slot = &self.slots[ring_slot[e]]
-                diff = <uint64_t>(slot.length ^ <int32_t>length)
-                for j in range(HOT_WORDS):
-                    diff |= slot.words[j] ^ ring_words[e][j]
-                if diff == 0:
+                if same_hot(slot.words, slot.length, ring_words[e], <int32_t>length):
                     if slot.count == 0:
+                        self.held_bits[ring_slot[e] >> 6] |= 1ULL << (ring_slot[e] & 63)
                         self.held += 1
                     slot.count += 1
                     counted[0] += 1
@@ -752,6 +806,7 @@ cdef class HotStrings:
                         self._leave(<const uint8_t*>slot.words, slot.length, slot.count,
                                     <const uint8_t*>slot.words + HOT_WORDS * 8)
                     else:
+                        self.held_bits[ring_slot[e] >> 6] |= 1ULL << (ring_slot[e] & 63)
                         self.held += 1
                     slot.count = 1
                     slot.misses = 0
@@ -769,8 +824,7 @@ cdef class HotStrings:
         if length > HOT_WORDS * 8:
             where[0] = -1
             return
-        self._words(base + offsets[k], length, end, w)
-        where[0] = self._slot_of(w, length)
+        where[0] = self._place(base + offsets[k], length, end, w)
         prefetch(&self.slots[where[0]])
 
     def hold(self, const offset_t[::1] offsets, const uint8_t[::1] data):
@@ -791,10 +845,14 @@ cdef class HotStrings:
         its count back to 0)."""
         cdef int64_t s, k, at, length
         cdef HotSlot* slot
-        if everything and self.held:  # (held counts the slots with a count: none, no scan of every slot)
-            for s in range(self.nslots):
-                slot = &self.slots[s]
-                if slot.count:
+        cdef uint64_t bits
+        if everything and self.held:  # the slots with a count, in slot order, found by their bits
+            for k in range((self.nslots + 63) // 64):
+                bits = self.held_bits[k]
+                self.held_bits[k] = 0
+                while bits:
+                    slot = &self.slots[64 * k + count_trailing_zeros(bits)]
+                    bits &= bits - 1
                     self._leave(<const uint8_t*>slot.words, slot.length, slot.count,
                                 <const uint8_t*>slot.words + HOT_WORDS * 8)
                     slot.count = 0
@@ -853,10 +911,17 @@ cdef class HotStrings:
 
     @property
     def nbytes(self):
-        return self.nslots * sizeof(HotSlot) + self.out_room * 16 + self.out_data_room
+        return self.nslots * sizeof(HotSlot) + self.nslots // 8 + self.out_room * 20 + self.out_data_room
 
     def __repr__(self):
         return f"HotStrings({self.held} of {self.nslots} slots held, {self.out_size} leaving)"
+
+
+cdef void* _aligned(void* memory) noexcept nogil:
+    """The first cache-line boundary in *memory* (allocated CACHE_LINE bytes larger; NULL stays NULL)."""
+    if memory == NULL:
+        return NULL
+    return <void*>((<uintptr_t>memory + CACHE_LINE - 1) & ~<uintptr_t>(CACHE_LINE - 1))
 
 
 cdef bint _grow(void** pointer, size_t nbytes) noexcept:

@@ -738,8 +738,9 @@ class StringCountingSet(CountingSet):
     flush or barrier.  Other strings (those of a slot a more frequent one holds, those a slot gives up, those
     longer than 40 bytes) leave as records too, ``leaving_max`` of them together: a string costs more than a
     number to send and to count (its bytes, a table probe by hash and bytes rather than a dense array), so the
-    frequent strings are counted where they are met, and the sender's pass touches a few hundred KiB, not a table
-    of every string it has seen.  When a batch counted less than ``combine_threshold`` of its strings in the cache
+    frequent strings are counted where they are met, in a cache of fixed size (4 MiB at the default ``hot_slots``,
+    made at the first add), not a table of every string the sender has seen; a flush or barrier visits only the
+    slots that hold a count.  When a batch counted less than ``combine_threshold`` of its strings in the cache
     (strings that rarely repeat), the next adds go as plain strings, twice as many each time (from
     ``sample_every`` up to ``sample_every_max``), before the sender tries the cache again.
     """

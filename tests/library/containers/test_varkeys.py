@@ -235,13 +235,15 @@ def test_compiled_and_numpy_longest_agree(keys, wide, lead):
 
 @pytest.mark.parametrize("hash_bytes", HASHES)
 def test_a_last_word_is_hashed_alike_inside_and_at_the_end_of_the_buffer(hash_bytes):
-    # The compiled hash reads a key's last partial word whole where 8 bytes from it stay inside the buffer, byte by
-    # byte at its end: each key of every length, followed by more bytes and last in its buffer, hashes the same.
-    for length in range(0, 42):
+    # The compiled hash reads a key of up to 40 bytes as five whole words where 40 bytes from it stay inside the
+    # buffer, a longer key's last partial word whole where 8 bytes do, and byte by byte at the buffer's end: each key
+    # of every length, followed by a few bytes, by many, and last in its buffer, hashes the same.
+    for length in range(0, 50):
         key = bytes(range(1, length + 1))
         inside = hash_bytes(*packed([key, b"\xff" * 9]))[0]
+        well_inside = hash_bytes(*packed([key, b"\xff" * 48]))[0]
         last = hash_bytes(*packed([b"\xff" * 9, key]))[1]
-        assert int(inside) == int(last) == spec_hash(key)
+        assert int(inside) == int(well_inside) == int(last) == spec_hash(key)
 
 
 # -- HotStrings: a sender's cache of frequent strings --------------------------------------------------------------
