@@ -696,7 +696,7 @@ cdef class HotStrings:
         self.out_counts = <int64_t*>malloc(self.out_room * sizeof(int64_t))
         self.out_data = <uint8_t*>malloc(self.out_data_room)
         self.out_owners = <int32_t*>malloc(self.out_room * sizeof(int32_t))
-        self.held_bits = <uint64_t*>malloc(((slots + 63) // 64) * sizeof(uint64_t))
+        self.held_bits = <uint64_t*>malloc(self._held_words() * sizeof(uint64_t))
         if not (self.slots and self.out_offsets and self.out_counts and self.out_data and self.out_owners
                 and self.held_bits):
             raise MemoryError()
@@ -714,7 +714,7 @@ cdef class HotStrings:
         """Forget every string held and leaving."""
         cdef int64_t s
         memset(self.slots, 0, self.nslots * sizeof(HotSlot))
-        memset(self.held_bits, 0, ((self.nslots + 63) // 64) * sizeof(uint64_t))
+        memset(self.held_bits, 0, self._held_words() * sizeof(uint64_t))
         for s in range(self.nslots):
             self.slots[s].length = -1
         self.held = 0
@@ -770,6 +770,15 @@ cdef class HotStrings:
         w[0], w[1], w[2], w[3], w[4] = w0, w1, w2, w3, w4
         return hot_slot(w0, w1, w2, w3, w4, length, self.shift)
 
+    cdef inline int64_t _held_words(self) noexcept nogil:
+        """The 64-bit words of ``held_bits``: a bit per slot."""
+        return (self.nslots + 63) // 64
+
+    cdef inline void _mark_held(self, int64_t s) noexcept nogil:
+        """Slot *s* has just taken a count."""
+        self.held_bits[s >> 6] |= 1ULL << (s & 63)
+        self.held += 1
+
     cdef int _hold_all(self, const offset_t* offsets, Py_ssize_t n, const uint8_t* base, const uint8_t* end,
                        int64_t* counted) except -1:
         # Each string's words and slot are worked out RING strings ahead, into a ring, and its slot prefetched then:
@@ -778,7 +787,6 @@ cdef class HotStrings:
         cdef int j, e
         cdef const uint8_t* key
         cdef int64_t length
-        cdef uint64_t diff
         cdef HotSlot* slot
         cdef uint64_t ring_words[RING][HOT_WORDS]
         cdef int64_t ring_slot[RING]
@@ -794,8 +802,7 @@ cdef class HotStrings:
                 slot = &self.slots[ring_slot[e]]
                 if same_hot(slot.words, slot.length, ring_words[e], <int32_t>length):
                     if slot.count == 0:
-                        self.held_bits[ring_slot[e] >> 6] |= 1ULL << (ring_slot[e] & 63)
-                        self.held += 1
+                        self._mark_held(ring_slot[e])
                     slot.count += 1
                     counted[0] += 1
                 elif slot.count != 0 and slot.misses + 1 <= slot.count:
@@ -806,8 +813,7 @@ cdef class HotStrings:
                         self._leave(<const uint8_t*>slot.words, slot.length, slot.count,
                                     <const uint8_t*>slot.words + HOT_WORDS * 8)
                     else:
-                        self.held_bits[ring_slot[e] >> 6] |= 1ULL << (ring_slot[e] & 63)
-                        self.held += 1
+                        self._mark_held(ring_slot[e])
                     slot.count = 1
                     slot.misses = 0
                     slot.length = <int32_t>length
@@ -843,11 +849,11 @@ cdef class HotStrings:
         ``(offsets, data, counts, per_owner)`` (int64 offsets from 0; *per_owner*: each rank's number of them), and
         the store emptied; with *everything*, every slot's held count first joins them (the slot keeps its string,
         its count back to 0)."""
-        cdef int64_t s, k, at, length
+        cdef int64_t k, at, length
         cdef HotSlot* slot
         cdef uint64_t bits
         if everything and self.held:  # the slots with a count, in slot order, found by their bits
-            for k in range((self.nslots + 63) // 64):
+            for k in range(self._held_words()):
                 bits = self.held_bits[k]
                 self.held_bits[k] = 0
                 while bits:
